@@ -1,0 +1,73 @@
+"""HTTP/1.1 chunked transfer decoding, sans-I/O: bytes in, body bytes out.
+
+Streaming servers (uvicorn under vLLM, SGLang; llama.cpp's httplib) send each SSE event as
+one chunk. The common read is therefore exactly `size CRLF data CRLF`, which `feed` decodes
+with one find and one slice.
+"""
+
+from __future__ import annotations
+
+_SIZE, _DATA, _DATA_END, _TRAILER, _DONE = range(5)
+
+
+class ChunkedError(ValueError):
+    """The peer broke the chunked framing."""
+
+
+class ChunkedDecoder:
+    __slots__ = ("_state", "_remaining", "_line")
+
+    def __init__(self) -> None:
+        self._state = _SIZE
+        self._remaining = 0
+        self._line = b""
+
+    @property
+    def finished(self) -> bool:
+        """True once the last (zero-size) chunk and the trailer section were read."""
+        return self._state == _DONE
+
+    def feed(self, data: bytes) -> bytes:
+        out = []
+        i, n = 0, len(data)
+        while i < n:
+            state = self._state
+            if state == _DATA:
+                take = min(self._remaining, n - i)
+                out.append(data[i:i + take])
+                i += take
+                self._remaining -= take
+                if self._remaining == 0:
+                    self._state, self._remaining = _DATA_END, 2
+            elif state == _DATA_END:
+                take = min(self._remaining, n - i)
+                i += take
+                self._remaining -= take
+                if self._remaining == 0:
+                    self._state = _SIZE
+            elif state == _DONE:
+                break
+            else:  # a line: a chunk size, or a trailer line
+                j = data.find(b"\n", i)
+                if j < 0:
+                    self._line += data[i:]
+                    break
+                line = (self._line + data[i:j]).rstrip(b"\r")
+                self._line = b""
+                i = j + 1
+                self._on_line(line)
+        return out[0] if len(out) == 1 else b"".join(out)
+
+    def _on_line(self, line: bytes) -> None:
+        if self._state == _TRAILER:
+            if not line:
+                self._state = _DONE
+            return
+        try:
+            size = int(line.split(b";", 1)[0].strip(), 16)
+        except ValueError:
+            raise ChunkedError(f"bad chunk size line {line[:40]!r}") from None
+        if size == 0:
+            self._state = _TRAILER
+        else:
+            self._state, self._remaining = _DATA, size

@@ -1,0 +1,308 @@
+"""The streaming HTTP client: one keep-alive HTTP/1.1 connection per Locust user.
+
+Why not FastHttpUser or requests: their streaming readers batch reads (FastHttp's
+iter_content waits for full 1 KiB blocks) or add tens of microseconds per chunk, which
+makes TTFT late and collapses inter-token gaps to zero (../shared/reference/locust.md).
+This client reads the gevent socket directly and takes `clock.now()` as soon as a read
+returns, before any parsing; the bytes then go through the sans-I/O layers
+(`chunked` -> `sse` -> `stream.TokenTimeline`).
+
+Rules:
+- One write per request (headers and body together); TCP_NODELAY.
+- A deadline (the end of a measurement window) cancels the request by closing the
+  connection, which aborts it on vLLM; the record says "cancelled", not "error".
+- A non-2xx answer, an in-stream `{"error": ...}`, or a stream that ends without
+  `[DONE]` or a finish reason is an error, with one line of text.
+- API keys travel in the Authorization header only and are never put in records.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import gevent
+from gevent import socket
+
+from llmload.chunked import ChunkedDecoder, ChunkedError
+from llmload.clock import now
+from llmload.records import RequestRecord
+from llmload.sse import SSEDecoder
+from llmload.stream import TokenTimeline, error_message_from_body
+
+logger = logging.getLogger(__name__)
+
+READ_SIZE = 65536
+"""Bytes asked of the socket per read; a read returns whatever has arrived."""
+AFTER_DONE_TIMEOUT_S = 2.0
+"""How long to wait for the end of the HTTP body after `[DONE]` before dropping the connection."""
+CONNECT_TIMEOUT_S = 10.0
+
+
+class _Deadline(Exception):
+    """Raised inside a read when the measurement window ends."""
+
+
+class ServerError(Exception):
+    """A non-streaming call failed; the message is one line for the user."""
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    scheme: str
+    host: str
+    port: int
+    prefix: str
+    """Path prefix before /v1/..., without a trailing slash ("" for most servers)."""
+
+    @classmethod
+    def parse(cls, base_url: str) -> "Endpoint":
+        parts = urlsplit(base_url if "://" in base_url else f"http://{base_url}")
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"not an http(s) URL: {base_url!r}")
+        prefix = parts.path.rstrip("/")
+        if prefix.endswith("/v1"):
+            prefix = prefix[:-3]
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        return cls(parts.scheme, parts.hostname, port, prefix)
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.scheme}://{self.host}:{self.port}{self.prefix}"
+
+
+class StreamingClient:
+    """A keep-alive connection that streams completions and times every token."""
+
+    def __init__(self, base_url: str, *, timeout_s: float = 600.0, api_key: str | None = None,
+                 extra_headers: dict[str, str] | None = None) -> None:
+        self.endpoint = Endpoint.parse(base_url)
+        self.timeout_s = timeout_s
+        headers = {"Host": f"{self.endpoint.host}:{self.endpoint.port}",
+                   "Content-Type": "application/json", "Accept": "text/event-stream",
+                   "User-Agent": "llmload"}
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
+        headers.update(extra_headers or {})
+        self._header_lines = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+        self._sock: socket.socket | None = None
+
+    def close(self) -> None:
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            try:
+                sock.close()
+            except OSError:
+                pass
+
+    def _connect(self) -> socket.socket:
+        if self._sock is None:
+            ep = self.endpoint
+            sock = socket.create_connection((ep.host, ep.port), timeout=CONNECT_TIMEOUT_S)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if ep.scheme == "https":
+                from gevent import ssl
+                sock = ssl.create_default_context().wrap_socket(sock, server_hostname=ep.host)
+            self._sock = sock
+        self._sock.settimeout(self.timeout_s)
+        return self._sock
+
+    def stream(self, path: str, body: bytes, *, user_id: str, tag: str = "",
+               deadline_s: float | None = None) -> RequestRecord:
+        """POST body to path and read the SSE answer to its end (or the deadline)."""
+        reader = _StreamReader()
+        timer = None
+        if deadline_s is not None:
+            timer = gevent.Timeout(max(deadline_s - now(), 0.0), _Deadline())
+            timer.start()
+        try:
+            try:
+                self._exchange(path, body, reader)
+            except _Deadline:
+                reader.cancel()
+                self.close()
+        except (OSError, ChunkedError, ValueError) as exc:
+            self.close()
+            reader.fail(_describe(exc, self.timeout_s))
+        finally:
+            if timer is not None:
+                timer.close()
+        if reader.keep_alive is False:
+            self.close()
+        return reader.record(user_id=user_id, tag=tag)
+
+    def _exchange(self, path: str, body: bytes, reader: "_StreamReader") -> None:
+        request = (f"POST {self.endpoint.prefix}{path} HTTP/1.1\r\n{self._header_lines}"
+                   f"Content-Length: {len(body)}\r\n\r\n").encode("latin-1") + body
+        for attempt in (0, 1):
+            reused = self._sock is not None
+            try:
+                sock = self._connect()
+                reader.send_s = now()
+                sock.sendall(request)
+                first = sock.recv(READ_SIZE)
+            except (ConnectionResetError, BrokenPipeError):
+                if not reused or attempt:
+                    raise
+                first = b""
+            if first:
+                break
+            # A kept-alive connection the server had closed meanwhile: one fresh try.
+            self.close()
+            if not reused or attempt:
+                raise ConnectionError("server closed the connection without answering")
+        t = now()
+        reader.read_response(sock, first, t)
+
+
+class _StreamReader:
+    """State of one response while it is read; builds the RequestRecord at the end."""
+
+    def __init__(self) -> None:
+        self.send_s = now()
+        self.first_byte_s: float | None = None
+        self.end_s: float | None = None
+        self.http_status: int | None = None
+        self.status = "ok"
+        self.error: str | None = None
+        self.keep_alive: bool | None = None
+        self.timeline = TokenTimeline()
+        self.token_source = "continuous_usage"
+
+    def read_response(self, sock, data: bytes, t: float) -> None:
+        recv = sock.recv
+        self.first_byte_s = t
+        while b"\r\n\r\n" not in data:
+            more = recv(READ_SIZE)
+            if not more:
+                raise ConnectionError("server closed the connection before the headers ended")
+            data += more
+        head, _, rest = data.partition(b"\r\n\r\n")
+        status, headers = _parse_head(head)
+        self.http_status = status
+        self.keep_alive = headers.get("connection", "").lower() != "close"
+        chunked = "chunked" in headers.get("transfer-encoding", "").lower()
+        length = int(headers["content-length"]) if "content-length" in headers else None
+        if status != 200:
+            body = _read_body(recv, rest, chunked, length)
+            self.end_s = now()
+            self.fail(error_message_from_body(body, status), end=False)
+            return
+        self._read_events(sock, rest, t, chunked, length)
+
+    def _read_events(self, sock, data: bytes, t: float, chunked: bool, length: int | None) -> None:
+        done_seen = False
+        dechunk = ChunkedDecoder() if chunked else None
+        sse = SSEDecoder()
+        timeline = self.timeline
+        remaining = length
+        while True:
+            if data:
+                if dechunk is not None:
+                    body = dechunk.feed(data)
+                else:
+                    body = data
+                    if remaining is not None:
+                        remaining -= len(data)
+                payloads = sse.feed(body)
+                if payloads:
+                    timeline.feed(t, payloads)
+                    if timeline.done and self.end_s is None:
+                        self.end_s = t
+                body_over = (dechunk is not None and dechunk.finished) or remaining == 0
+                if body_over:
+                    break
+                if timeline.done and not done_seen:
+                    # Only the end of the HTTP body is left: don't wait long for it.
+                    done_seen = True
+                    sock.settimeout(AFTER_DONE_TIMEOUT_S)
+            try:
+                data = sock.recv(READ_SIZE)
+            except socket.timeout:
+                if not done_seen:
+                    raise
+                self.keep_alive = False
+                break
+            t = now()
+            if not data:
+                self.keep_alive = False
+                timeline.feed(t, sse.flush())
+                break
+        if self.end_s is None:
+            self.end_s = t
+        self._settle()
+
+    def _settle(self) -> None:
+        tl = self.timeline
+        self.token_source = tl.finish()
+        if tl.error is not None:
+            self.fail(tl.error, end=False)
+        elif not tl.done and tl.finish_reason is None:
+            self.fail("stream ended without [DONE] or a finish reason", end=False)
+
+    def cancel(self) -> None:
+        self.end_s = now()
+        self.keep_alive = False
+        if self.status == "ok":
+            self.status = "cancelled"
+        self.token_source = self.timeline.finish()
+
+    def fail(self, message: str, *, end: bool = True) -> None:
+        if end or self.end_s is None:
+            self.end_s = now()
+        self.status = "error"
+        self.error = message.splitlines()[0][:500] if message else "unknown error"
+
+    def record(self, *, user_id: str, tag: str) -> RequestRecord:
+        tl = self.timeline
+        return RequestRecord(
+            user_id=user_id, tag=tag, send_s=self.send_s, first_byte_s=self.first_byte_s,
+            chunk_times_s=tl.chunk_times_s, chunk_tokens=tl.chunk_tokens,
+            end_s=self.end_s if self.end_s is not None else now(), status=self.status,
+            finish_reason=tl.finish_reason, prompt_tokens=tl.prompt_tokens,
+            completion_tokens=tl.completion_tokens, cached_tokens=tl.cached_tokens,
+            token_source=self.token_source, http_status=self.http_status, error=self.error)
+
+
+def _parse_head(head: bytes) -> tuple[int, dict[str, str]]:
+    lines = head.decode("latin-1").split("\r\n")
+    parts = lines[0].split(" ", 2)
+    if len(parts) < 2 or not parts[0].startswith("HTTP/"):
+        raise ValueError(f"not an HTTP response: {lines[0][:80]!r}")
+    headers = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return int(parts[1]), headers
+
+
+def _read_body(recv, data: bytes, chunked: bool, length: int | None) -> bytes:
+    """The whole (small) body of an error response."""
+    if chunked:
+        dechunk = ChunkedDecoder()
+        out = [dechunk.feed(data)]
+        while not dechunk.finished:
+            more = recv(READ_SIZE)
+            if not more:
+                break
+            out.append(dechunk.feed(more))
+        return b"".join(out)
+    out = [data]
+    got = len(data)
+    while length is None or got < length:
+        more = recv(READ_SIZE)
+        if not more:
+            break
+        out.append(more)
+        got += len(more)
+    return b"".join(out)
+
+
+def _describe(exc: BaseException, timeout_s: float) -> str:
+    if isinstance(exc, (socket.timeout, gevent.Timeout, TimeoutError)):
+        return f"no data from the server for {timeout_s:g} s (request timeout)"
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused"
+    text = str(exc) or type(exc).__name__
+    return f"{type(exc).__name__}: {text}"

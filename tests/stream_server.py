@@ -1,0 +1,169 @@
+"""A small fault-injecting streaming server for client tests and the timing benchmark.
+
+Run as a subprocess: `python tests/stream_server.py --port 0 [options]`; it prints
+`listening on http://127.0.0.1:PORT` and serves until killed. Any POST gets an SSE answer
+shaped by the options (usage style, tokens per chunk, interval, CRLF, pings, errors...).
+Every chunk is written with one sendall at a fixed interval; the server remembers the
+perf_counter time of each write (CLOCK_MONOTONIC, comparable across processes on Linux)
+and `GET /times?id=REQUEST_ID` returns them as JSON, so a benchmark can measure the delay
+between a write here and the client's timestamp there.
+"""
+
+from __future__ import annotations
+
+import gevent.monkey
+
+gevent.monkey.patch_all()
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import socket  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+
+from gevent.server import StreamServer  # noqa: E402
+
+WRITE_TIMES: dict[str, list[float]] = {}
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def _event(obj, opts) -> bytes:
+    nl = b"\r\n" if opts.crlf else b"\n"
+    text = json.dumps(obj, separators=(",", ":")).encode() if not isinstance(obj, bytes) else obj
+    sep = b"data:" if opts.no_space else b"data: "
+    return sep + text + nl + nl
+
+
+def _read_request(conn) -> tuple[str, str, dict, bytes] | None:
+    data = b""
+    while b"\r\n\r\n" not in data:
+        more = conn.recv(65536)
+        if not more:
+            return None
+        data += more
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    method, path, _ = lines[0].split(" ", 2)
+    headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:])}
+    length = int(headers.get("content-length", "0"))
+    while len(body) < length:
+        body += conn.recv(65536)
+    return method, path, headers, body
+
+
+def _respond(conn, status: int, obj) -> None:
+    body = json.dumps(obj).encode()
+    conn.sendall(b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                 % (status, len(body), body))
+
+
+def handle(conn, _addr, opts) -> None:
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    while True:
+        req = _read_request(conn)
+        if req is None:
+            return
+        method, path, headers, body = req
+        if method == "GET" and path.startswith("/times"):
+            _respond(conn, 200, WRITE_TIMES.get(path.partition("id=")[2], []))
+            continue
+        if opts.status != 200:
+            _respond(conn, opts.status, {"error": {"message": "refused by test server",
+                                                   "type": "TestError", "code": opts.status}})
+            continue
+        try:
+            payload = json.loads(body or b"{}")
+        except ValueError:
+            _respond(conn, 400, {"error": {"message": "bad json", "code": 400}})
+            continue
+        if opts.reject_unknown:
+            unknown = sorted(set(payload) - set(opts.accepted.split(",")))
+            if unknown:
+                _respond(conn, 400, {"object": "error", "message": f"unknown fields {unknown}"})
+                continue
+        _stream(conn, payload, opts)
+        if opts.close_after:
+            conn.close()
+            return
+
+
+def _stream(conn, payload: dict, opts) -> None:
+    req_id = str(payload.get("user", "r"))
+    times = WRITE_TIMES.setdefault(req_id, [])
+    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                 b"Transfer-Encoding: chunked\r\n\r\n")
+    total = int(payload.get("max_tokens") or opts.tokens)
+    k = opts.tokens_per_chunk
+    prompt = 7
+    sent = 0
+    next_t = time.perf_counter()
+    if opts.chat_role:
+        conn.sendall(_chunk(_event({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                                 "finish_reason": None}],
+                                    **_usage(opts, prompt, 0)}, opts)))
+    while sent < total:
+        n = min(k, total - sent)
+        sent += n
+        if opts.error_after and sent > opts.error_after:
+            conn.sendall(_chunk(_event({"error": {"message": "engine died mid-stream", "code": 500}}, opts)))
+            break
+        last = sent >= total
+        choice = {"index": 0, "text": " tok" * n, "finish_reason": "length" if last else None}
+        obj = {"id": req_id, "object": "text_completion", "choices": [choice]}
+        if opts.usage == "continuous":
+            obj.update(_usage(opts, prompt, sent))
+        next_t += opts.interval_ms / 1000.0
+        delay = next_t - time.perf_counter()
+        if delay > 0:
+            gevent.sleep(delay)
+        if opts.pings:
+            conn.sendall(_chunk(b": ping\n\n"))
+        data = _chunk(_event(obj, opts))
+        times.append(time.perf_counter())
+        conn.sendall(data)
+    if opts.usage in ("continuous", "final"):
+        conn.sendall(_chunk(_event({"choices": [], **_usage(opts, prompt, sent, force=True)}, opts)))
+    if not opts.no_done:
+        conn.sendall(_chunk(_event(b"[DONE]", opts)))
+    conn.sendall(b"0\r\n\r\n")
+
+
+def _usage(opts, prompt: int, completion: int, force: bool = False) -> dict:
+    if opts.usage != "continuous" and not force:
+        return {}
+    return {"usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                      "total_tokens": prompt + completion}}
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--tokens", type=int, default=20)
+    p.add_argument("--interval-ms", type=float, default=5.0)
+    p.add_argument("--tokens-per-chunk", type=int, default=1)
+    p.add_argument("--usage", choices=["continuous", "final", "none"], default="continuous")
+    p.add_argument("--crlf", action="store_true")
+    p.add_argument("--no-space", action="store_true")
+    p.add_argument("--pings", action="store_true")
+    p.add_argument("--chat-role", action="store_true")
+    p.add_argument("--error-after", type=int, default=0)
+    p.add_argument("--no-done", action="store_true")
+    p.add_argument("--close-after", action="store_true")
+    p.add_argument("--status", type=int, default=200)
+    p.add_argument("--reject-unknown", action="store_true")
+    p.add_argument("--accepted", default="model,prompt,max_tokens,stream,stream_options,temperature,user")
+    opts = p.parse_args(argv)
+    server = StreamServer(("127.0.0.1", opts.port), lambda c, a: handle(c, a, opts))
+    server.start()
+    print(f"listening on http://127.0.0.1:{server.server_port}", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())
