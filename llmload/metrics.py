@@ -1,0 +1,451 @@
+"""Figures derived from request records: the one definition of every number llmload reports.
+
+Pure (numpy only, no I/O). The matrix runner, the Locust web UI tab and the report all call
+these functions, so a figure means the same thing everywhere. The definitions are the
+project's measurement.md ("Sustained decode cell", "Prefill cell", "Status of a cell"):
+
+- Times are `llmload.clock.now()` seconds; figures carry their unit in their name.
+- A window [t0, t1] is closed: a chunk arriving exactly at t0 or t1 is inside it.
+- A chunk that carries k tokens counts k tokens; chunks carrying 0 tokens are ignored (they
+  are not token-carrying, e.g. a role-only chunk recorded by mistake).
+- Time between tokens follows genai-perf: a chunk with k tokens arriving a gap g after the
+  previous token-carrying chunk of the same request gives k samples of g / k; the first
+  chunk of a request gives none.
+- A figure is None when it is undefined (no sample), never 0 by accident. Counts over an
+  empty set are 0, which is a true count.
+- Record statuses: "ok", "cancelled" (closed by llmload at the window end: not a failure),
+  "error".
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from llmload.records import RequestRecord
+
+#: A cell is "N at once" only if at least this fraction of N was active/streaming on average.
+VALID_FRACTION = 0.95
+#: How many distinct error messages a window keeps.
+MAX_ERROR_SAMPLES = 3
+#: Histogram bucket growth factor: each bucket spans 0.1% relative width.
+HISTOGRAM_GAMMA = 1.001
+
+_EMPTY = np.empty(0, dtype=np.float64)
+
+
+# --------------------------------------------------------------------------- chunks / TBT
+
+
+def _token_chunks(record: RequestRecord) -> tuple[np.ndarray, np.ndarray]:
+    """Arrival times (s) and token counts of the record's token-carrying chunks."""
+    times = np.asarray(record.chunk_times_s, dtype=np.float64)
+    tokens = np.asarray(record.chunk_tokens, dtype=np.int64)
+    if times.shape != tokens.shape:
+        raise ValueError(
+            f"record of user {record.user_id!r}: {times.size} chunk times but "
+            f"{tokens.size} token counts"
+        )
+    keep = tokens > 0
+    if not keep.all():
+        times, tokens = times[keep], tokens[keep]
+    return times, tokens
+
+
+def _inside(times: np.ndarray, t0: float | None, t1: float | None) -> np.ndarray:
+    mask = np.ones(times.shape, dtype=bool)
+    if t0 is not None:
+        mask &= times >= t0
+    if t1 is not None:
+        mask &= times <= t1
+    return mask
+
+
+def tbt_samples_s(
+    record: RequestRecord, t0: float | None = None, t1: float | None = None
+) -> np.ndarray:
+    """Time-between-token samples of one request, in seconds (genai-perf convention).
+
+    With t0/t1, a gap counts only if both the chunk and its predecessor arrived inside
+    [t0, t1]: a gap that straddles the window edge is partly outside the measurement.
+    """
+    times, tokens = _token_chunks(record)
+    if times.size < 2:
+        return _EMPTY
+    keep = _inside(times[:-1], t0, t1) & _inside(times[1:], t0, t1)
+    gaps_s = np.diff(times)[keep]
+    k = tokens[1:][keep]
+    return np.repeat(gaps_s / k, k)
+
+
+# --------------------------------------------------------------------------- decode window
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WindowFigures:
+    """The figures of one sustained-decode window (measurement.md, "Sustained decode cell")."""
+
+    concurrency: int
+    """N: users (requests at once) the window was run with."""
+    measured_s: float
+    """t1 − t0: the window actually measured."""
+    output_tokens: int | None
+    """Tokens of chunks arriving inside the window; None if no request was in flight."""
+    total_tok_s: float | None
+    """output_tokens / measured_s."""
+    per_request_tok_s: float | None
+    """Median over requests of (tokens − 1) / (last − first chunk time) inside the window."""
+    ttft_ms: float | None
+    """Median TTFT of requests sent inside the window that got a first token."""
+    ttft_p90_ms: float | None
+    ttft_p99_ms: float | None
+    tbt_ms: float | None
+    """Median time between tokens inside the window."""
+    tbt_p90_ms: float | None
+    tbt_p99_ms: float | None
+    avg_active: float | None
+    """Time-weighted mean of requests in flight (send_s ≤ t < end_s)."""
+    avg_streaming: float | None
+    """Time-weighted mean of requests streaming (first token ≤ t < end_s)."""
+    completed_requests: int
+    """Requests with status "ok" and a finish_reason that ended inside the window."""
+    requests_sent: int
+    """Requests sent inside the window."""
+    errors: int
+    """Requests with status "error" sent or ended inside the window."""
+    error_samples: tuple[str, ...]
+    """The first MAX_ERROR_SAMPLES distinct error messages, by end time."""
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["error_samples"] = list(self.error_samples)
+        return d
+
+
+def _percentiles_ms(samples_s: np.ndarray) -> tuple[float | None, float | None, float | None]:
+    """(median, p90, p99) in ms, numpy's linear interpolation; Nones when there is no sample."""
+    if samples_s.size == 0:
+        return None, None, None
+    p50, p90, p99 = np.percentile(samples_s, [50, 90, 99]) * 1000.0
+    return float(p50), float(p90), float(p99)
+
+
+def _overlap_s(start_s: float, end_s: float, t0: float, t1: float) -> float:
+    return max(0.0, min(end_s, t1) - max(start_s, t0))
+
+
+def _stream_rate_tok_s(times: np.ndarray, tokens: np.ndarray) -> float | None:
+    """(tokens − 1) / (last − first), measurement.md's per-request rate; None if undefined."""
+    if times.size < 2 or times[-1] <= times[0]:
+        return None
+    return float((tokens.sum() - 1) / (times[-1] - times[0]))
+
+
+def _error_text(record: RequestRecord) -> str:
+    if record.error:
+        return record.error
+    if record.http_status is not None:
+        return f"HTTP {record.http_status}"
+    return "unknown error"
+
+
+def _error_samples(errors: Sequence[RequestRecord]) -> tuple[str, ...]:
+    samples: list[str] = []
+    for record in sorted(errors, key=lambda r: r.end_s):
+        text = _error_text(record)
+        if text not in samples:
+            samples.append(text)
+        if len(samples) == MAX_ERROR_SAMPLES:
+            break
+    return tuple(samples)
+
+
+def window_figures(
+    records: Iterable[RequestRecord], t0: float, t1: float, *, concurrency: int
+) -> WindowFigures:
+    """Figures of the decode window [t0, t1] from the records of that cell.
+
+    Pass the cell's records (warm-up records may be included: they end before t0 and so
+    contribute nothing). Rates and means are None when no request was in flight during the
+    window at all; medians are None when they have no sample.
+    """
+    if not t1 > t0:
+        raise ValueError(f"empty window: t0={t0!r} t1={t1!r}")
+    duration_s = t1 - t0
+    records = list(records)
+    in_flight = [r for r in records if r.send_s <= t1 and r.end_s >= t0]
+
+    output_tokens = 0
+    rates_tok_s: list[float] = []
+    ttfts_s: list[float] = []
+    tbt_parts: list[np.ndarray] = []
+    active_s = streaming_s = 0.0
+    for record in in_flight:
+        times, tokens = _token_chunks(record)
+        inside = _inside(times, t0, t1)
+        output_tokens += int(tokens[inside].sum())
+        rate = _stream_rate_tok_s(times[inside], tokens[inside])
+        if rate is not None:
+            rates_tok_s.append(rate)
+        if t0 <= record.send_s <= t1 and times.size:
+            ttfts_s.append(float(times[0]) - record.send_s)
+        tbt_parts.append(tbt_samples_s(record, t0, t1))
+        active_s += _overlap_s(record.send_s, record.end_s, t0, t1)
+        if times.size:
+            streaming_s += _overlap_s(float(times[0]), record.end_s, t0, t1)
+
+    ttft = _percentiles_ms(np.asarray(ttfts_s))
+    tbt = _percentiles_ms(np.concatenate(tbt_parts) if tbt_parts else _EMPTY)
+    errors = [
+        r
+        for r in records
+        if r.status == "error" and (t0 <= r.send_s <= t1 or t0 <= r.end_s <= t1)
+    ]
+    ran = bool(in_flight)
+    return WindowFigures(
+        concurrency=concurrency,
+        measured_s=duration_s,
+        output_tokens=output_tokens if ran else None,
+        total_tok_s=output_tokens / duration_s if ran else None,
+        per_request_tok_s=float(np.median(rates_tok_s)) if rates_tok_s else None,
+        ttft_ms=ttft[0],
+        ttft_p90_ms=ttft[1],
+        ttft_p99_ms=ttft[2],
+        tbt_ms=tbt[0],
+        tbt_p90_ms=tbt[1],
+        tbt_p99_ms=tbt[2],
+        avg_active=active_s / duration_s if ran else None,
+        avg_streaming=streaming_s / duration_s if ran else None,
+        completed_requests=sum(
+            1
+            for r in records
+            if r.status == "ok" and r.finish_reason is not None and t0 <= r.end_s <= t1
+        ),
+        requests_sent=sum(1 for r in records if t0 <= r.send_s <= t1),
+        errors=len(errors),
+        error_samples=_error_samples(errors),
+    )
+
+
+# --------------------------------------------------------------------------- prefill
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PrefillFigures:
+    """A cold prefill (measurement.md, "Prefill cell"), one request or the median of repeats."""
+
+    samples: int
+    """Requests that contributed (got a first token without error)."""
+    prompt_tokens: int | None
+    """Prompt length as the server counted it (or as planned when it did not say)."""
+    ttft_ms: float | None
+    prompt_tok_s: float | None
+    """prompt_tokens / TTFT."""
+    cached_tokens: int | None
+    """Largest cached_tokens the server reported: > 0 means the prefill was not fully cold."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def prefill_figures(record: RequestRecord, *, prompt_tokens: int | None = None) -> PrefillFigures:
+    """Figures of one cold request; prompt_tokens is the fallback when usage is missing."""
+    tokens = record.prompt_tokens if record.prompt_tokens is not None else prompt_tokens
+    ttft_s = record.ttft_s
+    if record.status == "error" or ttft_s is None or ttft_s <= 0:
+        return PrefillFigures(
+            samples=0, prompt_tokens=tokens, ttft_ms=None, prompt_tok_s=None,
+            cached_tokens=record.cached_tokens,
+        )
+    return PrefillFigures(
+        samples=1,
+        prompt_tokens=tokens,
+        ttft_ms=ttft_s * 1000.0,
+        prompt_tok_s=tokens / ttft_s if tokens is not None else None,
+        cached_tokens=record.cached_tokens,
+    )
+
+
+def median_prefill(
+    records: Iterable[RequestRecord], *, prompt_tokens: int | None = None
+) -> PrefillFigures:
+    """Median over repeats of the cold-prefill figures (requests without a token excluded)."""
+    each = [prefill_figures(r, prompt_tokens=prompt_tokens) for r in records]
+    good = [f for f in each if f.samples]
+    rates = [f.prompt_tok_s for f in good if f.prompt_tok_s is not None]
+    counts = [f.prompt_tokens for f in each if f.prompt_tokens is not None]
+    cached = [f.cached_tokens for f in each if f.cached_tokens is not None]
+    return PrefillFigures(
+        samples=len(good),
+        prompt_tokens=int(np.median(counts)) if counts else prompt_tokens,
+        ttft_ms=float(np.median([f.ttft_ms for f in good])) if good else None,
+        prompt_tok_s=float(np.median(rates)) if rates else None,
+        cached_tokens=max(cached) if cached else None,
+    )
+
+
+# --------------------------------------------------------------------------- histogram
+
+
+_LOG_GAMMA = math.log(HISTOGRAM_GAMMA)
+
+
+def _bucket_value(index: int) -> float:
+    """Representative of bucket (γ^(i−1), γ^i]: within (γ−1)/(γ+1) ≈ 0.05% of any member."""
+    return 2.0 * HISTOGRAM_GAMMA**index / (HISTOGRAM_GAMMA + 1.0)
+
+
+class Histogram:
+    """Mergeable log-bucket histogram for latencies in ms (≤ 0.1% relative error).
+
+    Bucket i holds values in (γ^(i−1), γ^i] with γ = HISTOGRAM_GAMMA, plus an exact zero
+    bucket; count, sum, min and max are exact. `percentile` reproduces numpy's default
+    (linear) interpolation between order statistics, each known to within 0.05%, so it
+    agrees with `numpy.percentile` of the raw values to within 0.05% plus rounding.
+    """
+
+    __slots__ = ("_buckets", "zero_count", "count", "sum", "min", "max")
+
+    def __init__(self) -> None:
+        self._buckets: dict[int, int] = {}
+        self.zero_count = 0
+        self.count = 0
+        self.sum = 0.0
+        self.min: float | None = None
+        self.max: float | None = None
+
+    def add(self, value: float) -> None:
+        self.add_many(np.asarray([value], dtype=np.float64))
+
+    def add_many(self, values: Iterable[float] | np.ndarray) -> None:
+        v = np.asarray(values, dtype=np.float64).ravel()
+        if v.size == 0:
+            return
+        if not np.isfinite(v).all() or (v < 0).any():
+            raise ValueError("histogram values must be finite and not negative")
+        positive = v[v > 0]
+        self.zero_count += int(v.size - positive.size)
+        if positive.size:
+            index = np.ceil(np.log(positive) / _LOG_GAMMA).astype(np.int64)
+            for i, n in zip(*(a.tolist() for a in np.unique(index, return_counts=True))):
+                self._buckets[i] = self._buckets.get(i, 0) + n
+        self._update_totals(v.size, float(v.sum()), float(v.min()), float(v.max()))
+
+    def _update_totals(self, count: int, total: float, lo: float, hi: float) -> None:
+        self.count += count
+        self.sum += total
+        self.min = lo if self.min is None else min(self.min, lo)
+        self.max = hi if self.max is None else max(self.max, hi)
+
+    def merge(self, other: Histogram) -> Histogram:
+        """Add other's values to this histogram (in place); returns self."""
+        if other.count == 0:
+            return self
+        for i, n in other._buckets.items():
+            self._buckets[i] = self._buckets.get(i, 0) + n
+        self.zero_count += other.zero_count
+        self._update_totals(other.count, other.sum, other.min, other.max)
+        return self
+
+    @property
+    def mean(self) -> float | None:
+        return self.sum / self.count if self.count else None
+
+    def percentile(self, q: float) -> float | None:
+        """The q-th percentile (0..100), numpy "linear" method; None when empty."""
+        if not 0 <= q <= 100:
+            raise ValueError(f"percentile {q!r} is outside 0..100")
+        if self.count == 0:
+            return None
+        rank = q / 100.0 * (self.count - 1)
+        lower = math.floor(rank)
+        fraction = rank - lower
+        low_value = self._order_statistic(lower)
+        if fraction == 0:
+            return low_value
+        high_value = self._order_statistic(lower + 1)
+        return low_value + fraction * (high_value - low_value)
+
+    def _order_statistic(self, k: int) -> float:
+        """The k-th smallest value (0-based), to bucket precision; exact at both ends."""
+        if k == 0:
+            return self.min
+        if k >= self.count - 1:
+            return self.max
+        if k < self.zero_count:
+            return 0.0
+        indices = sorted(self._buckets)
+        cumulative = np.cumsum([self._buckets[i] for i in indices]) + self.zero_count
+        bucket = indices[int(np.searchsorted(cumulative, k, side="right"))]
+        return min(max(_bucket_value(bucket), self.min), self.max)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (str keys; str/int/float values) for msgpack and JSON."""
+        d: dict[str, Any] = {
+            "gamma": HISTOGRAM_GAMMA,
+            "count": self.count,
+            "sum": self.sum,
+            "zero_count": self.zero_count,
+            "buckets": {str(i): n for i, n in sorted(self._buckets.items())},
+        }
+        if self.count:
+            d["min"] = self.min
+            d["max"] = self.max
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Histogram:
+        if d.get("gamma") != HISTOGRAM_GAMMA:
+            raise ValueError(
+                f"histogram gamma {d.get('gamma')!r} differs from {HISTOGRAM_GAMMA}: "
+                "cannot merge histograms with different buckets"
+            )
+        h = cls()
+        h._buckets = {int(i): int(n) for i, n in d.get("buckets", {}).items()}
+        h.zero_count = int(d.get("zero_count", 0))
+        h.count = int(d.get("count", 0))
+        h.sum = float(d.get("sum", 0.0))
+        if h.count:
+            h.min = float(d["min"])
+            h.max = float(d["max"])
+        return h
+
+
+# --------------------------------------------------------------------------- status
+
+
+def classify_cell(
+    *,
+    figures: WindowFigures,
+    concurrency: int,
+    max_waiting: float | None,
+    client_bound: bool,
+) -> str:
+    """Status of a decode cell that ran, first matching rule wins:
+
+    1. "errors"       — figures.errors > 0 (any failed request), or nothing was in flight
+                        during the window at all (avg_active is None: no figure exists).
+    2. "client_bound" — client_bound is true (load generator CPU ≥ 90% or loop lag over its
+                        bound, decided by the caller): the figure is not the server's.
+    3. "saturated"    — max_waiting > 0 (the server reported queued requests), or
+                        avg_streaming < VALID_FRACTION × N, or avg_active < VALID_FRACTION × N.
+                        max_waiting None (server metrics unknown) does not count as queued.
+    4. "valid"        — otherwise: no failure, avg_active ≥ 0.95 N and avg_streaming ≥ 0.95 N.
+
+    Errors come first because a failed request also lowers the other figures; a client
+    bottleneck comes before saturation because it explains low concurrency on its own.
+    """
+    if figures.errors > 0 or figures.avg_active is None:
+        return "errors"
+    if client_bound:
+        return "client_bound"
+    threshold = VALID_FRACTION * concurrency
+    queued = max_waiting is not None and max_waiting > 0
+    streaming = figures.avg_streaming if figures.avg_streaming is not None else 0.0
+    if queued or streaming < threshold or figures.avg_active < threshold:
+        return "saturated"
+    return "valid"
