@@ -1,0 +1,126 @@
+"""The `llmload` command: thin click commands that parse, build a config and call one
+library function. Bad input and unusable servers end with one line and a non-zero exit.
+"""
+
+from __future__ import annotations
+
+# Locust monkey-patches the standard library for gevent: it must come before anything
+# that opens sockets, in every entry point.
+import locust  # noqa: F401  isort: skip
+
+import logging
+import os
+import sys
+
+import click
+
+from llmload import __version__
+
+SCENARIO_OPTIONS = {
+    "host": "host", "model": "model", "endpoint": "endpoint", "contexts": "contexts",
+    "prefill_contexts": "prefill_contexts", "concurrency": "concurrency", "duration": "duration_s",
+    "max_tokens": "max_tokens", "kv_cache_tokens": "kv_cache_tokens", "workers": "workers",
+    "sim_profile": "sim_profile", "launch_command": "launch_command", "warmup": "warmup",
+    "request_timeout": "request_timeout_s", "prefill_repeats": "prefill_repeats",
+}
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="llmload")
+@click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
+def main(verbose: int) -> None:
+    """Speed-test matrices for OpenAI-compatible LLM servers, built on Locust."""
+    level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+
+
+@main.command()
+@click.argument("scenario_file", required=False, type=click.Path(dir_okay=False))
+@click.option("--host", help="Server base URL; none = start the embedded simulator.")
+@click.option("--model", help="Model to test (default: the server's only model).")
+@click.option("--endpoint", type=click.Choice(["completions", "chat"]))
+@click.option("--contexts", help="Decode contexts, e.g. 0,16K,32K,48K.")
+@click.option("--prefill-contexts", help="Prefill contexts, e.g. 8K,16K (empty: no prefill test).")
+@click.option("--concurrency", help="Simultaneous requests, e.g. 1,2,4,8.")
+@click.option("--duration", help="Window per decode cell: 30, 30s, 2m.")
+@click.option("--max-tokens", help="Output tokens per request (default 8192).")
+@click.option("--kv-cache-tokens", help="KV cache capacity in tokens (overrides what the server says).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Results directory.")
+@click.option("--workers", type=int, help="Local Locust worker processes (0 = one process).")
+@click.option("--master-bind", help="HOST:PORT for workers started elsewhere to connect to.")
+@click.option("--expect-workers", type=int, help="Workers started elsewhere to wait for.")
+@click.option("--api-key", envvar="OPENAI_API_KEY", show_envvar=True,
+              help="API key (never written to results or logs).")
+@click.option("--sim-profile", help="Simulator profile when no --host is given.")
+@click.option("--launch-command", help="How the server was started, for the report.")
+@click.option("--warmup/--no-warmup", default=None, help="Warm each prompt before the window.")
+@click.option("--request-timeout", help="Seconds without data before a request fails.")
+@click.option("--prefill-repeats", type=int, help="Cold requests per prefill cell (median).")
+def run(scenario_file, out_dir, master_bind, expect_workers, api_key, **options) -> None:
+    """Run the speed test matrix (SCENARIO_FILE: e.g. scenarios/quick.yaml)."""
+    from llmload.probe import ProbeError
+    from llmload.runner import RunError, run_matrix
+    from llmload.scenario import ScenarioError, load_scenario, resolve
+    try:
+        file_values = load_scenario(scenario_file) if scenario_file else {}
+        cli_values = {SCENARIO_OPTIONS[k]: v for k, v in options.items() if v is not None}
+        scenario = resolve(None, file_values, cli_values)
+    except (ScenarioError, ValueError, OSError) as exc:
+        raise click.UsageError(str(exc)) from None
+    try:
+        run_matrix(scenario, api_key=api_key or None, out_dir=out_dir, master_bind=master_bind,
+                   expect_workers=expect_workers, echo=click.echo)
+    except (ProbeError, RunError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from None
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+@main.command()
+@click.argument("results_dir", type=click.Path(exists=True))
+def report(results_dir: str) -> None:
+    """Re-render report.md (and measurements.csv) from RESULTS_DIR/results.json alone."""
+    from llmload.results import ResultsError, rerender
+    try:
+        path = rerender(results_dir)
+    except (ResultsError, ValueError, OSError) as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"Report: {path}")
+
+
+@main.command()
+@click.option("--profile", default="rtx3090-r1-qwen14b-awq", show_default=True,
+              help="Profile name or path to a profile JSON file.")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8000, show_default=True, type=int, help="0 = any free port.")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a profile field.")
+@click.option("--api-key", default=None, help="Require this Bearer key on /v1/* (like vllm serve --api-key).")
+@click.option("--list-profiles", is_flag=True, help="List the built-in profiles and exit.")
+def sim(profile, host, port, overrides, api_key, list_profiles) -> None:
+    """Serve a simulated vLLM server until stopped (Ctrl-C)."""
+    from llmload.sim.profiles import list_profiles as names, load_profile
+    from llmload.sim.server import serve
+    if list_profiles:
+        for name in names():
+            click.echo(name)
+        return
+    pairs = {}
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise click.UsageError(f"--set takes KEY=VALUE, got {item!r}")
+        pairs[key.strip()] = value.strip()
+    try:
+        prof = load_profile(profile, pairs or None)
+    except (ValueError, OSError) as exc:
+        raise click.UsageError(str(exc)) from None
+    try:
+        serve(prof, host=host, port=port, api_key=api_key)
+    except OSError as exc:
+        raise click.ClickException(f"cannot listen on {host}:{port}: {exc}") from None
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,15 @@
+"""The llmload locustfile (inside the package, so installed copies and workers find it).
+
+`locust -f locustfiles/llm.py --host URL` (headless, web UI, --master/--worker) uses this
+through the thin `locustfiles/llm.py`; `llmload run --workers N` starts its worker
+processes with it.
+"""
+
+from locust import events
+
+from llmload.plugin import install
+from llmload.user import LLMUser
+
+install(events)
+
+__all__ = ["LLMUser"]

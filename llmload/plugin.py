@@ -1,0 +1,340 @@
+"""llmload's Locust integration: options, per-process state, messages, UI and tables.
+
+`install(events)` wires everything to a Locust `Events` bus; a locustfile calls it with
+`locust.events`, `llmload run` with its own Environment's bus. Then, per process:
+- `LLMState` (at `environment.llmload`) receives every `RequestRecord`, keeps the live
+  histograms (`live.LiveStats`), fires Locust's `request` event with the true end-to-end
+  time, and in matrix mode holds the current cell and the cell's records;
+- workers ship live-stat deltas to the master in `report_to_master` (every 3 s and at
+  quit) and the master merges them, so its UI, console table and CSV show the whole run;
+- matrix cells travel as custom messages (also in a single process: a LocalRunner
+  delivers messages to itself), so one code path serves 1 or N processes:
+    controller -> workers: llmload_cell {cell}, llmload_go {id, t0, t1}, llmload_collect {id}
+    workers -> controller: llmload_ready {id, n}, llmload_records {id, records, load}
+- a monitor greenlet samples this process's CPU and event-loop lag, so a cell whose load
+  generator was the bottleneck is marked client_bound.
+The API key comes from OPENAI_API_KEY (or `llmload run --api-key`) and is never shown,
+logged or shipped in messages.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import time
+import uuid
+import gevent
+import gevent.lock
+from gevent.event import Event
+from locust.runners import MasterRunner, WorkerRunner
+
+from llmload.clock import now
+from llmload.engines import ENDPOINT_PATHS, engine_caps, request_body
+from llmload.live import LiveStats, format_table
+from llmload.prompts import PromptBuilder
+from llmload.records import RequestRecord
+
+logger = logging.getLogger(__name__)
+console = logging.getLogger("locust.stats_logger")
+
+MONITOR_INTERVAL_S = 0.25
+CLIENT_CPU_BOUND_PCT = 90.0
+"""Mean CPU of a load-generator process over a window at or above this: client_bound."""
+CLIENT_LAG_BOUND_MS = 10.0
+"""90th percentile of event-loop lag over a window above this: client_bound."""
+COLLECT_WAIT_S = 10.0
+
+
+def add_arguments(parser) -> None:
+    """The `--llm-*` options, on the command line and in the web UI's start form."""
+    group = parser.add_argument_group("llmload", "LLM streaming options (llmload)")
+    group.add_argument("--llm-model", default="", env_var="LLMLOAD_MODEL", include_in_web_ui=True,
+                       help="Model name; empty = the server's only model")
+    group.add_argument("--llm-endpoint", default="completions", choices=sorted(ENDPOINT_PATHS),
+                       include_in_web_ui=True, help="completions or chat")
+    group.add_argument("--llm-prompt-tokens", type=int, default=512, include_in_web_ui=True,
+                       help="Prompt length in tokens")
+    group.add_argument("--llm-max-tokens", type=int, default=256, include_in_web_ui=True,
+                       help="Output tokens per request")
+    group.add_argument("--llm-ignore-eos", default="true", choices=["true", "false"],
+                       include_in_web_ui=True,
+                       help="Ask for exactly max tokens (ignore_eos/min_tokens where accepted)")
+    group.add_argument("--llm-temperature", type=float, default=0.0, include_in_web_ui=True)
+    group.add_argument("--llm-cold", default="false", choices=["true", "false"], include_in_web_ui=True,
+                       help="A fresh prompt per request (cold prefill) instead of one per user")
+    group.add_argument("--llm-timeout", type=float, default=600.0, include_in_web_ui=True,
+                       help="Seconds without data before a request fails (a 48K prefill can take 30 s)")
+    group.add_argument("--llm-engine", default="auto", include_in_web_ui=True,
+                       help="Server engine (auto = probe); decides which request fields are sent")
+
+
+def state_of(environment) -> "LLMState":
+    state = getattr(environment, "llmload", None)
+    if state is None:
+        state = LLMState(environment)
+        environment.llmload = state
+    return state
+
+
+class LLMState:
+    """Per-process llmload state, at `environment.llmload`."""
+
+    def __init__(self, environment) -> None:
+        self.environment = environment
+        self.run_id = uuid.uuid4().hex[:10]
+        self.api_key: str | None = os.environ.get("OPENAI_API_KEY") or None
+        self.live = LiveStats()
+        self.delta = LiveStats()
+        self._user_seq = itertools.count()
+        self._adhoc: dict | None = None
+        self._adhoc_lock = gevent.lock.Semaphore()
+        # matrix mode (worker side)
+        self.cell: dict | None = None
+        self._cell_changed = Event()
+        self._go: dict[str, tuple[float, float]] = {}
+        self._go_event = Event()
+        self._records: dict[str, list[RequestRecord]] = {}
+        self._in_window: dict[str, int] = {}
+        self._prompts: dict[str, PromptBuilder] = {}
+        self.monitor = LoadMonitor()
+        # controller side
+        self.ready_counts: dict[str, int] = {}
+        self.collected: dict[str, list[dict]] = {}
+
+    # ---------------------------------------------------------------- records
+
+    def new_user_id(self) -> str:
+        runner = self.environment.runner
+        index = getattr(runner, "worker_index", 0) if isinstance(runner, WorkerRunner) else 0
+        return f"w{index}.{uuid.uuid4().hex[:4]}.{next(self._user_seq)}"
+
+    def add(self, record: RequestRecord, *, name: str, cell_id: str | None = None) -> None:
+        self.live.add(record)
+        self.delta.add(record)
+        if cell_id is not None:
+            self._records.setdefault(cell_id, []).append(record)
+        exc = None
+        if record.status == "error":
+            exc = RuntimeError(record.error or "request failed")
+        if record.status == "cancelled":
+            name = f"{name} (cut at window end)"
+        self.environment.events.request.fire(
+            request_type="POST", name=name, response_time=(record.end_s - record.send_s) * 1000.0,
+            response_length=record.output_tokens, exception=exc, context={}, response=None,
+            start_time=record.send_s, url=None)
+
+    # ---------------------------------------------------------------- ad hoc mode
+
+    def adhoc_setup(self, host: str | None) -> dict:
+        """Probe the server once per process and build the request factory."""
+        with self._adhoc_lock:
+            if self._adhoc is None:
+                self._adhoc = self._make_adhoc(host)
+        return self._adhoc
+
+    def _make_adhoc(self, host: str | None) -> dict:
+        from llmload.probe import build_prompts, probe_server
+        opts = self.environment.parsed_options
+        if not host:
+            raise RuntimeError("no host: pass --host URL (e.g. the one `llmload sim` prints)")
+        model = getattr(opts, "llm_model", "") or None
+        info = probe_server(host, api_key=self.api_key, model=model)
+        engine = getattr(opts, "llm_engine", "auto")
+        caps = info.caps if engine in ("", "auto") else engine_caps(engine)
+        endpoint = getattr(opts, "llm_endpoint", "completions")
+        prompts = build_prompts(info, endpoint=endpoint, api_key=self.api_key)
+        n_prompt = int(getattr(opts, "llm_prompt_tokens", 512))
+        max_tokens = int(getattr(opts, "llm_max_tokens", 256))
+        fixed = str(getattr(opts, "llm_ignore_eos", "true")).lower() == "true"
+        temperature = float(getattr(opts, "llm_temperature", 0.0))
+
+        def body(key: str) -> bytes:
+            prompt = prompts.token_ids(key, n_prompt) if prompts.pool_ids else prompts.text(key, n_prompt)
+            return request_body(caps, endpoint=endpoint, model=info.model, prompt=prompt,
+                                max_tokens=max_tokens, fixed_output=fixed, temperature=temperature)
+
+        logger.info("llmload: %s at %s (engine %s), %d-token prompts, %d output tokens",
+                    info.model, info.base_url, caps.name, n_prompt, max_tokens)
+        return {"base_url": info.base_url, "path": ENDPOINT_PATHS[endpoint], "body": body,
+                "options": {"cold": str(getattr(opts, "llm_cold", "false")).lower() == "true",
+                            "timeout_s": float(getattr(opts, "llm_timeout", 600.0))}}
+
+    # ---------------------------------------------------------------- matrix mode: worker side
+
+    def prompt_for(self, cell: dict, key: str) -> list[int] | str:
+        builder = self._prompts.get(cell["id"])
+        if builder is None:
+            p = cell["prompt"]
+            builder = PromptBuilder(pool_ids=tuple(p["pool_ids"]), tokens_per_word=p["tokens_per_word"],
+                                    overhead_tokens=p["overhead_tokens"])
+            self._prompts = {cell["id"]: builder}
+        n = cell["prompt_tokens"]
+        return builder.token_ids(key, n) if builder.pool_ids else builder.text(key, n)
+
+    def caps_for(self, cell: dict):
+        return engine_caps(cell["engine"])
+
+    def on_cell(self, cell: dict) -> None:
+        self.cell = cell
+        self._cell_changed.set()
+        self._cell_changed = Event()
+
+    def wait_cell_change(self, cell_id: str) -> None:
+        while self.cell is not None and self.cell["id"] == cell_id:
+            self._cell_changed.wait(timeout=1.0)
+
+    def report_ready(self, cell_id: str) -> None:
+        self.environment.runner.send_message("llmload_ready", {"id": cell_id, "n": 1})
+
+    def on_go(self, cell_id: str, t0: float, t1: float) -> None:
+        self._go[cell_id] = (t0, t1)
+        self._go_event.set()
+        self._go_event = Event()
+
+    def wait_go(self, cell_id: str) -> tuple[float, float] | None:
+        while cell_id not in self._go:
+            if self.cell is None or self.cell["id"] != cell_id:
+                return None
+            self._go_event.wait(timeout=1.0)
+        return self._go[cell_id]
+
+    def enter_window(self, cell_id: str) -> None:
+        self._in_window[cell_id] = self._in_window.get(cell_id, 0) + 1
+
+    def leave_window(self, cell_id: str) -> None:
+        self._in_window[cell_id] -= 1
+
+    def records_for(self, cell_id: str) -> list[RequestRecord]:
+        """The cell's records, once every user has left the window (its last request is
+        cancelled at the window's end, so this takes a few milliseconds past it)."""
+        deadline = time.monotonic() + COLLECT_WAIT_S
+        while self._in_window.get(cell_id, 0) > 0 and time.monotonic() < deadline:
+            gevent.sleep(0.02)
+        self._in_window.pop(cell_id, None)
+        return self._records.pop(cell_id, [])
+
+    # ---------------------------------------------------------------- controller side
+
+    def on_ready(self, cell_id: str, n: int) -> None:
+        self.ready_counts[cell_id] = self.ready_counts.get(cell_id, 0) + n
+
+    def on_records(self, data: dict) -> None:
+        self.collected.setdefault(data["id"], []).append(data)
+
+
+class LoadMonitor:
+    """Samples this process's CPU use and gevent loop lag, for the client_bound status."""
+
+    def __init__(self) -> None:
+        self.samples: list[tuple[float, float, float]] = []
+        """(time, cpu %, lag ms) per interval."""
+        self._greenlet = None
+
+    def start(self) -> None:
+        if self._greenlet is None:
+            self._greenlet = gevent.spawn(self._run)
+
+    def stop(self) -> None:
+        if self._greenlet is not None:
+            self._greenlet.kill(block=False)
+            self._greenlet = None
+
+    def _run(self) -> None:
+        last_wall, last_cpu = time.monotonic(), time.process_time()
+        while True:
+            gevent.sleep(MONITOR_INTERVAL_S)
+            wall, cpu = time.monotonic(), time.process_time()
+            elapsed = wall - last_wall
+            lag_ms = max(elapsed - MONITOR_INTERVAL_S, 0.0) * 1000.0
+            cpu_pct = (cpu - last_cpu) / elapsed * 100.0 if elapsed > 0 else 0.0
+            self.samples.append((now(), cpu_pct, lag_ms))
+            if len(self.samples) > 20000:
+                del self.samples[:10000]
+            last_wall, last_cpu = wall, cpu
+
+    def window(self, t0: float, t1: float) -> dict[str, float | None]:
+        inside = [(c, lag) for t, c, lag in self.samples if t0 <= t <= t1]
+        if not inside:
+            return {"cpu_pct_mean": None, "cpu_pct_max": None, "lag_ms_p90": None, "lag_ms_max": None}
+        cpus = sorted(c for c, _ in inside)
+        lags = sorted(lag for _, lag in inside)
+        return {"cpu_pct_mean": sum(cpus) / len(cpus), "cpu_pct_max": cpus[-1],
+                "lag_ms_p90": lags[min(int(0.9 * len(lags)), len(lags) - 1)], "lag_ms_max": lags[-1]}
+
+
+def is_client_bound(load: dict) -> bool:
+    cpu, lag = load.get("cpu_pct_mean"), load.get("lag_ms_p90")
+    return (cpu is not None and cpu >= CLIENT_CPU_BOUND_PCT) or (lag is not None and lag > CLIENT_LAG_BOUND_MS)
+
+
+# -------------------------------------------------------------------- wiring
+
+
+def install(events) -> None:
+    """Attach llmload to a Locust event bus (call once per bus, before init fires)."""
+    events.init_command_line_parser.add_listener(add_arguments)
+    events.init.add_listener(_on_init)
+
+
+def _on_init(environment, runner=None, web_ui=None, **_kw) -> None:
+    state = state_of(environment)
+    runner = runner or environment.runner
+    events = environment.events
+    if not isinstance(runner, MasterRunner):
+        runner.register_message("llmload_cell", lambda environment, msg, **kw: state.on_cell(msg.data))
+        runner.register_message("llmload_go", lambda environment, msg, **kw: state.on_go(
+            msg.data["id"], msg.data["t0"], msg.data["t1"]))
+        runner.register_message("llmload_collect", lambda environment, msg, **kw: _send_records(state, msg.data),
+                                concurrent=True)
+        state.monitor.start()
+    if not isinstance(runner, WorkerRunner):
+        runner.register_message("llmload_ready", lambda environment, msg, **kw: state.on_ready(
+            msg.data["id"], msg.data["n"]))
+        runner.register_message("llmload_records", lambda environment, msg, **kw: state.on_records(msg.data))
+    if isinstance(runner, WorkerRunner):
+        events.report_to_master.add_listener(lambda client_id, data, **kw: _report(state, data))
+        events.quitting.add_listener(lambda environment, **kw: logger.info(
+            "llmload worker totals: %d requests, %d output tokens", state.live.requests,
+            state.live.output_tokens))
+    else:
+        events.worker_report.add_listener(lambda client_id, data, **kw: _merge_report(state, client_id, data))
+        events.quit.add_listener(lambda exit_code, **kw: _print_table(environment, state))
+        events.reset_stats.add_listener(lambda **kw: _reset(state))
+    if web_ui is not None:
+        from llmload.webui import extend_web_ui
+        extend_web_ui(environment, web_ui, state)
+
+
+def _send_records(state: LLMState, data: dict) -> None:
+    cell_id, t0, t1 = data["id"], data.get("t0"), data.get("t1")
+    records = state.records_for(cell_id)
+    load = state.monitor.window(t0, t1) if t0 is not None and t1 is not None else {}
+    state.environment.runner.send_message("llmload_records", {
+        "id": cell_id, "records": [r.to_dict() for r in records], "load": load})
+
+
+def _report(state: LLMState, data: dict) -> None:
+    data["llmload"] = state.delta.to_dict()
+    state.delta = LiveStats()
+
+
+def _merge_report(state: LLMState, client_id: str, data: dict) -> None:
+    if "llmload" in data:
+        state.live.merge(LiveStats.from_dict(data["llmload"]))
+
+
+def _reset(state: LLMState) -> None:
+    state.live = LiveStats()
+    state.delta = LiveStats()
+
+
+def _print_table(environment, state: LLMState) -> None:
+    console.info("\n%s\n", format_table(state.live, now(), users=environment.runner.user_count))
+    prefix = getattr(environment.parsed_options, "csv_prefix", None) if environment.parsed_options else None
+    if prefix:
+        from llmload.webui import live_csv
+        with open(f"{prefix}_llm.csv", "w", encoding="utf-8") as f:
+            f.write(live_csv(state.live, now(), environment.runner.user_count))
+
+

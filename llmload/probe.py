@@ -1,0 +1,278 @@
+"""Probing a server before a run: models, limits, engine, KV capacity, tokenizer.
+
+I/O module (plain HTTP via urllib, cooperative under gevent). Every failure the user can
+cause (wrong URL, wrong model, wrong key) becomes a `ProbeError` with one line to print.
+KV cache capacity follows measurement.md's order of trust.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+
+from llmload.client import Endpoint
+from llmload.engines import EngineCaps, engine_caps
+from llmload.prompts import FILLER_TEXT, PromptBuilder
+
+logger = logging.getLogger(__name__)
+
+PROBE_TIMEOUT_S = 10.0
+
+
+class ProbeError(Exception):
+    """The server cannot be used as asked; the message is one line for the user."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerInfo:
+    base_url: str
+    model: str
+    models: tuple[str, ...]
+    engine: str
+    version: str | None = None
+    max_model_len: int | None = None
+    kv_cache_tokens: int | None = None
+    block_size: int | None = None
+    kv_cache_source: str = "unknown"
+    prefix_caching: bool | None = None
+    metrics: bool = False
+    sim_profile: str | None = None
+    """Set when the server is an `llmload sim` (it says so in /version)."""
+    model_root: str | None = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def simulated(self) -> bool:
+        return self.sim_profile is not None
+
+    @property
+    def caps(self) -> EngineCaps:
+        return engine_caps(self.engine)
+
+    def to_dict(self) -> dict:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__} | {
+            "models": list(self.models)}
+
+
+def http_json(url: str, *, api_key: str | None = None, body: dict | None = None,
+              timeout_s: float = PROBE_TIMEOUT_S) -> tuple[int, object]:
+    """(status, parsed JSON or text) of a GET (or POST when body is given)."""
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method="POST" if data is not None else "GET")
+    req.add_header("Content-Type", "application/json")
+    if api_key:
+        req.add_header("Authorization", f"Bearer {api_key}")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+            status, raw = resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        status, raw = exc.code, exc.read()
+    try:
+        return status, json.loads(raw)
+    except ValueError:
+        return status, raw.decode("utf-8", "replace")
+
+
+def http_text(url: str, *, api_key: str | None = None, timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
+    """Body of a GET, or None when the server has no such page."""
+    req = urllib.request.Request(url)
+    if api_key:
+        req.add_header("Authorization", f"Bearer {api_key}")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+            return resp.read().decode("utf-8", "replace")
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+
+
+def _try_json(url: str, api_key: str | None) -> dict | None:
+    try:
+        status, obj = http_json(url, api_key=api_key)
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+    return obj if status == 200 and isinstance(obj, dict) else None
+
+
+def probe_server(base_url: str, *, api_key: str | None = None, model: str | None = None,
+                 kv_cache_tokens: int | None = None) -> ServerInfo:
+    """Everything llmload needs to know about a server before planning a run."""
+    base = Endpoint.parse(base_url).base_url
+    models_obj = _get_models(base, api_key)
+    data = [m for m in models_obj.get("data", []) if isinstance(m, dict) and "id" in m]
+    ids = tuple(m["id"] for m in data)
+    if not ids:
+        raise ProbeError(f"{base} serves no models (GET /v1/models returned none)")
+    if model is None:
+        if len(ids) > 1:
+            raise ProbeError(f"{base} serves several models ({', '.join(ids)}): pick one with --model")
+        model = ids[0]
+    elif model not in ids:
+        raise ProbeError(f"model {model!r} is not served by {base}; it serves: {', '.join(ids)}")
+    entry = next(m for m in data if m["id"] == model)
+    engine, version, sim_profile, extra = _detect_engine(base, api_key)
+    metrics_text = http_text(f"{base}/metrics", api_key=api_key)
+    kv = _kv_capacity(engine, metrics_text, extra, kv_cache_tokens)
+    prefix = _prefix_caching(metrics_text)
+    max_len = entry.get("max_model_len") or extra.get("max_model_len")
+    return ServerInfo(
+        base_url=base, model=model, models=ids, engine=engine, version=version,
+        max_model_len=int(max_len) if max_len else None, kv_cache_tokens=kv[0], block_size=kv[1],
+        kv_cache_source=kv[2], prefix_caching=prefix, metrics=bool(metrics_text and "#" in metrics_text),
+        sim_profile=sim_profile, model_root=entry.get("root"), extra=extra)
+
+
+def _get_models(base: str, api_key: str | None) -> dict:
+    try:
+        status, obj = http_json(f"{base}/v1/models", api_key=api_key)
+    except urllib.error.URLError as exc:
+        reason = getattr(exc, "reason", exc)
+        raise ProbeError(f"cannot reach {base}: {reason}") from None
+    except OSError as exc:
+        raise ProbeError(f"cannot reach {base}: {exc}") from None
+    if status in (401, 403):
+        raise ProbeError(f"{base} rejected the API key (HTTP {status}); set OPENAI_API_KEY or --api-key")
+    if status != 200 or not isinstance(obj, dict):
+        raise ProbeError(f"{base}/v1/models answered HTTP {status}: not an OpenAI-compatible server?")
+    return obj
+
+
+def _detect_engine(base: str, api_key: str | None) -> tuple[str, str | None, str | None, dict]:
+    version_obj = _try_json(f"{base}/version", api_key) or {}
+    if isinstance(version_obj.get("llmload_sim"), dict):
+        return "llmload-sim", version_obj.get("version"), version_obj["llmload_sim"].get("profile"), {}
+    info = _try_json(f"{base}/server_info", api_key) or _try_json(f"{base}/get_server_info", api_key)
+    if info and "max_total_num_tokens" in info:
+        return "sglang", info.get("version") or version_obj.get("version"), None, info
+    props = _try_json(f"{base}/props", api_key)
+    if props and "default_generation_settings" in props:
+        return "llama.cpp", props.get("build_info"), None, props
+    tgi = _try_json(f"{base}/info", api_key)
+    if tgi and "max_total_tokens" in tgi:
+        return "tgi", tgi.get("version"), None, tgi
+    if version_obj.get("version"):
+        return "vllm", version_obj["version"], None, {}
+    ollama = _try_json(f"{base}/api/version", api_key)
+    if ollama and "version" in ollama:
+        return "ollama", ollama["version"], None, {}
+    return "openai", None, None, {}
+
+
+_SAMPLE = re.compile(r'^([a-zA-Z_:][\w:]*)(?:\{(.*)\})?\s+(\S+)')
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def parse_prometheus(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """Prometheus text exposition -> {metric name: [(labels, value), ...]}. Pure."""
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = _SAMPLE.match(line)
+        if not m:
+            continue
+        try:
+            value = float(m.group(3))
+        except ValueError:
+            continue
+        labels = dict(_LABEL.findall(m.group(2) or ""))
+        out.setdefault(m.group(1), []).append((labels, value))
+    return out
+
+
+def metric_sum(samples: dict, *names: str) -> float | None:
+    """Sum of a metric over its label sets (data-parallel engines), first name found."""
+    for name in names:
+        if name in samples:
+            return sum(v for _, v in samples[name])
+    return None
+
+
+def _kv_capacity(engine: str, metrics_text: str | None, extra: dict,
+                 given: int | None) -> tuple[int | None, int | None, str]:
+    block_size = None
+    samples = parse_prometheus(metrics_text) if metrics_text else {}
+    for labels, _ in samples.get("vllm:cache_config_info", []):
+        if labels.get("block_size", "None") != "None":
+            block_size = int(labels["block_size"])
+    if given:
+        return given, block_size, "--kv-cache-tokens"
+    for labels, _ in samples.get("vllm:cache_config_info", []):
+        size = labels.get("kv_cache_size_tokens")
+        if size and size != "None":
+            return int(size), block_size, "vllm:cache_config_info kv_cache_size_tokens"
+        blocks = labels.get("num_gpu_blocks")
+        if blocks and blocks != "None" and block_size:
+            return int(blocks) * block_size, block_size, "vllm:cache_config_info num_gpu_blocks × block_size"
+    if engine == "sglang" and extra.get("max_total_num_tokens"):
+        return int(extra["max_total_num_tokens"]), None, "sglang /server_info max_total_num_tokens"
+    tgi = metric_sum(samples, "tgi_batch_max_total_tokens")
+    if tgi:
+        return int(tgi), None, "tgi_batch_max_total_tokens"
+    n_ctx = (extra.get("default_generation_settings") or {}).get("n_ctx") if engine == "llama.cpp" else None
+    if n_ctx:
+        return int(n_ctx), None, "llama.cpp /props n_ctx"
+    return None, block_size, "unknown"
+
+
+def _prefix_caching(metrics_text: str | None) -> bool | None:
+    if not metrics_text:
+        return None
+    for labels, _ in parse_prometheus(metrics_text).get("vllm:cache_config_info", []):
+        if "enable_prefix_caching" in labels:
+            return labels["enable_prefix_caching"].lower() == "true"
+    return None
+
+
+def server_load(base_url: str, *, api_key: str | None = None) -> dict[str, float | None]:
+    """Running and waiting requests right now, from /metrics (None where not exposed)."""
+    text = http_text(f"{Endpoint.parse(base_url).base_url}/metrics", api_key=api_key, timeout_s=2.0)
+    samples = parse_prometheus(text) if text else {}
+    return {
+        "running": metric_sum(samples, "vllm:num_requests_running", "sglang:num_running_reqs",
+                              "llamacpp:requests_processing"),
+        "waiting": metric_sum(samples, "vllm:num_requests_waiting", "sglang:num_queue_reqs",
+                              "llamacpp:requests_deferred", "tgi_queue_size"),
+    }
+
+
+def build_prompts(info: ServerInfo, *, endpoint: str, api_key: str | None = None) -> PromptBuilder:
+    """A PromptBuilder for this server: a token-ID pool where possible, else measured text."""
+    caps = info.caps
+    pool: tuple[int, ...] = ()
+    if caps.tokenize_path:
+        status, obj = _post(info, caps.tokenize_path, {caps.tokenize_key: FILLER_TEXT,
+                                                       "model": info.model, "add_special_tokens": False},
+                            api_key)
+        if status == 200 and isinstance(obj, dict) and isinstance(obj.get("tokens"), list):
+            pool = tuple(t for t in obj["tokens"] if isinstance(t, int))
+        elif status == 200 and isinstance(obj, list):  # TGI: list of {id, text}
+            pool = tuple(t["id"] for t in obj if isinstance(t, dict) and "id" in t)
+    words = len(FILLER_TEXT.split())
+    per_word = len(pool) / words if pool else 1.0
+    use_ids = endpoint == "completions" and caps.token_id_prompts and bool(pool)
+    overhead = 0
+    if endpoint == "chat" and caps.tokenize_path:
+        overhead = _chat_overhead(info, api_key, per_word)
+    return PromptBuilder(pool_ids=pool if use_ids else (), tokens_per_word=per_word or 1.0,
+                         overhead_tokens=overhead)
+
+
+def _chat_overhead(info: ServerInfo, api_key: str | None, per_word: float) -> int:
+    """Tokens the chat template adds around one user message."""
+    status, obj = _post(info, info.caps.tokenize_path, {
+        "model": info.model, "messages": [{"role": "user", "content": FILLER_TEXT}]}, api_key)
+    if status == 200 and isinstance(obj, dict) and isinstance(obj.get("count"), int):
+        return max(obj["count"] - round(per_word * len(FILLER_TEXT.split())), 0)
+    return 0
+
+
+def _post(info: ServerInfo, path: str, body: dict, api_key: str | None) -> tuple[int, object]:
+    try:
+        return http_json(f"{info.base_url}{path}", api_key=api_key, body=body)
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        logger.debug("POST %s failed: %s", path, exc)
+        return 0, None

@@ -1,0 +1,520 @@
+"""The speed-test matrix, end to end: probe, plan, run every cell with Locust, write results.
+
+`run_matrix(scenario, ...)` is what `llmload run` calls. It owns the Locust Environment and
+runner (local, or a master with worker processes), drives each cell through the messages
+documented in `llmload.plugin`, computes each cell's figures with `llmload.metrics` and hands
+the cell to the results writer the moment it is finished.
+
+Cell protocol (measurement.md, "Sustained decode cell"):
+1. park users (an "idle" cell), set the user count to N, send the cell;
+2. every user warms its own prompt (max_tokens 1) and reports ready;
+3. when all N are ready: t0 = now + a short lead, window [t0, t0 + D]; users stream requests
+   for M tokens in a closed loop, the last one cancelled at t0 + D;
+4. collect the records from every process, compute the figures, classify, write.
+A prefill cell is one user sending cold requests with max_tokens 1. The cold warm-up of the
+(C, N=1) decode cell serves as the prefill sample for context C where the plan says so.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import time
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+import gevent
+
+from llmload import __version__
+from llmload.capacity import PlannedCell, expected_duration_s, plan_matrix
+from llmload.clock import now
+from llmload.engines import ENDPOINT_PATHS
+from llmload.hardware import host_facts
+from llmload.metrics import classify_cell, prefill_figures, window_figures
+from llmload.plugin import install, is_client_bound, state_of
+from llmload.probe import ProbeError, ServerInfo, build_prompts, probe_server, server_load
+from llmload.records import RequestRecord
+from llmload.scenario import Scenario
+from llmload.units import format_tokens
+
+logger = logging.getLogger(__name__)
+
+LEAD_LOCAL_S = 0.05
+"""Time between the go message and t0 in one process."""
+LEAD_DISTRIBUTED_S = 0.5
+"""... and with worker processes, so every worker has t0 before it comes."""
+LOAD_POLL_S = 1.0
+"""How often server /metrics (running, waiting) are sampled during a window."""
+WORKER_CONNECT_TIMEOUT_S = 60.0
+COLLECT_TIMEOUT_S = 30.0
+MAX_DEAD_CELLS = 2
+"""Stop the run after this many consecutive cells in which every request failed."""
+
+
+class RunError(Exception):
+    """The run cannot go on; the message is one line for the user."""
+
+
+@dataclass
+class RunContext:
+    scenario: Scenario
+    info: ServerInfo
+    echo: Callable[[str], None]
+    api_key: str | None = None
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:10])
+
+
+# ------------------------------------------------------------------------ server
+
+
+@contextmanager
+def server_for(scenario: Scenario, echo: Callable[[str], None]) -> Iterator[str]:
+    """The scenario's server URL; with no host, an embedded `llmload sim` for the run."""
+    if scenario.host:
+        yield scenario.host
+        return
+    from llmload.sim.launcher import SimProcess
+    echo(f"No --host: starting the embedded simulator (profile {scenario.sim_profile}).")
+    try:
+        sim = SimProcess(profile=scenario.sim_profile)
+        sim.__enter__()
+    except Exception as exc:  # a bad profile name or a child that died: one line
+        raise RunError(f"could not start the simulator: {exc}") from None
+    try:
+        yield sim.url
+    finally:
+        sim.__exit__(None, None, None)
+
+
+# ------------------------------------------------------------------------ locust
+
+
+class LocustDriver:
+    """A Locust Environment with a local runner, or a master plus worker processes."""
+
+    def __init__(self, *, host: str, workers: int, master_bind: str | None,
+                 expect_workers: int | None, api_key: str | None) -> None:
+        from locust.env import Environment
+        from locust.event import Events
+        from llmload.user import LLMUser
+        events = Events()
+        install(events)
+        self.env = Environment(user_classes=[LLMUser], events=events, host=host)
+        self.procs: list[subprocess.Popen] = []
+        self.distributed = bool(workers or master_bind or expect_workers)
+        if self.distributed:
+            bind_host, _, port = (master_bind or "127.0.0.1:0").rpartition(":")
+            self.runner = self.env.create_master_runner(master_bind_host=bind_host or "*",
+                                                        master_bind_port=int(port or 0))
+            self.port = self.runner.server.port
+        else:
+            self.runner = self.env.create_local_runner()
+        events.init.fire(environment=self.env, runner=self.runner, web_ui=None)
+        self.state = state_of(self.env)
+        self.state.api_key = api_key
+        if workers:
+            self._start_workers(workers, api_key)
+        self.expected = (expect_workers or 0) + workers if self.distributed else 1
+
+    def _start_workers(self, n: int, api_key: str | None) -> None:
+        import llmload.locustfile as lf
+        env = dict(os.environ)
+        if api_key:
+            env["OPENAI_API_KEY"] = api_key
+        for _ in range(n):
+            self.procs.append(subprocess.Popen(
+                [sys.executable, "-m", "locust", "-f", lf.__file__, "--worker", "--master-host",
+                 "127.0.0.1", "--master-port", str(self.port), "--loglevel", "WARNING"],
+                env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+
+    def wait_for_workers(self, echo: Callable[[str], None]) -> None:
+        if not self.distributed:
+            return
+        echo(f"Waiting for {self.expected} Locust worker(s) on port {self.port} ...")
+        deadline = time.monotonic() + WORKER_CONNECT_TIMEOUT_S
+        while len(self.runner.clients.ready) < self.expected:
+            for p in self.procs:
+                if p.poll() is not None:
+                    err = (p.stderr.read() or b"").decode(errors="replace").strip().splitlines()
+                    raise RunError(f"a worker process exited: {err[-1] if err else p.returncode}")
+            if time.monotonic() > deadline:
+                raise RunError(f"only {len(self.runner.clients.ready)} of {self.expected} workers connected")
+            gevent.sleep(0.1)
+
+    @property
+    def processes(self) -> int:
+        return len(self.runner.clients) if self.distributed else 1
+
+    def set_users(self, n: int) -> None:
+        self.runner.start(n, spawn_rate=max(n, 1) * 100)
+        if not self.distributed and self.runner.spawning_greenlet is not None:
+            self.runner.spawning_greenlet.join()
+
+    def send(self, msg_type: str, data: dict) -> None:
+        self.runner.send_message(msg_type, data)
+
+    def close(self) -> None:
+        try:
+            if self.distributed:
+                self.runner.quit()
+            else:
+                self.runner.quit()
+        except Exception as exc:  # shutting down: never mask the run's own outcome
+            logger.debug("runner quit: %s", exc)
+        for p in self.procs:
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        self.state.monitor.stop()
+
+
+# ------------------------------------------------------------------------ cells
+
+
+def cell_message(ctx: RunContext, planned: PlannedCell, cell_id: str, prompts) -> dict:
+    sc = ctx.scenario
+    return {
+        "id": cell_id, "run_id": ctx.run_id, "kind": planned.phase,
+        "name": f"{format_tokens(planned.context_tokens)} x{planned.concurrency}",
+        "context": planned.context_tokens, "prompt_tokens": planned.prompt_tokens,
+        "concurrency": planned.concurrency, "max_tokens": planned.max_tokens,
+        "endpoint": sc.endpoint, "path": ENDPOINT_PATHS[sc.endpoint], "model": ctx.info.model,
+        "engine": ctx.info.engine, "base_url": ctx.info.base_url, "timeout_s": sc.request_timeout_s,
+        "warmup": sc.warmup, "repeats": sc.prefill_repeats, "fixed_output": True, "temperature": 0.0,
+        "prompt": {"pool_ids": list(prompts.pool_ids), "tokens_per_word": prompts.tokens_per_word,
+                   "overhead_tokens": prompts.overhead_tokens},
+    }
+
+
+class CellRunner:
+    def __init__(self, ctx: RunContext, driver: LocustDriver, prompts) -> None:
+        self.ctx, self.driver, self.prompts = ctx, driver, prompts
+        self.state = driver.state
+        self.seq = 0
+
+    def run(self, planned: PlannedCell) -> tuple[list[RequestRecord], dict]:
+        """Run one cell; returns its records and facts about the run (window, load...)."""
+        self.seq += 1
+        cell_id = f"c{self.seq}"
+        msg = cell_message(self.ctx, planned, cell_id, self.prompts)
+        n = planned.concurrency
+        self.driver.send("llmload_cell", {"id": f"idle{self.seq}", "kind": "idle"})
+        self.driver.set_users(n)
+        self.driver.send("llmload_cell", msg)
+        timeout_s = self.ctx.scenario.request_timeout_s * (2 + planned.prompt_tokens * n / 200_000)
+        self._wait_ready(cell_id, n, timeout_s)
+        facts: dict = {}
+        if planned.phase == "decode":
+            facts = self._window(cell_id)
+        records, load = self._collect(cell_id, facts.get("t0"), facts.get("t1"))
+        facts["load"] = load
+        return records, facts
+
+    def _wait_ready(self, cell_id: str, n: int, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while self.state.ready_counts.get(cell_id, 0) < n:
+            if time.monotonic() > deadline:
+                raise _CellTimeout(f"only {self.state.ready_counts.get(cell_id, 0)} of {n} users "
+                                   f"finished their warm-up within {timeout_s:.0f} s")
+            gevent.sleep(0.02)
+
+    def _window(self, cell_id: str) -> dict:
+        d = self.ctx.scenario.duration_s
+        lead = LEAD_DISTRIBUTED_S if self.driver.distributed else LEAD_LOCAL_S
+        t0 = now() + lead
+        t1 = t0 + d
+        self.driver.send("llmload_go", {"id": cell_id, "t0": t0, "t1": t1})
+        poller = gevent.spawn(_poll_server_load, self.ctx, t0, t1) if self.ctx.info.metrics else None
+        gevent.sleep(max(t1 - now(), 0) + 0.02)
+        waits = poller.get() if poller is not None else None
+        return {"t0": t0, "t1": t1, "max_waiting": waits}
+
+    def _collect(self, cell_id: str, t0, t1) -> tuple[list[RequestRecord], dict]:
+        self.driver.send("llmload_collect", {"id": cell_id, "t0": t0, "t1": t1})
+        expected = self.driver.processes
+        deadline = time.monotonic() + COLLECT_TIMEOUT_S
+        while len(self.state.collected.get(cell_id, [])) < expected and time.monotonic() < deadline:
+            gevent.sleep(0.02)
+        replies = self.state.collected.pop(cell_id, [])
+        records = [RequestRecord.from_dict(r) for reply in replies for r in reply["records"]]
+        loads = [reply.get("load") or {} for reply in replies]
+        return records, _combine_loads(loads)
+
+
+class _CellTimeout(Exception):
+    pass
+
+
+def _poll_server_load(ctx: RunContext, t0: float, t1: float) -> float | None:
+    """Most requests the server had waiting during [t0, t1] (None if never readable)."""
+    worst: float | None = None
+    gevent.sleep(max(t0 - now(), 0))
+    while now() < t1:
+        waiting = server_load(ctx.info.base_url, api_key=ctx.api_key).get("waiting")
+        if waiting is not None:
+            worst = waiting if worst is None else max(worst, waiting)
+        gevent.sleep(min(LOAD_POLL_S, max(t1 - now(), 0)))
+    return worst
+
+
+def _combine_loads(loads: list[dict]) -> dict:
+    out: dict = {"client_bound": any(is_client_bound(x) for x in loads if x)}
+    for key in ("cpu_pct_mean", "cpu_pct_max", "lag_ms_p90", "lag_ms_max"):
+        values = [x[key] for x in loads if x.get(key) is not None]
+        out[key] = max(values) if values else None
+    return out
+
+
+# ------------------------------------------------------------------------ figures
+
+
+FIGURE_KEYS = ("prompt_tok_s", "total_tok_s", "per_request_tok_s", "ttft_ms", "ttft_p90_ms",
+               "ttft_p99_ms", "tbt_ms", "tbt_p90_ms", "tbt_p99_ms", "avg_active",
+               "completed_requests", "output_tokens", "measured_s")
+
+
+def not_run_cell(planned: PlannedCell) -> dict:
+    cell = {"phase": planned.phase, "context_tokens": planned.context_tokens,
+            "concurrency": planned.concurrency, "status": planned.status, "reason": planned.reason,
+            "prompt_tokens": planned.prompt_tokens, "prefill_source": planned.prefill_source,
+            "errors": 0, "error_samples": []}
+    cell.update({k: None for k in FIGURE_KEYS})
+    return cell
+
+
+def decode_cell(planned: PlannedCell, records: list[RequestRecord], facts: dict) -> dict:
+    decode = [r for r in records if r.tag == "decode"]
+    warm = [r for r in records if r.tag == "warmup"]
+    fig = window_figures(decode, facts["t0"], facts["t1"], concurrency=planned.concurrency)
+    load = facts["load"]
+    status = classify_cell(figures=fig, concurrency=planned.concurrency,
+                           max_waiting=facts.get("max_waiting"), client_bound=load["client_bound"])
+    cell = not_run_cell(planned)
+    cell.update({k: v for k, v in fig.to_dict().items() if k in FIGURE_KEYS or k in (
+        "avg_streaming", "requests_sent", "errors", "error_samples")})
+    warm_errors = [r for r in warm if r.status == "error"]
+    if warm_errors and status != "errors":
+        status = "errors"
+        cell["errors"] = (cell.get("errors") or 0) + len(warm_errors)
+        cell["error_samples"] = list(cell.get("error_samples") or []) + [f"warm-up: {warm_errors[0].error}"]
+    cell.update({"status": status, "reason": _status_reason(status, fig, facts, planned),
+                 "max_waiting": facts.get("max_waiting"), "client_cpu_pct_max": load.get("cpu_pct_max"),
+                 "client_cpu_pct_mean": load.get("cpu_pct_mean"), "loop_lag_ms_max": load.get("lag_ms_max"),
+                 "loop_lag_ms_p90": load.get("lag_ms_p90"),
+                 "server_prompt_tokens": _server_prompt_tokens(decode or warm),
+                 "warmup_cache_hit": _warm_cache_hit(decode, planned),
+                 "token_source": _token_source(decode)})
+    return cell
+
+
+def prefill_cell(planned: PlannedCell, records: list[RequestRecord], *, source: str) -> dict:
+    cell = not_run_cell(planned)
+    samples = [r for r in records if r.status == "ok"]
+    failed = [r for r in records if r.status != "ok"]
+    figs = [prefill_figures(r) for r in samples]
+    figs = [f for f in figs if f.ttft_ms is not None]
+    if figs:
+        figs.sort(key=lambda f: f.ttft_ms)
+        mid = figs[len(figs) // 2]
+        cell.update({"prompt_tok_s": mid.prompt_tok_s, "ttft_ms": mid.ttft_ms, "completed_requests": len(samples)})
+    cell.update({"status": "errors" if failed or not figs else "valid", "prefill_source": source,
+                 "errors": len(failed), "error_samples": list(dict.fromkeys(r.error for r in failed))[:3],
+                 "server_prompt_tokens": _server_prompt_tokens(samples)})
+    if failed or not figs:
+        cell["reason"] = "the cold request failed" if failed else "no token came back"
+    return cell
+
+
+def _status_reason(status: str, fig, facts: dict, planned: PlannedCell) -> str:
+    if status == "saturated":
+        return (f"server queue up to {facts.get('max_waiting'):g} waiting" if facts.get("max_waiting")
+                else f"average active {fig.avg_active:.2f} / streaming {fig.avg_streaming:.2f} of {planned.concurrency}")
+    if status == "client_bound":
+        return "the load generator was the bottleneck (CPU or event-loop lag)"
+    if status == "errors":
+        return f"{fig.errors} failed request(s)"
+    return ""
+
+
+def _server_prompt_tokens(records: list[RequestRecord]) -> int | None:
+    counts = [r.prompt_tokens for r in records if r.prompt_tokens is not None]
+    return counts[0] if counts else None
+
+
+def _warm_cache_hit(decode: list[RequestRecord], planned: PlannedCell) -> bool | None:
+    cached = [r.cached_tokens for r in decode if r.cached_tokens is not None]
+    if not cached or planned.prompt_tokens < 32:
+        return None
+    return min(cached) >= planned.prompt_tokens // 2
+
+
+def _token_source(records: list[RequestRecord]) -> str | None:
+    sources = {r.token_source for r in records if r.chunk_times_s}
+    for s in ("chunks", "final_usage", "continuous_usage"):
+        if s in sources:
+            return s
+    return None
+
+
+# ------------------------------------------------------------------------ the run
+
+
+def run_matrix(scenario: Scenario, *, api_key: str | None = None, out_dir: str | None = None,
+               master_bind: str | None = None, expect_workers: int | None = None,
+               echo: Callable[[str], None] = print) -> str:
+    """Run the scenario's matrix; returns the results directory. Raises RunError/ProbeError."""
+    with server_for(scenario, echo) as base_url:
+        info = probe_server(base_url, api_key=api_key, model=scenario.model,
+                            kv_cache_tokens=scenario.kv_cache_tokens)
+        _echo_server(info, echo)
+        ctx = RunContext(scenario=scenario, info=info, echo=echo, api_key=api_key)
+        prompts = build_prompts(info, endpoint=scenario.endpoint, api_key=api_key)
+        plan = plan_matrix(contexts=list(scenario.contexts), prefill_contexts=list(scenario.prefill_contexts),
+                           concurrency=list(scenario.concurrency), max_tokens=scenario.max_tokens,
+                           kv_cache_tokens=info.kv_cache_tokens, block_size=info.block_size,
+                           max_model_len=info.max_model_len)
+        _echo_plan(plan, scenario, echo)
+        from llmload.results import ResultsWriter, default_out_dir
+        out = out_dir or default_out_dir(info.model)
+        writer = ResultsWriter(out)
+        writer.start(_meta(ctx, plan, prompts))
+        driver = LocustDriver(host=info.base_url, workers=scenario.workers, master_bind=master_bind,
+                              expect_workers=expect_workers, api_key=api_key)
+        try:
+            driver.wait_for_workers(echo)
+            _run_plan(ctx, driver, prompts, plan, writer)
+        except KeyboardInterrupt:
+            echo("Interrupted: the cells measured so far are saved.")
+            writer.finish(status="interrupted")
+            raise
+        except Exception:
+            writer.finish(status="failed")
+            raise
+        else:
+            writer.finish(status="complete")
+        finally:
+            driver.close()
+        echo(f"Report: {os.path.join(out, 'report.md')}")
+        return out
+
+
+def _run_plan(ctx: RunContext, driver: LocustDriver, prompts, plan: list[PlannedCell], writer) -> None:
+    runner = CellRunner(ctx, driver, prompts)
+    to_run = [c for c in plan if c.runs and not (c.phase == "prefill" and c.prefill_source == "decode_warmup")]
+    deferred = {c.context_tokens: c for c in plan if c.phase == "prefill" and c.runs
+                and c.prefill_source == "decode_warmup"}
+    for planned in plan:
+        if not planned.runs:
+            writer.add_cell(not_run_cell(planned))
+        elif planned in deferred.values():
+            writer.add_cell({**not_run_cell(planned), "status": "pending"})
+    started = time.monotonic()
+    dead = 0
+    for i, planned in enumerate(to_run, 1):
+        eta = expected_duration_s(to_run[i - 1:], duration_s=ctx.scenario.duration_s)
+        ctx.echo(f"[{i}/{len(to_run)}] {_label(planned)} · elapsed {_clock(time.monotonic() - started)}"
+                 f" · about {_clock(eta)} left")
+        try:
+            records, facts = runner.run(planned)
+        except _CellTimeout as exc:
+            cell = {**not_run_cell(planned), "status": "errors", "reason": str(exc), "errors": 1,
+                    "error_samples": [str(exc)]}
+            writer.add_cell(cell)
+            ctx.echo(f"    errors: {exc}")
+            dead += 1
+            if dead >= MAX_DEAD_CELLS:
+                raise RunError(f"stopping: {dead} cells in a row failed ({exc})") from None
+            continue
+        if planned.phase == "prefill":
+            cell = prefill_cell(planned, records, source="standalone")
+        else:
+            cell = decode_cell(planned, records, facts)
+            if planned.concurrency == 1 and planned.context_tokens in deferred:
+                warm = [r for r in records if r.tag == "warmup"]
+                pre = prefill_cell(deferred.pop(planned.context_tokens), warm, source="decode_warmup")
+                writer.update_cell(pre)
+                ctx.echo(f"    {_summary(pre)}")
+        writer.add_cell(cell)
+        ctx.echo(f"    {_summary(cell)}")
+        all_failed = cell["status"] == "errors" and not cell.get("output_tokens") and not cell.get("prompt_tok_s")
+        dead = dead + 1 if all_failed else 0
+        if dead >= MAX_DEAD_CELLS:
+            raise RunError(f"stopping: {dead} cells in a row had only failed requests "
+                           f"({(cell.get('error_samples') or ['?'])[0]})")
+
+
+def _label(planned: PlannedCell) -> str:
+    if planned.phase == "prefill":
+        return f"prefill {format_tokens(planned.context_tokens)}"
+    return f"decode {format_tokens(planned.context_tokens)} × {planned.concurrency}"
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 60}:{seconds % 60:02d}"
+
+
+def _summary(cell: dict) -> str:
+    status = cell["status"]
+    if cell["phase"] == "prefill":
+        if cell.get("prompt_tok_s") is None:
+            return f"prefill {format_tokens(cell['context_tokens'])}: {status} {cell.get('reason') or ''}"
+        return (f"prefill {format_tokens(cell['context_tokens'])}: {cell['prompt_tok_s']:,.0f} prompt tok/s, "
+                f"TTFT {cell['ttft_ms']:,.0f} ms ({status})")
+    if cell.get("total_tok_s") is None:
+        return f"{status}: {cell.get('reason') or ''}"
+    tbt = f"{cell['tbt_ms']:.1f}" if cell.get("tbt_ms") is not None else "—"
+    ttft = f"{cell['ttft_ms']:,.0f}" if cell.get("ttft_ms") is not None else "—"
+    return (f"{status}: {cell['total_tok_s']:,.1f} tok/s total, TBT {tbt} ms, TTFT {ttft} ms, "
+            f"{cell['output_tokens']:,} tokens in {cell['measured_s']:.1f} s"
+            + (f" — {cell['reason']}" if cell.get("reason") else ""))
+
+
+def _echo_server(info: ServerInfo, echo: Callable[[str], None]) -> None:
+    kv = (f"{info.kv_cache_tokens:,} tokens ({info.kv_cache_source})" if info.kv_cache_tokens
+          else "unknown (every cell runs; queueing marks what does not fit)")
+    what = f"llmload sim, profile {info.sim_profile}" if info.simulated else info.engine
+    echo(f"Server: {info.base_url} · {what} {info.version or ''}".rstrip())
+    echo(f"  model {info.model} · max model length {info.max_model_len or 'unknown'} · KV cache {kv}"
+         f" · prefix caching {'on' if info.prefix_caching else 'off' if info.prefix_caching is False else 'unknown'}")
+
+
+def _echo_plan(plan: list[PlannedCell], scenario: Scenario, echo: Callable[[str], None]) -> None:
+    runs = [c for c in plan if c.runs]
+    echo(f"Plan: {len(plan)} cells, {len(runs)} to run, about "
+         f"{_clock(expected_duration_s(plan, duration_s=scenario.duration_s))} (m:ss) expected")
+    for c in plan:
+        where = f" ({c.prefill_source.replace('_', ' ')})" if c.prefill_source else ""
+        echo(f"  {_label(c):<24} {c.status.replace('_', ' ')}{where}"
+             + (f" — {c.reason}" if c.reason and not c.runs else ""))
+
+
+def _meta(ctx: RunContext, plan: list[PlannedCell], prompts) -> dict:
+    info, sc = ctx.info, ctx.scenario
+    server = {k: v for k, v in info.to_dict().items() if k not in ("extra",)}
+    server["token_ids_prompts"] = bool(prompts.pool_ids)
+    hardware = host_facts()
+    hardware["measured_on"] = "load generator host" + (
+        " (also the server's)" if _is_local(info.base_url) else "; the server runs elsewhere")
+    return {
+        "llmload_version": __version__,
+        "provenance": "simulated" if info.simulated else "measured",
+        "sim_profile": info.sim_profile,
+        "config": sc.to_dict(),
+        "server": server,
+        "hardware": hardware,
+        "launch_command": sc.launch_command,
+        "plan": [c.to_dict() for c in plan],
+        "definitions": {"tbt": "genai-perf convention: a chunk of k tokens after a gap g gives k samples of g/k"},
+    }
+
+
+def _is_local(url: str) -> bool:
+    from llmload.client import Endpoint
+    return Endpoint.parse(url).host in ("127.0.0.1", "localhost", "::1")
