@@ -1,0 +1,525 @@
+"""The speed test matrix page and the measurements CSV, rendered from a results dict alone.
+
+The page reproduces the seed page (shared reference seed-speed-test-matrix.md): title,
+subtitle, Hardware, Engine, Run, Launch command, Prefill, Sustained decode matrix with its
+notes, All measurements. Rules:
+- Input is the results dict (`llmload.results` documents it) and nothing else, so a saved
+  results.json renders the same page again.
+- A simulated run says so in the title, the subtitle and a warning line: a simulated
+  matrix must never pass for a measurement of hardware. The CSV carries `provenance` too.
+- Numbers are formatted as on the seed page (3,188.0 / 2,584 ms / 12.4 ms / 1.00 / 2,399 /
+  30.0 s); a missing figure is "—". Every cell is its own row; a planned cell without a
+  result (run interrupted) shows "Not run".
+- Tables are built as pandas frames from column tables, then written as markdown.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterable
+from typing import Any
+from urllib.parse import urlsplit
+
+import pandas as pd
+
+from llmload.units import format_duration_s, format_tokens
+
+logger = logging.getLogger(__name__)
+
+MISSING = "—"
+PHASE_ORDER = {"prefill": 0, "decode": 1}
+PHASE_LABELS = {"prefill": "Prefill", "decode": "Sustained decode"}
+STATUS_LABELS = {
+    "valid": "Valid",
+    "over_capacity": "Over capacity",
+    "exceeds_context": "Exceeds context",
+    "errors": "Errors",
+    "saturated": "Saturated",
+    "client_bound": "Client bound",
+    "not_run": "Not run",
+    "running": "Running",
+}
+#: Matrix cells that ran but whose figure is qualified: "Saturated: 291.6 (33 ms)".
+QUALIFIED_STATUSES = ("saturated", "client_bound")
+#: Notes under the decode matrix, shown when a cell has that status.
+STATUS_NOTES = {
+    "over_capacity": "Over capacity: not run because this many requests at this context "
+    "would exceed the server's KV cache.",
+    "exceeds_context": "Exceeds context: not run because context + max output exceeds the "
+    "server's maximum model length.",
+    "saturated": "Saturated: the server queued requests, or fewer than 95% of them were "
+    "streaming on average; the figure is real but is not this many requests at once.",
+    "client_bound": "Client bound: the load generator itself was the bottleneck (CPU or "
+    "event-loop lag); the figure is not the server's.",
+    "errors": "Errors: some requests failed; counts and first messages are listed below "
+    "and kept in results.json.",
+    "not_run": "Not run: the run ended before this cell was measured.",
+}
+TTFT_NOTE_WARM = (
+    "TTFT is measured after the benchmark warms the server's prompt cache, so it mostly "
+    "excludes prefill."
+)
+TTFT_NOTE_COLD = "TTFT includes prefill: the prompt cache was not warmed before the window."
+TBT_NOTE = (
+    "Time between tokens follows the genai-perf convention: a chunk carrying k tokens after "
+    "a gap g counts as k gaps of g / k."
+)
+
+# --------------------------------------------------------------------------- formatting
+
+
+def _number(fmt: str, suffix: str = "") -> Callable[[Any], str]:
+    def render(value: Any) -> str:
+        if value is None or (isinstance(value, float) and value != value):
+            return MISSING
+        return f"{value:{fmt}}{suffix}"
+
+    return render
+
+
+fmt_rate = _number(",.1f")
+fmt_whole_rate = _number(",.0f")
+fmt_ms = _number(",.0f", " ms")
+fmt_tbt_ms = _number(",.1f", " ms")
+fmt_active = _number(".2f")
+fmt_count = _number(",d")
+fmt_seconds = _number(".1f", " s")
+
+
+def _context(tokens: int) -> str:
+    return format_tokens(int(tokens))
+
+
+def _status_label(cell: dict[str, Any]) -> str:
+    status = cell.get("status") or "not_run"
+    return STATUS_LABELS.get(status, status.replace("_", " ").capitalize())
+
+
+def _join(items: Iterable[tuple[str, Any]]) -> str:
+    return " · ".join(f"{label}: {value}" for label, value in items if value not in (None, ""))
+
+
+# --------------------------------------------------------------------------- cells
+
+
+def _cell_key(cell: dict[str, Any]) -> tuple[int, int, int]:
+    return (
+        PHASE_ORDER.get(cell.get("phase"), 9),
+        int(cell.get("context_tokens") or 0),
+        int(cell.get("concurrency") or 1),
+    )
+
+
+def page_cells(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Measured cells plus planned cells that have no result yet ("not_run"), in page order."""
+    cells = list(results.get("cells") or [])
+    seen = {_cell_key(c) for c in cells}
+    for planned in results.get("plan") or []:
+        if _cell_key(planned) not in seen:
+            status = planned.get("status")
+            cells.append({**planned, "status": "not_run" if status == "run" else status})
+            seen.add(_cell_key(planned))
+    return sorted(cells, key=_cell_key)
+
+
+def _phase_cells(cells: list[dict[str, Any]], phase: str) -> list[dict[str, Any]]:
+    return [c for c in cells if c.get("phase") == phase]
+
+
+# --------------------------------------------------------------------------- header
+
+
+def _model_name(results: dict[str, Any]) -> str:
+    server = results.get("server") or {}
+    root = server.get("model_root")
+    if root:
+        return root.rstrip("/").rsplit("/", 1)[-1]
+    return server.get("model") or (results.get("config") or {}).get("model") or "unknown model"
+
+
+def _is_simulated(results: dict[str, Any]) -> bool:
+    return results.get("provenance") == "simulated"
+
+
+def _sim_profile(results: dict[str, Any]) -> str:
+    return results.get("sim_profile") or (results.get("config") or {}).get("sim_profile") or "?"
+
+
+def _hardware_name(results: dict[str, Any]) -> str:
+    hardware = results.get("hardware") or {}
+    if hardware.get("name"):
+        return str(hardware["name"])
+    if hardware.get("gpu"):
+        vram = hardware.get("vram_gb")
+        return f"{hardware['gpu']} {vram:g}GB" if isinstance(vram, (int, float)) else hardware["gpu"]
+    base_url = (results.get("server") or {}).get("base_url")
+    if not base_url:
+        return "unknown hardware"
+    return urlsplit(base_url).netloc or base_url
+
+
+def render_title(results: dict[str, Any]) -> str:
+    model = _model_name(results)
+    if _is_simulated(results):
+        return f"# Speed test matrix — {model} · Simulated (profile {_sim_profile(results)})"
+    return f"# Speed test matrix — {model} on {_hardware_name(results)}"
+
+
+def _levels(results: dict[str, Any], key: str, phase: str, field: str) -> list[int]:
+    values = (results.get("config") or {}).get(key)
+    if values is None:
+        values = {c[field] for c in results.get("cells") or [] if c.get("phase") == phase}
+    return sorted(set(int(v) for v in values))
+
+
+def _span(noun: str, values: list[str]) -> str:
+    """"4 contexts (0–48K)", "1 context (16K)"."""
+    count = len(values)
+    words = noun if count == 1 else f"{noun}s"
+    if not values:
+        return f"0 {words}"
+    inside = values[0] if count == 1 else f"{values[0]}–{values[-1]}"
+    return f"{count} {words} ({inside})"
+
+
+def _provenance_word(results: dict[str, Any]) -> str:
+    if _is_simulated(results):
+        return f"Simulated (profile {_sim_profile(results)})"
+    return "Measured"
+
+
+def render_subtitle(results: dict[str, Any]) -> str:
+    server = results.get("server") or {}
+    contexts = _levels(results, "contexts", "decode", "context_tokens")
+    levels = _levels(results, "concurrency", "decode", "concurrency")
+    prefill = _levels(results, "prefill_contexts", "prefill", "context_tokens")
+    parts = [server.get("engine"), server.get("version"), server.get("quantization")]
+    parts.append(
+        _span("context", [_context(c) for c in contexts])
+        + " × "
+        + _span("concurrency level", [str(n) for n in levels])
+    )
+    if prefill:
+        parts.append("prefill at " + ", ".join(_context(c) for c in prefill))
+    parts.append(_provenance_word(results))
+    return " · ".join(str(p) for p in parts if p)
+
+
+def render_byline(results: dict[str, Any]) -> str:
+    finished = results.get("finished_at") or "not finished (in progress or interrupted)"
+    return " · ".join(
+        [
+            f"Generated by llmload {results.get('llmload_version') or '(unknown version)'}",
+            f"started {results.get('started_at') or 'at an unknown time'}",
+            f"finished {finished}" if results.get("finished_at") else finished,
+        ]
+    )
+
+
+def render_simulation_warning(results: dict[str, Any]) -> str | None:
+    if not _is_simulated(results):
+        return None
+    return (
+        f"> **Simulated.** Every number on this page comes from llmload's built-in simulator "
+        f"(profile {_sim_profile(results)}), not from a server running on hardware."
+    )
+
+
+# --------------------------------------------------------------------------- sections
+
+
+def _gb(value: Any) -> Any:
+    return f"{value:g} GB" if isinstance(value, (int, float)) else value
+
+
+def _cpu(hardware: dict[str, Any]) -> Any:
+    cpu, cores = hardware.get("cpu"), hardware.get("cpu_cores")
+    return f"{cpu} ({cores}C)" if cpu and cores else cpu
+
+
+#: Hardware fields in page order: label, key, formatter of the whole dict.
+HARDWARE_FIELDS: list[tuple[str, str, Callable[[dict[str, Any]], Any]]] = [
+    ("Type", "type", lambda h: h.get("type")),
+    ("GPU", "gpu", lambda h: h.get("gpu")),
+    ("VRAM", "vram_gb", lambda h: _gb(h.get("vram_gb"))),
+    ("CPU", "cpu", _cpu),
+    ("RAM", "ram_gb", lambda h: _gb(h.get("ram_gb"))),
+    ("OS", "os", lambda h: h.get("os")),
+]
+_HARDWARE_SHOWN = {key for _, key, _ in HARDWARE_FIELDS} | {"name", "cpu_cores"}
+
+
+def _hardware_line(hardware: dict[str, Any]) -> str:
+    items = [(label, render(hardware)) for label, _, render in HARDWARE_FIELDS]
+    extra = sorted(k for k in hardware if k not in _HARDWARE_SHOWN)
+    items += [(k.replace("_", " ").capitalize(), hardware[k]) for k in extra]
+    return _join(items)
+
+
+def render_hardware(results: dict[str, Any]) -> str:
+    line = _hardware_line(results.get("hardware") or {})
+    if _is_simulated(results):
+        text = f"None: simulated by llmload (profile {_sim_profile(results)})."
+        return text + (f" Load generator host: {line}" if line else "")
+    return line or "Not detected."
+
+
+ENGINE_FIELDS = [
+    ("Engine", "engine"),
+    ("Version", "version"),
+    ("Quantization", "quantization"),
+    ("Backend", "backend"),
+    ("Build", "build"),
+]
+
+
+def _kv_cache(server: dict[str, Any]) -> str | None:
+    tokens = server.get("kv_cache_tokens")
+    if tokens is None:
+        return None
+    text = f"{tokens:,} tokens"
+    if server.get("block_size"):
+        text += f" ({tokens // server['block_size']:,} blocks × {server['block_size']})"
+    if server.get("kv_cache_source"):
+        text += f", from {server['kv_cache_source']}"
+    return text
+
+
+def _on_off(value: Any) -> str | None:
+    return None if value is None else ("on" if value else "off")
+
+
+def render_engine(results: dict[str, Any]) -> str:
+    server = results.get("server") or {}
+    first = _join((label, server.get(key)) for label, key in ENGINE_FIELDS) or "Unknown."
+    max_len = server.get("max_model_len")
+    second = _join(
+        [
+            ("Server", server.get("base_url")),
+            ("Max model length", f"{max_len:,}" if max_len else None),
+            ("KV cache", _kv_cache(server)),
+            ("Prefix caching", _on_off(server.get("prefix_caching"))),
+            ("Token-ID prompts", _on_off(server.get("token_ids_prompts"))),
+        ]
+    )
+    return first + (f"\n\n{second}" if second else "")
+
+
+def _prefill_mode(results: dict[str, Any], cells: list[dict[str, Any]]) -> str:
+    sources = {c.get("prefill_source") for c in _phase_cells(cells, "prefill")}
+    if not sources:
+        return "None"
+    mode = "Measured during decode warm-up" if "decode_warmup" in sources else "Cold requests"
+    repeats = (results.get("config") or {}).get("prefill_repeats") or 1
+    return mode + (f" (median of {repeats})" if repeats > 1 else "")
+
+
+def render_run(results: dict[str, Any], cells: list[dict[str, Any]]) -> str:
+    server, config = results.get("server") or {}, results.get("config") or {}
+    duration_s, max_tokens = config.get("duration_s"), config.get("max_tokens")
+    return _join(
+        [
+            ("Served model", server.get("model") or config.get("model")),
+            ("Revision", server.get("revision")),
+            ("Decode test", "Fixed duration"),
+            ("Prefill mode", _prefill_mode(results, cells)),
+            ("Time per measurement", format_duration_s(duration_s) if duration_s else None),
+            ("Max output", f"{max_tokens:,} tokens" if max_tokens else None),
+        ]
+    )
+
+
+def render_launch_command(results: dict[str, Any]) -> str | None:
+    command = results.get("launch_command")
+    if not command:
+        return None
+    return "\n".join("    " + line for line in str(command).splitlines())
+
+
+# --------------------------------------------------------------------------- tables
+
+
+def markdown_table(frame: pd.DataFrame) -> str:
+    """A pipe table with the seed's layout (|---| rules), cells as already-formatted text."""
+    lines = ["| " + " | ".join(frame.columns) + " |", "|" + "---|" * len(frame.columns)]
+    lines += ["| " + " | ".join(row) + " |" for row in frame.itertuples(index=False)]
+    return "\n".join(lines)
+
+
+def _frame(cells: list[dict[str, Any]], columns: list[tuple[str, Callable]]) -> pd.DataFrame:
+    data = {header: [render(c) for c in cells] for header, render in columns}
+    return pd.DataFrame(data, columns=[h for h, _ in columns], dtype=object)
+
+
+PREFILL_COLUMNS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
+    ("context", lambda c: _context(c["context_tokens"])),
+    (
+        "prompt tok/s",
+        lambda c: fmt_whole_rate(c.get("prompt_tok_s"))
+        if c.get("prompt_tok_s") is not None
+        else _status_label(c),
+    ),
+    ("TTFT", lambda c: fmt_ms(c.get("ttft_ms"))),
+]
+
+
+def render_prefill(cells: list[dict[str, Any]]) -> str | None:
+    prefill = _phase_cells(cells, "prefill")
+    return markdown_table(_frame(prefill, PREFILL_COLUMNS)) if prefill else None
+
+
+def _value_with_ttft(cell: dict[str, Any]) -> str:
+    total, ttft = cell.get("total_tok_s"), cell.get("ttft_ms")
+    if total is None:
+        return MISSING
+    return fmt_rate(total) + (f" ({fmt_ms(ttft)})" if ttft is not None else "")
+
+
+def matrix_cell_text(cell: dict[str, Any] | None) -> str:
+    if cell is None:
+        return MISSING
+    status = cell.get("status")
+    if status == "valid":
+        return _value_with_ttft(cell)
+    if status in QUALIFIED_STATUSES and cell.get("total_tok_s") is not None:
+        return f"{_status_label(cell)}: {_value_with_ttft(cell)}"
+    return _status_label(cell)
+
+
+def decode_matrix_frame(cells: list[dict[str, Any]]) -> pd.DataFrame:
+    decode = _phase_cells(cells, "decode")
+    by_key = {(c["context_tokens"], c["concurrency"]): c for c in decode}
+    contexts = sorted({c["context_tokens"] for c in decode})
+    levels = sorted({c["concurrency"] for c in decode})
+    rows = [
+        [_context(ctx)] + [matrix_cell_text(by_key.get((ctx, n))) for n in levels]
+        for ctx in contexts
+    ]
+    return pd.DataFrame(rows, columns=["context"] + [str(n) for n in levels], dtype=object)
+
+
+def decode_notes(results: dict[str, Any], cells: list[dict[str, Any]]) -> list[str]:
+    statuses = {c.get("status") for c in _phase_cells(cells, "decode")}
+    notes = [text for status, text in STATUS_NOTES.items() if status in statuses]
+    warm = (results.get("config") or {}).get("warmup", True)
+    notes.append(TTFT_NOTE_WARM if warm else TTFT_NOTE_COLD)
+    notes.append(TBT_NOTE)
+    return notes
+
+
+def render_decode(results: dict[str, Any], cells: list[dict[str, Any]]) -> str | None:
+    if not _phase_cells(cells, "decode"):
+        return None
+    table = markdown_table(decode_matrix_frame(cells))
+    return "\n\n".join([table, *decode_notes(results, cells)])
+
+
+def _measured_rate(cell: dict[str, Any]) -> str:
+    key = "prompt_tok_s" if cell.get("phase") == "prefill" else "total_tok_s"
+    return fmt_rate(cell.get(key))
+
+
+ALL_COLUMNS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
+    ("phase", lambda c: PHASE_LABELS.get(c.get("phase"), str(c.get("phase")))),
+    ("context", lambda c: _context(c["context_tokens"])),
+    ("requests at once", lambda c: str(c.get("concurrency", 1))),
+    ("status", _status_label),
+    ("total tok/s", _measured_rate),
+    ("per request tok/s", lambda c: fmt_rate(c.get("per_request_tok_s"))),
+    ("TTFT", lambda c: fmt_ms(c.get("ttft_ms"))),
+    ("time between tokens", lambda c: fmt_tbt_ms(c.get("tbt_ms"))),
+    ("average active requests", lambda c: fmt_active(c.get("avg_active"))),
+    ("completed requests", lambda c: fmt_count(c.get("completed_requests"))),
+    ("output tokens", lambda c: fmt_count(c.get("output_tokens"))),
+    ("measured for", lambda c: fmt_seconds(c.get("measured_s"))),
+]
+
+
+def render_all_measurements(cells: list[dict[str, Any]]) -> str:
+    return markdown_table(_frame(cells, ALL_COLUMNS))
+
+
+def render_errors(cells: list[dict[str, Any]]) -> str | None:
+    lines = []
+    for c in cells:
+        if not c.get("errors"):
+            continue
+        phase = PHASE_LABELS.get(c.get("phase"), c.get("phase"))
+        where = f"{phase} {_context(c['context_tokens'])} × {c.get('concurrency', 1)}"
+        samples = "; ".join(c.get("error_samples") or []) or "no message"
+        lines.append(f"- {where}: {c['errors']:,} failed — {samples}")
+    return "\n".join(lines) if lines else None
+
+
+# --------------------------------------------------------------------------- page
+
+
+def _section(title: str, body: str | None) -> str | None:
+    return f"## {title}\n{body}" if body else None
+
+
+def render_markdown(results: dict[str, Any]) -> str:
+    """The speed test matrix page for a results dict."""
+    cells = page_cells(results)
+    blocks = [
+        render_title(results),
+        render_subtitle(results),
+        render_simulation_warning(results),
+        render_byline(results),
+        _section("Hardware", render_hardware(results)),
+        _section("Engine", render_engine(results)),
+        _section("Run", render_run(results, cells)),
+        _section("Launch command", render_launch_command(results)),
+        _section("Prefill (prompt tok/s by context length)", render_prefill(cells)),
+        _section(
+            "Sustained decode (total tok/s; rows context, columns simultaneous requests; "
+            "TTFT under each value)",
+            render_decode(results, cells),
+        ),
+        _section(
+            "All measurements (latencies are medians; total tok/s is output across all "
+            "simultaneous requests)",
+            render_all_measurements(cells),
+        ),
+        _section("Errors", render_errors(cells)),
+    ]
+    return "\n\n".join(b for b in blocks if b) + "\n"
+
+
+# --------------------------------------------------------------------------- CSV
+
+#: CSV columns in order: raw numbers, snake_case, one row per cell.
+CSV_COLUMNS = [
+    "provenance", "sim_profile", "phase", "context_tokens", "concurrency", "status",
+    "prompt_tokens", "prompt_tok_s", "total_tok_s", "per_request_tok_s", "ttft_ms",
+    "ttft_p90_ms", "ttft_p99_ms", "tbt_ms", "tbt_p90_ms", "tbt_p99_ms", "avg_active",
+    "avg_streaming", "completed_requests", "requests_sent", "output_tokens", "measured_s",
+    "errors", "error_samples", "max_waiting", "client_cpu_pct_max", "loop_lag_ms_max",
+    "warmup_cache_hit", "prefill_source", "reason",
+]
+_INT_COLUMNS = [
+    "context_tokens", "concurrency", "prompt_tokens", "completed_requests", "requests_sent",
+    "output_tokens", "errors",
+]
+
+
+def _csv_row(results: dict[str, Any], cell: dict[str, Any]) -> dict[str, Any]:
+    row = {key: cell.get(key) for key in CSV_COLUMNS}
+    row["provenance"] = results.get("provenance")
+    row["sim_profile"] = results.get("sim_profile")
+    row["error_samples"] = " | ".join(cell.get("error_samples") or []) or None
+    return row
+
+
+def measurements_frame(results: dict[str, Any]) -> pd.DataFrame:
+    """One row per cell (page order), machine-readable: raw numbers, empty where missing."""
+    rows = [_csv_row(results, c) for c in page_cells(results)]
+    frame = pd.DataFrame(rows, columns=CSV_COLUMNS)
+    for column in _INT_COLUMNS:
+        frame[column] = pd.array(frame[column].tolist(), dtype="Int64")
+    return frame
+
+
+def write_csv(results: dict[str, Any], path: str | os.PathLike[str]) -> None:
+    measurements_frame(results).to_csv(path, index=False)

@@ -1,0 +1,316 @@
+"""The results directory: results.json (the record), measurements.csv and report.md.
+
+Files only; rendering is `llmload.report`'s. Every `ResultsWriter` call rewrites all three
+files, results.json first and atomically (temp file + os.replace), so a finished cell is on
+disk before the next one starts and a crash or Ctrl-C never loses a measured cell or leaves
+a half-written file. A failure to render the page or the CSV is logged and does not stop
+the run: results.json alone can render them again (`llmload.report`).
+
+Secrets are never written: keys named exactly api_key, authorization, openai_api_key or
+headers (any case) are dropped anywhere in the document, and API keys / tokens are masked in
+the launch command (`--api-key X`, `OPENAI_API_KEY=X`, `Bearer X`). Other names that
+contain "token" (max_tokens, prompt_tokens) are figures, not secrets.
+
+results.json, schema version 1
+------------------------------
+Top level:
+- schema_version: 1 (int). A reader refuses a newer version.
+- llmload_version: str — the llmload that wrote the file.
+- started_at, finished_at: ISO 8601 UTC strings; finished_at is null until `finish`
+  (null in a saved file = the run was interrupted).
+- provenance: "measured" (a real server) | "simulated" (llmload's simulator).
+- sim_profile: simulator profile name, or null for measured runs.
+- config: the resolved scenario (`Scenario.to_dict()`): name, description, host,
+  sim_profile, model, endpoint, contexts, prefill_contexts, concurrency, duration_s,
+  max_tokens, kv_cache_tokens, warmup, prefill_repeats, request_timeout_s, launch_command,
+  workers. Never secrets.
+- server: base_url, model (served name), engine, version, max_model_len, kv_cache_tokens,
+  block_size, kv_cache_source, prefix_caching, token_ids_prompts; optional model_root
+  (the model path/id behind the served name, used for the title), revision, quantization,
+  backend, build. Unknown values are null.
+- hardware: free-form, possibly partial: name (for the title, e.g. "RTX 3090 24GB"), type,
+  gpu, vram_gb, cpu, cpu_cores, ram_gb, os, and anything else (shown as "Key: value").
+- launch_command: the server's launch command (str) or null.
+- plan: list of planned cells (`capacity.PlannedCell.to_dict()`): phase, context_tokens,
+  concurrency, status ("run" | "over_capacity" | "exceeds_context"), reason,
+  prompt_tokens, max_tokens, prefill_source.
+- cells: list of cell dicts, one per measured or skipped cell, keys CELL_KEYS (extra keys
+  are kept):
+  - identity: phase ("prefill" | "decode"), context_tokens, concurrency (1 for prefill).
+  - status: one of CELL_STATUSES.
+  - figures (null where the cell did not run or the figure is undefined): prompt_tok_s,
+    total_tok_s, per_request_tok_s, ttft_ms, ttft_p90_ms, ttft_p99_ms, tbt_ms, tbt_p90_ms,
+    tbt_p99_ms, avg_active, avg_streaming, completed_requests (prefill: requests that gave
+    the sample), requests_sent, output_tokens, measured_s, errors, error_samples (list of
+    str, ≤ 3).
+  - extras: prompt_tokens, reason, prefill_source, max_waiting (largest server queue seen),
+    client_cpu_pct_max, loop_lag_ms_max, warmup_cache_hit (bool or null), cached_tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import re
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from llmload import __version__
+
+logger = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+RESULTS_FILE = "results.json"
+CSV_FILE = "measurements.csv"
+REPORT_FILE = "report.md"
+
+PROVENANCES = ("measured", "simulated")
+CELL_STATUSES = (
+    "valid", "over_capacity", "exceeds_context", "errors", "saturated", "client_bound",
+    "not_run", "running",
+)
+CELL_IDENTITY = ("phase", "context_tokens", "concurrency")
+CELL_FIGURE_KEYS = (
+    "prompt_tok_s", "total_tok_s", "per_request_tok_s", "ttft_ms", "ttft_p90_ms",
+    "ttft_p99_ms", "tbt_ms", "tbt_p90_ms", "tbt_p99_ms", "avg_active", "avg_streaming",
+    "completed_requests", "requests_sent", "output_tokens", "measured_s", "errors",
+    "error_samples",
+)
+CELL_EXTRA_KEYS = (
+    "prompt_tokens", "reason", "prefill_source", "max_waiting", "client_cpu_pct_max",
+    "loop_lag_ms_max", "warmup_cache_hit", "cached_tokens",
+)
+CELL_KEYS = (*CELL_IDENTITY, "status", *CELL_FIGURE_KEYS, *CELL_EXTRA_KEYS)
+
+#: Keys dropped anywhere in the document before writing (compared lower-case, exactly).
+SECRET_KEYS = frozenset({"api_key", "authorization", "openai_api_key", "headers"})
+_SECRET_PATTERNS = [
+    re.compile(r"(--(?:api-key|hf-token|token)(?:=|\s+))(\S+)"),
+    re.compile(r"\b([A-Z][A-Z0-9_]*(?:API_KEY|TOKEN|SECRET)=)(\S+)"),
+    re.compile(r"(Bearer\s+)(\S+)", re.I),
+]
+_MASK = "***"
+
+
+class ResultsError(ValueError):
+    """A results file that cannot be read: missing, not JSON, not ours, or too new."""
+
+
+def utc_now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def new_cell(*, phase: str, context_tokens: int, concurrency: int, status: str, **values: Any
+             ) -> dict[str, Any]:
+    """A cell dict with every CELL_KEYS key (None where not given; error_samples [])."""
+    if phase not in ("prefill", "decode"):
+        raise ValueError(f"cell phase {phase!r} must be 'prefill' or 'decode'")
+    if status not in CELL_STATUSES:
+        raise ValueError(f"cell status {status!r} is not one of {', '.join(CELL_STATUSES)}")
+    cell: dict[str, Any] = dict.fromkeys(CELL_KEYS)
+    cell.update(values)
+    cell.update(phase=phase, context_tokens=int(context_tokens), concurrency=int(concurrency),
+                status=status)
+    if cell["error_samples"] is None:
+        cell["error_samples"] = []
+    return cell
+
+
+def _cell_key(cell: dict[str, Any]) -> tuple[Any, ...]:
+    return tuple(cell.get(k) for k in CELL_IDENTITY)
+
+
+# --------------------------------------------------------------------------- cleaning
+
+
+def mask_secrets(text: str) -> str:
+    """The text with API keys and tokens replaced by ***."""
+    for pattern in _SECRET_PATTERNS:
+        text = pattern.sub(lambda m: m.group(1) + _MASK, text)
+    return text
+
+
+def _clean(obj: Any) -> Any:
+    """JSON-ready copy: secret keys dropped, NaN/inf → None, numpy scalars → Python."""
+    if isinstance(obj, dict):
+        return {
+            str(k): _clean(v) for k, v in obj.items() if str(k).lower() not in SECRET_KEYS
+        }
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    if isinstance(obj, (set, frozenset)):
+        return sorted(_clean(v) for v in obj)
+    if type(obj).__module__ == "numpy":
+        obj = obj.tolist()  # numpy scalar or array → Python values
+        if isinstance(obj, list):
+            return _clean(obj)
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def _json_fallback(obj: Any) -> str:
+    # Losing one odd value is better than losing the run: keep its text and say so.
+    logger.warning("results: %s value %r written as text", type(obj).__name__, obj)
+    return str(obj)
+
+
+def _document_text(doc: dict[str, Any]) -> str:
+    clean = _clean(doc)
+    if clean.get("launch_command"):
+        clean["launch_command"] = mask_secrets(str(clean["launch_command"]))
+    return json.dumps(clean, indent=2, ensure_ascii=False, allow_nan=False,
+                      default=_json_fallback) + "\n"
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+# --------------------------------------------------------------------------- writer
+
+
+class ResultsWriter:
+    """Keeps one run's results document and rewrites the results directory on every call."""
+
+    def __init__(self, out_dir: str | os.PathLike[str]) -> None:
+        self.out_dir = Path(out_dir)
+        self._doc: dict[str, Any] | None = None
+
+    @property
+    def results(self) -> dict[str, Any]:
+        """The document as last written (cleaned of secrets)."""
+        return json.loads(_document_text(self._require()))
+
+    def _require(self) -> dict[str, Any]:
+        if self._doc is None:
+            raise RuntimeError("ResultsWriter.start() was not called")
+        return self._doc
+
+    def start(self, meta: dict[str, Any]) -> None:
+        """Begin the document with the run's top-level keys (see the module docstring)."""
+        doc: dict[str, Any] = {
+            "schema_version": SCHEMA_VERSION,
+            "llmload_version": __version__,
+            "started_at": utc_now_iso(),
+            "finished_at": None,
+            "provenance": None,
+            "sim_profile": None,
+            "config": {},
+            "server": {},
+            "hardware": {},
+            "launch_command": None,
+            "plan": [],
+            "cells": [],
+        }
+        doc.update(meta)
+        doc["schema_version"] = SCHEMA_VERSION
+        if doc["provenance"] not in PROVENANCES:
+            raise ValueError(f"provenance {doc['provenance']!r} must be one of {PROVENANCES}")
+        if doc["provenance"] == "simulated" and not doc["sim_profile"]:
+            raise ValueError("a simulated run needs its sim_profile")
+        doc["cells"] = [new_cell(**c) for c in doc["cells"]]
+        self._doc = doc
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self._write()
+
+    def add_cell(self, cell: dict[str, Any]) -> None:
+        """Add a cell (missing keys become None) and write everything."""
+        doc = self._require()
+        new = new_cell(**cell)
+        if any(_cell_key(c) == _cell_key(new) for c in doc["cells"]):
+            raise ValueError(f"cell {_cell_key(new)} is already in the results; update it")
+        doc["cells"].append(new)
+        self._write()
+
+    def update_cell(self, cell: dict[str, Any]) -> None:
+        """Merge values into the cell with the same phase/context/concurrency and write."""
+        doc = self._require()
+        key = _cell_key(cell)
+        for i, existing in enumerate(doc["cells"]):
+            if _cell_key(existing) == key:
+                doc["cells"][i] = new_cell(**{**existing, **cell})
+                self._write()
+                return
+        raise ValueError(f"cell {key} is not in the results; add it first")
+
+    def update(self, **top_level: Any) -> None:
+        """Set top-level keys (e.g. server or hardware found out during the run) and write."""
+        doc = self._require()
+        if "cells" in top_level or "schema_version" in top_level:
+            raise ValueError("cells and schema_version are not set through update()")
+        doc.update(top_level)
+        self._write()
+
+    def finish(self, *, finished_at: str | None = None, **top_level: Any) -> None:
+        """Mark the run finished (now, unless given) and write the final files."""
+        doc = self._require()
+        doc.update(top_level)
+        doc["finished_at"] = finished_at or utc_now_iso()
+        self._write()
+
+    def _write(self) -> None:
+        text = _document_text(self._require())
+        _atomic_write_text(self.out_dir / RESULTS_FILE, text)
+        self._write_renderings(json.loads(text))
+
+    def _write_renderings(self, clean: dict[str, Any]) -> None:
+        # Imported here: pandas is slow to import and results.json must not depend on it.
+        from llmload import report
+
+        try:
+            _atomic_write_text(self.out_dir / CSV_FILE, report.measurements_frame(clean)
+                               .to_csv(index=False))
+            _atomic_write_text(self.out_dir / REPORT_FILE, report.render_markdown(clean))
+        except Exception:
+            logger.exception("could not render %s or %s; %s is intact",
+                             CSV_FILE, REPORT_FILE, RESULTS_FILE)
+
+
+# --------------------------------------------------------------------------- reader
+
+
+def load_results(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A results document from a results directory or a results.json file."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / RESULTS_FILE
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ResultsError(f"{path}: no such results file") from None
+    except OSError as e:
+        raise ResultsError(f"{path}: cannot read: {e.strerror or e}") from None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ResultsError(f"{path}: not valid JSON (line {e.lineno}: {e.msg})") from None
+    if not isinstance(doc, dict) or "schema_version" not in doc:
+        raise ResultsError(f"{path}: not an llmload results file (no schema_version)")
+    version = doc["schema_version"]
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise ResultsError(f"{path}: unsupported schema_version {version!r}")
+    if version > SCHEMA_VERSION:
+        raise ResultsError(
+            f"{path}: written by a newer llmload (schema {version}; this llmload "
+            f"{__version__} reads up to {SCHEMA_VERSION}): upgrade llmload"
+        )
+    if not isinstance(doc.get("cells", []), list):
+        raise ResultsError(f"{path}: 'cells' must be a list")
+    return doc
