@@ -1,0 +1,141 @@
+"""The streaming client against a real local server (tests/stream_server.py, port 0)."""
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from gevent import monkey  # noqa: F401  (the client uses gevent sockets explicitly)
+
+from llmload.client import StreamingClient
+from llmload.clock import now
+
+SERVER = Path(__file__).with_name("stream_server.py")
+
+
+class StreamServer:
+    def __init__(self, *args: str) -> None:
+        self.proc = subprocess.Popen([sys.executable, str(SERVER), *args], stdout=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        assert line.startswith("listening on"), line
+        self.url = line.split()[-1]
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=5)
+
+
+@pytest.fixture
+def server(request):
+    servers = []
+
+    def start(*args):
+        s = StreamServer(*args)
+        servers.append(s)
+        return s
+    yield start
+    for s in servers:
+        s.close()
+
+
+def body(max_tokens=10, user="u"):
+    return json.dumps({"model": "m", "prompt": [1, 2], "max_tokens": max_tokens, "stream": True,
+                       "user": user}).encode()
+
+
+def test_multi_token_chunks_count_the_servers_tokens(server):
+    s = server("--tokens-per-chunk", "3", "--interval-ms", "2")
+    rec = StreamingClient(s.url).stream("/v1/completions", body(10), user_id="u")
+    assert rec.status == "ok", rec.error
+    assert rec.output_tokens == rec.completion_tokens == 10
+    assert list(rec.chunk_tokens) == [3, 3, 3, 1]
+    assert rec.token_source == "continuous_usage"
+    assert rec.finish_reason == "length"
+
+
+@pytest.mark.parametrize("usage,source", [("final", "final_usage"), ("none", "chunks")])
+def test_servers_without_continuous_usage(server, usage, source):
+    s = server("--usage", usage, "--interval-ms", "1")
+    rec = StreamingClient(s.url).stream("/v1/completions", body(7), user_id="u")
+    assert rec.status == "ok", rec.error
+    assert rec.output_tokens == 7
+    assert rec.token_source == source
+
+
+@pytest.mark.parametrize("flags", [["--crlf"], ["--no-space"], ["--pings"], ["--crlf", "--pings", "--chat-role"]])
+def test_format_variants(server, flags):
+    s = server("--interval-ms", "5", *flags)
+    rec = StreamingClient(s.url).stream("/v1/completions", body(5), user_id="u")
+    assert rec.status == "ok", rec.error
+    assert rec.output_tokens == 5
+    # Chunks that the kernel delivers in one read are one arrival; on a loaded machine two
+    # 5-ms-apart writes can meet, so allow one merge.
+    assert len(rec.chunk_times_s) >= 4
+
+
+def test_keep_alive_connection_is_reused(server):
+    s = server("--interval-ms", "1")
+    client = StreamingClient(s.url)
+    first = client.stream("/v1/completions", body(3), user_id="u")
+    sock = client._sock
+    second = client.stream("/v1/completions", body(3), user_id="u")
+    assert first.status == second.status == "ok"
+    assert client._sock is sock
+
+
+def test_one_token_per_chunk_gives_no_zero_gaps(server):
+    s = server("--interval-ms", "3")
+    rec = StreamingClient(s.url).stream("/v1/completions", body(20), user_id="u")
+    gaps = [b - a for a, b in zip(rec.chunk_times_s, rec.chunk_times_s[1:])]
+    assert len(gaps) == 19
+    assert min(gaps) > 0.0005
+
+
+def test_error_in_stream_is_a_failed_request(server):
+    s = server("--error-after", "3", "--interval-ms", "1")
+    rec = StreamingClient(s.url).stream("/v1/completions", body(10), user_id="u")
+    assert rec.status == "error"
+    assert "engine died mid-stream" in rec.error
+    assert rec.output_tokens == 3
+
+
+def test_stream_ending_without_done_or_finish_is_a_failure(server):
+    s = server("--no-done", "--usage", "none", "--close-after", "--error-after", "4", "--interval-ms", "1")
+    rec = StreamingClient(s.url).stream("/v1/completions", body(10), user_id="u")
+    assert rec.status == "error"
+
+
+def test_http_error_status_gives_the_servers_message(server):
+    s = server("--status", "401")
+    rec = StreamingClient(s.url).stream("/v1/completions", body(10), user_id="u")
+    assert rec.status == "error"
+    assert rec.http_status == 401
+    assert rec.error == "HTTP 401: refused by test server"
+
+
+def test_deadline_cancels_the_request(server):
+    s = server("--interval-ms", "10", "--tokens", "1000")
+    client = StreamingClient(s.url)
+    t_end = now() + 0.2
+    rec = client.stream("/v1/completions", body(1000), user_id="u", deadline_s=t_end)
+    assert rec.status == "cancelled"
+    assert 5 <= rec.output_tokens < 100
+    assert abs(rec.end_s - t_end) < 0.1
+    assert client._sock is None  # the connection was closed, which aborts the request
+
+
+def test_connection_refused_is_one_line():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    rec = StreamingClient(f"http://127.0.0.1:{port}").stream("/v1/completions", body(), user_id="u")
+    assert rec.status == "error"
+    assert "refused" in rec.error.lower()
+
+
+def test_server_that_rejects_unknown_fields(server):
+    s = server("--reject-unknown", "--accepted", "model,prompt,max_tokens,stream")
+    rec = StreamingClient(s.url).stream("/v1/completions", body(3), user_id="u")
+    assert rec.status == "error" and "unknown fields" in rec.error

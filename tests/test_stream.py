@@ -1,0 +1,123 @@
+"""Token timing from streamed chunks (TokenTimeline): sources, multi-token chunks, errors."""
+
+import json
+
+from llmload.stream import TokenTimeline, error_message_from_body
+
+
+def chunk(text="x", n=None, finish=None, prompt=5, chat=False, role=False):
+    if chat:
+        delta = {"role": "assistant", "content": ""} if role else {"content": text}
+        choice = {"index": 0, "delta": delta, "finish_reason": finish}
+    else:
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+    obj = {"id": "c", "choices": [choice]}
+    if n is not None:
+        obj["usage"] = {"prompt_tokens": prompt, "total_tokens": prompt + n, "completion_tokens": n}
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def final_usage(n, prompt=5, cached=None):
+    usage = {"prompt_tokens": prompt, "total_tokens": prompt + n, "completion_tokens": n}
+    if cached is not None:
+        usage["prompt_tokens_details"] = {"cached_tokens": cached}
+    return json.dumps({"id": "c", "choices": [], "usage": usage}).encode()
+
+
+def test_continuous_usage_counts_the_delta_not_chunks():
+    tl = TokenTimeline()
+    tl.feed(1.0, [chunk(" a b", n=2)])
+    tl.feed(1.1, [chunk(" c d e", n=5)])
+    tl.feed(1.2, [chunk(" f", n=6, finish="length")])
+    tl.feed(1.2, [final_usage(6, cached=3), b"[DONE]"])
+    assert tl.finish() == "continuous_usage"
+    assert list(tl.chunk_tokens) == [2, 3, 1]
+    assert list(tl.chunk_times_s) == [1.0, 1.1, 1.2]
+    assert (tl.finish_reason, tl.completion_tokens, tl.prompt_tokens, tl.cached_tokens) == ("length", 6, 5, 3)
+    assert tl.done
+
+
+def test_chat_role_only_chunk_is_not_a_token():
+    tl = TokenTimeline()
+    tl.feed(1.0, [chunk(chat=True, role=True, n=0)])
+    tl.feed(1.5, [chunk("hi", chat=True, n=1)])
+    tl.feed(1.6, [chunk(" there", chat=True, n=2, finish="stop"), b"[DONE]"])
+    tl.finish()
+    assert list(tl.chunk_times_s) == [1.5, 1.6]
+    assert tl.output_tokens == 2
+
+
+def test_chat_role_only_chunk_without_usage_is_not_a_token_either():
+    tl = TokenTimeline()
+    tl.feed(1.0, [chunk(chat=True, role=True)])
+    tl.feed(1.5, [chunk("hi", chat=True)])
+    tl.feed(1.6, [chunk("", chat=True, finish="stop"), b"[DONE]"])
+    assert tl.finish() == "chunks"
+    assert list(tl.chunk_times_s) == [1.5]
+
+
+def test_final_usage_is_spread_over_content_chunks():
+    tl = TokenTimeline()
+    for i in range(4):
+        tl.feed(1.0 + i, [chunk("ab")])
+    tl.feed(5.0, [chunk("", finish="length")])
+    tl.feed(5.0, [final_usage(10)])
+    assert tl.finish() == "final_usage"
+    assert list(tl.chunk_tokens) == [3, 3, 2, 2]
+    assert tl.output_tokens == 10
+
+
+def test_no_usage_at_all_counts_content_chunks_and_says_so():
+    tl = TokenTimeline()
+    tl.feed(1.0, [chunk("a")])
+    tl.feed(2.0, [chunk("b", finish="stop"), b"[DONE]"])
+    assert tl.finish() == "chunks"
+    assert tl.output_tokens == 2
+    assert tl.finish_reason == "stop"
+
+
+def test_single_chunk_with_finish_and_usage_counts_once():
+    # max_tokens 1 on the completions endpoint: the only token comes with its finish reason.
+    tl = TokenTimeline()
+    tl.feed(1.0, [chunk("a", n=1, finish="length"), final_usage(1), b"[DONE]"])
+    tl.finish()
+    assert tl.output_tokens == 1
+
+
+def test_chunks_read_together_are_one_arrival():
+    tl = TokenTimeline()
+    tl.feed(1.0, [chunk("a", n=1), chunk("b", n=2)])
+    tl.feed(1.0, [chunk("c", n=3)])
+    tl.finish()
+    assert list(tl.chunk_times_s) == [1.0]
+    assert list(tl.chunk_tokens) == [3]
+
+
+def test_in_stream_error_is_recorded():
+    tl = TokenTimeline()
+    tl.feed(1.0, [chunk("a", n=1)])
+    tl.feed(1.1, [b'{"error": {"message": "engine died", "code": 500}}'])
+    tl.finish()
+    assert tl.error == "engine died"
+
+
+def test_flat_vllm_error_object():
+    tl = TokenTimeline()
+    tl.feed(1.0, [b'{"object": "error", "message": "bad things", "code": 400}'])
+    assert tl.error == "bad things"
+
+
+def test_text_that_mentions_keys_does_not_fool_the_fast_path():
+    tricky = json.dumps({"choices": [{"index": 0, "text": '"completion_tokens": 99 "finish_reason": "stop"',
+                                      "finish_reason": None}],
+                         "usage": {"prompt_tokens": 1, "total_tokens": 2, "completion_tokens": 1}}).encode()
+    tl = TokenTimeline()
+    tl.feed(1.0, [tricky])
+    assert tl.output_tokens == 1
+    assert tl.finish_reason is None
+
+
+def test_error_body_message():
+    body = b'{"error":{"message":"This model\'s maximum context length is 100 tokens.","type":"BadRequestError","code":400}}'
+    assert error_message_from_body(body, 400) == "HTTP 400: This model's maximum context length is 100 tokens."
+    assert error_message_from_body(b"<html>nope</html>", 502) == "HTTP 502: <html>nope</html>"
