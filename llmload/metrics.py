@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -164,65 +164,74 @@ def _error_samples(errors: Sequence[RequestRecord]) -> tuple[str, ...]:
     return tuple(samples)
 
 
+@dataclass(slots=True)
+class _StreamTotals:
+    """What the in-flight records of a window add up to (internal, mutable while summing)."""
+
+    output_tokens: int = 0
+    active_s: float = 0.0
+    streaming_s: float = 0.0
+    rates_tok_s: list[float] = field(default_factory=list)
+    ttfts_s: list[float] = field(default_factory=list)
+    tbt_parts: list[np.ndarray] = field(default_factory=list)
+
+
+def _sum_streams(in_flight: Iterable[RequestRecord], t0: float, t1: float) -> _StreamTotals:
+    totals = _StreamTotals()
+    for record in in_flight:
+        times, tokens = _token_chunks(record)
+        inside = _inside(times, t0, t1)
+        totals.output_tokens += int(tokens[inside].sum())
+        rate = _stream_rate_tok_s(times[inside], tokens[inside])
+        if rate is not None:
+            totals.rates_tok_s.append(rate)
+        totals.tbt_parts.append(tbt_samples_s(record, t0, t1))
+        totals.active_s += _overlap_s(record.send_s, record.end_s, t0, t1)
+        if times.size:
+            totals.streaming_s += _overlap_s(float(times[0]), record.end_s, t0, t1)
+            if t0 <= record.send_s <= t1:
+                totals.ttfts_s.append(float(times[0]) - record.send_s)
+    return totals
+
+
 def window_figures(
     records: Iterable[RequestRecord], t0: float, t1: float, *, concurrency: int
 ) -> WindowFigures:
     """Figures of the decode window [t0, t1] from the records of that cell.
 
     Pass the cell's records (warm-up records may be included: they end before t0 and so
-    contribute nothing). Rates and means are None when no request was in flight during the
-    window at all; medians are None when they have no sample.
+    contribute nothing). Token counts, rates and means are None when no request was in
+    flight during the window at all; medians are None when they have no sample.
     """
     if not t1 > t0:
         raise ValueError(f"empty window: t0={t0!r} t1={t1!r}")
     duration_s = t1 - t0
     records = list(records)
     in_flight = [r for r in records if r.send_s <= t1 and r.end_s >= t0]
-
-    output_tokens = 0
-    rates_tok_s: list[float] = []
-    ttfts_s: list[float] = []
-    tbt_parts: list[np.ndarray] = []
-    active_s = streaming_s = 0.0
-    for record in in_flight:
-        times, tokens = _token_chunks(record)
-        inside = _inside(times, t0, t1)
-        output_tokens += int(tokens[inside].sum())
-        rate = _stream_rate_tok_s(times[inside], tokens[inside])
-        if rate is not None:
-            rates_tok_s.append(rate)
-        if t0 <= record.send_s <= t1 and times.size:
-            ttfts_s.append(float(times[0]) - record.send_s)
-        tbt_parts.append(tbt_samples_s(record, t0, t1))
-        active_s += _overlap_s(record.send_s, record.end_s, t0, t1)
-        if times.size:
-            streaming_s += _overlap_s(float(times[0]), record.end_s, t0, t1)
-
-    ttft = _percentiles_ms(np.asarray(ttfts_s))
-    tbt = _percentiles_ms(np.concatenate(tbt_parts) if tbt_parts else _EMPTY)
+    totals = _sum_streams(in_flight, t0, t1)
+    ttft = _percentiles_ms(np.asarray(totals.ttfts_s))
+    tbt = _percentiles_ms(np.concatenate(totals.tbt_parts) if totals.tbt_parts else _EMPTY)
     errors = [
-        r
-        for r in records
+        r for r in records
         if r.status == "error" and (t0 <= r.send_s <= t1 or t0 <= r.end_s <= t1)
     ]
     ran = bool(in_flight)
     return WindowFigures(
         concurrency=concurrency,
         measured_s=duration_s,
-        output_tokens=output_tokens if ran else None,
-        total_tok_s=output_tokens / duration_s if ran else None,
-        per_request_tok_s=float(np.median(rates_tok_s)) if rates_tok_s else None,
+        output_tokens=totals.output_tokens if ran else None,
+        total_tok_s=totals.output_tokens / duration_s if ran else None,
+        per_request_tok_s=float(np.median(totals.rates_tok_s)) if totals.rates_tok_s else None,
         ttft_ms=ttft[0],
         ttft_p90_ms=ttft[1],
         ttft_p99_ms=ttft[2],
         tbt_ms=tbt[0],
         tbt_p90_ms=tbt[1],
         tbt_p99_ms=tbt[2],
-        avg_active=active_s / duration_s if ran else None,
-        avg_streaming=streaming_s / duration_s if ran else None,
+        avg_active=totals.active_s / duration_s if ran else None,
+        avg_streaming=totals.streaming_s / duration_s if ran else None,
         completed_requests=sum(
-            1
-            for r in records
+            1 for r in records
             if r.status == "ok" and r.finish_reason is not None and t0 <= r.end_s <= t1
         ),
         requests_sent=sum(1 for r in records if t0 <= r.send_s <= t1),

@@ -15,7 +15,6 @@ notes, All measurements. Rules:
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -24,8 +23,6 @@ from urllib.parse import urlsplit
 import pandas as pd
 
 from llmload.units import format_duration_s, format_tokens
-
-logger = logging.getLogger(__name__)
 
 MISSING = "—"
 PHASE_ORDER = {"prefill": 0, "decode": 1}
@@ -150,9 +147,9 @@ def _hardware_name(results: dict[str, Any]) -> str:
     hardware = results.get("hardware") or {}
     if hardware.get("name"):
         return str(hardware["name"])
-    if hardware.get("gpu"):
-        vram = hardware.get("vram_gb")
-        return f"{hardware['gpu']} {vram:g}GB" if isinstance(vram, (int, float)) else hardware["gpu"]
+    gpu, vram = hardware.get("gpu"), hardware.get("vram_gb")
+    if gpu:
+        return f"{gpu} {vram:g}GB" if isinstance(vram, (int, float)) else str(gpu)
     base_url = (results.get("server") or {}).get("base_url")
     if not base_url:
         return "unknown hardware"

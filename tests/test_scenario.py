@@ -78,7 +78,9 @@ def test_precedence_cli_over_file_over_defaults(tmp_path):
     assert resolve({"duration": "1m"}, {}, {}).duration_s == 60.0
 
 
-@pytest.mark.parametrize("key", ["api_key", "api-key", "OPENAI_API_KEY", "headers", "authorization"])
+@pytest.mark.parametrize(
+    "key", ["api_key", "api-key", "OPENAI_API_KEY", "headers", "authorization"]
+)
 def test_secrets_are_rejected_in_files(tmp_path, key):
     path = write(tmp_path, f"{key}: sk-123\n")
     with pytest.raises(ScenarioError) as info:
