@@ -18,6 +18,8 @@ Top level:
 - llmload_version: str — the llmload that wrote the file.
 - started_at, finished_at: ISO 8601 UTC strings; finished_at is null until `finish`
   (null in a saved file = the run was interrupted).
+- status: how the run ended, set with `finish(status=...)`: "complete" | "interrupted" |
+  "failed"; null until then.
 - provenance: "measured" (a real server) | "simulated" (llmload's simulator).
 - sim_profile: simulator profile name, or null for measured runs.
 - config: the resolved scenario (`Scenario.to_dict()`): name, description, host,
@@ -210,6 +212,7 @@ class ResultsWriter:
             "llmload_version": __version__,
             "started_at": utc_now_iso(),
             "finished_at": None,
+            "status": None,
             "provenance": None,
             "sim_profile": None,
             "config": {},

@@ -354,8 +354,11 @@ def test_writer_rewrites_every_file_on_each_call(tmp_path):
     with pytest.raises(ValueError):
         writer.update_cell({"phase": "decode", "context_tokens": 1, "concurrency": 1})
 
-    writer.finish(finished_at="2026-05-01T10:09:00+00:00")
-    assert load_results(tmp_path / "run")["finished_at"] == "2026-05-01T10:09:00+00:00"
+    writer.finish(finished_at="2026-05-01T10:09:00+00:00", status="interrupted")
+    doc = load_results(tmp_path / "run")
+    assert (doc["finished_at"], doc["status"]) == ("2026-05-01T10:09:00+00:00", "interrupted")
+    assert "finished 2026-05-01T10:09:00+00:00 (interrupted)" in (
+        tmp_path / "run" / "report.md").read_text()
     assert sorted(os.listdir(tmp_path / "run")) == ["measurements.csv", "report.md",
                                                     "results.json"]
 
