@@ -80,12 +80,18 @@ def run(scenario_file, out_dir, master_bind, expect_workers, api_key, **options)
 @click.argument("results_dir", type=click.Path(exists=True))
 def report(results_dir: str) -> None:
     """Re-render report.md (and measurements.csv) from RESULTS_DIR/results.json alone."""
-    from llmload.results import ResultsError, rerender
+    from pathlib import Path
+
+    from llmload.report import measurements_frame, render_markdown
+    from llmload.results import CSV_FILE, REPORT_FILE, ResultsError, load_results
+    folder = Path(results_dir) if Path(results_dir).is_dir() else Path(results_dir).parent
     try:
-        path = rerender(results_dir)
-    except (ResultsError, ValueError, OSError) as exc:
+        doc = load_results(results_dir)
+        (folder / REPORT_FILE).write_text(render_markdown(doc), encoding="utf-8")
+        measurements_frame(doc).to_csv(folder / CSV_FILE, index=False)
+    except (ResultsError, OSError) as exc:
         raise click.ClickException(str(exc)) from None
-    click.echo(f"Report: {path}")
+    click.echo(f"Report: {folder / REPORT_FILE}")
 
 
 @main.command()

@@ -89,13 +89,16 @@ def ram_bytes() -> int | None:
 
 def host_facts() -> dict:
     """Facts of this machine, for results.json's `hardware` (keys absent when unknown)."""
-    facts = {"cpu": cpu_model(), "cpu_count": os.cpu_count(), "ram_bytes": ram_bytes(),
-             "os": os_name(), "python": platform.python_version()}
+    ram = ram_bytes()
+    facts = {"cpu": cpu_model(), "cpu_cores": os.cpu_count(),
+             "ram_gb": round(ram / 2**30) if ram else None, "os": os_name(),
+             "python": platform.python_version()}
     gpus = gpu_facts()
     if gpus:
         facts["gpus"] = gpus
         facts["gpu"] = gpus[0]["name"]
         facts["type"] = "Discrete GPU"
         if "memory_total_bytes" in gpus[0]:
-            facts["vram_bytes"] = gpus[0]["memory_total_bytes"]
+            facts["vram_gb"] = round(gpus[0]["memory_total_bytes"] / 2**30)
+            facts["name"] = f"{gpus[0]['name']} {facts['vram_gb']}GB"
     return {k: v for k, v in facts.items() if v is not None}

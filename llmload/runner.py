@@ -380,7 +380,7 @@ def run_matrix(scenario: Scenario, *, api_key: str | None = None, out_dir: str |
                            kv_cache_tokens=info.kv_cache_tokens, block_size=info.block_size,
                            max_model_len=info.max_model_len)
         _echo_plan(plan, scenario, echo)
-        from llmload.results import ResultsWriter, default_out_dir
+        from llmload.results import ResultsWriter
         out = out_dir or default_out_dir(info.model)
         writer = ResultsWriter(out)
         writer.start(_meta(ctx, plan, prompts))
@@ -413,7 +413,8 @@ def _run_plan(ctx: RunContext, driver: LocustDriver, prompts, plan: list[Planned
         if not planned.runs:
             writer.add_cell(not_run_cell(planned))
         elif planned in deferred.values():
-            writer.add_cell({**not_run_cell(planned), "status": "pending"})
+            writer.add_cell({**not_run_cell(planned), "status": "not_run",
+                             "reason": "measured during the decode warm-up at N=1"})
     started = time.monotonic()
     dead = 0
     for i, planned in enumerate(to_run, 1):
@@ -513,6 +514,13 @@ def _meta(ctx: RunContext, plan: list[PlannedCell], prompts) -> dict:
         "plan": [c.to_dict() for c in plan],
         "definitions": {"tbt": "genai-perf convention: a chunk of k tokens after a gap g gives k samples of g/k"},
     }
+
+
+def default_out_dir(model: str) -> str:
+    """results/<UTC timestamp>-<model>/ (the model name made safe for a path)."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in model).strip("-") or "model"
+    return os.path.join("results", f"{stamp}-{safe}")
 
 
 def _is_local(url: str) -> bool:

@@ -1,0 +1,93 @@
+"""Timing accuracy of llmload's streaming client (prints figures; not a test).
+
+Starts tests/stream_server.py (a fixed-interval SSE server that remembers the
+perf_counter time of every chunk it writes), streams from it with 1, 16 and 64
+concurrent `StreamingClient`s in this process, and prints, per level:
+- added delay = the record's timestamp of a chunk − the server's write time of that chunk
+  (both CLOCK_MONOTONIC on Linux, so comparable across the two processes): p50, p99, max;
+- zero-gap inter-token samples (must be 0 with one token per chunk);
+- this process's CPU time per token event, and the event rate that implies for one core.
+
+    python benchmarks/stream_timing.py [--interval-ms 5] [--tokens 400]
+"""
+
+from __future__ import annotations
+
+import gevent.monkey
+
+gevent.monkey.patch_all()
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+import urllib.request  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import gevent  # noqa: E402
+import numpy as np  # noqa: E402
+
+from llmload import clock  # noqa: E402
+from llmload.client import StreamingClient  # noqa: E402
+
+SERVER = Path(__file__).resolve().parent.parent / "tests" / "stream_server.py"
+
+
+def run_level(url: str, n: int, tokens: int) -> dict:
+    ids = [f"n{n}-{i}-{time.time_ns()}" for i in range(n)]
+    clients = [StreamingClient(url) for _ in ids]
+
+    def one(i: int):
+        body = json.dumps({"model": "m", "prompt": [1], "max_tokens": tokens, "stream": True,
+                           "user": ids[i]}).encode()
+        return clients[i].stream("/v1/completions", body, user_id=ids[i])
+
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    jobs = [gevent.spawn(one, i) for i in range(n)]
+    gevent.joinall(jobs)
+    cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+    offset = clock.now() - time.perf_counter()
+    delays, gaps, events = [], [], 0
+    for job, rid in zip(jobs, ids):
+        rec = job.value
+        with urllib.request.urlopen(f"{url}/times?id={rid}") as resp:
+            written = json.load(resp)
+        times = np.asarray(rec.chunk_times_s) - offset
+        events += len(times)
+        if len(times) == len(written):
+            delays.extend((times - np.asarray(written)) * 1000.0)
+        gaps.extend(np.diff(times))
+    d = np.asarray(delays)
+    return {"streams": n, "events": events, "matched": d.size,
+            "p50_ms": float(np.percentile(d, 50)) if d.size else None,
+            "p99_ms": float(np.percentile(d, 99)) if d.size else None,
+            "max_ms": float(d.max()) if d.size else None,
+            "zero_gaps": int(np.sum(np.asarray(gaps) <= 0)),
+            "cpu_us_per_event": cpu / max(events, 1) * 1e6, "wall_s": wall}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--interval-ms", type=float, default=5.0)
+    p.add_argument("--tokens", type=int, default=400)
+    p.add_argument("--levels", default="1,16,64")
+    args = p.parse_args()
+    proc = subprocess.Popen([sys.executable, str(SERVER), "--interval-ms", str(args.interval_ms),
+                             "--tokens", str(args.tokens)], stdout=subprocess.PIPE, text=True)
+    try:
+        url = proc.stdout.readline().split()[-1]
+        print(f"server: {url}, one token per chunk every {args.interval_ms} ms, {args.tokens} tokens/stream")
+        print(f"{'streams':>8}{'events':>9}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}{'zero gaps':>11}"
+              f"{'CPU µs/event':>14}{'≈ events/s/core':>17}")
+        for n in (int(x) for x in args.levels.split(",")):
+            r = run_level(url, n, args.tokens)
+            print(f"{r['streams']:>8}{r['events']:>9}{r['p50_ms']:>9.3f}{r['p99_ms']:>9.3f}{r['max_ms']:>9.3f}"
+                  f"{r['zero_gaps']:>11}{r['cpu_us_per_event']:>14.1f}{1e6 / r['cpu_us_per_event']:>17,.0f}")
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
+if __name__ == "__main__":
+    main()
