@@ -1,0 +1,250 @@
+"""Simulator profiles: what the simulated server is, and how fast it runs.
+
+A profile is data: a JSON file whose keys are the fields of `Profile`. The built-in ones
+live next to this module (`<name>.json`); a user passes either a built-in name or a path to
+a file of their own. A file may start from a built-in profile with `"base": "<name>"` and
+set only what differs. `--set key=value` overrides any field after loading.
+
+Rules:
+- Every field has a unit in its name where it has one; the step-time formula is in
+  `llmload.sim.engine` and documented on the fields below.
+- Loading never guesses: an unknown key or a value of the wrong type raises `ProfileError`
+  (a `ValueError`) whose message is one clean line, fit for a CLI error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+PROFILE_DIR = Path(__file__).resolve().parent
+"""Where the built-in profiles live."""
+
+_TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
+_FALSE_WORDS = frozenset({"0", "false", "no", "off"})
+
+
+class ProfileError(ValueError):
+    """A profile could not be found, read or validated; the message is one line."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Profile:
+    """Everything the simulator needs to know about the server it imitates."""
+
+    name: str = "custom"
+    """The profile's name, shown by /version and the "listening on" line."""
+    description: str = ""
+    model: str = "llmload/sim-model"
+    """The Hugging Face id the server claims to serve (`root` in /v1/models)."""
+    served_model_name: str = "sim"
+    """The model name clients send (`id` in /v1/models)."""
+    engine_version: str = "0.32.0"
+    """What /version reports as the vLLM version."""
+
+    max_model_len: int = 4096
+    """Longest prompt + output, in tokens."""
+    block_size: int = 16
+    """Tokens per KV block."""
+    num_gpu_blocks: int = 1024
+    """KV blocks in the pool: the KV cache holds num_gpu_blocks × block_size tokens."""
+    max_num_seqs: int = 256
+    """Most sequences running at once; the rest wait."""
+    max_num_batched_tokens: int = 2048
+    """Token budget per step (decode tokens + prefill chunks): chunked prefill."""
+    enable_prefix_caching: bool = True
+    enable_prompt_tokens_details: bool = True
+    """Report usage.prompt_tokens_details.cached_tokens (vLLM's --enable-prompt-tokens-details)."""
+    gpu_memory_utilization: float = 0.9
+    """Only reported, in vllm:cache_config_info."""
+    vocab_size: int = 32000
+    """Size of the tokenizer's vocabulary (see llmload.sim.tokenizer)."""
+    tokens_per_chunk: int = 1
+    """Tokens each decode step yields per sequence, sent as one SSE chunk (>1 mimics
+    speculative decoding; the step that ends the prefill always yields one)."""
+
+    step_base_ms: float = 2.0
+    """Step time = step_base_ms + step_per_seq_ms × scheduled sequences
+    + step_per_kv_token_us × KV tokens of the decoding sequences + prefill cost."""
+    step_per_seq_ms: float = 0.02
+    step_per_kv_token_us: float = 0.01
+    prefill_per_token_us: float = 10.0
+    """Prefill cost of a chunk of c tokens at position p:
+    prefill_per_token_us × c + prefill_quadratic_ns × ((p + c)² − p²)."""
+    prefill_quadratic_ns: float = 0.0
+
+    frontend_base_ms: float = 1.0
+    """Request handling before the scheduler sees a request: frontend_base_ms, overlapped
+    across requests, plus a serial part (one API-server event loop) of
+    frontend_per_token_us × P + frontend_quadratic_ns × P² for a prompt of P tokens."""
+    frontend_per_token_us: float = 0.0
+    frontend_quadratic_ns: float = 0.0
+
+    engine_wakeup_ms: float = 0.5
+    """An idle engine starts its first step this long after a request reaches it, and takes
+    every request that reached it by then: requests sent together are batched together."""
+
+    eos_min_tokens: int = 16
+    """Without ignore_eos, a request stops ("stop") after a length drawn deterministically
+    from its prompt in [eos_min_tokens, eos_max_tokens] (never before min_tokens)."""
+    eos_max_tokens: int = 256
+
+    @property
+    def kv_cache_tokens(self) -> int:
+        return self.num_gpu_blocks * self.block_size
+
+    def replace(self, **changes: Any) -> "Profile":
+        return validate(dataclasses.replace(self, **changes))
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(Profile)}
+
+
+def list_profiles() -> list[str]:
+    """Names of the built-in profiles."""
+    return sorted(p.stem for p in PROFILE_DIR.glob("*.json"))
+
+
+def load_profile(name_or_path: str, overrides: Mapping[str, object] | None = None) -> Profile:
+    """Load a built-in profile by name, or a JSON file by path, then apply `overrides`.
+
+    Override values may be strings (as from `--set key=value`) or already typed values.
+    """
+    profile = _load(str(name_or_path), seen=())
+    if overrides:
+        profile = dataclasses.replace(
+            profile, **{key: _coerce(key, value) for key, value in overrides.items()}
+        )
+    return validate(profile)
+
+
+def parse_overrides(items: list[str] | tuple[str, ...]) -> dict[str, str]:
+    """Turn `["key=value", ...]` (repeated `--set`) into a dict, checking the shape."""
+    result: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ProfileError(f"--set expects key=value, got {item!r}")
+        result[key.strip()] = value.strip()
+    return result
+
+
+def _load(name_or_path: str, seen: tuple[str, ...]) -> Profile:
+    path = _resolve(name_or_path)
+    if str(path) in seen:
+        raise ProfileError(f"profile {name_or_path!r}: 'base' chain loops back on itself")
+    data = _read_json(path)
+    base_name = data.pop("base", None)
+    if base_name is None:
+        profile = Profile(name=path.stem)
+    else:
+        profile = dataclasses.replace(_load(str(base_name), seen + (str(path),)), name=path.stem)
+    values = {key: _coerce(key, value, source=path.name) for key, value in data.items()}
+    return dataclasses.replace(profile, **values)
+
+
+def _resolve(name_or_path: str) -> Path:
+    builtin = PROFILE_DIR / f"{name_or_path}.json"
+    if "/" not in name_or_path and builtin.is_file():
+        return builtin
+    path = Path(name_or_path).expanduser()
+    if path.is_file():
+        return path
+    known = ", ".join(list_profiles())
+    raise ProfileError(f"no profile {name_or_path!r}: not a built-in ({known}) nor a file")
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ProfileError(f"cannot read profile {path}: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise ProfileError(f"profile {path} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ProfileError(f"profile {path} must hold a JSON object")
+    return data
+
+
+def _coerce(key: str, value: object, source: str = "--set") -> object:
+    field = _FIELDS.get(key)
+    if field is None:
+        known = ", ".join(sorted(_FIELDS))
+        raise ProfileError(f"{source}: unknown profile field {key!r} (known: {known})")
+    kind = field.type if isinstance(field.type, str) else field.type.__name__
+    try:
+        return _CONVERTERS[kind](value)
+    except (TypeError, ValueError):
+        raise ProfileError(f"{source}: {key} must be {kind}, got {value!r}") from None
+
+
+def _to_bool(value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in _TRUE_WORDS | _FALSE_WORDS:
+        return value.strip().lower() in _TRUE_WORDS
+    raise ValueError(value)
+
+
+def _to_int(value: object) -> int:
+    if isinstance(value, bool):
+        raise ValueError(value)
+    if isinstance(value, float) and not value.is_integer():
+        raise ValueError(value)
+    return int(str(value).strip()) if isinstance(value, str) else int(value)  # type: ignore[arg-type]
+
+
+def _to_float(value: object) -> float:
+    if isinstance(value, bool):
+        raise ValueError(value)
+    result = float(value)  # type: ignore[arg-type]
+    if not math.isfinite(result):
+        raise ValueError(value)
+    return result
+
+
+def _to_str(value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(value)
+    return value
+
+
+_CONVERTERS = {"bool": _to_bool, "int": _to_int, "float": _to_float, "str": _to_str}
+
+_AT_LEAST_ONE = (
+    "max_model_len", "block_size", "num_gpu_blocks", "max_num_seqs",
+    "max_num_batched_tokens", "tokens_per_chunk", "eos_min_tokens",
+)
+_NOT_NEGATIVE = (
+    "gpu_memory_utilization", "step_base_ms", "step_per_seq_ms", "step_per_kv_token_us",
+    "prefill_per_token_us", "prefill_quadratic_ns", "frontend_base_ms",
+    "frontend_per_token_us", "frontend_quadratic_ns", "engine_wakeup_ms",
+)
+
+
+def validate(profile: Profile) -> Profile:
+    """Check ranges and consistency; return the profile unchanged or raise ProfileError."""
+    for key in _AT_LEAST_ONE:
+        if getattr(profile, key) < 1:
+            raise ProfileError(f"profile {profile.name}: {key} must be at least 1")
+    for key in _NOT_NEGATIVE:
+        if getattr(profile, key) < 0:
+            raise ProfileError(f"profile {profile.name}: {key} must not be negative")
+    if profile.vocab_size < 64:
+        raise ProfileError(f"profile {profile.name}: vocab_size must be at least 64")
+    if profile.eos_max_tokens < profile.eos_min_tokens:
+        raise ProfileError(f"profile {profile.name}: eos_max_tokens < eos_min_tokens")
+    if profile.kv_cache_tokens < profile.max_model_len:
+        # vLLM refuses to start in this case too: one long request could never fit.
+        raise ProfileError(
+            f"profile {profile.name}: the KV cache (num_gpu_blocks × block_size = "
+            f"{profile.kv_cache_tokens} tokens) is smaller than max_model_len "
+            f"{profile.max_model_len}; raise num_gpu_blocks or lower max_model_len"
+        )
+    if not profile.served_model_name:
+        raise ProfileError(f"profile {profile.name}: served_model_name must not be empty")
+    return profile
