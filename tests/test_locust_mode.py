@@ -1,0 +1,103 @@
+"""Plain Locust: `locust -f locustfiles/llm.py` headless, distributed, and the web UI tab."""
+
+import json
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from llmload.sim.launcher import SimProcess
+
+LOCUSTFILE = str(Path(__file__).resolve().parent.parent / "locustfiles" / "llm.py")
+SHORT = ["--llm-prompt-tokens", "64", "--llm-max-tokens", "64"]
+
+
+@pytest.fixture(scope="module")
+def sim():
+    with SimProcess(profile="tiny") as s:
+        yield s
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def locust(*args):
+    return subprocess.Popen([sys.executable, "-m", "locust", "-f", LOCUSTFILE, *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def table_tokens(output: str) -> int:
+    m = re.search(r"output tokens ([\d,]+)", output)
+    assert m, output[-3000:]
+    return int(m.group(1).replace(",", ""))
+
+
+def test_headless_run_prints_the_llm_table_and_writes_its_csv(sim, tmp_path):
+    p = locust("--headless", "-u", "4", "-r", "4", "-t", "6s", "--host", sim.url, *SHORT,
+               "--csv", str(tmp_path / "run"))
+    out, _ = p.communicate(timeout=90)
+    assert p.returncode == 0, out[-3000:]
+    assert "TTFT (ms)" in out and "time between tokens (ms)" in out
+    tokens = table_tokens(out)
+    assert tokens > 1000
+    rows = (tmp_path / "run_llm.csv").read_text()
+    assert f"output_tokens,{tokens}" in rows
+
+
+def test_distributed_run_merges_the_workers_figures(sim):
+    port = free_port()
+    master = locust("--headless", "--master", "--expect-workers", "2", "--master-bind-host", "127.0.0.1",
+                    "--master-bind-port", str(port), "-u", "4", "-r", "4", "-t", "6s", "--host", sim.url, *SHORT)
+    workers = [locust("--worker", "--master-host", "127.0.0.1", "--master-port", str(port)) for _ in range(2)]
+    try:
+        out, _ = master.communicate(timeout=120)
+        worker_out = [w.communicate(timeout=30)[0] for w in workers]
+    finally:
+        for proc in [master, *workers]:
+            if proc.poll() is None:
+                proc.kill()
+    assert master.returncode == 0, out[-3000:]
+    per_worker = [int(re.search(r"llmload worker totals: [\d,]+ requests, (\d+) output tokens", o).group(1))
+                  for o in worker_out]
+    assert all(t > 0 for t in per_worker)
+    assert table_tokens(out) == sum(per_worker)
+
+
+def test_web_ui_has_an_llm_tab_with_live_figures(sim):
+    port = free_port()
+    p = locust("--host", sim.url, "--web-host", "127.0.0.1", "--web-port", str(port), "--autostart",
+               "-u", "2", "-r", "2", "-t", "20s", *SHORT)
+    try:
+        deadline = time.time() + 60
+        data = None
+        while time.time() < deadline:
+            time.sleep(1)
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/stats/requests", timeout=5) as r:
+                    data = json.load(r)
+            except OSError:
+                continue
+            rows = {row["figure"]: row for ext in data.get("extended_stats", []) for row in ext["data"]}
+            if rows.get("TTFT (ms)", {}).get("count", 0) > 5:
+                break
+        assert data is not None, "web UI never answered"
+        rows = {row["figure"]: row for ext in data["extended_stats"] for row in ext["data"]}
+        assert rows["TTFT (ms)"]["count"] > 5
+        assert rows["time between tokens (ms)"]["p50"] not in ("—", None)
+        # The LLM figures stay out of Locust's own "Aggregated" request table.
+        assert all("TTFT" not in s["name"] for s in data["stats"])
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as r:
+            assert "LLM" in r.read().decode()
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/llmload/llm.csv", timeout=5) as r:
+            assert r.read().decode().startswith("figure,p50,p90,p99,count")
+    finally:
+        p.terminate()
+        p.wait(timeout=30)

@@ -1,0 +1,147 @@
+"""`llmload run` end to end against the simulator on port 0 (integration tests)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from llmload.sim.launcher import SimProcess
+
+KV_BLOCKS = 200  # with max_tokens 256: (1K, 4) needs 4 x 80 = 320 blocks: over capacity
+SMALL = ["--contexts", "0,1K", "--prefill-contexts", "1K,2K", "--concurrency", "1,2,4",
+         "--duration", "2s", "--max-tokens", "256"]
+EXPECTED = {
+    ("prefill", 1024, 1): "valid", ("prefill", 2048, 1): "valid",
+    ("decode", 0, 1): "valid", ("decode", 0, 2): "valid", ("decode", 0, 4): "valid",
+    ("decode", 1024, 1): "valid", ("decode", 1024, 2): "valid", ("decode", 1024, 4): "over_capacity",
+}
+
+
+def llmload(*args, env=None, timeout=300):
+    return subprocess.run([sys.executable, "-m", "llmload", *args], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})})
+
+
+@pytest.fixture(scope="module")
+def sim():
+    with SimProcess(profile="tiny", overrides={"num_gpu_blocks": KV_BLOCKS}) as s:
+        yield s
+
+
+def cells_of(out_dir: Path) -> dict:
+    doc = json.loads((out_dir / "results.json").read_text())
+    return doc, {(c["phase"], c["context_tokens"], c["concurrency"]): c for c in doc["cells"]}
+
+
+@pytest.fixture(scope="module")
+def small_run(sim, tmp_path_factory):
+    out = tmp_path_factory.mktemp("run") / "res"
+    r = llmload("run", "--host", sim.url, *SMALL, "--out", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r, out
+
+
+def test_statuses_are_exactly_the_predicted_ones(small_run):
+    _, out = small_run
+    doc, cells = cells_of(out)
+    assert {k: c["status"] for k, c in cells.items()} == EXPECTED
+    assert doc["provenance"] == "simulated" and doc["sim_profile"] == "tiny"
+    assert doc["server"]["kv_cache_tokens"] == KV_BLOCKS * 16
+
+
+def test_figures_are_consistent(small_run):
+    _, out = small_run
+    _, cells = cells_of(out)
+    for key, c in cells.items():
+        if key[0] != "decode" or c["status"] != "valid":
+            continue
+        n = key[2]
+        assert c["total_tok_s"] * c["measured_s"] == pytest.approx(c["output_tokens"], rel=1e-6)
+        assert c["per_request_tok_s"] == pytest.approx(1000.0 / c["tbt_ms"], rel=0.10)
+        assert c["avg_active"] == pytest.approx(n, rel=0.05)
+        assert c["measured_s"] == pytest.approx(2.0, rel=0.01)
+        assert c["completed_requests"] > 0  # 256-token requests finish inside 2 s on tiny
+    prefill = cells[("prefill", 2048, 1)]
+    assert prefill["prompt_tok_s"] == pytest.approx(2048 / (prefill["ttft_ms"] / 1000.0), rel=0.02)
+
+
+def test_results_directory_and_report(small_run):
+    r, out = small_run
+    assert f"Report: {out / 'report.md'}" in r.stdout
+    report = (out / "report.md").read_text()
+    assert "Simulated (profile tiny)" in report
+    assert "Over capacity" in report
+    csv = (out / "measurements.csv").read_text().splitlines()
+    assert len(csv) == 1 + len(EXPECTED)
+    # `llmload report` renders the same page from results.json alone.
+    (out / "report.md").unlink()
+    r2 = llmload("report", str(out))
+    assert r2.returncode == 0, r2.stderr
+    assert (out / "report.md").read_text() == report
+
+
+def test_plan_and_progress_are_printed(small_run):
+    r, _ = small_run
+    assert "Plan: 8 cells, 7 to run" in r.stdout
+    assert "decode 1K × 4" in r.stdout and "over capacity" in r.stdout
+    assert "[1/" in r.stdout and "left" in r.stdout
+
+
+def test_workers_give_the_same_statuses_and_figures(sim, small_run, tmp_path):
+    _, out1 = small_run
+    out2 = tmp_path / "res2"
+    r = llmload("run", "--host", sim.url, *SMALL, "--out", str(out2), "--workers", "2")
+    assert r.returncode == 0, r.stdout + r.stderr
+    _, one = cells_of(out1)
+    _, two = cells_of(out2)
+    assert {k: c["status"] for k, c in two.items()} == EXPECTED
+    for key, c in two.items():
+        if key[0] == "decode" and c["status"] == "valid":
+            assert c["total_tok_s"] == pytest.approx(one[key]["total_tok_s"], rel=0.05)
+            assert c["tbt_ms"] == pytest.approx(one[key]["tbt_ms"], rel=0.05)
+
+
+def test_unreachable_server_fails_at_once_with_one_line(tmp_path):
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    r = llmload("run", "--host", f"http://127.0.0.1:{port}", "--out", str(tmp_path / "x"), timeout=60)
+    assert r.returncode != 0
+    assert "cannot reach" in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_unknown_model_fails_with_one_line(sim, tmp_path):
+    r = llmload("run", "--host", sim.url, "--model", "nope", "--out", str(tmp_path / "x"), timeout=60)
+    assert r.returncode != 0
+    assert "'nope' is not served" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_rejected_api_key_fails_with_one_line_and_is_never_written(tmp_path):
+    with SimProcess(profile="tiny", api_key="right-key") as s:
+        r = llmload("run", "--host", s.url, "--out", str(tmp_path / "x"), env={"OPENAI_API_KEY": "wrong-key"},
+                    timeout=60)
+        assert r.returncode != 0
+        assert "rejected the API key" in r.stderr and "Traceback" not in r.stderr
+        assert "wrong-key" not in r.stdout + r.stderr
+        out = tmp_path / "ok"
+        r = llmload("run", "--host", s.url, "--contexts", "0", "--prefill-contexts", "", "--concurrency", "1",
+                    "--duration", "1s", "--max-tokens", "32", "--out", str(out), "--api-key", "right-key")
+        assert r.returncode == 0, r.stdout + r.stderr
+        for f in out.iterdir():
+            assert "right-key" not in f.read_text()
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--contexts", "12Q"], "12Q"),
+    (["--duration", "-3"], "duration"),
+    (["no-such-file.yaml"], "no-such-file.yaml"),
+])
+def test_bad_input_is_one_line_and_non_zero(args, needle, tmp_path):
+    r = llmload("run", *args, "--out", str(tmp_path / "x"), timeout=60)
+    assert r.returncode == 2
+    assert needle in r.stderr and "Traceback" not in r.stderr
