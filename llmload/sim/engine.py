@@ -47,6 +47,9 @@ class EngineRequest:
     num_output_tokens: int
     """How many tokens the request will produce (the driver decided: max_tokens or EOS)."""
     cache_salt: str | None = None
+    block_hashes: Sequence[int] | None = None
+    """`block_hashes(prompt_ids, block_size, cache_salt)`, if the driver computed them
+    already (the server does, outside its scheduler loop, to keep steps on time)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -168,7 +171,7 @@ class _Seq:
         self.num_output = 0
         self.num_computed = 0
         self.blocks: list[int] = []
-        self.hashes: list[int] | None = None
+        self.hashes = request.block_hashes
         self.num_registered = 0
         self.num_cached_tokens: int | None = None
         self.prompt_counted = False
@@ -209,6 +212,10 @@ class Engine:
             raise ValueError(f"duplicate request id {request.request_id!r}")
         if request.num_output_tokens < 1 or not request.prompt_ids:
             raise ValueError("a request needs a prompt and at least one output token")
+        blocks = -(-(len(request.prompt_ids) + request.num_output_tokens) // self._bs)
+        if blocks > self._pool.num_blocks:
+            raise ValueError(f"request {request.request_id!r} needs {blocks} KV blocks; "
+                             f"the pool has {self._pool.num_blocks}")
         seq = _Seq(request)
         self._by_id[seq.request_id] = seq
         self._waiting.append(seq)

@@ -11,8 +11,9 @@ Rules (clients may rely on them; tests do):
 - `decode(ids)` joins the words of the ids with single spaces. A text built from vocabulary
   words round-trips exactly; other words come back as the vocabulary word they hash to.
 - Chat template: each message contributes its role token (`<|system|>`, `<|user|>`, …;
-  an unknown role gives `<|other|>`) followed by its content's tokens; the prompt ends with
-  `<|assistant|>` (the generation prompt). No BOS is added to any prompt.
+  an unknown role gives `<|other|>`) followed by its content's tokens (text parts joined
+  by newlines); the prompt ends with `<|assistant|>` (the generation prompt, unless
+  add_generation_prompt is false). No BOS is added to any prompt.
 - Output: the model's output is a deterministic function of the prompt (`OutputModel`):
   the same prompt always yields the same tokens and the same natural stopping point.
 """
@@ -88,13 +89,15 @@ class Tokenizer:
     def is_valid_id(self, token_id: object) -> bool:
         return type(token_id) is int and 0 <= token_id < self.vocab_size
 
-    def apply_chat_template(self, messages: Sequence[tuple[str, str]]) -> list[int]:
+    def apply_chat_template(self, messages: Sequence[tuple[str, str]], *,
+                            add_generation_prompt: bool = True) -> list[int]:
         """Token ids of a chat: role token + content tokens per message, then `<|assistant|>`."""
         ids: list[int] = []
         for role, content in messages:
             ids.append(ROLE_IDS.get(role, OTHER_ROLE_ID))
             ids.extend(self.encode(content))
-        ids.append(GENERATION_PROMPT_ID)
+        if add_generation_prompt:
+            ids.append(GENERATION_PROMPT_ID)
         return ids
 
 

@@ -238,13 +238,6 @@ def validate(profile: Profile) -> Profile:
         raise ProfileError(f"profile {profile.name}: vocab_size must be at least 64")
     if profile.eos_max_tokens < profile.eos_min_tokens:
         raise ProfileError(f"profile {profile.name}: eos_max_tokens < eos_min_tokens")
-    if profile.kv_cache_tokens < profile.max_model_len:
-        # vLLM refuses to start in this case too: one long request could never fit.
-        raise ProfileError(
-            f"profile {profile.name}: the KV cache (num_gpu_blocks × block_size = "
-            f"{profile.kv_cache_tokens} tokens) is smaller than max_model_len "
-            f"{profile.max_model_len}; raise num_gpu_blocks or lower max_model_len"
-        )
     if not profile.served_model_name:
         raise ProfileError(f"profile {profile.name}: served_model_name must not be empty")
     return profile

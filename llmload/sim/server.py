@@ -1,0 +1,469 @@
+"""The simulated vLLM server: gevent HTTP in front of the engine model, in real time.
+
+One scheduler greenlet drives `Engine` on an absolute schedule: it runs a step, adds the
+step's modelled duration to the deadline, sleeps until the deadline, then hands the step's
+tokens to the request greenlets, which write them at once. Lateness never accumulates
+(`deadline += duration`, not `now + duration`); when the engine is idle the loop blocks
+until a request arrives.
+
+Rules:
+- One socket write per SSE event, on the step that produced it, with TCP_NODELAY on every
+  accepted socket, so a client can time tokens to well under a millisecond.
+- A client that goes away (the socket reads EOF or a write fails) aborts its request at
+  once: the engine frees its KV blocks on the spot.
+- Request handling (parsing, tokenizing, hashing) happens in the request's greenlet during
+  the modelled frontend delay, never inside the scheduler loop.
+- No monkey-patching here: `gevent.monkey.patch_all()` belongs to the process entry point
+  (`python -m llmload.sim`); this module works with or without it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import logging
+import signal
+import socket
+import sys
+import time
+from typing import Any, Callable, Iterator
+
+import gevent
+import gevent.event
+import gevent.monkey
+from gevent.pywsgi import WSGIHandler, WSGIServer
+
+import llmload
+from llmload.sim import protocol
+from llmload.sim.engine import Engine, EngineRequest, Frontend, SeqOutput, block_hashes
+from llmload.sim.profiles import Profile, ProfileError, load_profile, parse_overrides
+from llmload.sim.protocol import ApiError, GenerationRequest, StreamEncoder
+from llmload.sim.tokenizer import OutputModel, Tokenizer
+
+logger = logging.getLogger(__name__)
+
+PRECISE_SLEEP_MARGIN_S = 0.0015
+"""The last stretch before a step deadline is slept with the OS's sleep: libev's timers
+round to whole milliseconds and would make every token up to ~1.2 ms late. This blocks the
+hub for at most this long per step."""
+LISTEN_BACKLOG = 1024
+SOCKET_KEY = "llmload.sim.socket"
+
+_clock = time.perf_counter
+_os_sleep = gevent.monkey.get_original("time", "sleep")
+
+_JSON_HEADERS = [("Content-Type", "application/json")]
+_SSE_HEADERS = [("Content-Type", "text/event-stream; charset=utf-8"),
+                ("Cache-Control", "no-cache")]
+_METRICS_HEADERS = [("Content-Type", "text/plain; version=0.0.4; charset=utf-8")]
+_STATUS = {200: "200 OK", 400: "400 Bad Request", 401: "401 Unauthorized",
+           404: "404 Not Found", 405: "405 Method Not Allowed",
+           500: "500 Internal Server Error"}
+
+
+def sleep_until(deadline_s: float) -> None:
+    """Sleep until perf_counter reaches `deadline_s`, to about 0.1 ms."""
+    while True:
+        remaining = deadline_s - _clock()
+        if remaining <= 0:
+            return
+        if remaining > PRECISE_SLEEP_MARGIN_S:
+            gevent.sleep(remaining - PRECISE_SLEEP_MARGIN_S)
+        else:
+            _os_sleep(remaining)
+            return
+
+
+class _Stream:
+    """One generation request between its greenlet and the scheduler."""
+
+    __slots__ = ("request_id", "request", "seed", "num_output", "finish_reason", "outputs",
+                 "event", "submitted", "done", "aborted", "cached_tokens", "hashes")
+
+    def __init__(self, request_id: str, request: GenerationRequest, seed: int,
+                 num_output: int, finish_reason: str, hashes: list[int] | None) -> None:
+        self.request_id = request_id
+        self.request = request
+        self.seed = seed
+        self.num_output = num_output
+        self.finish_reason = finish_reason
+        self.hashes = hashes
+        self.outputs: list[SeqOutput] = []
+        self.event = gevent.event.Event()
+        self.submitted = self.done = self.aborted = False
+        self.cached_tokens: int | None = None
+
+    def take(self) -> list[SeqOutput]:
+        """Wait for outputs; an empty list means the request was aborted."""
+        while not self.outputs and not self.aborted:
+            self.event.wait()
+            self.event.clear()
+        outputs, self.outputs = self.outputs, []
+        return outputs
+
+
+class Scheduler:
+    """Drives the engine in real time and routes its outputs to the streams."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._streams: dict[str, _Stream] = {}
+        self._wake = gevent.event.Event()
+        self.finished: collections.Counter[str] = collections.Counter()
+        self.lateness_s = 0.0
+        self.lateness_max_s = 0.0
+
+    def submit(self, stream: _Stream) -> None:
+        request = stream.request
+        self.engine.add(EngineRequest(
+            request_id=stream.request_id, prompt_ids=request.prompt_ids,
+            num_output_tokens=stream.num_output, cache_salt=request.cache_salt,
+            block_hashes=stream.hashes))
+        stream.submitted = True
+        self._streams[stream.request_id] = stream
+        self._wake.set()
+
+    def abort(self, stream: _Stream) -> None:
+        if stream.done or stream.aborted:
+            return
+        stream.aborted = True
+        stream.event.set()
+        if stream.submitted and self.engine.abort(stream.request_id):
+            self._streams.pop(stream.request_id, None)
+            self.finished["abort"] += 1
+            logger.debug("aborted %s", stream.request_id)
+
+    def server_stats(self) -> protocol.ServerStats:
+        return protocol.ServerStats(finished=dict(self.finished),
+                                    step_lateness_s=self.lateness_s,
+                                    step_lateness_max_s=self.lateness_max_s)
+
+    def run(self) -> None:
+        wakeup_s = self.engine.profile.engine_wakeup_ms / 1e3
+        deadline_s = _clock()
+        while True:
+            if not self.engine.has_work:
+                self._wake.clear()
+                self._wake.wait()
+                # Requests sent together reach an idle engine together (see the profile).
+                gevent.sleep(wakeup_s)
+                deadline_s = _clock()
+            result = self.engine.step()
+            if result.num_scheduled == 0:
+                logger.error("engine has work but could schedule none of it; waiting")
+                self._wake.clear()
+                self._wake.wait(timeout=0.1)
+                continue
+            deadline_s += result.duration_s
+            sleep_until(deadline_s)
+            self._note_lateness(_clock() - deadline_s)
+            self._deliver(result.outputs)
+            # Let the streams write before the next step is computed.
+            gevent.sleep(0)
+
+    def _note_lateness(self, late_s: float) -> None:
+        self.lateness_s += late_s
+        if late_s > self.lateness_max_s:
+            self.lateness_max_s = late_s
+
+    def _deliver(self, outputs: tuple[SeqOutput, ...]) -> None:
+        streams = self._streams
+        for output in outputs:
+            stream = streams.get(output.request_id)
+            if stream is None:
+                continue  # aborted while its step ran
+            if output.finished:
+                del streams[output.request_id]
+                stream.done = True
+                self.finished[stream.finish_reason] += 1
+            stream.outputs.append(output)
+            stream.event.set()
+
+
+class SimApp:
+    """The WSGI application: routes, validation, and the generation endpoints."""
+
+    def __init__(self, profile: Profile, *, api_key: str | None = None) -> None:
+        self.profile = profile
+        self.api_key = api_key
+        self.tokenizer = Tokenizer(profile.vocab_size)
+        self.output_model = OutputModel(vocab_size=profile.vocab_size,
+                                        eos_min_tokens=profile.eos_min_tokens,
+                                        eos_max_tokens=profile.eos_max_tokens)
+        self.frontend = Frontend(profile)
+        self.scheduler = Scheduler(Engine(profile))
+        self._routes: dict[str, tuple[str, Callable[..., Any]]] = {
+            "/v1/completions": ("POST", self._completions),
+            "/v1/chat/completions": ("POST", self._chat_completions),
+            "/v1/models": ("GET", self._models),
+            "/version": ("GET", self._version),
+            "/health": ("GET", self._health),
+            "/tokenize": ("POST", self._tokenize),
+            "/detokenize": ("POST", self._detokenize),
+            "/metrics": ("GET", self._metrics),
+        }
+
+    def __call__(self, environ: dict, start_response: Callable) -> Any:
+        path = environ.get("PATH_INFO", "")
+        try:
+            if self.api_key is not None and path.startswith("/v1") \
+                    and not self._authorized(environ):
+                return _respond(start_response, 401, b'{"error":"Unauthorized"}')
+            route = self._routes.get(path)
+            if route is None:
+                return _respond(start_response, 404, b'{"detail":"Not Found"}')
+            if environ.get("REQUEST_METHOD") != route[0]:
+                return _respond(start_response, 405, b'{"detail":"Method Not Allowed"}')
+            return route[1](environ, start_response)
+        except ApiError as exc:
+            return _respond(start_response, exc.status, exc.body())
+        except Exception:
+            logger.exception("internal error on %s", path)
+            body = ApiError(500, "Internal server error", err_type="InternalServerError").body()
+            return _respond(start_response, 500, body)
+
+    def _authorized(self, environ: dict) -> bool:
+        return environ.get("HTTP_AUTHORIZATION", "") == f"Bearer {self.api_key}"
+
+    # -- simple endpoints -----------------------------------------------------------------
+    def _models(self, environ: dict, start_response: Callable) -> list[bytes]:
+        return _respond(start_response, 200,
+                        protocol.models_body(self.profile, protocol.now_created()))
+
+    def _version(self, environ: dict, start_response: Callable) -> list[bytes]:
+        return _respond(start_response, 200,
+                        protocol.version_body(self.profile, llmload.__version__))
+
+    def _health(self, environ: dict, start_response: Callable) -> list[bytes]:
+        start_response("200 OK", [("Content-Length", "0")])
+        return [b""]
+
+    def _tokenize(self, environ: dict, start_response: Callable) -> list[bytes]:
+        body = protocol.parse_json(_read_body(environ))
+        return _respond(start_response, 200, protocol.tokenize(
+            body, profile=self.profile, tokenizer=self.tokenizer))
+
+    def _detokenize(self, environ: dict, start_response: Callable) -> list[bytes]:
+        body = protocol.parse_json(_read_body(environ))
+        return _respond(start_response, 200, protocol.detokenize(
+            body, profile=self.profile, tokenizer=self.tokenizer))
+
+    def _metrics(self, environ: dict, start_response: Callable) -> list[bytes]:
+        text = protocol.metrics_text(self.profile, self.scheduler.engine.stats(),
+                                     self.scheduler.server_stats())
+        start_response("200 OK", _METRICS_HEADERS + [("Content-Length", str(len(text)))])
+        return [text]
+
+    # -- generation -----------------------------------------------------------------------
+    def _completions(self, environ: dict, start_response: Callable) -> Any:
+        return self._generate(environ, start_response, chat=False)
+
+    def _chat_completions(self, environ: dict, start_response: Callable) -> Any:
+        return self._generate(environ, start_response, chat=True)
+
+    def _generate(self, environ: dict, start_response: Callable, *, chat: bool) -> Any:
+        arrival_s = _clock()
+        body = protocol.parse_json(_read_body(environ))
+        request = protocol.parse_generation(body, chat=chat, profile=self.profile,
+                                            tokenizer=self.tokenizer)
+        stream = self._new_stream(request)
+        ready_s = self.frontend.ready_time_s(arrival_s, len(request.prompt_ids))
+        sock = environ.get(SOCKET_KEY)
+        if request.stream:
+            write = start_response("200 OK", list(_SSE_HEADERS))
+            return self._sse(stream, ready_s, sock, write)
+        return self._complete(stream, ready_s, sock, start_response)
+
+    def _new_stream(self, request: GenerationRequest) -> _Stream:
+        seed = self.output_model.seed(request.prompt_ids)
+        num_output, finish_reason = self.output_model.plan(
+            seed, max_tokens=request.max_tokens, min_tokens=request.min_tokens,
+            ignore_eos=request.ignore_eos)
+        hashes = (block_hashes(request.prompt_ids, self.profile.block_size, request.cache_salt)
+                  if self.profile.enable_prefix_caching else None)
+        return _Stream(protocol.new_request_id(request.chat), request, seed, num_output,
+                       finish_reason, hashes)
+
+    def _enter(self, stream: _Stream, ready_s: float) -> None:
+        """Wait out the modelled frontend delay, then hand the request to the engine."""
+        delay_s = ready_s - _clock()
+        if delay_s > 0:
+            gevent.sleep(delay_s)
+        if not stream.aborted:
+            self.scheduler.submit(stream)
+
+    def _sse(self, stream: _Stream, ready_s: float, sock: socket.socket | None,
+             write: Callable[[bytes], None]) -> Iterator[bytes]:
+        write(b"")  # the status line and headers go out now, before any token, as on vLLM
+        watcher = self._watch(sock, stream)
+        try:
+            self._enter(stream, ready_s)
+            encoder = StreamEncoder(stream.request, request_id=stream.request_id,
+                                    created=protocol.now_created(),
+                                    model=self.profile.served_model_name)
+            finished = False
+            while not finished:
+                outputs = stream.take()
+                if not outputs:
+                    return
+                for output in outputs:
+                    if stream.request.chat and output.first_index == 0:
+                        yield encoder.role_event()
+                    finished = output.finished
+                    yield encoder.token_event(self._text(stream, output), output.num_tokens,
+                                              stream.finish_reason if finished else None)
+            if stream.request.include_usage:
+                yield encoder.usage_event(self._cached_tokens(stream))
+            yield protocol.DONE_EVENT
+        finally:
+            self._close(stream, watcher)
+
+    def _complete(self, stream: _Stream, ready_s: float, sock: socket.socket | None,
+                  start_response: Callable) -> list[bytes]:
+        watcher = self._watch(sock, stream)
+        try:
+            self._enter(stream, ready_s)
+            texts: list[str] = []
+            finished = False
+            while not finished:
+                outputs = stream.take()
+                if not outputs:
+                    return []  # the client is gone; nobody reads a body
+                texts.extend(self._text(stream, output) for output in outputs)
+                finished = outputs[-1].finished
+        finally:
+            self._close(stream, watcher)
+        build = protocol.chat_body if stream.request.chat else protocol.completion_body
+        body = build(request_id=stream.request_id, created=protocol.now_created(),
+                     model=self.profile.served_model_name, text="".join(texts),
+                     finish_reason=stream.finish_reason,
+                     num_prompt=len(stream.request.prompt_ids),
+                     num_completion=stream.num_output,
+                     cached_tokens=self._cached_tokens(stream))
+        return _respond(start_response, 200, body)
+
+    def _text(self, stream: _Stream, output: SeqOutput) -> str:
+        if stream.cached_tokens is None:
+            stream.cached_tokens = output.num_cached_tokens
+        token, word = self.output_model.token, self.tokenizer.word
+        end = output.first_index + output.num_tokens
+        if stream.finish_reason == "stop" and end == stream.num_output:
+            end -= 1  # the last token is EOS, which has no text
+        return "".join(" " + word(token(stream.seed, i)) for i in range(output.first_index, end))
+
+    def _cached_tokens(self, stream: _Stream) -> int | None:
+        if not self.profile.enable_prompt_tokens_details:
+            return None
+        return stream.cached_tokens or 0
+
+    def _watch(self, sock: socket.socket | None, stream: _Stream) -> gevent.Greenlet | None:
+        if sock is None:
+            return None
+        return gevent.spawn(self._watch_socket, sock, stream)
+
+    def _watch_socket(self, sock: socket.socket, stream: _Stream) -> None:
+        # A client sends nothing while its response streams: EOF here means it went away.
+        try:
+            data = sock.recv(1, socket.MSG_PEEK)
+        except OSError:
+            data = b""
+        if not data:
+            self.scheduler.abort(stream)
+
+    def _close(self, stream: _Stream, watcher: gevent.Greenlet | None) -> None:
+        if watcher is not None:
+            watcher.kill()
+        if not stream.done:
+            self.scheduler.abort(stream)
+
+
+def _read_body(environ: dict) -> bytes:
+    return environ["wsgi.input"].read()
+
+
+def _respond(start_response: Callable, status: int, body: bytes) -> list[bytes]:
+    start_response(_STATUS.get(status, f"{status} Error"),
+                   _JSON_HEADERS + [("Content-Length", str(len(body)))])
+    return [body]
+
+
+class _Handler(WSGIHandler):
+    """Hands the raw socket to the application, to watch for a client that goes away."""
+
+    def get_environ(self) -> dict:
+        environ = super().get_environ()
+        environ[SOCKET_KEY] = self.socket
+        return environ
+
+
+class _Server(WSGIServer):
+    handler_class = _Handler
+
+    def handle(self, sock: socket.socket, address: Any) -> None:
+        # Small SSE writes must leave at once, not wait for Nagle's algorithm.
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:
+            pass
+        super().handle(sock, address)
+
+
+def _url(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def serve(profile: Profile, *, host: str = "127.0.0.1", port: int = 8000,
+          api_key: str | None = None, on_ready: Callable[[str], None] | None = None) -> None:
+    """Serve the simulated vLLM API until SIGINT or SIGTERM.
+
+    Prints one line to stdout once listening, `llmload sim listening on URL (profile NAME)`,
+    then calls `on_ready(URL)` (with the real port when `port` is 0).
+    """
+    app = SimApp(profile, api_key=api_key)
+    server = _Server((host, port), app, log=None, error_log=logger, backlog=LISTEN_BACKLOG)
+    server.start()
+    url = _url(host, server.server_port)
+    scheduler = gevent.spawn(app.scheduler.run)
+    stop = gevent.event.Event()
+    handlers = [gevent.signal_handler(sig, stop.set) for sig in (signal.SIGINT, signal.SIGTERM)]
+    print(f"llmload sim listening on {url} (profile {profile.name})", flush=True)
+    logger.info("profile %s: %s", profile.name, profile.description)
+    try:
+        if on_ready is not None:
+            on_ready(url)
+        stop.wait()
+    finally:
+        for handler in handlers:
+            handler.cancel()
+        server.stop(timeout=1)
+        scheduler.kill()
+
+
+def build_arg_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m llmload.sim",
+        description="Serve a simulated vLLM server (OpenAI-compatible API) until stopped.")
+    parser.add_argument("--profile", default="tiny",
+                        help="built-in profile name or path to a profile JSON file")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000, help="0 picks a free port")
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        metavar="KEY=VALUE", help="override a profile field (repeatable)")
+    parser.add_argument("--api-key", default=None,
+                        help="require 'Authorization: Bearer KEY' on /v1/* (like vllm serve)")
+    parser.add_argument("--log-level", default="WARNING")
+    return parser
+
+
+def main_cli(argv: list[str] | None = None) -> int:
+    """`python -m llmload.sim`: parse arguments, load the profile, serve."""
+    args = build_arg_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        profile = load_profile(args.profile, parse_overrides(args.overrides))
+    except ProfileError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    serve(profile, host=args.host, port=args.port, api_key=args.api_key)
+    return 0
