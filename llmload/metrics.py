@@ -431,7 +431,7 @@ def classify_cell(
     *,
     figures: WindowFigures,
     concurrency: int,
-    max_waiting: float | None,
+    waiting: float | None,
     client_bound: bool,
 ) -> str:
     """Status of a decode cell that ran, first matching rule wins:
@@ -440,9 +440,13 @@ def classify_cell(
                         during the window at all (avg_active is None: no figure exists).
     2. "client_bound" — client_bound is true (load generator CPU ≥ 90% or loop lag over its
                         bound, decided by the caller): the figure is not the server's.
-    3. "saturated"    — max_waiting > 0 (the server reported queued requests), or
+    3. "saturated"    — waiting > 0 (the server kept requests queued), or
                         avg_streaming < VALID_FRACTION × N, or avg_active < VALID_FRACTION × N.
-                        max_waiting None (server metrics unknown) does not count as queued.
+                        waiting None (server metrics unknown) does not count as queued.
+                        `waiting` is the *median* of the server's waiting gauge over the
+                        window: in a healthy closed loop a new request waits a step or so
+                        on arrival, which a single sample can catch; a queue that lasts
+                        half the window cannot be missed.
     4. "valid"        — otherwise: no failure, avg_active ≥ 0.95 N and avg_streaming ≥ 0.95 N.
 
     Errors come first because a failed request also lowers the other figures; a client
@@ -453,7 +457,7 @@ def classify_cell(
     if client_bound:
         return "client_bound"
     threshold = VALID_FRACTION * concurrency
-    queued = max_waiting is not None and max_waiting > 0
+    queued = waiting is not None and waiting > 0
     streaming = figures.avg_streaming if figures.avg_streaming is not None else 0.0
     if queued or streaming < threshold or figures.avg_active < threshold:
         return "saturated"

@@ -48,7 +48,8 @@ COLLECT_WAIT_S = 10.0
 
 def add_arguments(parser) -> None:
     """The `--llm-*` options, on the command line and in the web UI's start form."""
-    group = parser.add_argument_group("llmload", "LLM streaming options (llmload)")
+    # Locust's own parser (not an argument group) understands include_in_web_ui.
+    group = parser
     group.add_argument("--llm-model", default="", env_var="LLMLOAD_MODEL", include_in_web_ui=True,
                        help="Model name; empty = the server's only model")
     group.add_argument("--llm-endpoint", default="completions", choices=sorted(ENDPOINT_PATHS),

@@ -150,7 +150,7 @@ class LocustDriver:
         return len(self.runner.clients) if self.distributed else 1
 
     def set_users(self, n: int) -> None:
-        self.runner.start(n, spawn_rate=max(n, 1) * 100)
+        self.runner.start(n, spawn_rate=min(max(n, 1), 100))
         if not self.distributed and self.runner.spawning_greenlet is not None:
             self.runner.spawning_greenlet.join()
 
@@ -232,8 +232,9 @@ class CellRunner:
         self.driver.send("llmload_go", {"id": cell_id, "t0": t0, "t1": t1})
         poller = gevent.spawn(_poll_server_load, self.ctx, t0, t1) if self.ctx.info.metrics else None
         gevent.sleep(max(t1 - now(), 0) + 0.02)
-        waits = poller.get() if poller is not None else None
-        return {"t0": t0, "t1": t1, "max_waiting": waits}
+        waits = sorted(poller.get()) if poller is not None else []
+        return {"t0": t0, "t1": t1, "max_waiting": waits[-1] if waits else None,
+                "median_waiting": waits[len(waits) // 2] if waits else None}
 
     def _collect(self, cell_id: str, t0, t1) -> tuple[list[RequestRecord], dict]:
         self.driver.send("llmload_collect", {"id": cell_id, "t0": t0, "t1": t1})
@@ -251,16 +252,16 @@ class _CellTimeout(Exception):
     pass
 
 
-def _poll_server_load(ctx: RunContext, t0: float, t1: float) -> float | None:
-    """Most requests the server had waiting during [t0, t1] (None if never readable)."""
-    worst: float | None = None
-    gevent.sleep(max(t0 - now(), 0))
+def _poll_server_load(ctx: RunContext, t0: float, t1: float) -> list[float]:
+    """The server's waiting gauge, sampled every LOAD_POLL_S during [t0, t1]."""
+    samples: list[float] = []
+    gevent.sleep(max(t0 - now(), 0) + LOAD_POLL_S / 2)
     while now() < t1:
         waiting = server_load(ctx.info.base_url, api_key=ctx.api_key).get("waiting")
         if waiting is not None:
-            worst = waiting if worst is None else max(worst, waiting)
+            samples.append(waiting)
         gevent.sleep(min(LOAD_POLL_S, max(t1 - now(), 0)))
-    return worst
+    return samples
 
 
 def _combine_loads(loads: list[dict]) -> dict:
@@ -294,7 +295,7 @@ def decode_cell(planned: PlannedCell, records: list[RequestRecord], facts: dict)
     fig = window_figures(decode, facts["t0"], facts["t1"], concurrency=planned.concurrency)
     load = facts["load"]
     status = classify_cell(figures=fig, concurrency=planned.concurrency,
-                           max_waiting=facts.get("max_waiting"), client_bound=load["client_bound"])
+                           waiting=facts.get("median_waiting"), client_bound=load["client_bound"])
     cell = not_run_cell(planned)
     cell.update({k: v for k, v in fig.to_dict().items() if k in FIGURE_KEYS or k in (
         "avg_streaming", "requests_sent", "errors", "error_samples")})
@@ -304,7 +305,8 @@ def decode_cell(planned: PlannedCell, records: list[RequestRecord], facts: dict)
         cell["errors"] = (cell.get("errors") or 0) + len(warm_errors)
         cell["error_samples"] = list(cell.get("error_samples") or []) + [f"warm-up: {warm_errors[0].error}"]
     cell.update({"status": status, "reason": _status_reason(status, fig, facts, planned),
-                 "max_waiting": facts.get("max_waiting"), "client_cpu_pct_max": load.get("cpu_pct_max"),
+                 "max_waiting": facts.get("max_waiting"), "median_waiting": facts.get("median_waiting"),
+                 "client_cpu_pct_max": load.get("cpu_pct_max"),
                  "client_cpu_pct_mean": load.get("cpu_pct_mean"), "loop_lag_ms_max": load.get("lag_ms_max"),
                  "loop_lag_ms_p90": load.get("lag_ms_p90"),
                  "server_prompt_tokens": _server_prompt_tokens(decode or warm),
@@ -333,7 +335,7 @@ def prefill_cell(planned: PlannedCell, records: list[RequestRecord], *, source: 
 
 def _status_reason(status: str, fig, facts: dict, planned: PlannedCell) -> str:
     if status == "saturated":
-        return (f"server queue up to {facts.get('max_waiting'):g} waiting" if facts.get("max_waiting")
+        return (f"server queue: median {facts['median_waiting']:g} waiting" if facts.get("median_waiting")
                 else f"average active {fig.avg_active:.2f} / streaming {fig.avg_streaming:.2f} of {planned.concurrency}")
     if status == "client_bound":
         return "the load generator was the bottleneck (CPU or event-loop lag)"

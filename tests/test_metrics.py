@@ -153,7 +153,7 @@ def test_window_with_a_queued_request_is_zero_tokens_and_not_streaming():
     assert f.per_request_tok_s is None and f.ttft_ms is None and f.tbt_ms is None
     assert f.avg_active == pytest.approx(1.0)
     assert f.avg_streaming == 0.0
-    assert classify_cell(figures=f, concurrency=1, max_waiting=None, client_bound=False) == (
+    assert classify_cell(figures=f, concurrency=1, waiting=None, client_bound=False) == (
         "saturated"
     )
 
@@ -310,7 +310,7 @@ BASE = WindowFigures(
 
 
 @pytest.mark.parametrize(
-    "changes, max_waiting, client_bound, expected",
+    "changes, waiting, client_bound, expected",
     [
         ({}, 0, False, "valid"),
         ({}, None, False, "valid"),
@@ -324,9 +324,9 @@ BASE = WindowFigures(
         ({"avg_active": None, "avg_streaming": None}, 0, False, "errors"),
     ],
 )
-def test_classify_cell(changes, max_waiting, client_bound, expected):
+def test_classify_cell(changes, waiting, client_bound, expected):
     figures = dataclasses.replace(BASE, **changes)
     got = classify_cell(
-        figures=figures, concurrency=4, max_waiting=max_waiting, client_bound=client_bound
+        figures=figures, concurrency=4, waiting=waiting, client_bound=client_bound
     )
     assert got == expected
