@@ -419,8 +419,9 @@ def _run_plan(ctx: RunContext, driver: LocustDriver, prompts, plan: list[Planned
                              "reason": "measured during the decode warm-up at N=1"})
     started = time.monotonic()
     dead = 0
+    prefill_tok_s: float | None = None
     for i, planned in enumerate(to_run, 1):
-        eta = expected_duration_s(to_run[i - 1:], duration_s=ctx.scenario.duration_s)
+        eta = _remaining_s(to_run[i - 1:], ctx.scenario.duration_s, prefill_tok_s)
         ctx.echo(f"[{i}/{len(to_run)}] {_label(planned)} · elapsed {_clock(time.monotonic() - started)}"
                  f" · about {_clock(eta)} left")
         try:
@@ -443,13 +444,41 @@ def _run_plan(ctx: RunContext, driver: LocustDriver, prompts, plan: list[Planned
                 pre = prefill_cell(deferred.pop(planned.context_tokens), warm, source="decode_warmup")
                 writer.update_cell(pre)
                 ctx.echo(f"    {_summary(pre)}")
+                prefill_tok_s = pre.get("prompt_tok_s") or prefill_tok_s
+        _check_prompt_length(ctx, planned, cell)
         writer.add_cell(cell)
         ctx.echo(f"    {_summary(cell)}")
+        prefill_tok_s = cell.get("prompt_tok_s") or prefill_tok_s
         all_failed = cell["status"] == "errors" and not cell.get("output_tokens") and not cell.get("prompt_tok_s")
         dead = dead + 1 if all_failed else 0
         if dead >= MAX_DEAD_CELLS:
             raise RunError(f"stopping: {dead} cells in a row had only failed requests "
                            f"({(cell.get('error_samples') or ['?'])[0]})")
+
+
+def _remaining_s(cells: list[PlannedCell], duration_s: float, prefill_tok_s: float | None) -> float:
+    """Expected time left: windows plus warm-ups, the latter from the last measured prefill
+    rate once there is one (cold prefills of one cell's users queue one after another)."""
+    if prefill_tok_s is None:
+        return expected_duration_s(cells, duration_s=duration_s)
+    total = 0.0
+    for c in cells:
+        warm = c.concurrency * c.prompt_tokens / prefill_tok_s + 1.0
+        total += warm + (duration_s if c.phase == "decode" else 0.0)
+    return total
+
+
+def _check_prompt_length(ctx: RunContext, planned: PlannedCell, cell: dict) -> None:
+    """The server's count of the prompt against the plan: exact for token IDs, ±0.5% text."""
+    counted = cell.get("server_prompt_tokens")
+    if counted is None or planned.context_tokens == 0:
+        return
+    exact = ctx.info.caps.token_id_prompts and ctx.scenario.endpoint == "completions"
+    off = abs(counted - planned.prompt_tokens)
+    if off > (0 if exact else max(1, 0.005 * planned.prompt_tokens)):
+        note = f"the server counted {counted:,} prompt tokens, not {planned.prompt_tokens:,}"
+        cell["prompt_length_note"] = note
+        ctx.echo(f"    warning: {note}")
 
 
 def _label(planned: PlannedCell) -> str:

@@ -70,6 +70,12 @@ def handle(conn, _addr, opts) -> None:
         if method == "GET" and path.startswith("/times"):
             _respond(conn, 200, WRITE_TIMES.get(path.partition("id=")[2], []))
             continue
+        if method == "GET" and path == "/v1/models":
+            _respond(conn, 200, {"object": "list", "data": [{"id": "plain", "object": "model"}]})
+            continue
+        if method == "GET":
+            _respond(conn, 404, {"detail": "Not Found"})
+            continue
         if opts.status != 200:
             _respond(conn, opts.status, {"error": {"message": "refused by test server",
                                                    "type": "TestError", "code": opts.status}})

@@ -2,29 +2,13 @@
 
 import json
 import socket
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from gevent import monkey  # noqa: F401  (the client uses gevent sockets explicitly)
 
 from llmload.client import StreamingClient
 from llmload.clock import now
-
-SERVER = Path(__file__).with_name("stream_server.py")
-
-
-class StreamServer:
-    def __init__(self, *args: str) -> None:
-        self.proc = subprocess.Popen([sys.executable, str(SERVER), *args], stdout=subprocess.PIPE, text=True)
-        line = self.proc.stdout.readline()
-        assert line.startswith("listening on"), line
-        self.url = line.split()[-1]
-
-    def close(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=5)
+from tests_helpers import StreamServer
 
 
 @pytest.fixture
@@ -139,3 +123,23 @@ def test_server_that_rejects_unknown_fields(server):
     s = server("--reject-unknown", "--accepted", "model,prompt,max_tokens,stream")
     rec = StreamingClient(s.url).stream("/v1/completions", body(3), user_id="u")
     assert rec.status == "error" and "unknown fields" in rec.error
+
+
+def test_sim_multi_token_chunks_counts_and_tbt_convention():
+    """Against llmload sim with 3 tokens per chunk: counts equal the server's usage exactly,
+    and each chunk's gap is split into 3 time-between-token samples of a third each."""
+    from llmload.metrics import tbt_samples_s
+    from llmload.sim.launcher import SimProcess
+    with SimProcess(profile="tiny", overrides={"tokens_per_chunk": 3}) as sim:
+        b = json.dumps({"model": "tiny", "prompt": list(range(100, 164)), "max_tokens": 100,
+                        "ignore_eos": True, "stream": True,
+                        "stream_options": {"include_usage": True, "continuous_usage_stats": True}}).encode()
+        rec = StreamingClient(sim.url).stream("/v1/completions", b, user_id="u")
+    assert rec.status == "ok", rec.error
+    assert rec.output_tokens == rec.completion_tokens == 100
+    assert rec.prompt_tokens == 64
+    assert set(rec.chunk_tokens[1:-1]) == {3}
+    gaps = [b - a for a, b in zip(rec.chunk_times_s, rec.chunk_times_s[1:])]
+    samples = tbt_samples_s(rec)
+    assert len(samples) == rec.output_tokens - rec.chunk_tokens[0]
+    assert samples[:3].tolist() == pytest.approx([gaps[0] / 3] * 3)

@@ -145,3 +145,81 @@ def test_bad_input_is_one_line_and_non_zero(args, needle, tmp_path):
     r = llmload("run", *args, "--out", str(tmp_path / "x"), timeout=60)
     assert r.returncode == 2
     assert needle in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_plain_server_without_usage_that_rejects_unknown_fields(tmp_path):
+    """An OpenAI-compatible server that is not vLLM: no usage in the stream, 400 on any field
+    it does not know. llmload sends only the standard fields and counts chunks (flagged)."""
+    from tests_helpers import StreamServer
+    s = StreamServer("--reject-unknown", "--usage", "none", "--interval-ms", "2", "--tokens", "40",
+                     "--accepted", "model,prompt,max_tokens,stream,stream_options,temperature")
+    try:
+        out = tmp_path / "plain"
+        r = llmload("run", "--host", s.url, "--contexts", "0", "--prefill-contexts", "", "--concurrency", "1,2",
+                    "--duration", "1s", "--max-tokens", "40", "--out", str(out))
+        assert r.returncode == 0, r.stdout + r.stderr
+        doc, cells = cells_of(out)
+        assert doc["server"]["engine"] == "openai" and doc["provenance"] == "measured"
+        for n in (1, 2):
+            c = cells[("decode", 0, n)]
+            assert c["status"] == "valid", c
+            assert c["token_source"] == "chunks"
+            assert c["output_tokens"] > 0
+        assert "Measured" in (out / "report.md").read_text()
+    finally:
+        s.close()
+
+
+def test_workers_started_elsewhere_connect_with_master_bind(sim, tmp_path):
+    """`--master-bind` + `--expect-workers`: a worker started by hand with plain Locust."""
+    import socket
+    from pathlib import Path
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "remote"
+    run = subprocess.Popen([sys.executable, "-m", "llmload", "run", "--host", sim.url, "--contexts", "0",
+                            "--prefill-contexts", "", "--concurrency", "1,2", "--duration", "1s",
+                            "--max-tokens", "64", "--out", str(out), "--master-bind", f"127.0.0.1:{port}",
+                            "--expect-workers", "1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    locustfile = Path(__file__).resolve().parent.parent / "locustfiles" / "llm.py"
+    worker = subprocess.Popen([sys.executable, "-m", "locust", "-f", str(locustfile), "--worker",
+                               "--master-host", "127.0.0.1", "--master-port", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        output, _ = run.communicate(timeout=120)
+        assert run.returncode == 0, output
+        assert "Waiting for 1 Locust worker(s)" in output
+        _, cells = cells_of(out)
+        assert [cells[("decode", 0, n)]["status"] for n in (1, 2)] == ["valid", "valid"]
+        worker.wait(timeout=30)
+    finally:
+        for p in (run, worker):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def test_a_server_that_dies_mid_run_loses_no_measured_cell(tmp_path):
+    import time
+    out = tmp_path / "dying"
+    with SimProcess(profile="tiny") as s:
+        run = subprocess.Popen([sys.executable, "-m", "llmload", "run", "--host", s.url, "--contexts", "0,1K",
+                                "--prefill-contexts", "", "--concurrency", "1,2", "--duration", "3s",
+                                "--max-tokens", "64", "--out", str(out)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            results = out / "results.json"
+            if results.exists() and any(c["status"] == "valid" for c in json.loads(results.read_text())["cells"]):
+                break
+            time.sleep(0.2)
+    # The simulator is gone now; the run notices, stops and keeps what it measured.
+    stdout, stderr = run.communicate(timeout=120)
+    assert run.returncode != 0
+    assert "Traceback" not in stderr and len(stderr.strip().splitlines()) == 1, stderr
+    doc, cells = cells_of(out)
+    assert cells[("decode", 0, 1)]["status"] == "valid"
+    assert cells[("decode", 0, 1)]["output_tokens"] > 0
+    assert doc["status"] == "failed"
+    assert "valid" in (out / "report.md").read_text().lower()
