@@ -11,6 +11,7 @@ Modules, from pure to I/O:
 - `engine`    — the engine model: scheduler, KV block pool, prefix cache, step times.
                 Pure and clock-free; a driver says when steps happen.
 - `virtual`   — drives the engine in virtual time (calibration, unit tests).
+- `calibration` — the seed page's figures and its procedure, replayed in virtual time.
 - `protocol`  — request validation and vLLM-shaped response bodies and SSE chunks.
 - `server`    — the gevent HTTP server that drives the engine in real time.
 - `launcher`  — `SimProcess`, runs the server as a child process (tests, `llmload run`).

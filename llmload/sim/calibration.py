@@ -134,11 +134,15 @@ def decode_cell(profile: Profile, context: int, concurrency: int, *,
                   on_finish=lambda r, t: send(int(t.request_id[1:].split("-")[0])))
     run.abort_all()
     traces = [t for t in run.traces.values() if not t.request_id.startswith("warm-")]
-    return _decode_figures(traces, context, concurrency, start_s, start_s + window_s)
+    return decode_figures(traces, context, concurrency, start_s, start_s + window_s)
 
 
-def _decode_figures(traces: list[VirtualTrace], context: int, concurrency: int,
-                    start_s: float, end_s: float) -> DecodeFigures:
+def decode_figures(traces: list[VirtualTrace], context: int, concurrency: int,
+                   start_s: float, end_s: float) -> DecodeFigures:
+    """measurement.md's decode-cell figures from per-chunk arrival times in [start_s, end_s].
+
+    The traces may come from a `VirtualRun` or from a real client (same fields, any clock).
+    """
     output_tokens = 0
     per_request, ttfts, gaps = [], [], []
     for trace in traces:

@@ -384,6 +384,11 @@ class ServerStats:
     step_lateness_s: float
     """Sum over steps of how late their tokens were handed out, against the schedule."""
     step_lateness_max_s: float
+    step_lateness_buckets: tuple[int, ...] = ()
+    """Steps per lateness bucket (upper bounds LATENESS_BUCKETS_S, then +Inf)."""
+
+
+LATENESS_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.05)
 
 
 _VLLM_SERIES = (
@@ -459,4 +464,13 @@ def _sim_lines(stats: EngineStats, server: ServerStats) -> list[str]:
     for name, kind, help_text, value in series:
         lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}",
                   f"{name} {float(value)!r}"]
+    name = "llmload_sim:step_lateness_seconds"
+    lines += [f"# HELP {name} How late each step's tokens left, against the schedule.",
+              f"# TYPE {name} histogram"]
+    counts = server.step_lateness_buckets or (0,) * (len(LATENESS_BUCKETS_S) + 1)
+    total = 0
+    for bound, count in zip((*map(repr, LATENESS_BUCKETS_S), "+Inf"), counts):
+        total += count
+        lines.append(f'{name}_bucket{{le="{bound}"}} {float(total)!r}')
+    lines += [f"{name}_sum {float(server.step_lateness_s)!r}", f"{name}_count {float(total)!r}"]
     return lines

@@ -11,8 +11,9 @@ Rules:
   accepted socket, so a client can time tokens to well under a millisecond.
 - A client that goes away (the socket reads EOF or a write fails) aborts its request at
   once: the engine frees its KV blocks on the spot.
-- Request handling (parsing, tokenizing, hashing) happens in the request's greenlet during
-  the modelled frontend delay, never inside the scheduler loop.
+- Request handling (parsing, tokenizing, hashing) happens in the request's greenlet, never
+  inside the scheduler loop; the modelled frontend delay is then waited out by the
+  scheduler, with the same precise sleep as the steps.
 - No monkey-patching here: `gevent.monkey.patch_all()` belongs to the process entry point
   (`python -m llmload.sim`); this module works with or without it.
 """
@@ -20,7 +21,10 @@ Rules:
 from __future__ import annotations
 
 import argparse
+import bisect
 import collections
+import heapq
+import itertools
 import logging
 import signal
 import socket
@@ -103,24 +107,27 @@ class _Stream:
 
 
 class Scheduler:
-    """Drives the engine in real time and routes its outputs to the streams."""
+    """Drives the engine in real time and routes its outputs to the streams.
+
+    Requests wait here until their modelled frontend delay is over (`ready_s`), exactly as
+    in `llmload.sim.virtual`: an idle engine wakes `engine_wakeup_ms` after the first one is
+    ready; a busy engine admits, at each step boundary, those ready by then.
+    """
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self._streams: dict[str, _Stream] = {}
+        self._pending: list[tuple[float, int, _Stream]] = []
+        self._order = itertools.count()
         self._wake = gevent.event.Event()
         self.finished: collections.Counter[str] = collections.Counter()
         self.lateness_s = 0.0
         self.lateness_max_s = 0.0
+        self.lateness_buckets = [0] * (len(protocol.LATENESS_BUCKETS_S) + 1)
 
-    def submit(self, stream: _Stream) -> None:
-        request = stream.request
-        self.engine.add(EngineRequest(
-            request_id=stream.request_id, prompt_ids=request.prompt_ids,
-            num_output_tokens=stream.num_output, cache_salt=request.cache_salt,
-            block_hashes=stream.hashes))
-        stream.submitted = True
-        self._streams[stream.request_id] = stream
+    def submit(self, stream: _Stream, ready_s: float) -> None:
+        """Hand a request over; the engine sees it once perf_counter passes `ready_s`."""
+        heapq.heappush(self._pending, (ready_s, next(self._order), stream))
         self._wake.set()
 
     def abort(self, stream: _Stream) -> None:
@@ -128,31 +135,35 @@ class Scheduler:
             return
         stream.aborted = True
         stream.event.set()
+        self.finished["abort"] += 1
         if stream.submitted and self.engine.abort(stream.request_id):
             self._streams.pop(stream.request_id, None)
-            self.finished["abort"] += 1
-            logger.debug("aborted %s", stream.request_id)
+        logger.debug("aborted %s", stream.request_id)
 
     def server_stats(self) -> protocol.ServerStats:
         return protocol.ServerStats(finished=dict(self.finished),
                                     step_lateness_s=self.lateness_s,
-                                    step_lateness_max_s=self.lateness_max_s)
+                                    step_lateness_max_s=self.lateness_max_s,
+                                    step_lateness_buckets=tuple(self.lateness_buckets))
 
     def run(self) -> None:
         wakeup_s = self.engine.profile.engine_wakeup_ms / 1e3
         deadline_s = _clock()
         while True:
+            self._admit_ready(deadline_s)
             if not self.engine.has_work:
-                self._wake.clear()
-                self._wake.wait()
+                self._wait_for_ready()
                 # Requests sent together reach an idle engine together (see the profile).
-                gevent.sleep(wakeup_s)
+                sleep_until(_clock() + wakeup_s)
                 deadline_s = _clock()
+                self._admit_ready(deadline_s)
+                if not self.engine.has_work:
+                    continue  # aborted meanwhile
             result = self.engine.step()
             if result.num_scheduled == 0:
                 logger.error("engine has work but could schedule none of it; waiting")
-                self._wake.clear()
-                self._wake.wait(timeout=0.1)
+                gevent.sleep(0.1)
+                deadline_s = _clock()
                 continue
             deadline_s += result.duration_s
             sleep_until(deadline_s)
@@ -161,10 +172,44 @@ class Scheduler:
             # Let the streams write before the next step is computed.
             gevent.sleep(0)
 
+    def _admit_ready(self, now_s: float) -> None:
+        pending = self._pending
+        while pending and pending[0][0] <= now_s:
+            stream = heapq.heappop(pending)[2]
+            if stream.aborted:
+                continue
+            request = stream.request
+            self.engine.add(EngineRequest(
+                request_id=stream.request_id, prompt_ids=request.prompt_ids,
+                num_output_tokens=stream.num_output, cache_salt=request.cache_salt,
+                block_hashes=stream.hashes))
+            stream.submitted = True
+            self._streams[stream.request_id] = stream
+
+    def _wait_for_ready(self) -> None:
+        """Block until the earliest pending request is ready (a new one may come sooner)."""
+        while True:
+            pending = self._pending
+            while pending and pending[0][2].aborted:
+                heapq.heappop(pending)
+            if not pending:
+                self._wake.clear()
+                self._wake.wait()
+                continue
+            remaining_s = pending[0][0] - _clock()
+            if remaining_s <= 0:
+                return
+            if remaining_s <= PRECISE_SLEEP_MARGIN_S:
+                _os_sleep(remaining_s)
+                return
+            self._wake.clear()
+            self._wake.wait(remaining_s - PRECISE_SLEEP_MARGIN_S)
+
     def _note_lateness(self, late_s: float) -> None:
         self.lateness_s += late_s
         if late_s > self.lateness_max_s:
             self.lateness_max_s = late_s
+        self.lateness_buckets[bisect.bisect_left(protocol.LATENESS_BUCKETS_S, late_s)] += 1
 
     def _deliver(self, outputs: tuple[SeqOutput, ...]) -> None:
         streams = self._streams
@@ -284,20 +329,12 @@ class SimApp:
         return _Stream(protocol.new_request_id(request.chat), request, seed, num_output,
                        finish_reason, hashes)
 
-    def _enter(self, stream: _Stream, ready_s: float) -> None:
-        """Wait out the modelled frontend delay, then hand the request to the engine."""
-        delay_s = ready_s - _clock()
-        if delay_s > 0:
-            gevent.sleep(delay_s)
-        if not stream.aborted:
-            self.scheduler.submit(stream)
-
     def _sse(self, stream: _Stream, ready_s: float, sock: socket.socket | None,
              write: Callable[[bytes], None]) -> Iterator[bytes]:
         write(b"")  # the status line and headers go out now, before any token, as on vLLM
         watcher = self._watch(sock, stream)
         try:
-            self._enter(stream, ready_s)
+            self.scheduler.submit(stream, ready_s)
             encoder = StreamEncoder(stream.request, request_id=stream.request_id,
                                     created=protocol.now_created(),
                                     model=self.profile.served_model_name)
@@ -322,7 +359,7 @@ class SimApp:
                   start_response: Callable) -> list[bytes]:
         watcher = self._watch(sock, stream)
         try:
-            self._enter(stream, ready_s)
+            self.scheduler.submit(stream, ready_s)
             texts: list[str] = []
             finished = False
             while not finished:
