@@ -30,6 +30,10 @@ from llmload.records import RequestRecord
 
 #: A cell is "N at once" only if at least this fraction of N was active/streaming on average.
 VALID_FRACTION = 0.95
+#: Without server metrics, a cell whose requests streamed on average less than this
+#: fraction of N is taken as queued (short requests legitimately spend a few percent of their
+#: life before their first token, so the bar is lower than VALID_FRACTION).
+STREAMING_FRACTION_NO_METRICS = 0.8
 #: How many distinct error messages a window keeps.
 MAX_ERROR_SAMPLES = 3
 #: Histogram bucket growth factor: each bucket spans 0.1% relative width.
@@ -433,6 +437,7 @@ def classify_cell(
     concurrency: int,
     waiting: float | None,
     client_bound: bool,
+    preemptions: float | None = None,
 ) -> str:
     """Status of a decode cell that ran, first matching rule wins:
 
@@ -440,14 +445,17 @@ def classify_cell(
                         during the window at all (avg_active is None: no figure exists).
     2. "client_bound" — client_bound is true (load generator CPU ≥ 90% or loop lag over its
                         bound, decided by the caller): the figure is not the server's.
-    3. "saturated"    — waiting > 0 (the server kept requests queued), or
-                        avg_streaming < VALID_FRACTION × N, or avg_active < VALID_FRACTION × N.
-                        waiting None (server metrics unknown) does not count as queued.
-                        `waiting` is the *median* of the server's waiting gauge over the
-                        window: in a healthy closed loop a new request waits a step or so
-                        on arrival, which a single sample can catch; a queue that lasts
-                        half the window cannot be missed.
-    4. "valid"        — otherwise: no failure, avg_active ≥ 0.95 N and avg_streaming ≥ 0.95 N.
+    3. "saturated"    — avg_active < VALID_FRACTION × N (fewer than N requests in flight), or
+                        the server kept requests queued: waiting > 0, where `waiting` is the
+                        *median* of the server's waiting gauge over the window (in a healthy
+                        closed loop a new request waits a step or so on arrival, which a
+                        single sample can catch; a queue that lasts half the window cannot be
+                        missed); or the server preempted requests during the window
+                        (`preemptions` > 0: it could not keep N sequences in its KV cache);
+                        or, when the server exposes no waiting gauge (waiting None),
+                        avg_streaming < STREAMING_FRACTION_NO_METRICS × N (requests in flight
+                        but not streaming are queued somewhere).
+    4. "valid"        — otherwise: no failure, avg_active ≥ 0.95 N, no queue.
 
     Errors come first because a failed request also lowers the other figures; a client
     bottleneck comes before saturation because it explains low concurrency on its own.
@@ -456,9 +464,13 @@ def classify_cell(
         return "errors"
     if client_bound:
         return "client_bound"
-    threshold = VALID_FRACTION * concurrency
-    queued = waiting is not None and waiting > 0
-    streaming = figures.avg_streaming if figures.avg_streaming is not None else 0.0
-    if queued or streaming < threshold or figures.avg_active < threshold:
+    if figures.avg_active < VALID_FRACTION * concurrency:
         return "saturated"
-    return "valid"
+    if preemptions:
+        return "saturated"
+    if waiting is not None:
+        queued = waiting > 0
+    else:
+        streaming = figures.avg_streaming if figures.avg_streaming is not None else 0.0
+        queued = streaming < STREAMING_FRACTION_NO_METRICS * concurrency
+    return "saturated" if queued else "valid"

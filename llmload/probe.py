@@ -228,7 +228,8 @@ def _prefix_caching(metrics_text: str | None) -> bool | None:
 
 
 def server_load(base_url: str, *, api_key: str | None = None) -> dict[str, float | None]:
-    """Running and waiting requests right now, from /metrics (None where not exposed)."""
+    """Running and waiting requests now, and preemptions so far, from /metrics (None where
+    not exposed)."""
     text = http_text(f"{Endpoint.parse(base_url).base_url}/metrics", api_key=api_key, timeout_s=2.0)
     samples = parse_prometheus(text) if text else {}
     return {
@@ -236,6 +237,7 @@ def server_load(base_url: str, *, api_key: str | None = None) -> dict[str, float
                               "llamacpp:requests_processing"),
         "waiting": metric_sum(samples, "vllm:num_requests_waiting", "sglang:num_queue_reqs",
                               "llamacpp:requests_deferred", "tgi_queue_size"),
+        "preemptions": metric_sum(samples, "vllm:num_preemptions_total", "vllm:num_preemptions"),
     }
 
 

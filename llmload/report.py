@@ -45,8 +45,8 @@ STATUS_NOTES = {
     "would exceed the server's KV cache.",
     "exceeds_context": "Exceeds context: not run because context + max output exceeds the "
     "server's maximum model length.",
-    "saturated": "Saturated: the server queued requests, or fewer than 95% of them were "
-    "streaming on average; the figure is real but is not this many requests at once.",
+    "saturated": "Saturated: the server kept requests queued (or fewer than 95% of them were "
+    "in flight on average); the figure is real but is not this many requests at once.",
     "client_bound": "Client bound: the load generator itself was the bottleneck (CPU or "
     "event-loop lag); the figure is not the server's.",
     "errors": "Errors: some requests failed; counts and first messages are listed below "

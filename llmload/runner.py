@@ -232,9 +232,10 @@ class CellRunner:
         self.driver.send("llmload_go", {"id": cell_id, "t0": t0, "t1": t1})
         poller = gevent.spawn(_poll_server_load, self.ctx, t0, t1) if self.ctx.info.metrics else None
         gevent.sleep(max(t1 - now(), 0) + 0.02)
-        waits = sorted(poller.get()) if poller is not None else []
+        waits, preempted = poller.get() if poller is not None else ([], None)
+        waits = sorted(waits)
         return {"t0": t0, "t1": t1, "max_waiting": waits[-1] if waits else None,
-                "median_waiting": waits[len(waits) // 2] if waits else None}
+                "median_waiting": waits[len(waits) // 2] if waits else None, "preemptions": preempted}
 
     def _collect(self, cell_id: str, t0, t1) -> tuple[list[RequestRecord], dict]:
         self.driver.send("llmload_collect", {"id": cell_id, "t0": t0, "t1": t1})
@@ -252,16 +253,21 @@ class _CellTimeout(Exception):
     pass
 
 
-def _poll_server_load(ctx: RunContext, t0: float, t1: float) -> list[float]:
-    """The server's waiting gauge, sampled every LOAD_POLL_S during [t0, t1]."""
+def _poll_server_load(ctx: RunContext, t0: float, t1: float) -> tuple[list[float], float | None]:
+    """The server's waiting gauge, sampled every LOAD_POLL_S during [t0, t1], and how many
+    requests it preempted in the window (None where it does not say)."""
     samples: list[float] = []
-    gevent.sleep(max(t0 - now(), 0) + LOAD_POLL_S / 2)
+    gevent.sleep(max(t0 - now(), 0))
+    first = server_load(ctx.info.base_url, api_key=ctx.api_key).get("preemptions")
+    gevent.sleep(LOAD_POLL_S / 2)
     while now() < t1:
         waiting = server_load(ctx.info.base_url, api_key=ctx.api_key).get("waiting")
         if waiting is not None:
             samples.append(waiting)
         gevent.sleep(min(LOAD_POLL_S, max(t1 - now(), 0)))
-    return samples
+    last = server_load(ctx.info.base_url, api_key=ctx.api_key).get("preemptions")
+    preempted = last - first if first is not None and last is not None else None
+    return samples, preempted
 
 
 def _combine_loads(loads: list[dict]) -> dict:
@@ -295,7 +301,8 @@ def decode_cell(planned: PlannedCell, records: list[RequestRecord], facts: dict)
     fig = window_figures(decode, facts["t0"], facts["t1"], concurrency=planned.concurrency)
     load = facts["load"]
     status = classify_cell(figures=fig, concurrency=planned.concurrency,
-                           waiting=facts.get("median_waiting"), client_bound=load["client_bound"])
+                           waiting=facts.get("median_waiting"), client_bound=load["client_bound"],
+                           preemptions=facts.get("preemptions"))
     cell = not_run_cell(planned)
     cell.update({k: v for k, v in fig.to_dict().items() if k in FIGURE_KEYS or k in (
         "avg_streaming", "requests_sent", "errors", "error_samples")})
@@ -306,6 +313,7 @@ def decode_cell(planned: PlannedCell, records: list[RequestRecord], facts: dict)
         cell["error_samples"] = list(cell.get("error_samples") or []) + [f"warm-up: {warm_errors[0].error}"]
     cell.update({"status": status, "reason": _status_reason(status, fig, facts, planned),
                  "max_waiting": facts.get("max_waiting"), "median_waiting": facts.get("median_waiting"),
+                 "preemptions": facts.get("preemptions"),
                  "client_cpu_pct_max": load.get("cpu_pct_max"),
                  "client_cpu_pct_mean": load.get("cpu_pct_mean"), "loop_lag_ms_max": load.get("lag_ms_max"),
                  "loop_lag_ms_p90": load.get("lag_ms_p90"),
@@ -334,6 +342,8 @@ def prefill_cell(planned: PlannedCell, records: list[RequestRecord], *, source: 
 
 
 def _status_reason(status: str, fig, facts: dict, planned: PlannedCell) -> str:
+    if status == "saturated" and facts.get("preemptions"):
+        return f"the server preempted {facts['preemptions']:g} request(s): N sequences did not fit its KV cache"
     if status == "saturated":
         return (f"server queue: median {facts['median_waiting']:g} waiting" if facts.get("median_waiting")
                 else f"average active {fig.avg_active:.2f} / streaming {fig.avg_streaming:.2f} of {planned.concurrency}")

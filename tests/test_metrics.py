@@ -315,7 +315,9 @@ BASE = WindowFigures(
         ({}, 0, False, "valid"),
         ({}, None, False, "valid"),
         ({"avg_streaming": 3.8, "avg_active": 3.8}, 0, False, "valid"),  # exactly 0.95 N
-        ({"avg_streaming": 3.79}, 0, False, "saturated"),
+        ({"avg_streaming": 3.79}, 0, False, "valid"),  # the server said: no queue
+        ({"avg_streaming": 3.3}, None, False, "valid"),  # no metrics: 0.825 N streaming
+        ({"avg_streaming": 3.1}, None, False, "saturated"),  # no metrics: < 0.8 N streaming
         ({"avg_active": 3.7, "avg_streaming": 3.7}, 0, False, "saturated"),
         ({}, 2, False, "saturated"),
         ({}, 0, True, "client_bound"),
@@ -330,3 +332,8 @@ def test_classify_cell(changes, waiting, client_bound, expected):
         figures=figures, concurrency=4, waiting=waiting, client_bound=client_bound
     )
     assert got == expected
+
+
+def test_preempted_requests_make_a_cell_saturated():
+    assert classify_cell(figures=BASE, concurrency=4, waiting=0, client_bound=False, preemptions=3) == "saturated"
+    assert classify_cell(figures=BASE, concurrency=4, waiting=0, client_bound=False, preemptions=0) == "valid"

@@ -223,3 +223,17 @@ def test_a_server_that_dies_mid_run_loses_no_measured_cell(tmp_path):
     assert cells[("decode", 0, 1)]["output_tokens"] > 0
     assert doc["status"] == "failed"
     assert "valid" in (out / "report.md").read_text().lower()
+
+
+def test_cells_that_do_not_fit_are_marked_saturated(tmp_path):
+    """Told a KV size the server does not have, llmload runs a cell that cannot fit: the
+    server queues half the requests, and the cell says so instead of passing for valid."""
+    with SimProcess(profile="tiny", overrides={"num_gpu_blocks": 40}) as s:
+        out = tmp_path / "sat"
+        r = llmload("run", "--host", s.url, "--contexts", "0", "--prefill-contexts", "", "--concurrency", "4",
+                    "--duration", "3s", "--max-tokens", "256", "--kv-cache-tokens", "100000", "--out", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    _, cells = cells_of(out)
+    cell = cells[("decode", 0, 4)]
+    assert cell["status"] == "saturated", cell
+    assert cell["preemptions"] > 0 or cell["median_waiting"] >= 1
