@@ -237,3 +237,17 @@ def test_cells_that_do_not_fit_are_marked_saturated(tmp_path):
     cell = cells[("decode", 0, 4)]
     assert cell["status"] == "saturated", cell
     assert cell["preemptions"] > 0 or cell["median_waiting"] >= 1
+
+
+def test_chat_endpoint_prompts_have_the_planned_length(sim, tmp_path):
+    out = tmp_path / "chat"
+    r = llmload("run", "--host", sim.url, "--endpoint", "chat", "--contexts", "1K", "--prefill-contexts", "",
+                "--concurrency", "1,2", "--duration", "1s", "--max-tokens", "64", "--out", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    _, cells = cells_of(out)
+    for n in (1, 2):
+        c = cells[("decode", 1024, n)]
+        # The point here is the prompt's length as the server counts it (text through the chat
+        # template); the status depends on how busy this machine is.
+        assert c["server_prompt_tokens"] == 1024 and c["output_tokens"] > 0, c
+        assert "prompt_length_note" not in c or c["prompt_length_note"] is None

@@ -403,3 +403,30 @@ def test_api_key_guards_v1_only(sim_spec):
     assert call(sim_spec.url, "/v1/models", headers={"Authorization": "Bearer sekret"})[0] == 200
     assert call(sim_spec.url, "/health")[0] == 200
     assert call(sim_spec.url, "/metrics")[0] == 200
+
+
+def test_a_slow_reader_gets_every_event_in_order(sim_spec):
+    # A tiny receive window makes the server's writes block; what it cannot write at once
+    # must still arrive, in order, once the client reads again.
+    parts = urllib.parse.urlsplit(sim_spec.url)
+    body = json.dumps({"prompt": ids(8), "max_tokens": 1500, "ignore_eos": True,
+                       "stream": True, "stream_options": STREAM_USAGE}).encode()
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)
+    sock.connect((parts.hostname, parts.port))
+    try:
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+                     b"sekret\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        time.sleep(1.5)
+        data = b""
+        while not data.endswith(b"0\r\n\r\n"):
+            chunk = sock.recv(65536)
+            assert chunk, "connection closed early"
+            data += chunk
+    finally:
+        sock.close()
+    events = [json.loads(line[6:]) for line in data.split(b"\r\n")
+              if line.startswith(b"data: {")]
+    counts = [e["usage"]["completion_tokens"] for e in events if e["choices"]]
+    assert counts == [1] + list(range(4, 1500, 3)) + [1500]
+    assert data.count(b"data: [DONE]") == 1 and events[-1]["choices"] == []
