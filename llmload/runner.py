@@ -412,6 +412,7 @@ def run_matrix(scenario: Scenario, *, api_key: str | None = None, out_dir: str |
             writer.finish(status="complete")
         finally:
             driver.close()
+        _echo_matrix(writer.results, echo)
         echo(f"Report: {os.path.join(out, 'report.md')}")
         return out
 
@@ -489,6 +490,18 @@ def _check_prompt_length(ctx: RunContext, planned: PlannedCell, cell: dict) -> N
         note = f"the server counted {counted:,} prompt tokens, not {planned.prompt_tokens:,}"
         cell["prompt_length_note"] = note
         ctx.echo(f"    warning: {note}")
+
+
+def _echo_matrix(results: dict, echo: Callable[[str], None]) -> None:
+    """The page's two main tables, in the terminal."""
+    from llmload.report import decode_matrix_frame, markdown_table, page_cells, render_prefill
+    cells = page_cells(results)
+    prefill = render_prefill(cells)
+    if prefill:
+        echo("\nPrefill (prompt tok/s, TTFT):\n" + prefill)
+    if any(c["phase"] == "decode" for c in cells):
+        echo("\nSustained decode (total tok/s (TTFT); rows context, columns requests at once):\n"
+             + markdown_table(decode_matrix_frame(cells)) + "\n")
 
 
 def _label(planned: PlannedCell) -> str:
