@@ -385,11 +385,13 @@ class Engine:
         )
 
     def _register_blocks(self, seq: _Seq) -> None:
-        if not self.profile.enable_prefix_caching or seq.hashes is None:
-            return
-        full = min(seq.num_computed // self._bs, len(seq.hashes))
+        hashes = seq.hashes
+        if hashes is None or seq.num_registered >= len(hashes) \
+                or not self.profile.enable_prefix_caching:
+            return  # the common decode case: every prompt block is registered already
+        full = min(seq.num_computed // self._bs, len(hashes))
         for index in range(seq.num_registered, full):
-            self._pool.register(seq.blocks[index], seq.hashes[index])
+            self._pool.register(seq.blocks[index], hashes[index])
         seq.num_registered = max(seq.num_registered, full)
 
     def _sample(self, seq: _Seq) -> SeqOutput:

@@ -26,6 +26,7 @@ import collections
 import heapq
 import itertools
 import logging
+import os
 import signal
 import socket
 import sys
@@ -79,10 +80,17 @@ def sleep_until(deadline_s: float) -> None:
 
 
 class _Stream:
-    """One generation request between its greenlet and the scheduler."""
+    """One generation request between its greenlet and the scheduler.
+
+    Streamed requests get their SSE events written by the scheduler itself, one
+    non-blocking `write` per event, the moment their step ends; only what the socket does not
+    take at once goes to `backlog`, which the request's greenlet then writes in order.
+    Non-streamed requests collect `outputs` for their greenlet.
+    """
 
     __slots__ = ("request_id", "request", "seed", "num_output", "finish_reason", "outputs",
-                 "event", "submitted", "done", "aborted", "cached_tokens", "hashes")
+                 "event", "submitted", "done", "aborted", "cached_tokens", "hashes",
+                 "render", "fd", "backlog", "writing")
 
     def __init__(self, request_id: str, request: GenerationRequest, seed: int,
                  num_output: int, finish_reason: str, hashes: list[int] | None) -> None:
@@ -96,6 +104,33 @@ class _Stream:
         self.event = gevent.event.Event()
         self.submitted = self.done = self.aborted = False
         self.cached_tokens: int | None = None
+        self.render: Callable[[_Stream, SeqOutput], list[bytes]] | None = None
+        """For streamed requests: an output's wire frames (set with `fd`)."""
+        self.fd = -1
+        self.backlog: collections.deque[bytes] = collections.deque()
+        self.writing = False
+
+    def deliver(self, output: SeqOutput) -> bool:
+        """Take a step's output (scheduler side); False if the client is gone."""
+        if self.render is None:
+            self.outputs.append(output)
+            self.event.set()
+            return True
+        for frame in self.render(self, output):
+            if self.backlog or self.writing:
+                self.backlog.append(frame)
+                continue
+            try:
+                sent = os.write(self.fd, frame)
+            except BlockingIOError:
+                sent = 0
+            except OSError:
+                return False
+            if sent < len(frame):
+                self.backlog.append(frame[sent:])
+        if self.backlog or output.finished:
+            self.event.set()
+        return True
 
     def take(self) -> list[SeqOutput]:
         """Wait for outputs; an empty list means the request was aborted."""
@@ -131,10 +166,13 @@ class Scheduler:
         self._wake.set()
 
     def abort(self, stream: _Stream) -> None:
-        if stream.done or stream.aborted:
+        """The client is gone: stop the request and free its KV blocks at once."""
+        if stream.aborted:
             return
         stream.aborted = True
         stream.event.set()
+        if stream.done:
+            return  # the engine is through with it already
         self.finished["abort"] += 1
         if stream.submitted and self.engine.abort(stream.request_id):
             self._streams.pop(stream.request_id, None)
@@ -221,8 +259,8 @@ class Scheduler:
                 del streams[output.request_id]
                 stream.done = True
                 self.finished[stream.finish_reason] += 1
-            stream.outputs.append(output)
-            stream.event.set()
+            if not stream.deliver(output):
+                self.abort(stream)  # the write failed: the client is gone
 
 
 class SimApp:
@@ -316,7 +354,8 @@ class SimApp:
         sock = environ.get(SOCKET_KEY)
         if request.stream:
             write = start_response("200 OK", list(_SSE_HEADERS))
-            return self._sse(stream, ready_s, sock, write)
+            chunked = environ.get("SERVER_PROTOCOL") != "HTTP/1.0"
+            return self._sse(stream, ready_s, sock, write, chunked)
         return self._complete(stream, ready_s, sock, start_response)
 
     def _new_stream(self, request: GenerationRequest) -> _Stream:
@@ -330,30 +369,71 @@ class SimApp:
                        finish_reason, hashes)
 
     def _sse(self, stream: _Stream, ready_s: float, sock: socket.socket | None,
-             write: Callable[[bytes], None]) -> Iterator[bytes]:
+             write: Callable[[bytes], None], chunked: bool) -> Iterator[bytes]:
         write(b"")  # the status line and headers go out now, before any token, as on vLLM
+        encoder = StreamEncoder(stream.request, request_id=stream.request_id,
+                                created=protocol.now_created(),
+                                model=self.profile.served_model_name)
+        if sock is not None:
+            stream.fd = sock.fileno()
+            stream.render = self._renderer(encoder, chunked)
         watcher = self._watch(sock, stream)
         try:
             self.scheduler.submit(stream, ready_s)
-            encoder = StreamEncoder(stream.request, request_id=stream.request_id,
-                                    created=protocol.now_created(),
-                                    model=self.profile.served_model_name)
-            finished = False
-            while not finished:
-                outputs = stream.take()
-                if not outputs:
-                    return
-                for output in outputs:
-                    if stream.request.chat and output.first_index == 0:
-                        yield encoder.role_event()
-                    finished = output.finished
-                    yield encoder.token_event(self._text(stream, output), output.num_tokens,
-                                              stream.finish_reason if finished else None)
+            if stream.render is None:
+                yield from self._sse_events(stream, encoder)
+            elif not self._flush_until_done(stream, sock):
+                return
             if stream.request.include_usage:
                 yield encoder.usage_event(self._cached_tokens(stream))
             yield protocol.DONE_EVENT
         finally:
             self._close(stream, watcher)
+
+    def _renderer(self, encoder: StreamEncoder,
+                  chunked: bool) -> Callable[[_Stream, SeqOutput], list[bytes]]:
+        def render(stream: _Stream, output: SeqOutput) -> list[bytes]:
+            events = []
+            if stream.request.chat and output.first_index == 0:
+                events.append(encoder.role_event())
+            events.append(encoder.token_event(
+                self._text(stream, output), output.num_tokens,
+                stream.finish_reason if output.finished else None))
+            if not chunked:
+                return events
+            # The response uses chunked transfer encoding (pywsgi chose it): frame each event.
+            return [b"%x\r\n%s\r\n" % (len(event), event) for event in events]
+        return render
+
+    def _flush_until_done(self, stream: _Stream, sock: socket.socket) -> bool:
+        """Write what the scheduler could not, until the last token is out; False if aborted."""
+        while True:
+            stream.event.wait()
+            stream.event.clear()
+            if stream.aborted:
+                return False
+            stream.writing = True
+            try:
+                while stream.backlog:
+                    sock.sendall(stream.backlog.popleft())
+            finally:
+                stream.writing = False
+            if stream.done and not stream.backlog:
+                return True
+
+    def _sse_events(self, stream: _Stream, encoder: StreamEncoder) -> Iterator[bytes]:
+        """The same events without a raw socket to write to (pywsgi writes them)."""
+        finished = False
+        while not finished:
+            outputs = stream.take()
+            if not outputs:
+                return
+            for output in outputs:
+                if stream.request.chat and output.first_index == 0:
+                    yield encoder.role_event()
+                finished = output.finished
+                yield encoder.token_event(self._text(stream, output), output.num_tokens,
+                                          stream.finish_reason if finished else None)
 
     def _complete(self, stream: _Stream, ready_s: float, sock: socket.socket | None,
                   start_response: Callable) -> list[bytes]:
@@ -383,10 +463,13 @@ class SimApp:
         if stream.cached_tokens is None:
             stream.cached_tokens = output.num_cached_tokens
         token, word = self.output_model.token, self.tokenizer.word
-        end = output.first_index + output.num_tokens
+        first = output.first_index
+        end = first + output.num_tokens
         if stream.finish_reason == "stop" and end == stream.num_output:
             end -= 1  # the last token is EOS, which has no text
-        return "".join(" " + word(token(stream.seed, i)) for i in range(output.first_index, end))
+        if end == first + 1:
+            return " " + word(token(stream.seed, first))
+        return "".join(" " + word(token(stream.seed, i)) for i in range(first, end))
 
     def _cached_tokens(self, stream: _Stream) -> int | None:
         if not self.profile.enable_prompt_tokens_details:
