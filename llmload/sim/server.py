@@ -1,10 +1,11 @@
 """The simulated vLLM server: gevent HTTP in front of the engine model, in real time.
 
 One scheduler greenlet drives `Engine` on an absolute schedule: it runs a step, adds the
-step's modelled duration to the deadline, sleeps until the deadline, then hands the step's
-tokens to the request greenlets, which write them at once. Lateness never accumulates
+step's modelled duration to the deadline, sleeps until the deadline, then writes the step's
+SSE events itself, straight to the clients' sockets. Lateness never accumulates
 (`deadline += duration`, not `now + duration`); when the engine is idle the loop blocks
-until a request arrives.
+until a request arrives. Each request's greenlet parses it, sends the headers, writes what
+a full socket did not take, and ends the response.
 
 Rules:
 - One socket write per SSE event, on the step that produced it, with TCP_NODELAY on every
