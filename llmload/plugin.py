@@ -134,6 +134,9 @@ class LLMState:
                 self._adhoc = self._make_adhoc(host)
         return self._adhoc
 
+    def reset_adhoc(self) -> None:
+        self._adhoc = None
+
     def _make_adhoc(self, host: str | None) -> dict:
         from llmload.probe import build_prompts, probe_server
         opts = self.environment.parsed_options
@@ -293,6 +296,8 @@ def _on_init(environment, runner=None, web_ui=None, **_kw) -> None:
         runner.register_message("llmload_ready", lambda environment, msg, **kw: state.on_ready(
             msg.data["id"], msg.data["n"]))
         runner.register_message("llmload_records", lambda environment, msg, **kw: state.on_records(msg.data))
+    # Options can change between tests (the web UI's form): set up again on each start.
+    events.test_start.add_listener(lambda **kw: state.reset_adhoc())
     if isinstance(runner, WorkerRunner):
         events.report_to_master.add_listener(lambda client_id, data, **kw: _report(state, data))
         events.quitting.add_listener(lambda environment, **kw: logger.info(

@@ -37,8 +37,12 @@ def ui_rows(stats: LiveStats, users: int) -> list[dict]:
 
 
 def _fmt(v):
+    if isinstance(v, bool):
+        return str(v)
     if isinstance(v, float):
         return f"{v:,.1f}"
+    if isinstance(v, int):
+        return f"{v:,}"
     return "—" if v is None else v
 
 
