@@ -6,6 +6,7 @@ concurrent `StreamingClient`s in this process, and prints, per level:
 - added delay = the record's timestamp of a chunk − the server's write time of that chunk
   (both CLOCK_MONOTONIC on Linux, so comparable across the two processes): p50, p99, max;
 - zero-gap inter-token samples (must be 0 with one token per chunk);
+- events/s actually read (bounded by what the one-process Python server can write);
 - this process's CPU time per token event, and the event rate that implies for one core.
 
     python benchmarks/stream_timing.py [--interval-ms 5] [--tokens 400]
@@ -54,9 +55,12 @@ def run_level(url: str, n: int, tokens: int) -> dict:
         with urllib.request.urlopen(f"{url}/times?id={rid}") as resp:
             written = json.load(resp)
         times = np.asarray(rec.chunk_times_s) - offset
-        events += len(times)
-        if len(times) == len(written):
-            delays.extend((times - np.asarray(written)) * 1000.0)
+        events += rec.output_tokens
+        # An arrival can hold several chunks that met in one read: it is timed against the
+        # write of the last chunk it holds.
+        last = np.cumsum(np.asarray(rec.chunk_tokens)) - 1
+        if len(written) == rec.output_tokens:
+            delays.extend((times - np.asarray(written)[last]) * 1000.0)
         gaps.extend(np.diff(times))
     d = np.asarray(delays)
     return {"streams": n, "events": events, "matched": d.size,
@@ -64,6 +68,7 @@ def run_level(url: str, n: int, tokens: int) -> dict:
             "p99_ms": float(np.percentile(d, 99)) if d.size else None,
             "max_ms": float(d.max()) if d.size else None,
             "zero_gaps": int(np.sum(np.asarray(gaps) <= 0)),
+            "events_per_s": events / wall,
             "cpu_us_per_event": cpu / max(events, 1) * 1e6, "wall_s": wall}
 
 
@@ -78,11 +83,11 @@ def main() -> None:
     try:
         url = proc.stdout.readline().split()[-1]
         print(f"server: {url}, one token per chunk every {args.interval_ms} ms, {args.tokens} tokens/stream")
-        print(f"{'streams':>8}{'events':>9}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}{'zero gaps':>11}"
-              f"{'CPU µs/event':>14}{'≈ events/s/core':>17}")
+        print(f"{'streams':>8}{'events':>9}{'events/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}"
+              f"{'zero gaps':>11}{'CPU µs/event':>14}{'≈ events/s/core':>17}")
         for n in (int(x) for x in args.levels.split(",")):
             r = run_level(url, n, args.tokens)
-            print(f"{r['streams']:>8}{r['events']:>9}{r['p50_ms']:>9.3f}{r['p99_ms']:>9.3f}{r['max_ms']:>9.3f}"
+            print(f"{r['streams']:>8}{r['events']:>9}{r['events_per_s']:>10,.0f}{r['p50_ms']:>9.3f}{r['p99_ms']:>9.3f}{r['max_ms']:>9.3f}"
                   f"{r['zero_gaps']:>11}{r['cpu_us_per_event']:>14.1f}{1e6 / r['cpu_us_per_event']:>17,.0f}")
     finally:
         proc.terminate()
