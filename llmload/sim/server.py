@@ -564,7 +564,7 @@ def build_arg_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m llmload.sim",
         description="Serve a simulated vLLM server (OpenAI-compatible API) until stopped.")
-    parser.add_argument("--profile", default="tiny",
+    parser.add_argument("--profile", default="rtx3090-r1-qwen14b-awq",
                         help="built-in profile name or path to a profile JSON file")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000, help="0 picks a free port")
