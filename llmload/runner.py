@@ -272,7 +272,7 @@ def _poll_server_load(ctx: RunContext, t0: float, t1: float) -> tuple[list[float
 
 def _combine_loads(loads: list[dict]) -> dict:
     out: dict = {"client_bound": any(is_client_bound(x) for x in loads if x)}
-    for key in ("cpu_pct_mean", "cpu_pct_max", "lag_ms_p90", "lag_ms_max"):
+    for key in ("cpu_pct_mean", "cpu_pct_max", "lag_ms_p50", "lag_ms_p90", "lag_ms_max"):
         values = [x[key] for x in loads if x.get(key) is not None]
         out[key] = max(values) if values else None
     return out
@@ -316,7 +316,7 @@ def decode_cell(planned: PlannedCell, records: list[RequestRecord], facts: dict)
                  "preemptions": facts.get("preemptions"),
                  "client_cpu_pct_max": load.get("cpu_pct_max"),
                  "client_cpu_pct_mean": load.get("cpu_pct_mean"), "loop_lag_ms_max": load.get("lag_ms_max"),
-                 "loop_lag_ms_p90": load.get("lag_ms_p90"),
+                 "loop_lag_ms_p50": load.get("lag_ms_p50"), "loop_lag_ms_p90": load.get("lag_ms_p90"),
                  "server_prompt_tokens": _server_prompt_tokens(decode or warm),
                  "warmup_cache_hit": _warm_cache_hit(decode, planned),
                  "token_source": _token_source(decode)})
