@@ -9,7 +9,6 @@ from __future__ import annotations
 import locust  # noqa: F401  isort: skip
 
 import logging
-import os
 import sys
 
 import click

@@ -36,7 +36,7 @@ from llmload.engines import ENDPOINT_PATHS
 from llmload.hardware import host_facts
 from llmload.metrics import classify_cell, prefill_figures, window_figures
 from llmload.plugin import install, is_client_bound, state_of
-from llmload.probe import ProbeError, ServerInfo, build_prompts, probe_server, server_load
+from llmload.probe import ServerInfo, build_prompts, probe_server, server_load
 from llmload.records import RequestRecord
 from llmload.scenario import Scenario
 from llmload.units import format_tokens
@@ -159,10 +159,7 @@ class LocustDriver:
 
     def close(self) -> None:
         try:
-            if self.distributed:
-                self.runner.quit()
-            else:
-                self.runner.quit()
+            self.runner.quit()
         except Exception as exc:  # shutting down: never mask the run's own outcome
             logger.debug("runner quit: %s", exc)
         for p in self.procs:

@@ -22,7 +22,7 @@ from locust import User, constant, task
 
 from llmload.client import StreamingClient
 from llmload.clock import now
-from llmload.engines import ENDPOINT_PATHS, request_body
+from llmload.engines import request_body
 
 logger = logging.getLogger(__name__)
 
@@ -122,5 +122,3 @@ class LLMUser(User):
                             prompt=prompt, max_tokens=max_tokens, fixed_output=cell["fixed_output"],
                             temperature=cell["temperature"])
 
-
-__all__ = ["LLMUser", "ENDPOINT_PATHS"]

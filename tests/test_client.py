@@ -4,7 +4,6 @@ import json
 import socket
 
 import pytest
-from gevent import monkey  # noqa: F401  (the client uses gevent sockets explicitly)
 
 from llmload.client import StreamingClient
 from llmload.clock import now
