@@ -66,6 +66,7 @@ def run(scenario_file, out_dir, master_bind, expect_workers, api_key, **options)
         scenario = resolve(None, file_values, cli_values)
     except (ScenarioError, ValueError, OSError) as exc:
         raise click.UsageError(str(exc)) from None
+    _interrupt_on_signals()
     try:
         run_matrix(scenario, api_key=api_key or None, out_dir=out_dir, master_bind=master_bind,
                    expect_workers=expect_workers, echo=click.echo)
@@ -73,6 +74,25 @@ def run(scenario_file, out_dir, master_bind, expect_workers, api_key, **options)
         raise click.ClickException(str(exc)) from None
     except KeyboardInterrupt:
         sys.exit(130)
+
+
+def _interrupt_on_signals() -> None:
+    """Ctrl-C and SIGTERM end a run the same way: measured cells saved, the simulator and
+    workers stopped. Installed through gevent's loop (which also overrides the SIGINT that a
+    shell ignores for background jobs); the interrupt is thrown into the main greenlet, where
+    the run's cleanup is, not into the hub."""
+    import signal
+
+    import gevent
+    import greenlet
+
+    main_greenlet = greenlet.getcurrent()
+
+    def stop() -> None:
+        main_greenlet.throw(KeyboardInterrupt)
+
+    gevent.signal_handler(signal.SIGINT, stop)
+    gevent.signal_handler(signal.SIGTERM, stop)
 
 
 @main.command()

@@ -251,3 +251,32 @@ def test_chat_endpoint_prompts_have_the_planned_length(sim, tmp_path):
         # template); the status depends on how busy this machine is.
         assert c["server_prompt_tokens"] == 1024 and c["output_tokens"] > 0, c
         assert "prompt_length_note" not in c or c["prompt_length_note"] is None
+
+
+def test_sigterm_keeps_measured_cells_and_stops_the_embedded_simulator(tmp_path):
+    import signal
+    import time
+
+    import psutil
+    out = tmp_path / "term"
+    run = subprocess.Popen([sys.executable, "-m", "llmload", "run", "--sim-profile", "tiny", "--contexts", "0",
+                            "--prefill-contexts", "", "--concurrency", "1,2,4", "--duration", "3s",
+                            "--max-tokens", "64", "--out", str(out)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        results = out / "results.json"
+        if results.exists() and any(c["status"] == "valid" for c in json.loads(results.read_text())["cells"]):
+            break
+        time.sleep(0.2)
+    children = psutil.Process(run.pid).children(recursive=True)
+    assert children, "the embedded simulator should be a child process"
+    run.send_signal(signal.SIGTERM)
+    stdout, stderr = run.communicate(timeout=60)
+    assert run.returncode == 130
+    assert "Traceback" not in stderr and "Interrupted" in stdout
+    doc, cells = cells_of(out)
+    assert doc["status"] == "interrupted"
+    assert cells[("decode", 0, 1)]["status"] == "valid"
+    gone, alive = psutil.wait_procs(children, timeout=10)
+    assert not alive
