@@ -60,3 +60,23 @@ def test_module_entry_point_rejects_bad_overrides_in_one_line():
                             capture_output=True, text=True, timeout=30)
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.strip() == "error: --set expects key=value, got 'novalue'"
+
+
+def test_simulator_stops_when_its_parent_is_killed_outright():
+    """A parent killed with SIGKILL runs no cleanup: the child notices EOF on its stdin."""
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+    code = ("from llmload.sim.launcher import SimProcess\nimport time\n"
+            "s = SimProcess(profile='tiny').start()\nprint(s.pid, flush=True)\ntime.sleep(60)")
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    child = psutil.Process(int(parent.stdout.readline()))
+    parent.kill()
+    parent.wait()
+    parent.stdout.close()
+    gone, alive = psutil.wait_procs([child], timeout=15)
+    for p in alive:
+        p.kill()
+    assert not alive

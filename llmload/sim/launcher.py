@@ -72,8 +72,10 @@ class SimProcess:
         os.close(fd)
         # Append mode: the child's writes never race with our reads of the same file.
         with open(self._stderr_path, "ab") as stderr:
+            # The child's stdin is a pipe we never write to: when this process ends, however
+            # it ends (SIGKILL included), the child reads EOF and stops (WATCH_PARENT_ENV).
             self._proc = subprocess.Popen(
-                self.command(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                self.command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                 stderr=stderr, env=_child_env())
         _live.add(self)
         try:
@@ -135,8 +137,9 @@ class SimProcess:
                 logger.warning("simulator pid %d ignored SIGTERM; killing it", proc.pid)
                 proc.kill()
                 proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
+        for pipe in (proc.stdin, proc.stdout):
+            if pipe is not None:
+                pipe.close()
         if self._stderr_path is not None:
             try:
                 os.unlink(self._stderr_path)
@@ -155,9 +158,14 @@ class SimProcess:
         self.stop()
 
 
+WATCH_PARENT_ENV = "LLMLOAD_SIM_WATCH_PARENT"
+"""Set to 1 for the child: it stops when its stdin reaches EOF, i.e. when we are gone."""
+
+
 def _child_env() -> dict[str, str]:
     # The child must import this same llmload, installed or not.
     env = dict(os.environ)
+    env[WATCH_PARENT_ENV] = "1"
     root = str(Path(llmload.__file__).resolve().parent.parent)
     paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     if root not in paths:

@@ -41,6 +41,7 @@ from gevent.pywsgi import WSGIHandler, WSGIServer
 
 import llmload
 from llmload.sim import protocol
+from llmload.sim.launcher import WATCH_PARENT_ENV
 from llmload.sim.engine import Engine, EngineRequest, Frontend, SeqOutput, block_hashes
 from llmload.sim.profiles import Profile, ProfileError, load_profile, parse_overrides
 from llmload.sim.protocol import ApiError, GenerationRequest, StreamEncoder
@@ -533,6 +534,22 @@ def _url(host: str, port: int) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
+def _stop_when_parent_goes(stop: gevent.event.Event) -> None:
+    """The launcher holds our stdin open and never writes; EOF means it has gone, even if
+    it was killed outright, so a simulator is never left behind."""
+    import gevent.os
+    fd = sys.stdin.fileno()
+    os.set_blocking(fd, False)
+    while True:
+        try:
+            if not gevent.os.nb_read(fd, 4096):
+                break
+        except OSError:
+            break
+    logger.warning("parent process gone: stopping")
+    stop.set()
+
+
 def serve(profile: Profile, *, host: str = "127.0.0.1", port: int = 8000,
           api_key: str | None = None, on_ready: Callable[[str], None] | None = None) -> None:
     """Serve the simulated vLLM API until SIGINT or SIGTERM.
@@ -547,6 +564,7 @@ def serve(profile: Profile, *, host: str = "127.0.0.1", port: int = 8000,
     scheduler = gevent.spawn(app.scheduler.run)
     stop = gevent.event.Event()
     handlers = [gevent.signal_handler(sig, stop.set) for sig in (signal.SIGINT, signal.SIGTERM)]
+    watcher = gevent.spawn(_stop_when_parent_goes, stop) if os.environ.get(WATCH_PARENT_ENV) == "1" else None
     print(f"llmload sim listening on {url} (profile {profile.name})", flush=True)
     logger.info("profile %s: %s", profile.name, profile.description)
     try:
@@ -558,6 +576,8 @@ def serve(profile: Profile, *, host: str = "127.0.0.1", port: int = 8000,
             handler.cancel()
         server.stop(timeout=1)
         scheduler.kill()
+        if watcher is not None:
+            watcher.kill()
 
 
 def build_arg_parser() -> argparse.ArgumentParser:
