@@ -259,8 +259,39 @@ def build_prompts(info: ServerInfo, *, endpoint: str, api_key: str | None = None
     overhead = 0
     if endpoint == "chat" and caps.tokenize_path:
         overhead = _chat_overhead(info, api_key, per_word)
+    if not pool:
+        # No tokenizer endpoint: let the server count two prompts of different lengths
+        # (usage.prompt_tokens) and take the slope and the intercept.
+        per_word, overhead = _calibrate_by_usage(info, endpoint, api_key) or (per_word, overhead)
     return PromptBuilder(pool_ids=pool if use_ids else (), tokens_per_word=per_word or 1.0,
                          overhead_tokens=overhead)
+
+
+CALIBRATION_WORDS = (64, 512)
+
+
+def _calibrate_by_usage(info: ServerInfo, endpoint: str, api_key: str | None) -> tuple[float, int] | None:
+    """(tokens per filler word, tokens added around a prompt) from two max_tokens=1 requests."""
+    counts = []
+    for n_words in CALIBRATION_WORDS:
+        text = PromptBuilder().text("calibration", n_words)
+        body: dict = {"model": info.model, "max_tokens": 1, "stream": False}
+        if endpoint == "chat":
+            body["messages"] = [{"role": "user", "content": text}]
+        else:
+            body["prompt"] = text
+        path = "/v1/chat/completions" if endpoint == "chat" else "/v1/completions"
+        status, obj = _post(info, path, body, api_key)
+        usage = obj.get("usage") if status == 200 and isinstance(obj, dict) else None
+        if not isinstance(usage, dict) or not isinstance(usage.get("prompt_tokens"), int):
+            logger.warning("cannot calibrate text prompts (no usage from %s): assuming one token per word", path)
+            return None
+        counts.append(usage["prompt_tokens"])
+    (w1, w2), (p1, p2) = CALIBRATION_WORDS, counts
+    per_word = (p2 - p1) / (w2 - w1)
+    if per_word <= 0:
+        return None
+    return per_word, max(round(p1 - per_word * w1), 0)
 
 
 def _chat_overhead(info: ServerInfo, api_key: str | None, per_word: float) -> int:

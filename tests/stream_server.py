@@ -90,6 +90,11 @@ def handle(conn, _addr, opts) -> None:
             if unknown:
                 _respond(conn, 400, {"object": "error", "message": f"unknown fields {unknown}"})
                 continue
+        if payload.get("stream") is False:
+            n = _prompt_tokens(payload, opts)
+            _respond(conn, 200, {"choices": [{"index": 0, "text": " tok", "finish_reason": "length"}],
+                                 "usage": {"prompt_tokens": n, "completion_tokens": 1, "total_tokens": n + 1}})
+            continue
         _stream(conn, payload, opts)
         if opts.close_after:
             conn.close()
@@ -103,7 +108,7 @@ def _stream(conn, payload: dict, opts) -> None:
                  b"Transfer-Encoding: chunked\r\n\r\n")
     total = int(payload.get("max_tokens") or opts.tokens)
     k = opts.tokens_per_chunk
-    prompt = 7
+    prompt = _prompt_tokens(payload, opts)
     sent = 0
     next_t = time.perf_counter()
     if opts.chat_role:
@@ -137,6 +142,17 @@ def _stream(conn, payload: dict, opts) -> None:
     conn.sendall(b"0\r\n\r\n")
 
 
+def _prompt_tokens(payload: dict, opts) -> int:
+    """A stand-in tokenizer: a list prompt counts its items; text counts words ×
+    --tokens-per-word (rounded up), plus 3 template tokens per chat request."""
+    if isinstance(payload.get("prompt"), list):
+        return len(payload["prompt"])
+    if "messages" in payload:
+        words = sum(len(str(m.get("content", "")).split()) for m in payload["messages"])
+        return -(-int(words * opts.tokens_per_word * 1000) // 1000) + 3
+    return -(-int(len(str(payload.get("prompt", "")).split()) * opts.tokens_per_word * 1000) // 1000)
+
+
 def _usage(opts, prompt: int, completion: int, force: bool = False) -> dict:
     if opts.usage != "continuous" and not force:
         return {}
@@ -160,6 +176,7 @@ def main(argv=None) -> None:
     p.add_argument("--close-after", action="store_true")
     p.add_argument("--status", type=int, default=200)
     p.add_argument("--reject-unknown", action="store_true")
+    p.add_argument("--tokens-per-word", type=float, default=1.0)
     p.add_argument("--accepted", default="model,prompt,max_tokens,stream,stream_options,temperature,user")
     opts = p.parse_args(argv)
     server = StreamServer(("127.0.0.1", opts.port), lambda c, a: handle(c, a, opts))

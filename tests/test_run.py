@@ -280,3 +280,23 @@ def test_sigterm_keeps_measured_cells_and_stops_the_embedded_simulator(tmp_path)
     assert cells[("decode", 0, 1)]["status"] == "valid"
     gone, alive = psutil.wait_procs(children, timeout=10)
     assert not alive
+
+
+@pytest.mark.parametrize("endpoint", ["completions", "chat"])
+def test_text_prompts_without_a_tokenizer_are_calibrated_from_usage(endpoint, tmp_path):
+    """No /tokenize, no token-ID prompts: llmload asks the server to count two prompts and
+    sizes text prompts from that (1.5 tokens per word here, + 3 template tokens for chat)."""
+    from tests_helpers import StreamServer
+    s = StreamServer("--tokens-per-word", "1.5", "--interval-ms", "2", "--tokens", "20")
+    try:
+        out = tmp_path / endpoint
+        r = llmload("run", "--host", s.url, "--endpoint", endpoint, "--contexts", "1K,2K", "--prefill-contexts", "",
+                    "--concurrency", "1", "--duration", "1s", "--max-tokens", "20", "--out", str(out))
+        assert r.returncode == 0, r.stdout + r.stderr
+        _, cells = cells_of(out)
+        for c in (1024, 2048):
+            counted = cells[("decode", c, 1)]["server_prompt_tokens"]
+            assert abs(counted - c) <= 0.005 * c, (c, counted)
+        assert "warning" not in r.stdout
+    finally:
+        s.close()
