@@ -388,6 +388,9 @@ def run_matrix(scenario: Scenario, *, api_key: str | None = None, out_dir: str |
                            concurrency=list(scenario.concurrency), max_tokens=scenario.max_tokens,
                            kv_cache_tokens=info.kv_cache_tokens, block_size=info.block_size,
                            max_model_len=info.max_model_len)
+        if not scenario.warmup or scenario.prefill_repeats > 1:
+            # No cold warm-up to borrow (or several samples wanted): prefill on its own.
+            plan = [_standalone(c) for c in plan]
         _echo_plan(plan, scenario, echo)
         from llmload.results import ResultsWriter
         out = out_dir or default_out_dir(info.model)
@@ -462,6 +465,12 @@ def _run_plan(ctx: RunContext, driver: LocustDriver, prompts, plan: list[Planned
         if dead >= MAX_DEAD_CELLS:
             raise RunError(f"stopping: {dead} cells in a row had only failed requests "
                            f"({(cell.get('error_samples') or ['?'])[0]})")
+
+
+def _standalone(cell: PlannedCell) -> PlannedCell:
+    if cell.prefill_source != "decode_warmup":
+        return cell
+    return PlannedCell(**{**cell.to_dict(), "prefill_source": "standalone"})
 
 
 def _remaining_s(cells: list[PlannedCell], duration_s: float, prefill_tok_s: float | None) -> float:

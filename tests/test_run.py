@@ -300,3 +300,14 @@ def test_text_prompts_without_a_tokenizer_are_calibrated_from_usage(endpoint, tm
         assert "warning" not in r.stdout
     finally:
         s.close()
+
+
+def test_without_warmup_prefill_runs_on_its_own_and_ttft_includes_prefill(sim, tmp_path):
+    out = tmp_path / "cold"
+    r = llmload("run", "--host", sim.url, "--contexts", "2K", "--prefill-contexts", "2K", "--concurrency", "1",
+                "--duration", "1s", "--max-tokens", "64", "--no-warmup", "--out", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc, cells = cells_of(out)
+    pre = cells[("prefill", 2048, 1)]
+    assert pre["status"] == "valid" and pre["prefill_source"] == "standalone"
+    assert "TTFT includes prefill" in (out / "report.md").read_text()
