@@ -123,20 +123,14 @@ def report(results_dir: str) -> None:
 @click.option("--list-profiles", is_flag=True, help="List the built-in profiles and exit.")
 def sim(profile, host, port, overrides, api_key, list_profiles) -> None:
     """Serve a simulated vLLM server until stopped (Ctrl-C)."""
-    from llmload.sim.profiles import list_profiles as names, load_profile
+    from llmload.sim.profiles import list_profiles as names, load_profile, parse_overrides
     from llmload.sim.server import serve
     if list_profiles:
         for name in names():
             click.echo(name)
         return
-    pairs = {}
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise click.UsageError(f"--set takes KEY=VALUE, got {item!r}")
-        pairs[key.strip()] = value.strip()
     try:
-        prof = load_profile(profile, pairs or None)
+        prof = load_profile(profile, parse_overrides(list(overrides)) or None)
     except (ValueError, OSError) as exc:
         raise click.UsageError(str(exc)) from None
     try:

@@ -320,7 +320,7 @@ def _send_records(state: LLMState, data: dict) -> None:
     records = state.records_for(cell_id)
     load = state.monitor.window(t0, t1) if t0 is not None and t1 is not None else {}
     state.environment.runner.send_message("llmload_records", {
-        "id": cell_id, "records": [r.to_dict() for r in records], "load": load})
+        "id": cell_id, "records": [r.to_wire() for r in records], "load": load})
 
 
 def _report(state: LLMState, data: dict) -> None:

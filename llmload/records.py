@@ -76,6 +76,22 @@ class RequestRecord:
         d["chunk_tokens"] = self.chunk_tokens.tolist()
         return d
 
+    def to_wire(self) -> dict[str, Any]:
+        """Compact plain data for Locust messages (msgpack): token arrays as raw bytes."""
+        d = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        d["chunk_times_s"] = self.chunk_times_s.tobytes()
+        d["chunk_tokens"] = self.chunk_tokens.tobytes()
+        return d
+
+    @classmethod
+    def from_wire(cls, d: dict[str, Any]) -> "RequestRecord":
+        d = dict(d)
+        times, tokens = array("d"), array("I")
+        times.frombytes(d["chunk_times_s"])
+        tokens.frombytes(d["chunk_tokens"])
+        d["chunk_times_s"], d["chunk_tokens"] = times, tokens
+        return cls(**d)
+
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "RequestRecord":
         d = dict(d)

@@ -241,7 +241,7 @@ class CellRunner:
         while len(self.state.collected.get(cell_id, [])) < expected and time.monotonic() < deadline:
             gevent.sleep(0.02)
         replies = self.state.collected.pop(cell_id, [])
-        records = [RequestRecord.from_dict(r) for reply in replies for r in reply["records"]]
+        records = [RequestRecord.from_wire(r) for reply in replies for r in reply["records"]]
         loads = [reply.get("load") or {} for reply in replies]
         return records, _combine_loads(loads)
 

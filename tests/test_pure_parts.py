@@ -81,3 +81,10 @@ def test_live_stats_merge_equals_adding_everything_in_one_place():
     assert one.output_tokens == 6 and one.failures == 1 and one.requests == 3
     assert one.tbt_ms.count == 4  # gaps 100 ms, 2 × 100 ms (k=2 chunk), 50 ms
     assert "TTFT" in format_table(one, 3.0)
+
+
+def test_record_wire_format_round_trips_through_msgpack():
+    import msgpack
+    r = RequestRecord(user_id="w1.ab.3", tag="decode", send_s=1.5, chunk_times_s=array("d", [2.0, 2.5]),
+                      chunk_tokens=array("I", [1, 3]), end_s=3.0, prompt_tokens=5, status="cancelled")
+    assert RequestRecord.from_wire(msgpack.unpackb(msgpack.packb(r.to_wire()))) == r
