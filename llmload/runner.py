@@ -561,8 +561,12 @@ def _meta(ctx: RunContext, plan: list[PlannedCell], prompts) -> dict:
     server = {k: v for k, v in info.to_dict().items() if k not in ("extra",)}
     server["token_ids_prompts"] = bool(prompts.pool_ids)
     hardware = host_facts()
-    hardware["measured_on"] = "load generator host" + (
-        " (also the server's)" if _is_local(info.base_url) else "; the server runs elsewhere")
+    if _is_local(info.base_url):
+        hardware["measured_on"] = "load generator host (also the server's)"
+    else:
+        # This machine's GPUs are not the server's: keep them out of the title and Hardware.
+        hardware = {k: v for k, v in hardware.items() if k not in ("name", "gpu", "gpus", "vram_gb", "type")}
+        hardware["measured_on"] = "load generator host; the server runs elsewhere"
     return {
         "llmload_version": __version__,
         "provenance": "simulated" if info.simulated else "measured",
