@@ -311,7 +311,7 @@ def render_engine(results: dict[str, Any]) -> str:
 def _prefill_mode(results: dict[str, Any], cells: list[dict[str, Any]]) -> str:
     sources = {c.get("prefill_source") for c in _phase_cells(cells, "prefill")}
     if not sources:
-        return "None"
+        return "No prefill test"
     mode = "Measured during decode warm-up" if "decode_warmup" in sources else "Cold requests"
     repeats = (results.get("config") or {}).get("prefill_repeats") or 1
     return mode + (f" (median of {repeats})" if repeats > 1 else "")

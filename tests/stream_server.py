@@ -60,7 +60,14 @@ def _respond(conn, status: int, obj) -> None:
                  % (status, len(body), body))
 
 
-def handle(conn, _addr, opts) -> None:
+def handle(conn, addr, opts) -> None:
+    try:
+        _serve_connection(conn, opts)
+    except OSError:
+        pass  # the client went away (llmload cancels at the end of a window): not an error
+
+
+def _serve_connection(conn, opts) -> None:
     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     while True:
         req = _read_request(conn)
