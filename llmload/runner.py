@@ -422,12 +422,14 @@ def _run_plan(ctx: RunContext, driver: LocustDriver, prompts, plan: list[Planned
     to_run = [c for c in plan if c.runs and not (c.phase == "prefill" and c.prefill_source == "decode_warmup")]
     deferred = {c.context_tokens: c for c in plan if c.phase == "prefill" and c.runs
                 and c.prefill_source == "decode_warmup"}
+    # Every planned cell is on disk from the start, in plan order; a measured cell replaces
+    # its "not_run" entry, so an interrupted run shows exactly what is missing.
     for planned in plan:
-        if not planned.runs:
-            writer.add_cell(not_run_cell(planned))
-        elif planned in deferred.values():
-            writer.add_cell({**not_run_cell(planned), "status": "not_run",
-                             "reason": "measured during the decode warm-up at N=1"})
+        cell = not_run_cell(planned)
+        if planned.runs:
+            cell.update(status="not_run", reason="measured during the decode warm-up at N=1"
+                        if planned in deferred.values() else "not run yet")
+        writer.add_cell(cell)
     started = time.monotonic()
     dead = 0
     prefill_tok_s: float | None = None
@@ -440,7 +442,7 @@ def _run_plan(ctx: RunContext, driver: LocustDriver, prompts, plan: list[Planned
         except _CellTimeout as exc:
             cell = {**not_run_cell(planned), "status": "errors", "reason": str(exc), "errors": 1,
                     "error_samples": [str(exc)]}
-            writer.add_cell(cell)
+            writer.update_cell(cell)
             ctx.echo(f"    errors: {exc}")
             dead += 1
             if dead >= MAX_DEAD_CELLS:
@@ -457,7 +459,7 @@ def _run_plan(ctx: RunContext, driver: LocustDriver, prompts, plan: list[Planned
                 ctx.echo(f"    {_summary(pre)}")
                 prefill_tok_s = pre.get("prompt_tok_s") or prefill_tok_s
         _check_prompt_length(ctx, planned, cell)
-        writer.add_cell(cell)
+        writer.update_cell(cell)
         ctx.echo(f"    {_summary(cell)}")
         prefill_tok_s = cell.get("prompt_tok_s") or prefill_tok_s
         all_failed = cell["status"] == "errors" and not cell.get("output_tokens") and not cell.get("prompt_tok_s")
