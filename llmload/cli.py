@@ -21,6 +21,7 @@ SCENARIO_OPTIONS = {
     "max_tokens": "max_tokens", "kv_cache_tokens": "kv_cache_tokens", "workers": "workers",
     "sim_profile": "sim_profile", "launch_command": "launch_command", "warmup": "warmup",
     "request_timeout": "request_timeout_s", "prefill_repeats": "prefill_repeats",
+    "server_hardware": "server_hardware", "server_info": "server_info",
 }
 
 
@@ -55,6 +56,8 @@ def main(verbose: int) -> None:
 @click.option("--warmup/--no-warmup", default=None, help="Warm each prompt before the window.")
 @click.option("--request-timeout", help="Seconds without data before a request fails.")
 @click.option("--prefill-repeats", type=int, help="Cold requests per prefill cell (median).")
+@click.option("--server-hardware", help="The server's machine for the report, e.g. 'gpu=RTX 3090,vram_gb=24'.")
+@click.option("--server-info", help="Engine facts for the report, e.g. 'quantization=AWQ,backend=cuda'.")
 def run(scenario_file, out_dir, master_bind, expect_workers, api_key, **options) -> None:
     """Run the speed test matrix (SCENARIO_FILE: e.g. scenarios/quick.yaml)."""
     from llmload.probe import ProbeError

@@ -562,8 +562,13 @@ def _meta(ctx: RunContext, plan: list[PlannedCell], prompts) -> dict:
     info, sc = ctx.info, ctx.scenario
     server = {k: v for k, v in info.to_dict().items() if k not in ("extra",)}
     server["token_ids_prompts"] = bool(prompts.pool_ids)
+    server.update(sc.server_info or {})
     hardware = host_facts()
-    if _is_local(info.base_url):
+    if sc.server_hardware:
+        # The user's word for the server's machine; this machine's facts are kept apart.
+        hardware = {**sc.server_hardware, "measured_on": "as given in the scenario",
+                    "load_generator": _facts_line(hardware)}
+    elif _is_local(info.base_url):
         hardware["measured_on"] = "load generator host (also the server's)"
     else:
         # This machine's GPUs are not the server's: keep them out of the title and Hardware.
@@ -580,6 +585,12 @@ def _meta(ctx: RunContext, plan: list[PlannedCell], prompts) -> dict:
         "plan": [c.to_dict() for c in plan],
         "definitions": {"tbt": "genai-perf convention: a chunk of k tokens after a gap g gives k samples of g/k"},
     }
+
+
+def _facts_line(facts: dict) -> str:
+    parts = [f"{facts['cpu']} ({facts.get('cpu_cores', '?')}C)" if facts.get("cpu") else None,
+             f"{facts['ram_gb']} GB RAM" if facts.get("ram_gb") else None, facts.get("os")]
+    return ", ".join(p for p in parts if p)
 
 
 def default_out_dir(model: str) -> str:

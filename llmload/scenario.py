@@ -78,6 +78,11 @@ class Scenario:
     """The server's launch command, shown on the page; None = not known."""
     workers: int = 0
     """Locust worker processes; 0 = generate load in the controller process."""
+    server_hardware: dict[str, Any] | None = None
+    """What the server runs on, for the page's Hardware section (name, type, gpu, vram_gb,
+    cpu, cpu_cores, ram_gb, os, or any other key): llmload cannot see a remote machine."""
+    server_info: dict[str, Any] | None = None
+    """Engine facts the server does not report (quantization, backend, build, revision)."""
 
     def __post_init__(self) -> None:
         # Constructing a Scenario directly validates it the same way files and flags are.
@@ -91,7 +96,8 @@ class Scenario:
     def to_dict(self) -> dict[str, Any]:
         """Plain data (lists, not tuples) for results.json; holds no secret by construction."""
         return {
-            f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v
+            f.name: list(v) if isinstance(v := getattr(self, f.name), tuple)
+            else dict(v) if isinstance(v, dict) else v
             for f in fields(self)
         }
 
@@ -184,6 +190,34 @@ def _nonempty_list(value: Any) -> tuple[int, ...]:
     return levels
 
 
+def _number_or_text(text: str) -> int | float | str:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _facts(value: Any) -> dict[str, Any] | None:
+    """A flat mapping of name -> text or number ("k=v,k=v" on the command line)."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        pairs = [item.partition("=") for item in value.split(",") if item.strip()]
+        if any(not sep for _, sep, _ in pairs):
+            raise ValueError(f"expected key=value pairs separated by commas, got {value!r}")
+        value = {k.strip(): _number_or_text(v.strip()) for k, _, v in pairs}
+    if not isinstance(value, Mapping):
+        raise ValueError(f"expected a mapping of name: value, got {value!r}")
+    out = {}
+    for k, v in value.items():
+        if not isinstance(k, str) or isinstance(v, (Mapping, list, tuple)) or v is None:
+            raise ValueError(f"{k!r}: expected a name and a plain value, got {v!r}")
+        out[k] = v
+    return out
+
+
 def _token_tuple(value: Any) -> tuple[int, ...]:
     return tuple(parse_token_list(value))
 
@@ -206,6 +240,8 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "request_timeout_s": parse_duration,
     "launch_command": _optional_text,
     "workers": _int_at_least(0),
+    "server_hardware": lambda v: _facts(v),
+    "server_info": lambda v: _facts(v),
 }
 
 

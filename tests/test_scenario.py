@@ -153,3 +153,16 @@ def test_direct_construction_validates():
     assert Scenario(contexts=["16K"]).contexts == (16 * K,)
     with pytest.raises(ScenarioError, match="'endpoint'"):
         Scenario(endpoint="embeddings")
+
+
+def test_server_hardware_and_info_from_the_command_line_or_a_file(tmp_path):
+    from llmload.scenario import load_scenario, resolve
+    f = tmp_path / "s.yaml"
+    f.write_text("server_hardware:\n  gpu: RTX 3090\n  vram_gb: 24\nserver_info:\n  quantization: AWQ\n")
+    sc = resolve(None, load_scenario(f), {"server_info": "backend=cuda,build=v0.32"})
+    assert sc.server_hardware == {"gpu": "RTX 3090", "vram_gb": 24}
+    assert sc.server_info == {"backend": "cuda", "build": "v0.32"}
+    assert resolve(None, {}, {"server_hardware": "vram_gb=24,ram_gb=31.5"}).server_hardware == {
+        "vram_gb": 24, "ram_gb": 31.5}
+    with pytest.raises(ScenarioError, match="key=value"):
+        resolve(None, {}, {"server_hardware": "just-a-word"})
