@@ -15,7 +15,9 @@ notes, All measurements. Rules:
 
 from __future__ import annotations
 
+import html
 import os
+import re
 from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import urlsplit
@@ -489,6 +491,65 @@ def render_markdown(results: dict[str, Any]) -> str:
     return "\n\n".join(b for b in blocks if b) + "\n"
 
 
+# --------------------------------------------------------------------------- HTML
+
+HTML_STYLE = """
+body { font: 15px/1.45 system-ui, sans-serif; max-width: 1200px; margin: 2em auto; padding: 0 1em; color: #222; }
+table { border-collapse: collapse; margin: 1em 0; font-variant-numeric: tabular-nums; }
+th, td { border: 1px solid #ccc; padding: 4px 8px; text-align: right; }
+th:first-child, td:first-child { text-align: left; }
+th { background: #f3f3f3; }
+blockquote { border-left: 4px solid #d33; margin: 1em 0; padding: 0.2em 1em; background: #fff4f4; }
+pre { background: #f6f6f6; padding: 0.6em; white-space: pre-wrap; }
+"""
+
+
+def render_html(results: dict[str, Any]) -> str:
+    """The same page as `render_markdown`, as a standalone HTML file (one rendering path:
+    the markdown is converted; it uses only headings, paragraphs, tables, a quote and an
+    indented code block)."""
+    body = _markdown_to_html(render_markdown(results))
+    title = html.escape(render_title(results).lstrip("# "))
+    return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{title}</title>"
+            f"<style>{HTML_STYLE}</style></head>\n<body>\n{body}</body></html>\n")
+
+
+def _inline(text: str) -> str:
+    out = html.escape(text)
+    out = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", out)
+    return re.sub(r"`(.+?)`", r"<code>\1</code>", out)
+
+
+def _markdown_to_html(md: str) -> str:
+    parts = []
+    for block in md.strip().split("\n\n"):
+        lines = block.split("\n")
+        if lines[0].startswith("#"):
+            level = len(lines[0]) - len(lines[0].lstrip("#"))
+            parts.append(f"<h{level}>{_inline(lines[0][level:].strip())}</h{level}>")
+            lines = lines[1:]
+            if not lines:
+                continue
+        if lines[0].startswith("|"):
+            parts.append(_table_html(lines))
+        elif lines[0].startswith("    "):
+            parts.append("<pre>" + html.escape("\n".join(ln[4:] for ln in lines)) + "</pre>")
+        elif lines[0].startswith("> "):
+            parts.append("<blockquote>" + _inline(" ".join(ln[2:] for ln in lines)) + "</blockquote>")
+        else:
+            parts.append("<p>" + "<br>".join(_inline(ln) for ln in lines) + "</p>")
+    return "\n".join(parts) + "\n"
+
+
+def _table_html(lines: list[str]) -> str:
+    rows = [[c.strip() for c in ln.strip().strip("|").split("|")] for ln in lines
+            if not set(ln.replace("|", "").strip()) <= {"-", ":"}]
+    head, body = rows[0], rows[1:]
+    out = ["<table><thead><tr>" + "".join(f"<th>{_inline(c)}</th>" for c in head) + "</tr></thead><tbody>"]
+    out += ["<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in row) + "</tr>" for row in body]
+    return "\n".join(out) + "</tbody></table>"
+
+
 # --------------------------------------------------------------------------- CSV
 
 #: CSV columns in order: raw numbers, snake_case, one row per cell.
@@ -497,8 +558,9 @@ CSV_COLUMNS = [
     "prompt_tokens", "prompt_tok_s", "total_tok_s", "per_request_tok_s", "ttft_ms",
     "ttft_p90_ms", "ttft_p99_ms", "tbt_ms", "tbt_p90_ms", "tbt_p99_ms", "avg_active",
     "avg_streaming", "completed_requests", "requests_sent", "output_tokens", "measured_s",
-    "errors", "error_samples", "max_waiting", "client_cpu_pct_max", "loop_lag_ms_max",
-    "warmup_cache_hit", "prefill_source", "reason",
+    "errors", "error_samples", "max_waiting", "median_waiting", "preemptions",
+    "client_cpu_pct_mean", "client_cpu_pct_max", "loop_lag_ms_p50", "loop_lag_ms_max",
+    "warmup_cache_hit", "server_prompt_tokens", "token_source", "prefill_source", "reason",
 ]
 _INT_COLUMNS = [
     "context_tokens", "concurrency", "prompt_tokens", "completed_requests", "requests_sent",

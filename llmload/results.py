@@ -69,6 +69,7 @@ SCHEMA_VERSION = 1
 RESULTS_FILE = "results.json"
 CSV_FILE = "measurements.csv"
 REPORT_FILE = "report.md"
+HTML_FILE = "report.html"
 
 PROVENANCES = ("measured", "simulated")
 CELL_STATUSES = (
@@ -281,6 +282,7 @@ class ResultsWriter:
             _atomic_write_text(self.out_dir / CSV_FILE, report.measurements_frame(clean)
                                .to_csv(index=False))
             _atomic_write_text(self.out_dir / REPORT_FILE, report.render_markdown(clean))
+            _atomic_write_text(self.out_dir / HTML_FILE, report.render_html(clean))
         except Exception:
             logger.exception("could not render %s or %s; %s is intact",
                              CSV_FILE, REPORT_FILE, RESULTS_FILE)
