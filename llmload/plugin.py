@@ -98,6 +98,7 @@ class LLMState:
         self._go_event = Event()
         self._records: dict[str, list[RequestRecord]] = {}
         self._in_window: dict[str, int] = {}
+        self._ready_sent: set[tuple[str, str]] = set()
         self._prompts: dict[str, PromptBuilder] = {}
         self.monitor = LoadMonitor()
         # controller side
@@ -189,8 +190,22 @@ class LLMState:
         while self.cell is not None and self.cell["id"] == cell_id:
             self._cell_changed.wait(timeout=1.0)
 
-    def report_ready(self, cell_id: str) -> None:
+    def report_ready(self, cell_id: str, *, once_for: str) -> None:
+        """Tell the controller this user is ready (warmed up, or done with a prefill cell);
+        at most once per user and cell."""
+        key = (cell_id, once_for)
+        if key in self._ready_sent:
+            return
+        self._ready_sent.add(key)
         self.environment.runner.send_message("llmload_ready", {"id": cell_id, "n": 1})
+
+    def add_failure(self, cell_id: str, user_id: str, message: str) -> None:
+        """A failure of llmload itself inside a cell, recorded like a failed warm-up, which
+        makes the cell's status "errors" whenever it happened."""
+        t = now()
+        self._records.setdefault(cell_id, []).append(RequestRecord(
+            user_id=user_id, tag="warmup", send_s=t, end_s=t, status="error",
+            error=f"llmload: {message}"[:500]))
 
     def on_go(self, cell_id: str, t0: float, t1: float) -> None:
         self._go[cell_id] = (t0, t1)

@@ -82,6 +82,14 @@ class LLMUser(User):
     # ---------------------------------------------------------------- matrix cells
 
     def _run_cell(self, cell: dict) -> None:
+        try:
+            self._cell_steps(cell)
+        except Exception as exc:  # a bug must not leave the controller waiting for this user
+            logger.exception("llmload user %s failed in cell %s", self.user_id, cell["id"])
+            self.llm.add_failure(cell["id"], self.user_id, f"{type(exc).__name__}: {exc}")
+            self.llm.report_ready(cell["id"], once_for=self.user_id)
+
+    def _cell_steps(self, cell: dict) -> None:
         client = self._client(cell["base_url"], cell["timeout_s"])
         key = f"{cell['run_id']}/{cell['id']}/{self.user_id}"
         name = cell["name"]
@@ -90,13 +98,13 @@ class LLMUser(User):
                 rec = client.stream(cell["path"], self._body(cell, f"{key}/{i}", 1),
                                     user_id=self.user_id, tag="prefill")
                 self.llm.add(rec, name=f"prefill {name}", cell_id=cell["id"])
-            self.llm.report_ready(cell["id"])
+            self.llm.report_ready(cell["id"], once_for=self.user_id)
             return
         if cell["warmup"]:
             rec = client.stream(cell["path"], self._body(cell, key, 1), user_id=self.user_id,
                                 tag="warmup")
             self.llm.add(rec, name=f"warm-up {name}", cell_id=cell["id"])
-        self.llm.report_ready(cell["id"])
+        self.llm.report_ready(cell["id"], once_for=self.user_id)
         window = self.llm.wait_go(cell["id"])
         if window is None:
             return
