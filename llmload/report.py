@@ -330,8 +330,18 @@ def render_run(results: dict[str, Any], cells: list[dict[str, Any]]) -> str:
             ("Prefill mode", _prefill_mode(results, cells)),
             ("Time per measurement", format_duration_s(duration_s) if duration_s else None),
             ("Max output", f"{max_tokens:,} tokens" if max_tokens else None),
+            ("Output length", _output_length(server)),
         ]
     )
+
+
+def _output_length(server: dict[str, Any]) -> str | None:
+    fixed = server.get("fixed_output_length")
+    if fixed is None:
+        return None
+    return ("fixed (ignore_eos, min_tokens)" if fixed else
+            "not fixed: the server takes no ignore_eos, so requests may stop early "
+            "(completed requests and output tokens show what it did)")
 
 
 def render_launch_command(results: dict[str, Any]) -> str | None:

@@ -562,6 +562,8 @@ def _meta(ctx: RunContext, plan: list[PlannedCell], prompts) -> dict:
     info, sc = ctx.info, ctx.scenario
     server = {k: v for k, v in info.to_dict().items() if k not in ("extra",)}
     server["token_ids_prompts"] = bool(prompts.pool_ids)
+    # Only an engine that accepts ignore_eos decodes exactly max_tokens every time.
+    server["fixed_output_length"] = info.caps.ignore_eos
     server.update(sc.server_info or {})
     hardware = host_facts()
     if sc.server_hardware:

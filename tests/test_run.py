@@ -160,6 +160,8 @@ def test_a_plain_server_without_usage_that_rejects_unknown_fields(tmp_path):
         assert r.returncode == 0, r.stdout + r.stderr
         doc, cells = cells_of(out)
         assert doc["server"]["engine"] == "openai" and doc["provenance"] == "measured"
+        assert doc["server"]["fixed_output_length"] is False
+        assert "Output length: not fixed" in (out / "report.md").read_text()
         for n in (1, 2):
             c = cells[("decode", 0, n)]
             assert c["status"] == "valid", c
