@@ -125,6 +125,8 @@ def _stream(conn, payload: dict, opts) -> None:
     while sent < total:
         n = min(k, total - sent)
         sent += n
+        if opts.stall_after and sent > opts.stall_after:
+            gevent.sleep(3600)  # a server that hangs mid-stream
         if opts.error_after and sent > opts.error_after:
             conn.sendall(_chunk(_event({"error": {"message": "engine died mid-stream", "code": 500}}, opts)))
             break
@@ -179,6 +181,7 @@ def main(argv=None) -> None:
     p.add_argument("--pings", action="store_true")
     p.add_argument("--chat-role", action="store_true")
     p.add_argument("--error-after", type=int, default=0)
+    p.add_argument("--stall-after", type=int, default=0)
     p.add_argument("--no-done", action="store_true")
     p.add_argument("--close-after", action="store_true")
     p.add_argument("--status", type=int, default=200)

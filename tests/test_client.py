@@ -145,3 +145,21 @@ def test_sim_multi_token_chunks_counts_and_tbt_convention():
     samples = tbt_samples_s(rec)
     assert len(samples) == rec.output_tokens - rec.chunk_tokens[0]
     assert samples[:3].tolist() == pytest.approx([gaps[0] / 3] * 3)
+
+
+def test_a_server_that_stops_sending_times_out_after_the_request_timeout(server):
+    import time
+    s = server("--stall-after", "3", "--interval-ms", "1")
+    t = time.monotonic()
+    rec = StreamingClient(s.url, timeout_s=0.6).stream("/v1/completions", body(10), user_id="u")
+    waited = time.monotonic() - t
+    assert rec.status == "error" and "0.6 s" in rec.error and "timeout" in rec.error
+    assert rec.output_tokens == 3
+    assert 0.5 < waited < 3.0
+
+
+def test_a_slow_but_steady_stream_does_not_time_out(server):
+    s = server("--interval-ms", "200", "--tokens", "6")
+    rec = StreamingClient(s.url, timeout_s=0.5).stream("/v1/completions", body(6), user_id="u")
+    assert rec.status == "ok", rec.error
+    assert rec.output_tokens == 6
