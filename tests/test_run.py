@@ -202,20 +202,25 @@ def test_workers_started_elsewhere_connect_with_master_bind(sim, tmp_path):
                 p.wait()
 
 
-def test_a_server_that_dies_mid_run_loses_no_measured_cell(tmp_path):
+def wait_for_a_valid_cell(out: Path, timeout_s: float = 60.0) -> None:
+    """Until the run in progress has written its first measured cell to disk."""
     import time
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        results = out / "results.json"
+        if results.exists() and any(c["status"] == "valid" for c in json.loads(results.read_text())["cells"]):
+            return
+        time.sleep(0.2)
+
+
+def test_a_server_that_dies_mid_run_loses_no_measured_cell(tmp_path):
     out = tmp_path / "dying"
     with SimProcess(profile="tiny") as s:
         run = subprocess.Popen([sys.executable, "-m", "llmload", "run", "--host", s.url, "--contexts", "0,1K",
                                 "--prefill-contexts", "", "--concurrency", "1,2", "--duration", "3s",
                                 "--max-tokens", "64", "--out", str(out)],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            results = out / "results.json"
-            if results.exists() and any(c["status"] == "valid" for c in json.loads(results.read_text())["cells"]):
-                break
-            time.sleep(0.2)
+        wait_for_a_valid_cell(out)
     # The simulator is gone now; the run notices, stops and keeps what it measured.
     stdout, stderr = run.communicate(timeout=120)
     assert run.returncode != 0
@@ -257,7 +262,6 @@ def test_chat_endpoint_prompts_have_the_planned_length(sim, tmp_path):
 
 def test_sigterm_keeps_measured_cells_and_stops_the_embedded_simulator(tmp_path):
     import signal
-    import time
 
     import psutil
     out = tmp_path / "term"
@@ -265,12 +269,7 @@ def test_sigterm_keeps_measured_cells_and_stops_the_embedded_simulator(tmp_path)
                             "--prefill-contexts", "", "--concurrency", "1,2,4", "--duration", "3s",
                             "--max-tokens", "64", "--out", str(out)],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        results = out / "results.json"
-        if results.exists() and any(c["status"] == "valid" for c in json.loads(results.read_text())["cells"]):
-            break
-        time.sleep(0.2)
+    wait_for_a_valid_cell(out)
     children = psutil.Process(run.pid).children(recursive=True)
     assert children, "the embedded simulator should be a child process"
     run.send_signal(signal.SIGTERM)
