@@ -182,6 +182,8 @@ def main(argv=None) -> None:
     p.add_argument("--chat-role", action="store_true")
     p.add_argument("--error-after", type=int, default=0)
     p.add_argument("--stall-after", type=int, default=0)
+    p.add_argument("--tls-cert", default=None)
+    p.add_argument("--tls-key", default=None)
     p.add_argument("--no-done", action="store_true")
     p.add_argument("--close-after", action="store_true")
     p.add_argument("--status", type=int, default=200)
@@ -189,9 +191,11 @@ def main(argv=None) -> None:
     p.add_argument("--tokens-per-word", type=float, default=1.0)
     p.add_argument("--accepted", default="model,prompt,max_tokens,stream,stream_options,temperature,user")
     opts = p.parse_args(argv)
-    server = StreamServer(("127.0.0.1", opts.port), lambda c, a: handle(c, a, opts))
+    tls = {"certfile": opts.tls_cert, "keyfile": opts.tls_key} if opts.tls_cert else {}
+    server = StreamServer(("127.0.0.1", opts.port), lambda c, a: handle(c, a, opts), **tls)
     server.start()
-    print(f"listening on http://127.0.0.1:{server.server_port}", flush=True)
+    scheme = "https" if opts.tls_cert else "http"
+    print(f"listening on {scheme}://127.0.0.1:{server.server_port}", flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

@@ -163,3 +163,22 @@ def test_a_slow_but_steady_stream_does_not_time_out(server):
     rec = StreamingClient(s.url, timeout_s=0.5).stream("/v1/completions", body(6), user_id="u")
     assert rec.status == "ok", rec.error
     assert rec.output_tokens == 6
+
+
+def test_https_streams_through_tls(server, tmp_path, monkeypatch):
+    import shutil
+    import subprocess
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is needed to make a test certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
+                    "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key),
+                    "-out", str(cert)], check=True, capture_output=True)
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # trust our own certificate, nothing else
+    s = server("--tls-cert", str(cert), "--tls-key", str(key), "--tokens-per-chunk", "2", "--interval-ms", "2")
+    assert s.url.startswith("https://")
+    client = StreamingClient(s.url)
+    for _ in range(2):  # and the TLS connection is kept alive
+        rec = client.stream("/v1/completions", body(10), user_id="u")
+        assert rec.status == "ok", rec.error
+        assert rec.output_tokens == 10 and len(rec.chunk_times_s) >= 4
