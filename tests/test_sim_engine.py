@@ -4,7 +4,7 @@ import pytest
 
 from llmload.sim.engine import Engine, EngineRequest, Frontend, block_hashes
 from llmload.sim.profiles import load_profile
-from llmload.sim.virtual import VirtualRequest, VirtualRun
+from llmload.sim.virtual import VirtualRun
 
 BASE = {"step_base_ms": 2.0, "step_per_seq_ms": 0.5, "step_per_kv_token_us": 1.0,
         "prefill_per_token_us": 10.0, "prefill_quadratic_ns": 2.0,
@@ -96,12 +96,12 @@ def test_running_sequences_that_outgrow_the_cache_are_preempted_and_recomputed()
 
 def test_prefix_cache_hit_leaves_the_last_token_to_compute():
     run = VirtualRun(profile())
-    cold = run.submit(VirtualRequest(request_id="cold", prompt_ids=prompt(1000),
+    cold = run.submit(EngineRequest(request_id="cold", prompt_ids=prompt(1000),
                                      num_output_tokens=1))
     run.run_until_idle()
-    warm = run.submit(VirtualRequest(request_id="warm", prompt_ids=prompt(1000),
+    warm = run.submit(EngineRequest(request_id="warm", prompt_ids=prompt(1000),
                                      num_output_tokens=1))
-    exact = run.submit(VirtualRequest(request_id="exact", prompt_ids=prompt(992),
+    exact = run.submit(EngineRequest(request_id="exact", prompt_ids=prompt(992),
                                       num_output_tokens=1))
     run.run_until_idle()
     assert cold.num_cached_tokens == 0
@@ -115,7 +115,7 @@ def test_prefix_cache_hit_leaves_the_last_token_to_compute():
 def test_cache_salt_changes_the_key():
     run = VirtualRun(profile())
     for rid, salt in [("a", None), ("b", "s1"), ("c", "s1"), ("d", "s2"), ("e", None)]:
-        run.submit(VirtualRequest(request_id=rid, prompt_ids=prompt(320), num_output_tokens=1,
+        run.submit(EngineRequest(request_id=rid, prompt_ids=prompt(320), num_output_tokens=1,
                                   cache_salt=salt))
         run.run_until_idle()
     cached = {rid: t.num_cached_tokens for rid, t in run.traces.items()}
@@ -126,7 +126,7 @@ def test_cache_salt_changes_the_key():
 def test_disabled_prefix_caching_never_hits():
     run = VirtualRun(profile(enable_prefix_caching=False))
     for rid in "ab":
-        run.submit(VirtualRequest(request_id=rid, prompt_ids=prompt(320), num_output_tokens=1))
+        run.submit(EngineRequest(request_id=rid, prompt_ids=prompt(320), num_output_tokens=1))
         run.run_until_idle()
     assert run.traces["b"].num_cached_tokens == 0
 
@@ -162,7 +162,7 @@ def test_frontend_serial_part_queues_and_base_overlaps():
 
 def test_requests_sent_together_share_the_first_step_and_decode_in_lockstep():
     run = VirtualRun(profile(engine_wakeup_ms=1.0))
-    traces = [run.submit(VirtualRequest(request_id=f"r{i}", prompt_ids=prompt(16, 50 * i),
+    traces = [run.submit(EngineRequest(request_id=f"r{i}", prompt_ids=prompt(16, 50 * i),
                                         num_output_tokens=20)) for i in range(4)]
     run.run_until_idle()
     assert len({t.chunk_times_s[0] for t in traces}) == 1

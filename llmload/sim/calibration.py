@@ -13,9 +13,10 @@ import math
 import statistics
 from dataclasses import dataclass
 
+from llmload.sim.engine import EngineRequest
 from llmload.sim.profiles import Profile
 from llmload.sim.tokenizer import NUM_SPECIAL
-from llmload.sim.virtual import VirtualRequest, VirtualRun, VirtualTrace
+from llmload.sim.virtual import VirtualRun, VirtualTrace
 
 SEED_PROFILE = "rtx3090-r1-qwen14b-awq"
 SEED_MAX_OUTPUT_TOKENS = 8192
@@ -100,7 +101,7 @@ def unique_prompt(profile: Profile, nonce: int, length: int) -> list[int]:
 def prefill_cell(profile: Profile, context: int, *, nonce: int = 1) -> PrefillFigures:
     """A cold request of `context` tokens, max_tokens 1, on an idle server."""
     run = VirtualRun(profile)
-    trace = run.submit(VirtualRequest(
+    trace = run.submit(EngineRequest(
         request_id="prefill", prompt_ids=unique_prompt(profile, nonce, context),
         num_output_tokens=1))
     run.run_until_idle()
@@ -117,14 +118,14 @@ def decode_cell(profile: Profile, context: int, concurrency: int, *,
     prompts = [unique_prompt(profile, 1000 + user, prompt_tokens(context))
                for user in range(concurrency)]
     for user, prompt in enumerate(prompts):
-        run.submit(VirtualRequest(request_id=f"warm-{user}", prompt_ids=prompt,
+        run.submit(EngineRequest(request_id=f"warm-{user}", prompt_ids=prompt,
                                   num_output_tokens=1))
     run.run_until_idle()
     start_s = run.now_s + 1.0
     sequence = iter(range(10**9))
 
     def send(user: int, send_s: float | None = None) -> None:
-        run.submit(VirtualRequest(request_id=f"u{user}-{next(sequence)}",
+        run.submit(EngineRequest(request_id=f"u{user}-{next(sequence)}",
                                   prompt_ids=prompts[user],
                                   num_output_tokens=max_output_tokens), send_s)
 

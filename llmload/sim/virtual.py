@@ -11,18 +11,10 @@ from __future__ import annotations
 import heapq
 import itertools
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable
 
 from llmload.sim.engine import Engine, EngineRequest, Frontend, StepResult
 from llmload.sim.profiles import Profile
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class VirtualRequest:
-    request_id: str
-    prompt_ids: Sequence[int]
-    num_output_tokens: int
-    cache_salt: str | None = None
 
 
 @dataclass(slots=True, kw_only=True)
@@ -60,10 +52,10 @@ class VirtualRun:
         self.now_s = 0.0
         self.traces: dict[str, VirtualTrace] = {}
         self.steps: list[tuple[float, StepResult]] = []
-        self._pending: list[tuple[float, int, VirtualRequest]] = []
+        self._pending: list[tuple[float, int, EngineRequest]] = []
         self._order = itertools.count()
 
-    def submit(self, request: VirtualRequest, send_s: float | None = None) -> VirtualTrace:
+    def submit(self, request: EngineRequest, send_s: float | None = None) -> VirtualTrace:
         """Send a request at `send_s` (default: now); sends must come in time order."""
         send_s = self.now_s if send_s is None else send_s
         ready_s = self.frontend.ready_time_s(send_s, len(request.prompt_ids))
@@ -112,13 +104,7 @@ class VirtualRun:
     def _admit_ready(self) -> None:
         pending = self._pending
         while pending and pending[0][0] <= self.now_s:
-            _, _, request = heapq.heappop(pending)
-            self.engine.add(EngineRequest(
-                request_id=request.request_id,
-                prompt_ids=request.prompt_ids,
-                num_output_tokens=request.num_output_tokens,
-                cache_salt=request.cache_salt,
-            ))
+            self.engine.add(heapq.heappop(pending)[2])
 
     def _deliver(self, result: StepResult, on_finish: OnFinish | None) -> None:
         for output in result.outputs:
