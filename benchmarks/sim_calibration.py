@@ -45,6 +45,14 @@ def _k(tokens: int) -> str:
     return f"{tokens // 1024}K" if tokens else "0"
 
 
+def _decode_ratios(got, want, failures: list, name: str) -> tuple[str, str, str]:
+    """Step time (TBT), total tok/s and decode TTFT of one cell against the seed's."""
+    return (_ratio(got.tbt_ms, want.tbt_ms, cal.TOLERANCE["tbt_ms"], failures, f"{name} step"),
+            _ratio(got.total_tok_s, want.total_tok_s, cal.TOLERANCE["total_tok_s"], failures,
+                   f"{name} total tok/s"),
+            _ratio(got.ttft_ms, want.ttft_ms, cal.TOLERANCE["decode_ttft_ms"], failures, f"{name} TTFT"))
+
+
 def _ratio(got: float, want: float, tolerance: float, failures: list[str], what: str) -> str:
     ratio = got / want
     flag = " " if abs(ratio - 1) <= tolerance else "!"
@@ -79,11 +87,7 @@ def print_calibration(profile: Profile, failures: list[str]) -> None:
     for (context, n), want in sorted(cal.SEED_DECODE.items()):
         got = cal.decode_cell(profile, context, n)
         name = f"decode ({_k(context)}, {n})"
-        s = _ratio(got.tbt_ms, want.tbt_ms, cal.TOLERANCE["tbt_ms"], failures, f"{name} step")
-        t = _ratio(got.total_tok_s, want.total_tok_s, cal.TOLERANCE["total_tok_s"], failures,
-                   f"{name} total tok/s")
-        f = _ratio(got.ttft_ms, want.ttft_ms, cal.TOLERANCE["decode_ttft_ms"], failures,
-                   f"{name} TTFT")
+        s, t, f = _decode_ratios(got, want, failures, name)
         print(f"    {_k(context):>3} {n:3d} | {got.tbt_ms:11.2f} {want.tbt_ms:5.1f} {s} |"
               f" {got.total_tok_s:15.1f} {want.total_tok_s:5.1f} {t} |"
               f" {got.per_request_tok_s:12.1f} {want.per_request_tok_s:5.1f} |"
@@ -280,11 +284,7 @@ def print_realtime_seed(window_s: float, failures: list[str]) -> None:
         for i, ((context, n), want) in enumerate(sorted(cal.SEED_DECODE.items())):
             got, cold_ms = _realtime_cell(sim.url, profile, context, n, window_s, 100 * i)
             name = f"real-time ({_k(context)}, {n})"
-            s = _ratio(got.tbt_ms, want.tbt_ms, cal.TOLERANCE["tbt_ms"], failures, f"{name} step")
-            t = _ratio(got.total_tok_s, want.total_tok_s, cal.TOLERANCE["total_tok_s"], failures,
-                       f"{name} total tok/s")
-            f = _ratio(got.ttft_ms, want.ttft_ms, cal.TOLERANCE["decode_ttft_ms"], failures,
-                       f"{name} TTFT")
+            s, t, f = _decode_ratios(got, want, failures, name)
             cold = ""
             if n == 1 and context in cal.SEED_PREFILL:
                 seed_cold = cal.SEED_PREFILL[context].ttft_ms
