@@ -104,17 +104,13 @@ def report(results_dir: str) -> None:
     """Re-render report.md, report.html and measurements.csv from RESULTS_DIR/results.json alone."""
     from pathlib import Path
 
-    from llmload.report import measurements_frame, render_html, render_markdown
-    from llmload.results import CSV_FILE, HTML_FILE, REPORT_FILE, ResultsError, load_results
+    from llmload.results import ResultsError, load_results, write_renderings
     folder = Path(results_dir) if Path(results_dir).is_dir() else Path(results_dir).parent
     try:
-        doc = load_results(results_dir)
-        (folder / REPORT_FILE).write_text(render_markdown(doc), encoding="utf-8")
-        (folder / HTML_FILE).write_text(render_html(doc), encoding="utf-8")
-        measurements_frame(doc).to_csv(folder / CSV_FILE, index=False)
+        path = write_renderings(load_results(results_dir), folder)
     except (ResultsError, OSError) as exc:
         raise click.ClickException(str(exc)) from None
-    click.echo(f"Report: {folder / REPORT_FILE}")
+    click.echo(f"Report: {path}")
 
 
 @main.command()

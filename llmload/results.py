@@ -275,17 +275,24 @@ class ResultsWriter:
         self._write_renderings(json.loads(text))
 
     def _write_renderings(self, clean: dict[str, Any]) -> None:
-        # Imported here: pandas is slow to import and results.json must not depend on it.
-        from llmload import report
-
         try:
-            _atomic_write_text(self.out_dir / CSV_FILE, report.measurements_frame(clean)
-                               .to_csv(index=False))
-            _atomic_write_text(self.out_dir / REPORT_FILE, report.render_markdown(clean))
-            _atomic_write_text(self.out_dir / HTML_FILE, report.render_html(clean))
+            write_renderings(clean, self.out_dir)
         except Exception:
             logger.exception("could not render %s or %s; %s is intact",
                              CSV_FILE, REPORT_FILE, RESULTS_FILE)
+
+
+def write_renderings(doc: dict[str, Any], out_dir: str | os.PathLike[str]) -> Path:
+    """Write measurements.csv, report.md and report.html of a results document into
+    out_dir (each atomically); returns the path of report.md."""
+    # Imported here: pandas is slow to import and results.json must not depend on it.
+    from llmload import report
+
+    out = Path(out_dir)
+    _atomic_write_text(out / CSV_FILE, report.measurements_frame(doc).to_csv(index=False))
+    _atomic_write_text(out / REPORT_FILE, report.render_markdown(doc))
+    _atomic_write_text(out / HTML_FILE, report.render_html(doc))
+    return out / REPORT_FILE
 
 
 # --------------------------------------------------------------------------- reader
