@@ -21,6 +21,7 @@ import logging
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from contextlib import contextmanager
@@ -34,7 +35,7 @@ from llmload.capacity import PlannedCell, expected_duration_s, plan_matrix
 from llmload.clock import now
 from llmload.engines import ENDPOINT_PATHS
 from llmload.hardware import host_facts
-from llmload.metrics import classify_cell, prefill_figures, window_figures
+from llmload.metrics import classify_cell, median_prefill, window_figures
 from llmload.plugin import install, is_client_bound, state_of
 from llmload.probe import ServerInfo, build_prompts, probe_server, server_load
 from llmload.records import RequestRecord
@@ -79,15 +80,15 @@ def server_for(scenario: Scenario, echo: Callable[[str], None]) -> Iterator[str]
         return
     from llmload.sim.launcher import SimProcess
     echo(f"No --host: starting the embedded simulator (profile {scenario.sim_profile}).")
+    sim = SimProcess(profile=scenario.sim_profile)
     try:
-        sim = SimProcess(profile=scenario.sim_profile)
-        sim.__enter__()
+        sim.start()
     except Exception as exc:  # a bad profile name or a child that died: one line
         raise RunError(f"could not start the simulator: {exc}") from None
     try:
         yield sim.url
     finally:
-        sim.__exit__(None, None, None)
+        sim.stop()
 
 
 # ------------------------------------------------------------------------ locust
@@ -105,6 +106,7 @@ class LocustDriver:
         install(events)
         self.env = Environment(user_classes=[LLMUser], events=events, host=host)
         self.procs: list[subprocess.Popen] = []
+        self._stderr: list = []
         self.distributed = bool(workers or master_bind or expect_workers)
         if self.distributed:
             bind_host, _, port = (master_bind or "127.0.0.1:0").rpartition(":")
@@ -126,10 +128,14 @@ class LocustDriver:
         if api_key:
             env["OPENAI_API_KEY"] = api_key
         for _ in range(n):
+            # stderr to a file, not a pipe nobody reads during the run: a full pipe would
+            # block the worker. Its last line explains a worker that dies.
+            stderr = tempfile.TemporaryFile()
             self.procs.append(subprocess.Popen(
                 [sys.executable, "-m", "locust", "-f", lf.__file__, "--worker", "--master-host",
                  "127.0.0.1", "--master-port", str(self.port), "--loglevel", "WARNING"],
-                env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+                env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr))
+            self._stderr.append(stderr)
 
     def wait_for_workers(self, echo: Callable[[str], None]) -> None:
         if not self.distributed:
@@ -137,9 +143,10 @@ class LocustDriver:
         echo(f"Waiting for {self.expected} Locust worker(s) on port {self.port} ...")
         deadline = time.monotonic() + WORKER_CONNECT_TIMEOUT_S
         while len(self.runner.clients.ready) < self.expected:
-            for p in self.procs:
+            for p, stderr in zip(self.procs, self._stderr):
                 if p.poll() is not None:
-                    err = (p.stderr.read() or b"").decode(errors="replace").strip().splitlines()
+                    stderr.seek(0)
+                    err = stderr.read().decode(errors="replace").strip().splitlines()
                     raise RunError(f"a worker process exited: {err[-1] if err else p.returncode}")
             if time.monotonic() > deadline:
                 raise RunError(f"only {len(self.runner.clients.ready)} of {self.expected} workers connected")
@@ -168,6 +175,8 @@ class LocustDriver:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+        for stderr in self._stderr:
+            stderr.close()
         self.state.monitor.stop()
 
 
@@ -324,16 +333,13 @@ def prefill_cell(planned: PlannedCell, records: list[RequestRecord], *, source: 
     cell = not_run_cell(planned)
     samples = [r for r in records if r.status == "ok"]
     failed = [r for r in records if r.status != "ok"]
-    figs = [prefill_figures(r) for r in samples]
-    figs = [f for f in figs if f.ttft_ms is not None]
-    if figs:
-        figs.sort(key=lambda f: f.ttft_ms)
-        mid = figs[len(figs) // 2]
-        cell.update({"prompt_tok_s": mid.prompt_tok_s, "ttft_ms": mid.ttft_ms, "completed_requests": len(samples)})
-    cell.update({"status": "errors" if failed or not figs else "valid", "prefill_source": source,
+    fig = median_prefill(samples)
+    if fig.samples:
+        cell.update({"prompt_tok_s": fig.prompt_tok_s, "ttft_ms": fig.ttft_ms, "completed_requests": len(samples)})
+    cell.update({"status": "errors" if failed or not fig.samples else "valid", "prefill_source": source,
                  "errors": len(failed), "error_samples": list(dict.fromkeys(r.error for r in failed))[:3],
                  "server_prompt_tokens": _server_prompt_tokens(samples)})
-    if failed or not figs:
+    if failed or not fig.samples:
         cell["reason"] = "the cold request failed" if failed else "no token came back"
     return cell
 
