@@ -69,13 +69,6 @@ class RequestRecord:
     def output_tokens(self) -> int:
         return sum(self.chunk_tokens)
 
-    def to_dict(self) -> dict[str, Any]:
-        """Plain data for msgpack / JSON; arrays become bytes-free lists."""
-        d = {name: getattr(self, name) for name in self.__dataclass_fields__}
-        d["chunk_times_s"] = self.chunk_times_s.tolist()
-        d["chunk_tokens"] = self.chunk_tokens.tolist()
-        return d
-
     def to_wire(self) -> dict[str, Any]:
         """Compact plain data for Locust messages (msgpack): token arrays as raw bytes."""
         d = {name: getattr(self, name) for name in self.__dataclass_fields__}
@@ -90,11 +83,4 @@ class RequestRecord:
         times.frombytes(d["chunk_times_s"])
         tokens.frombytes(d["chunk_tokens"])
         d["chunk_times_s"], d["chunk_tokens"] = times, tokens
-        return cls(**d)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "RequestRecord":
-        d = dict(d)
-        d["chunk_times_s"] = array("d", d.get("chunk_times_s") or ())
-        d["chunk_tokens"] = array("I", d.get("chunk_tokens") or ())
         return cls(**d)
