@@ -104,14 +104,9 @@ class LiveStats:
 
     def rows(self, now_s: float) -> list[dict[str, Any]]:
         """The LLM table: one row per figure, for the UI tab, the console and the CSV."""
-        def pct(h: Histogram, q: float) -> float | None:
-            return h.percentile(q)
-        return [
-            {"figure": "TTFT (ms)", "p50": pct(self.ttft_ms, 50), "p90": pct(self.ttft_ms, 90),
-             "p99": pct(self.ttft_ms, 99), "count": self.ttft_ms.count},
-            {"figure": "time between tokens (ms)", "p50": pct(self.tbt_ms, 50),
-             "p90": pct(self.tbt_ms, 90), "p99": pct(self.tbt_ms, 99), "count": self.tbt_ms.count},
-        ]
+        return [{"figure": figure, "p50": h.percentile(50), "p90": h.percentile(90),
+                 "p99": h.percentile(99), "count": h.count}
+                for figure, h in (("TTFT (ms)", self.ttft_ms), ("time between tokens (ms)", self.tbt_ms))]
 
     def summary(self, now_s: float, *, users: int = 0) -> dict[str, Any]:
         """Totals; `users` = Locust users now, each with one request in flight (closed loop)."""

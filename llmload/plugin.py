@@ -49,26 +49,25 @@ COLLECT_WAIT_S = 10.0
 
 def add_arguments(parser) -> None:
     """The `--llm-*` options, on the command line and in the web UI's start form."""
-    # Locust's own parser (not an argument group) understands include_in_web_ui.
-    group = parser
-    group.add_argument("--llm-model", default="", env_var="LLMLOAD_MODEL", include_in_web_ui=True,
-                       help="Model name; empty = the server's only model")
-    group.add_argument("--llm-endpoint", default="completions", choices=sorted(ENDPOINT_PATHS),
-                       include_in_web_ui=True, help="completions or chat")
-    group.add_argument("--llm-prompt-tokens", type=int, default=512, include_in_web_ui=True,
-                       help="Prompt length in tokens")
-    group.add_argument("--llm-max-tokens", type=int, default=256, include_in_web_ui=True,
-                       help="Output tokens per request")
-    group.add_argument("--llm-ignore-eos", default="true", choices=["true", "false"],
-                       include_in_web_ui=True,
-                       help="Ask for exactly max tokens (ignore_eos/min_tokens where accepted)")
-    group.add_argument("--llm-temperature", type=float, default=0.0, include_in_web_ui=True)
-    group.add_argument("--llm-cold", default="false", choices=["true", "false"], include_in_web_ui=True,
-                       help="A fresh prompt per request (cold prefill) instead of one per user")
-    group.add_argument("--llm-timeout", type=float, default=600.0, include_in_web_ui=True,
-                       help="Seconds without data before a request fails (a 48K prefill can take 30 s)")
-    group.add_argument("--llm-engine", default="auto", include_in_web_ui=True,
-                       help="Server engine (auto = probe); decides which request fields are sent")
+    # On Locust's own parser, not an argument group: only it understands include_in_web_ui.
+    parser.add_argument("--llm-model", default="", env_var="LLMLOAD_MODEL", include_in_web_ui=True,
+                        help="Model name; empty = the server's only model")
+    parser.add_argument("--llm-endpoint", default="completions", choices=sorted(ENDPOINT_PATHS),
+                        include_in_web_ui=True, help="completions or chat")
+    parser.add_argument("--llm-prompt-tokens", type=int, default=512, include_in_web_ui=True,
+                        help="Prompt length in tokens")
+    parser.add_argument("--llm-max-tokens", type=int, default=256, include_in_web_ui=True,
+                        help="Output tokens per request")
+    parser.add_argument("--llm-ignore-eos", default="true", choices=["true", "false"],
+                        include_in_web_ui=True,
+                        help="Ask for exactly max tokens (ignore_eos/min_tokens where accepted)")
+    parser.add_argument("--llm-temperature", type=float, default=0.0, include_in_web_ui=True)
+    parser.add_argument("--llm-cold", default="false", choices=["true", "false"], include_in_web_ui=True,
+                        help="A fresh prompt per request (cold prefill) instead of one per user")
+    parser.add_argument("--llm-timeout", type=float, default=600.0, include_in_web_ui=True,
+                        help="Seconds without data before a request fails (a 48K prefill can take 30 s)")
+    parser.add_argument("--llm-engine", default="auto", include_in_web_ui=True,
+                        help="Server engine (auto = probe); decides which request fields are sent")
 
 
 def state_of(environment) -> "LLMState":
@@ -113,8 +112,10 @@ class LLMState:
         return f"w{index}.{uuid.uuid4().hex[:4]}.{next(self._user_seq)}"
 
     def add(self, record: RequestRecord, *, name: str, cell_id: str | None = None) -> None:
-        self.live.add(record)
-        self.delta.add(record)
+        # A worker gathers into the delta it ships to the master (and folds it into its own
+        # totals when it ships it); other processes straight into their totals. Once each.
+        worker = isinstance(self.environment.runner, WorkerRunner)
+        (self.delta if worker else self.live).add(record)
         if cell_id is not None:
             self._records.setdefault(cell_id, []).append(record)
         exc = None
@@ -156,8 +157,7 @@ class LLMState:
         temperature = float(getattr(opts, "llm_temperature", 0.0))
 
         def body(key: str) -> bytes:
-            prompt = prompts.token_ids(key, n_prompt) if prompts.pool_ids else prompts.text(key, n_prompt)
-            return request_body(caps, endpoint=endpoint, model=info.model, prompt=prompt,
+            return request_body(caps, endpoint=endpoint, model=info.model, prompt=prompts.prompt(key, n_prompt),
                                 max_tokens=max_tokens, fixed_output=fixed, temperature=temperature)
 
         logger.info("llmload: %s at %s (engine %s), %d-token prompts, %d output tokens",
@@ -175,11 +175,7 @@ class LLMState:
             builder = PromptBuilder(pool_ids=tuple(p["pool_ids"]), tokens_per_word=p["tokens_per_word"],
                                     overhead_tokens=p["overhead_tokens"])
             self._prompts = {cell["id"]: builder}
-        n = cell["prompt_tokens"]
-        return builder.token_ids(key, n) if builder.pool_ids else builder.text(key, n)
-
-    def caps_for(self, cell: dict):
-        return engine_caps(cell["engine"])
+        return builder.prompt(key, cell["prompt_tokens"])
 
     def on_cell(self, cell: dict) -> None:
         self.cell = cell
@@ -340,6 +336,7 @@ def _send_records(state: LLMState, data: dict) -> None:
 
 def _report(state: LLMState, data: dict) -> None:
     data["llmload"] = state.delta.to_dict()
+    state.live.merge(state.delta)
     state.delta = LiveStats()
 
 

@@ -48,6 +48,10 @@ class PromptBuilder:
         body = (pool * (1 + (n - NONCE_TOKENS) // len(pool)))[: n - NONCE_TOKENS]
         return nonce + list(body)
 
+    def prompt(self, key: str, n_tokens: int) -> list[int] | str:
+        """Token IDs where the server takes them (a pool was found), else text."""
+        return self.token_ids(key, n_tokens) if self.pool_ids else self.text(key, n_tokens)
+
     def text(self, key: str, n_tokens: int) -> str:
         """About n_tokens tokens of text (exact on servers with one token per word)."""
         target = max(n_tokens - self.overhead_tokens, 1)

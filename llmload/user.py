@@ -22,7 +22,7 @@ from locust import User, constant, task
 
 from llmload.client import StreamingClient
 from llmload.clock import now
-from llmload.engines import request_body
+from llmload.engines import engine_caps, request_body
 
 logger = logging.getLogger(__name__)
 
@@ -126,7 +126,7 @@ class LLMUser(User):
 
     def _body(self, cell: dict, key: str, max_tokens: int) -> bytes:
         prompt = self.llm.prompt_for(cell, key)
-        return request_body(self.llm.caps_for(cell), endpoint=cell["endpoint"], model=cell["model"],
+        return request_body(engine_caps(cell["engine"]), endpoint=cell["endpoint"], model=cell["model"],
                             prompt=prompt, max_tokens=max_tokens, fixed_output=cell["fixed_output"],
                             temperature=cell["temperature"])
 
