@@ -29,7 +29,8 @@ def body(max_tokens=10, user="u"):
 
 
 def test_multi_token_chunks_count_the_servers_tokens(server):
-    s = server("--tokens-per-chunk", "3", "--interval-ms", "2")
+    # 10 ms apart: two chunks that a loaded machine delivers in one read would be one arrival.
+    s = server("--tokens-per-chunk", "3", "--interval-ms", "10")
     rec = StreamingClient(s.url).stream("/v1/completions", body(10), user_id="u")
     assert rec.status == "ok", rec.error
     assert rec.output_tokens == rec.completion_tokens == 10
@@ -132,7 +133,7 @@ def test_sim_multi_token_chunks_counts_and_tbt_convention():
     and each chunk's gap is split into 3 time-between-token samples of a third each."""
     from llmload.metrics import tbt_samples_s
     from llmload.sim.launcher import SimProcess
-    with SimProcess(profile="tiny", overrides={"tokens_per_chunk": 3}) as sim:
+    with SimProcess(profile="tiny", overrides={"tokens_per_chunk": 3, "step_base_ms": 10}) as sim:
         b = json.dumps({"model": "tiny", "prompt": list(range(100, 164)), "max_tokens": 100,
                         "ignore_eos": True, "stream": True,
                         "stream_options": {"include_usage": True, "continuous_usage_stats": True}}).encode()
