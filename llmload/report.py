@@ -491,6 +491,7 @@ def render_markdown(results: dict[str, Any]) -> str:
             "TTFT under each value)",
             render_decode(results, cells),
         ),
+        *_extra_sections(results, cells),
         _section(
             "All measurements (latencies are medians; total tok/s is output across all "
             "simultaneous requests)",
@@ -499,6 +500,12 @@ def render_markdown(results: dict[str, Any]) -> str:
         _section("Errors", render_errors(cells)),
     ]
     return "\n\n".join(b for b in blocks if b) + "\n"
+
+
+def _extra_sections(results: dict[str, Any], cells: list[dict[str, Any]]) -> list[str | None]:
+    """Sections rendered by their own modules (each None when it has nothing to say)."""
+    from llmload import slo
+    return [_section("Capacity under SLO", slo.render_capacity(results, cells))]
 
 
 # --------------------------------------------------------------------------- HTML

@@ -40,6 +40,7 @@ from llmload.plugin import install, is_client_bound, state_of
 from llmload.probe import ServerInfo, build_prompts, probe_server, server_load
 from llmload.records import RequestRecord
 from llmload.scenario import Scenario
+from llmload.slo import request_goodput
 from llmload.units import format_tokens
 
 logger = logging.getLogger(__name__)
@@ -301,7 +302,8 @@ def not_run_cell(planned: PlannedCell) -> dict:
     return cell
 
 
-def decode_cell(planned: PlannedCell, records: list[RequestRecord], facts: dict) -> dict:
+def decode_cell(planned: PlannedCell, records: list[RequestRecord], facts: dict,
+                slo: dict | None = None) -> dict:
     decode = [r for r in records if r.tag == "decode"]
     warm = [r for r in records if r.tag == "warmup"]
     fig = window_figures(decode, facts["t0"], facts["t1"], concurrency=planned.concurrency)
@@ -326,6 +328,8 @@ def decode_cell(planned: PlannedCell, records: list[RequestRecord], facts: dict)
                  "server_prompt_tokens": _server_prompt_tokens(decode or warm),
                  "warmup_cache_hit": _warm_cache_hit(decode, planned),
                  "token_source": _token_source(decode)})
+    # Percentile sample counts always; goodput when the run has an SLO (llmload.slo).
+    cell.update(request_goodput(decode, facts["t0"], facts["t1"], slo).to_dict())
     return cell
 
 
@@ -407,6 +411,8 @@ def run_matrix(scenario: Scenario, *, api_key: str | None = None, out_dir: str |
         try:
             driver.wait_for_workers(echo)
             _run_plan(ctx, driver, prompts, plan, writer)
+            if scenario.slo and scenario.slo_search:
+                _slo_search(ctx, driver, prompts, writer)
         except KeyboardInterrupt:
             echo("Interrupted: the cells measured so far are saved.")
             writer.finish(status="interrupted")
@@ -457,7 +463,7 @@ def _run_plan(ctx: RunContext, driver: LocustDriver, prompts, plan: list[Planned
         if planned.phase == "prefill":
             cell = prefill_cell(planned, records, source="standalone")
         else:
-            cell = decode_cell(planned, records, facts)
+            cell = decode_cell(planned, records, facts, ctx.scenario.slo)
             if planned.concurrency == 1 and planned.context_tokens in deferred:
                 warm = [r for r in records if r.tag == "warmup"]
                 pre = prefill_cell(deferred.pop(planned.context_tokens), warm, source="decode_warmup")
@@ -473,6 +479,44 @@ def _run_plan(ctx: RunContext, driver: LocustDriver, prompts, plan: list[Planned
         if dead >= MAX_DEAD_CELLS:
             raise RunError(f"stopping: {dead} cells in a row had only failed requests "
                            f"({(cell.get('error_samples') or ['?'])[0]})")
+
+
+MAX_SLO_SEARCH_CELLS = 6
+"""Most extra cells the SLO bisection runs per context."""
+
+
+def _slo_search(ctx: RunContext, driver: LocustDriver, prompts, writer) -> None:
+    """Bisect N per context between the last level meeting the SLO and the first failing
+    one (llmload.slo.next_search_level), each probe an extra decode cell in the results."""
+    from llmload.slo import capacity, next_search_level
+    sc, info = ctx.scenario, ctx.info
+    runner = CellRunner(ctx, driver, prompts)
+    runner.seq = 1000  # cell ids apart from the matrix's
+    for context in sc.contexts:
+        tried: set[int] = set()
+        for _ in range(MAX_SLO_SEARCH_CELLS):
+            cells = [c for c in writer.results["cells"] if c["context_tokens"] == context]
+            caps = capacity(cells, sc.slo)
+            n = next_search_level(caps[0], tried=tried) if caps else None
+            if n is None:
+                break
+            tried.add(n)
+            planned = plan_matrix(contexts=[context], prefill_contexts=[], concurrency=[n],
+                                  max_tokens=sc.max_tokens, kv_cache_tokens=info.kv_cache_tokens,
+                                  block_size=info.block_size, max_model_len=info.max_model_len)[0]
+            ctx.echo(f"[SLO search] {_label(planned)} (between {caps[0].max_users} and "
+                     f"{caps[0].first_failing})")
+            cell = not_run_cell(planned)
+            if planned.runs:
+                try:
+                    records, facts = runner.run(planned)
+                except _CellTimeout as exc:
+                    cell.update(status="errors", reason=str(exc), errors=1, error_samples=[str(exc)])
+                else:
+                    cell = decode_cell(planned, records, facts, sc.slo)
+            cell["slo_search"] = True
+            writer.add_cell(cell)
+            ctx.echo(f"    {_summary(cell)}")
 
 
 def _standalone(cell: PlannedCell) -> PlannedCell:
@@ -516,6 +560,10 @@ def _echo_matrix(results: dict, echo: Callable[[str], None]) -> None:
     if any(c["phase"] == "decode" for c in cells):
         echo("\nSustained decode (total tok/s (TTFT); rows context, columns requests at once):\n"
              + markdown_table(decode_matrix_frame(cells)) + "\n")
+    from llmload.slo import render_capacity
+    slo_table = render_capacity(results, cells)
+    if slo_table:
+        echo("Capacity under SLO:\n" + slo_table + "\n")
 
 
 def _label(planned: PlannedCell) -> str:
