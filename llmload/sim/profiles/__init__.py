@@ -93,6 +93,10 @@ class Profile:
     from its prompt in [eos_min_tokens, eos_max_tokens] (never before min_tokens)."""
     eos_max_tokens: int = 256
 
+    fitted_from: str = ""
+    """Where `llmload fit` took the figures from (a results directory); "" for a profile
+    written by hand."""
+
     @property
     def kv_cache_tokens(self) -> int:
         return self.num_gpu_blocks * self.block_size
