@@ -138,7 +138,15 @@ def _model_name(results: dict[str, Any]) -> str:
 
 
 def _is_simulated(results: dict[str, Any]) -> bool:
-    return results.get("provenance") == "simulated"
+    return results.get("provenance") in ("simulated", "predicted")
+
+
+def _predicted_word(results: dict[str, Any]) -> str | None:
+    """"Predicted (fitted from DIR)" for `llmload predict` output, else None."""
+    if results.get("provenance") != "predicted":
+        return None
+    source = results.get("predicted_from")
+    return f"Predicted (fitted from {source})" if source else f"Predicted (profile {_sim_profile(results)})"
 
 
 def _sim_profile(results: dict[str, Any]) -> str:
@@ -161,7 +169,7 @@ def _hardware_name(results: dict[str, Any]) -> str:
 def render_title(results: dict[str, Any]) -> str:
     model = _model_name(results)
     if _is_simulated(results):
-        return f"# Speed test matrix — {model} · Simulated (profile {_sim_profile(results)})"
+        return f"# Speed test matrix — {model} · {_provenance_word(results)}"
     return f"# Speed test matrix — {model} on {_hardware_name(results)}"
 
 
@@ -183,6 +191,8 @@ def _span(noun: str, values: list[str]) -> str:
 
 
 def _provenance_word(results: dict[str, Any]) -> str:
+    if _predicted_word(results):
+        return _predicted_word(results)
     if _is_simulated(results):
         return f"Simulated (profile {_sim_profile(results)})"
     return "Measured"
@@ -224,6 +234,12 @@ def render_byline(results: dict[str, Any]) -> str:
 def render_simulation_warning(results: dict[str, Any]) -> str | None:
     if not _is_simulated(results):
         return None
+    if _predicted_word(results):
+        return (
+            f"> **{_predicted_word(results)}.** Every number on this page was predicted by "
+            f"llmload's simulator running the fitted profile {_sim_profile(results)} in virtual "
+            f"time: no request was sent to any server."
+        )
     return (
         f"> **Simulated.** Every number on this page comes from llmload's built-in simulator "
         f"(profile {_sim_profile(results)}), not from a server running on hardware."

@@ -20,7 +20,9 @@ Top level:
   (null in a saved file = the run was interrupted).
 - status: how the run ended, set with `finish(status=...)`: "complete" | "interrupted" |
   "failed"; null until then.
-- provenance: "measured" (a real server) | "simulated" (llmload's simulator).
+- provenance: "measured" (a real server) | "simulated" (llmload's simulator) | "predicted"
+  (`llmload predict`: a fitted profile run in virtual time; `predicted_from` names the
+  results directory it was fitted from, null if none).
 - sim_profile: simulator profile name, or null for measured runs.
 - config: the resolved scenario (`Scenario.to_dict()`): name, description, host,
   sim_profile, model, endpoint, contexts, prefill_contexts, concurrency, duration_s,
@@ -71,7 +73,7 @@ CSV_FILE = "measurements.csv"
 REPORT_FILE = "report.md"
 HTML_FILE = "report.html"
 
-PROVENANCES = ("measured", "simulated")
+PROVENANCES = ("measured", "simulated", "predicted")
 CELL_STATUSES = (
     "valid", "over_capacity", "exceeds_context", "errors", "saturated", "client_bound",
     "not_run", "running",
@@ -227,7 +229,7 @@ class ResultsWriter:
         doc["schema_version"] = SCHEMA_VERSION
         if doc["provenance"] not in PROVENANCES:
             raise ValueError(f"provenance {doc['provenance']!r} must be one of {PROVENANCES}")
-        if doc["provenance"] == "simulated" and not doc["sim_profile"]:
+        if doc["provenance"] in ("simulated", "predicted") and not doc["sim_profile"]:
             raise ValueError("a simulated run needs its sim_profile")
         doc["cells"] = [new_cell(**c) for c in doc["cells"]]
         self._doc = doc

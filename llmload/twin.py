@@ -9,8 +9,10 @@ Fit (`fit_profile`), from a results document:
 - Step time (ms) = step_base_ms + step_per_seq_ms × N + step_per_kv_token_us × KV / 1000,
   from the valid decode cells' median time between tokens (one token per sequence per step);
   KV of a cell = N × (prompt + mean generated tokens of a running request in the window).
-- Request handling (frontend base, per-token and quadratic terms) from the warm TTFT of the
-  valid N = 1 decode cells, after the one step that computes the uncached tail.
+- Request handling from the warm TTFT of the valid decode cells, after the one step that
+  computes the uncached tail: overlapped terms (base, per prompt token) and serial ones (per
+  request, per prompt token, quadratic), which requests sent together queue for (the
+  median one waits about (N + 1) / 2 shares); the cells tell them apart by N.
 - Prefill (per-token and quadratic terms) from the cold prefill cells' TTFT, after the
   frontend and one step overhead per chunk of max_num_batched_tokens.
 - Each group is a linear least-squares fit; then FIT_ITERATIONS rounds run every fitted cell
@@ -54,7 +56,8 @@ WAIT_POLL_S = 1.0
 """How often the waiting queue is sampled in a window (the runner's LOAD_POLL_S)."""
 
 STEP_PARAMS = ("step_base_ms", "step_per_seq_ms", "step_per_kv_token_us")
-FRONTEND_PARAMS = ("frontend_base_ms", "frontend_per_token_us", "frontend_quadratic_ns")
+FRONTEND_PARAMS = ("frontend_base_ms", "frontend_latency_per_token_us", "frontend_per_request_ms",
+                   "frontend_per_token_us", "frontend_quadratic_ns")
 PREFILL_PARAMS = ("prefill_per_token_us", "prefill_quadratic_ns")
 
 
@@ -332,7 +335,7 @@ def fit_profile(doc: Mapping[str, Any], *, base: Profile | None = None, source: 
     profile, notes = _base_for(doc, base)
     obs = _observations(doc)
     decode = [o for o in obs if o.phase == "decode" and o.tbt_ms is not None]
-    warm1 = [o for o in decode if o.concurrency == 1 and o.ttft_ms is not None]
+    warm = [o for o in decode if o.ttft_ms is not None]
     prefill = [o for o in obs if o.phase == "prefill" and o.ttft_ms is not None and o.prompt_tokens > 0]
     if not decode:
         raise FitError("no valid decode cell with a time between tokens to fit the step time to")
@@ -342,9 +345,13 @@ def fit_profile(doc: Mapping[str, Any], *, base: Profile | None = None, source: 
                  np.array([_kv_tokens(o) / 1e3 for o in decode])]
     step_keep = _identifiable(step_cols, STEP_PARAMS,
                               ("step_base_ms", "step_per_kv_token_us", "step_per_seq_ms"))
-    fe_cols = [np.ones(len(warm1)), np.array([o.prompt_tokens / 1e3 for o in warm1]),
-               np.array([o.prompt_tokens ** 2 / 1e6 for o in warm1])]
-    fe_keep = _identifiable(fe_cols, FRONTEND_PARAMS, FRONTEND_PARAMS) if warm1 else []
+    # Requests sent together queue for the serial parts: the median one waits for its own and
+    # about half of the others', (N + 1) / 2 shares; the overlapped parts do not queue.
+    queue = np.array([(o.concurrency + 1) / 2.0 for o in warm])
+    prompt_k = np.array([o.prompt_tokens / 1e3 for o in warm])
+    fe_cols = [np.ones(len(warm)), prompt_k, queue, queue * prompt_k,
+               np.array([o.prompt_tokens ** 2 / 1e6 for o in warm]) * queue]
+    fe_keep = _identifiable(fe_cols, FRONTEND_PARAMS, FRONTEND_PARAMS) if warm else []
     pf_cols = [np.array([o.prompt_tokens / 1e3 for o in prefill]),
                np.array([o.prompt_tokens ** 2 / 1e6 for o in prefill])]
     pf_keep = _identifiable(pf_cols, PREFILL_PARAMS, PREFILL_PARAMS) if prefill else []
@@ -363,10 +370,10 @@ def fit_profile(doc: Mapping[str, Any], *, base: Profile | None = None, source: 
     def step_ms(o: _Obs, kv: float) -> float:
         return p("step_base_ms") + p("step_per_seq_ms") + p("step_per_kv_token_us") * kv / 1e3
 
-    if warm1:
+    if warm:
         y = np.array([o.ttft_ms - p("engine_wakeup_ms") - step_ms(o, o.prompt_tokens)
                       - _prefill_ms(profile, o.prompt_tokens - _tail_tokens(o.prompt_tokens, bs),
-                                    _tail_tokens(o.prompt_tokens, bs)) for o in warm1])
+                                    _tail_tokens(o.prompt_tokens, bs)) for o in warm])
         profile = _apply(profile, _lstsq(fe_cols, y, FRONTEND_PARAMS, fe_keep), FRONTEND_PARAMS, fe_keep)
     if prefill:
         y = np.array([o.ttft_ms - _frontend_ms(profile, o.prompt_tokens) - p("engine_wakeup_ms")
@@ -380,9 +387,9 @@ def fit_profile(doc: Mapping[str, Any], *, base: Profile | None = None, source: 
         dec_sim, pf_sim = sims[:len(decode)], sims[len(decode):]
         profile = _correct(profile, step_cols, [o.tbt_ms for o in decode],
                            [s["tbt_ms"] for s in dec_sim], STEP_PARAMS, step_keep)
-        if warm1:
-            idx = [decode.index(o) for o in warm1]
-            profile = _correct(profile, fe_cols, [o.ttft_ms for o in warm1],
+        if warm:
+            idx = [decode.index(o) for o in warm]
+            profile = _correct(profile, fe_cols, [o.ttft_ms for o in warm],
                                [dec_sim[i]["ttft_ms"] for i in idx], FRONTEND_PARAMS, fe_keep)
         if prefill:
             profile = _correct(profile, pf_cols, [o.ttft_ms for o in prefill],
@@ -408,10 +415,14 @@ def _correct(profile: Profile, columns: list[np.ndarray], measured: list, simula
     if not pairs or not keep:
         return profile
     rows = [i for i, _ in pairs]
-    x = np.column_stack([columns[group.index(n)][rows] for n in keep])
-    delta, *_ = np.linalg.lstsq(x, np.array([r for _, r in pairs]), rcond=None)
-    changes = {n: max(0.0, float(getattr(profile, n)) + float(d)) for n, d in zip(keep, delta)}
-    return dataclasses.replace(profile, **changes)
+    sub = [np.asarray(c)[rows] for c in columns]
+    # Linearised around the current values: simulated ≈ X·θ + rest, so the measured figures
+    # want θ' = lstsq(X, residual + X·θ), refitted without any coefficient that goes negative.
+    theta = np.array([float(getattr(profile, n)) for n in keep])
+    x = np.column_stack([sub[group.index(n)] for n in keep])
+    target = np.array([r for _, r in pairs]) + x @ theta
+    new = _lstsq(sub, target, group, keep)
+    return dataclasses.replace(profile, **{n: max(0.0, new.get(n, 0.0)) for n in keep})
 
 
 def _prefill_ms(profile: Profile, start: int, count: int) -> float:
@@ -421,7 +432,8 @@ def _prefill_ms(profile: Profile, start: int, count: int) -> float:
 
 
 def _frontend_ms(profile: Profile, prompt: int) -> float:
-    return (profile.frontend_base_ms + profile.frontend_per_token_us * prompt / 1e3
+    return (profile.frontend_base_ms + profile.frontend_per_request_ms
+            + (profile.frontend_per_token_us + profile.frontend_latency_per_token_us) * prompt / 1e3
             + profile.frontend_quadratic_ns * prompt * prompt / 1e6)
 
 
