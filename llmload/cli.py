@@ -22,7 +22,7 @@ SCENARIO_OPTIONS = {
     "sim_profile": "sim_profile", "launch_command": "launch_command", "warmup": "warmup",
     "request_timeout": "request_timeout_s", "prefill_repeats": "prefill_repeats",
     "server_hardware": "server_hardware", "server_info": "server_info",
-    "slo": "slo", "slo_search": "slo_search",
+    "slo": "slo", "slo_search": "slo_search", "energy": "energy",
 }
 
 
@@ -59,6 +59,8 @@ def main(verbose: int) -> None:
 @click.option("--prefill-repeats", type=int, help="Cold requests per prefill cell (median).")
 @click.option("--server-hardware", help="The server's machine for the report, e.g. 'gpu=RTX 3090,vram_gb=24'.")
 @click.option("--server-info", help="Engine facts for the report, e.g. 'quantization=AWQ,backend=cuda'.")
+@click.option("--energy", type=click.Choice(["auto", "on", "off"]),
+              help="GPU power and energy per token via NVML (auto: when the server runs here).")
 @click.option("--slo", help="Service-level objective, e.g. 'ttft_p99=2s,tbt_p99=50ms,per_request_tok_s=20'.")
 @click.option("--slo-search/--no-slo-search", default=None,
               help="Bisect N between the last level meeting the SLO and the first failing one.")

@@ -520,8 +520,9 @@ def render_markdown(results: dict[str, Any]) -> str:
 
 def _extra_sections(results: dict[str, Any], cells: list[dict[str, Any]]) -> list[str | None]:
     """Sections rendered by their own modules (each None when it has nothing to say)."""
-    from llmload import slo
-    return [_section("Capacity under SLO", slo.render_capacity(results, cells))]
+    from llmload import energy, slo
+    return [_section("Capacity under SLO", slo.render_capacity(results, cells)),
+            _section("Energy per token", energy.render_energy(results, cells))]
 
 
 # --------------------------------------------------------------------------- HTML

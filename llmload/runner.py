@@ -33,6 +33,7 @@ import gevent
 from llmload import __version__
 from llmload.capacity import PlannedCell, expected_duration_s, plan_matrix
 from llmload.clock import now
+from llmload.energy import cell_energy
 from llmload.engines import ENDPOINT_PATHS
 from llmload.hardware import host_facts
 from llmload.metrics import classify_cell, median_prefill, window_figures
@@ -68,6 +69,9 @@ class RunContext:
     echo: Callable[[str], None]
     api_key: str | None = None
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:10])
+    power: object | None = None
+    """A `hardware.PowerMonitor` when energy is measured (llmload.energy), else None."""
+    idle_power_w: float | None = None
 
 
 # ------------------------------------------------------------------------ server
@@ -238,11 +242,13 @@ class CellRunner:
         t1 = t0 + d
         self.driver.send("llmload_go", {"id": cell_id, "t0": t0, "t1": t1})
         poller = gevent.spawn(_poll_server_load, self.ctx, t0, t1) if self.ctx.info.metrics else None
+        power = gevent.spawn(self.ctx.power.sample, t0, t1) if self.ctx.power is not None else None
         gevent.sleep(max(t1 - now(), 0) + 0.02)
         waits, preempted = poller.get() if poller is not None else ([], None)
         waits = sorted(waits)
         return {"t0": t0, "t1": t1, "max_waiting": waits[-1] if waits else None,
-                "median_waiting": waits[len(waits) // 2] if waits else None, "preemptions": preempted}
+                "median_waiting": waits[len(waits) // 2] if waits else None, "preemptions": preempted,
+                "power": power.get() if power is not None else None, "idle_power_w": self.ctx.idle_power_w}
 
     def _collect(self, cell_id: str, t0, t1) -> tuple[list[RequestRecord], dict]:
         self.driver.send("llmload_collect", {"id": cell_id, "t0": t0, "t1": t1})
@@ -330,6 +336,9 @@ def decode_cell(planned: PlannedCell, records: list[RequestRecord], facts: dict,
                  "token_source": _token_source(decode)})
     # Percentile sample counts always; goodput when the run has an SLO (llmload.slo).
     cell.update(request_goodput(decode, facts["t0"], facts["t1"], slo).to_dict())
+    if facts.get("power") is not None:
+        cell.update(cell_energy(facts["power"], output_tokens=cell.get("output_tokens"),
+                                idle_power_w=facts.get("idle_power_w")))
     return cell
 
 
@@ -405,7 +414,8 @@ def run_matrix(scenario: Scenario, *, api_key: str | None = None, out_dir: str |
         from llmload.results import ResultsWriter
         out = out_dir or default_out_dir(info.model)
         writer = ResultsWriter(out)
-        writer.start(_meta(ctx, plan, prompts))
+        energy_meta = _open_power(ctx, echo)
+        writer.start({**_meta(ctx, plan, prompts), "energy": energy_meta})
         driver = LocustDriver(host=info.base_url, workers=scenario.workers, master_bind=master_bind,
                               expect_workers=expect_workers, api_key=api_key)
         try:
@@ -424,6 +434,8 @@ def run_matrix(scenario: Scenario, *, api_key: str | None = None, out_dir: str |
             writer.finish(status="complete")
         finally:
             driver.close()
+            if ctx.power is not None:
+                ctx.power.close()
         _echo_matrix(writer.results, echo)
         echo(f"Report: {os.path.join(out, 'report.md')}")
         return out
@@ -517,6 +529,30 @@ def _slo_search(ctx: RunContext, driver: LocustDriver, prompts, writer) -> None:
             cell["slo_search"] = True
             writer.add_cell(cell)
             ctx.echo(f"    {_summary(cell)}")
+
+
+def _open_power(ctx: RunContext, echo: Callable[[str], None]) -> dict:
+    """Start measuring GPU power where the scenario asks (llmload.energy); the run goes on
+    without it, and says why. Returns results.json's `energy` block."""
+    from llmload.hardware import PowerMonitor
+    mode = ctx.scenario.energy
+    if mode == "off":
+        return {"status": "off", "reason": "--energy off"}
+    if mode == "auto" and (ctx.info.simulated or not _is_local(ctx.info.base_url)):
+        why = ("the simulator uses no GPU" if ctx.info.simulated
+               else "the server runs on another machine (--energy on if its GPUs are this machine's)")
+        echo(f"Energy: not measured ({why}).")
+        return {"status": "not_measured", "reason": why}
+    monitor, why = PowerMonitor.open()
+    if monitor is None:
+        echo(f"Energy: not measured ({why}); the run goes on.")
+        return {"status": "not_measured", "reason": why}
+    ctx.power = monitor
+    ctx.idle_power_w = monitor.idle_power_w()
+    counters = "energy counter" if None not in monitor.energy_j() else "power trace (trapezoid)"
+    echo(f"Energy: {', '.join(monitor.names)} · idle {ctx.idle_power_w:,.1f} W · from the {counters}")
+    return {"status": "measured", "gpus": monitor.names, "idle_power_w": ctx.idle_power_w,
+            "source": counters}
 
 
 def _standalone(cell: PlannedCell) -> PlannedCell:

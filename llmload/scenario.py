@@ -86,6 +86,9 @@ class Scenario:
     slo: dict[str, float] | None = None
     """Service-level objective (`llmload.slo`): normalised bounds, e.g. {"ttft_p99_ms": 2000.0};
     None = no SLO. Given as "ttft_p99=2s,tbt_p99=50ms,per_request_tok_s=20"."""
+    energy: str = "auto"
+    """GPU power and energy per token through NVML: "on", "off", or "auto" (on when the server
+    runs on this machine and is not the simulator)."""
     slo_search: bool = False
     """After the matrix, bisect N between the last level meeting the SLO and the first failing
     one, per context, as extra cells."""
@@ -224,6 +227,17 @@ def _facts(value: Any) -> dict[str, Any] | None:
     return out
 
 
+def _energy(value: Any) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    text = _text(value).lower()
+    if text in ("auto", "on", "off"):
+        return text
+    if text in _TRUE | _FALSE:
+        return "on" if text in _TRUE else "off"
+    raise ValueError(f"energy {value!r} must be auto, on or off")
+
+
 def _slo(value: Any) -> dict[str, float] | None:
     from llmload.slo import parse_slo
     return parse_slo(value)
@@ -255,6 +269,7 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "server_info": lambda v: _facts(v),
     "slo": lambda v: _slo(v),
     "slo_search": _bool,
+    "energy": lambda v: _energy(v),
 }
 
 
