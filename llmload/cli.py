@@ -174,9 +174,10 @@ def _echo_fit(result) -> None:
 @click.option("--duration", default="30s", show_default=True, help="Window per decode cell (virtual time).")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a profile field (what-if).")
 @click.option("--slo", default=None, help="Service-level objective, as for llmload run.")
+@click.option("--slo-search", is_flag=True, help="Bisect N towards the SLO's limit, as for llmload run.")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Results directory.")
 def predict(profile, contexts, concurrency, prefill_contexts, max_tokens, duration, overrides, slo,
-            out_dir) -> None:
+            slo_search, out_dir) -> None:
     """Predict a speed test matrix from a (fitted) simulator PROFILE, in virtual time."""
     import time
 
@@ -199,7 +200,8 @@ def predict(profile, contexts, concurrency, prefill_contexts, max_tokens, durati
     try:
         doc = predict_results(prof, contexts=sc.contexts, prefill_contexts=prefill,
                               concurrency=sc.concurrency, max_tokens=sc.max_tokens,
-                              duration_s=sc.duration_s, slo=sc.slo, profile_source=profile)
+                              duration_s=sc.duration_s, slo=sc.slo, slo_search=slo_search,
+                              profile_source=profile)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     writer = ResultsWriter(out_dir)

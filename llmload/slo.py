@@ -180,7 +180,7 @@ def judge_cell(cell: Mapping[str, Any], slo: Mapping[str, float]) -> CellVerdict
                 failed.append(kind)
             n = _samples(cell, kind)
             if name != "per_request_tok_s" and n is not None and n < min_samples(q):
-                few.append(f"{kind} p{q:g} ({n:,} samples)")
+                few.append(f"{kind} p{q:g} ({n:,} sample{'' if n == 1 else 's'})")
     return CellVerdict(**base, meets=not failed, failed=tuple(failed), few_samples=tuple(few))
 
 
@@ -200,7 +200,8 @@ class ContextCapacity:
     first_failing: int | None
     """The first measured N that fails (None: none does)."""
     few_samples: tuple[str, ...]
-    """Weak percentiles in the two verdicts the answer rests on (max_users and first failing)."""
+    """Weak percentiles in the two verdicts the answer rests on (max_users and first failing),
+    e.g. "N=4: TTFT p99 (4 samples)"."""
     unjudged: tuple[int, ...]
     """Levels below the answer that could not be judged (skipped in the walk)."""
 
@@ -231,7 +232,8 @@ def _context_capacity(context: int, cells: list[Mapping[str, Any]],
             failing = verdict
             break
         best = (cell, verdict)
-    few = (best[1].few_samples if best else ()) + (failing.few_samples if failing else ())
+    few = tuple(f"N={v.concurrency}: {text}" for v in (best[1] if best else None, failing)
+                if v is not None for text in v.few_samples)
     return ContextCapacity(
         context_tokens=context,
         max_users=best[1].concurrency if best else (0 if judged else None),

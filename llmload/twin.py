@@ -160,8 +160,8 @@ def plan_for(profile: Profile, *, contexts: Sequence[int], prefill_contexts: Seq
 
 def predict_results(profile: Profile, *, contexts: Sequence[int], prefill_contexts: Sequence[int],
                     concurrency: Sequence[int], max_tokens: int, duration_s: float,
-                    slo: Mapping[str, float] | None = None, profile_source: str | None = None,
-                    on_cell=None) -> dict[str, Any]:
+                    slo: Mapping[str, float] | None = None, slo_search: bool = False,
+                    profile_source: str | None = None, on_cell=None) -> dict[str, Any]:
     """A results document (schema of `llmload.results`) predicted for the matrix."""
     from llmload import __version__
     from llmload.results import new_cell, utc_now_iso
@@ -179,6 +179,9 @@ def predict_results(profile: Profile, *, contexts: Sequence[int], prefill_contex
         cells.append(cell)
         if on_cell is not None:
             on_cell(cell)
+    if slo and slo_search:
+        cells += _slo_search(profile, cells, contexts=contexts, max_tokens=max_tokens,
+                             duration_s=duration_s, slo=slo, on_cell=on_cell)
     return {
         "schema_version": 1, "llmload_version": __version__, "started_at": started,
         "finished_at": utc_now_iso(), "status": "complete", "provenance": "predicted",
@@ -194,6 +197,32 @@ def predict_results(profile: Profile, *, contexts: Sequence[int], prefill_contex
         "definitions": {"tbt": "genai-perf convention: a chunk of k tokens after a gap g gives k samples of g/k",
                         "predicted": "virtual-time run of llmload's engine model with the profile"},
     }
+
+
+def _slo_search(profile: Profile, cells: list[dict[str, Any]], *, contexts: Sequence[int],
+                max_tokens: int, duration_s: float, slo: Mapping[str, float], on_cell=None
+                ) -> list[dict[str, Any]]:
+    """The runner's SLO bisection (llmload.slo.next_search_level), in virtual time."""
+    from llmload.results import new_cell
+    from llmload.slo import capacity, next_search_level
+    extra: list[dict[str, Any]] = []
+    for context in contexts:
+        tried: set[int] = set()
+        while True:
+            mine = [c for c in cells + extra if c["context_tokens"] == context]
+            caps = capacity(mine, slo)
+            n = next_search_level(caps[0], tried=tried) if caps else None
+            if n is None:
+                break
+            tried.add(n)
+            [planned] = plan_for(profile, contexts=[context], prefill_contexts=[], concurrency=[n],
+                                 max_tokens=max_tokens)
+            cell = new_cell(**predict_cell(profile, planned, window_s=duration_s, slo=slo),
+                            slo_search=True)
+            extra.append(cell)
+            if on_cell is not None:
+                on_cell(cell)
+    return extra
 
 
 # --------------------------------------------------------------------------- fit

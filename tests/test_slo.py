@@ -81,7 +81,7 @@ def test_render_capacity_section():
     text = render_capacity(results, [cell(1, tbt_p99_ms=10, total_tok_s=100, tbt_samples=50),
                                      cell(2, tbt_p99_ms=30)])
     assert "TBT p99 ≤ 20 ms" in text
-    assert "| 1K | 1 | 100.0 | — | TBT | 2 | TBT p99 (50 samples) |" in text
+    assert "| 1K | 1 | 100.0 | — | TBT | 2 | N=1: TBT p99 (50 samples) |" in text
     assert render_capacity({"config": {}}, [cell(1)]) is None
 
 
@@ -146,3 +146,18 @@ def test_slo_capacity_and_search_on_the_simulator(slo_run):
     report = (out / "report.md").read_text()
     assert "## Capacity under SLO" in report and "SLO: TBT p50 ≤ 35 ms." in report
     assert "Capacity under SLO:" in r.stdout
+
+
+def test_slo_search_in_virtual_time_finds_the_exact_level():
+    # The same profile in virtual time (llmload predict): no jitter, so the p99 itself is
+    # 10 + 2N ms and the 35-ms bound's answer is exactly N = 12.
+    from llmload.sim.profiles import load_profile
+    from llmload.twin import predict_results
+    doc = predict_results(load_profile("tiny", STEP), contexts=[0], prefill_contexts=[],
+                          concurrency=[1, 2, 4, 8, 16], max_tokens=512, duration_s=2.0,
+                          slo=parse_slo("tbt_p99=35ms"), slo_search=True)
+    searched = sorted(c["concurrency"] for c in doc["cells"] if c.get("slo_search"))
+    assert searched == [12, 13, 14]  # 8..16 → 12 passes, 14 fails, 13 fails
+    [cap] = capacity(doc["cells"], doc["config"]["slo"])
+    assert (cap.max_users, cap.first_failing, cap.binding) == (12, 13, "TBT")
+    assert cap.few_samples == ()  # thousands of token gaps behind each TBT p99
