@@ -49,6 +49,14 @@ Top level:
     str, ≤ 3).
   - extras: prompt_tokens, reason, prefill_source, max_waiting (largest server queue seen),
     client_cpu_pct_max, loop_lag_ms_max, warmup_cache_hit (bool or null), cached_tokens.
+  - decode cells also: ttft_samples, tbt_samples (percentile sample counts); with an SLO
+    (`config.slo`, llmload.slo) goodput_tok_s, slo_requests, slo_met_requests, and
+    slo_search (true on a cell the SLO bisection added); with energy measured
+    (llmload.energy) power_mean_w, power_max_w, energy_j, energy_source, power_samples,
+    j_per_output_token, output_tokens_per_j, idle_power_w, energy_above_idle_j,
+    j_per_output_token_above_idle.
+- energy (optional): {"status": "measured" | "not_measured" | "off", "reason", "gpus",
+  "idle_power_w", "source"}.
 """
 
 from __future__ import annotations

@@ -326,6 +326,9 @@ def _base_for(doc: Mapping[str, Any], base: Profile) -> tuple[Profile, list[str]
         changes["max_model_len"] = int(server["max_model_len"])
     if server.get("max_num_seqs"):
         changes["max_num_seqs"] = int(server["max_num_seqs"])
+    else:
+        notes.append(f"the results do not say how many sequences the server runs at most: "
+                     f"max_num_seqs kept at {base.max_num_seqs} (set it with predict --set)")
     if server.get("model"):
         changes["served_model_name"] = str(server["model"])
     if server.get("model_root"):
