@@ -155,7 +155,7 @@ def plan_for(profile: Profile, *, contexts: Sequence[int], prefill_contexts: Seq
     return plan_matrix(contexts=list(contexts), prefill_contexts=list(prefill_contexts),
                        concurrency=list(concurrency), max_tokens=max_tokens,
                        kv_cache_tokens=profile.kv_cache_tokens, block_size=profile.block_size,
-                       max_model_len=profile.max_model_len)
+                       max_model_len=profile.max_model_len, max_sequences=profile.max_num_seqs)
 
 
 def predict_results(profile: Profile, *, contexts: Sequence[int], prefill_contexts: Sequence[int],
@@ -191,6 +191,7 @@ def predict_results(profile: Profile, *, contexts: Sequence[int], prefill_contex
                    "engine": "vllm", "version": profile.engine_version,
                    "max_model_len": profile.max_model_len, "kv_cache_tokens": profile.kv_cache_tokens,
                    "block_size": profile.block_size, "kv_cache_source": "profile",
+                   "max_sequences": profile.max_num_seqs, "max_sequences_source": "profile",
                    "prefix_caching": profile.enable_prefix_caching, "fixed_output_length": True},
         "hardware": {}, "launch_command": None,
         "plan": [c.to_dict() for c in plan], "cells": cells,
@@ -324,8 +325,9 @@ def _base_for(doc: Mapping[str, Any], base: Profile) -> tuple[Profile, list[str]
         notes.append(f"KV cache unknown in the results: num_gpu_blocks kept at {base.num_gpu_blocks}")
     if server.get("max_model_len"):
         changes["max_model_len"] = int(server["max_model_len"])
-    if server.get("max_num_seqs"):
-        changes["max_num_seqs"] = int(server["max_num_seqs"])
+    max_seqs = server.get("max_sequences") or server.get("max_num_seqs")
+    if max_seqs:
+        changes["max_num_seqs"] = int(max_seqs)
     else:
         notes.append(f"the results do not say how many sequences the server runs at most: "
                      f"max_num_seqs kept at {base.max_num_seqs} (set it with predict --set)")
@@ -499,7 +501,8 @@ def seed_results() -> dict[str, Any]:
     from llmload.sim import calibration as cal
     plan = plan_matrix(contexts=list(cal.SEED_CONTEXTS), prefill_contexts=list(cal.SEED_PREFILL_CONTEXTS),
                        concurrency=list(cal.SEED_CONCURRENCY), max_tokens=cal.SEED_MAX_OUTPUT_TOKENS,
-                       kv_cache_tokens=3700 * 16, block_size=16, max_model_len=57344)
+                       kv_cache_tokens=3700 * 16, block_size=16, max_model_len=57344,
+                       max_sequences=128)
     cells = []
     for planned in plan:
         key = (planned.context_tokens, planned.concurrency)
@@ -527,7 +530,7 @@ def seed_results() -> dict[str, Any]:
         "server": {"model": "bench", "model_root": "casperhansen/deepseek-r1-distill-qwen-14b-awq",
                    "engine": "vllm", "version": "0.32.0", "max_model_len": 57344,
                    "kv_cache_tokens": 3700 * 16, "block_size": 16, "kv_cache_source": "seed page",
-                   "max_num_seqs": 128},
+                   "max_sequences": 128, "max_sequences_source": "seed page (--max-num-seqs 128)"},
         "hardware": {"name": "RTX 3090 24GB", "gpu": "RTX 3090", "vram_gb": 24},
         "launch_command": None, "plan": [c.to_dict() for c in plan], "cells": cells,
     }
