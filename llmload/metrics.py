@@ -104,7 +104,8 @@ class WindowFigures:
     total_tok_s: float | None
     """output_tokens / measured_s."""
     per_request_tok_s: float | None
-    """Median over requests of (tokens − 1) / (last − first chunk time) inside the window."""
+    """Median over requests of (tokens after the first chunk) / (last − first chunk time)
+    inside the window: (tokens − 1) / (last − first) when the first chunk carries one."""
     ttft_ms: float | None
     """Median TTFT of requests sent inside the window that got a first token."""
     ttft_p90_ms: float | None
@@ -145,10 +146,15 @@ def _overlap_s(start_s: float, end_s: float, t0: float, t1: float) -> float:
 
 
 def _stream_rate_tok_s(times: np.ndarray, tokens: np.ndarray) -> float | None:
-    """(tokens − 1) / (last − first), measurement.md's per-request rate; None if undefined."""
+    """Tokens after the first chunk / (last − first chunk time): the stream's decode rate,
+    TTFT excluded; None if undefined. measurement.md's (tokens − 1) / (last − first) when
+    the first chunk carries one token. When it carries k (a server that holds back partial
+    UTF-8 or parser output), its k − 1 extra tokens were generated before the first arrival,
+    not after it: counting them would overstate a short stream's rate (by 4% for 4 tokens
+    in 80, seen on llama.cpp)."""
     if times.size < 2 or times[-1] <= times[0]:
         return None
-    return float((tokens.sum() - 1) / (times[-1] - times[0]))
+    return float((tokens.sum() - tokens[0]) / (times[-1] - times[0]))
 
 
 def _error_text(record: RequestRecord) -> str:

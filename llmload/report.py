@@ -473,6 +473,47 @@ def render_errors(cells: list[dict[str, Any]]) -> str | None:
     return "\n".join(lines) if lines else None
 
 
+CHECK_FIGURES = {
+    "per_request_tok_s": ("per request tok/s", fmt_rate),
+    "output_tokens": ("output tokens in the window", fmt_count),
+    "output_tokens_completed": ("output tokens of completed requests", fmt_count),
+    "prompt_tok_s": ("prompt tok/s", fmt_rate),
+}
+
+
+def _where(cell: dict[str, Any]) -> str:
+    phase = PHASE_LABELS.get(cell.get("phase"), cell.get("phase"))
+    return f"{phase} {_context(cell['context_tokens'])} × {cell.get('concurrency', 1)}"
+
+
+def _check_line(cell: dict[str, Any]) -> str | None:
+    check = cell.get("server_check")
+    if not check:
+        return None
+    label, fmt = CHECK_FIGURES.get(check["figure"], (check["figure"], fmt_rate))
+    verdict = "agree" if check["agrees"] else "DISAGREE"
+    return (f"- {_where(cell)}: {label} {fmt(check['client'])} measured, {fmt(check['server'])} by the "
+            f"server ({check['source']}): {check['diff_pct']:+.1f}%, {verdict}")
+
+
+def render_checks(cells: list[dict[str, Any]]) -> str | None:
+    """How far each figure can be trusted: the server's own account next to llmload's
+    (flagged past ±3%), chunk-counted cells, prompt lengths and usage mismatches."""
+    lines = []
+    for cell in cells:
+        lines.append(_check_line(cell))
+        if cell.get("token_source") == "chunks":
+            lines.append(f"- {_where(cell)}: tokens counted one per chunk (the server gives no per-chunk "
+                         "count): a chunk that carried several tokens is undercounted")
+        if cell.get("usage_mismatches"):
+            lines.append(f"- {_where(cell)}: {cell['usage_mismatches']:,} completed request(s) whose streamed "
+                         "tokens differ from the server's usage.completion_tokens")
+        if cell.get("prompt_length_note"):
+            lines.append(f"- {_where(cell)}: {cell['prompt_length_note']}")
+    lines = [line for line in lines if line]
+    return "\n".join(lines) if lines else None
+
+
 # --------------------------------------------------------------------------- page
 
 
@@ -504,6 +545,7 @@ def render_markdown(results: dict[str, Any]) -> str:
             render_all_measurements(cells),
         ),
         _section("Errors", render_errors(cells)),
+        _section("Checks against the server's own figures", render_checks(cells)),
     ]
     return "\n\n".join(b for b in blocks if b) + "\n"
 
@@ -577,7 +619,9 @@ CSV_COLUMNS = [
     "avg_streaming", "completed_requests", "requests_sent", "output_tokens", "measured_s",
     "errors", "error_samples", "max_waiting", "median_waiting", "preemptions",
     "client_cpu_pct_mean", "client_cpu_pct_max", "loop_lag_ms_p50", "loop_lag_ms_max",
-    "warmup_cache_hit", "server_prompt_tokens", "token_source", "prefill_source", "reason",
+    "warmup_cache_hit", "server_prompt_tokens", "cached_tokens", "token_source", "usage_mismatches",
+    "server_check_figure", "server_check_client", "server_check_server", "server_check_agrees",
+    "prefill_source", "reason",
 ]
 _INT_COLUMNS = [
     "context_tokens", "concurrency", "prompt_tokens", "completed_requests", "requests_sent",
@@ -590,6 +634,9 @@ def _csv_row(results: dict[str, Any], cell: dict[str, Any]) -> dict[str, Any]:
     row["provenance"] = results.get("provenance")
     row["sim_profile"] = results.get("sim_profile")
     row["error_samples"] = " | ".join(cell.get("error_samples") or []) or None
+    check = cell.get("server_check") or {}
+    for key in ("figure", "client", "server", "agrees"):
+        row[f"server_check_{key}"] = check.get(key)
     return row
 
 

@@ -336,9 +336,11 @@ def decode_cell(planned: PlannedCell, records: list[RequestRecord], facts: dict)
                  "client_cpu_pct_max": load.get("cpu_pct_max"),
                  "client_cpu_pct_mean": load.get("cpu_pct_mean"), "loop_lag_ms_max": load.get("lag_ms_max"),
                  "loop_lag_ms_p50": load.get("lag_ms_p50"), "loop_lag_ms_p90": load.get("lag_ms_p90"),
-                 "server_prompt_tokens": _server_prompt_tokens(decode or warm),
+                 "server_prompt_tokens": _server_prompt_tokens(decode + warm),
                  "warmup_cache_hit": _warm_cache_hit(decode, planned),
                  "token_source": _token_source(decode),
+                 "usage_mismatches": sum(1 for r in decode if r.status == "ok" and r.completion_tokens is not None
+                                         and r.finish_reason is not None and r.output_tokens != r.completion_tokens),
                  "server_check": _decode_check(decode, facts)})
     return cell
 

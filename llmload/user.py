@@ -103,7 +103,10 @@ class LLMUser(User):
             self.llm.report_ready(cell["id"], once_for=self.user_id)
             return
         if cell["warmup"]:
-            rec = client.stream(cell["path"], self._body(cell, key, 1), user_id=self.user_id,
+            # Cold by construction (the user's own nonce), and told so where the engine can
+            # be (llama.cpp cache_prompt: false): it may serve as the prefill sample. The
+            # window's requests then find this prompt cached.
+            rec = client.stream(cell["path"], self._body(cell, key, 1, cold=True), user_id=self.user_id,
                                 tag="warmup", count_key=count_key)
             self.llm.add(rec, name=f"warm-up {name}", cell_id=cell["id"])
         self.llm.report_ready(cell["id"], once_for=self.user_id)
