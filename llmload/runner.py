@@ -594,7 +594,7 @@ def _echo_plan(plan: list[PlannedCell], scenario: Scenario, echo: Callable[[str]
     for c in plan:
         where = f" ({c.prefill_source.replace('_', ' ')})" if c.prefill_source else ""
         echo(f"  {_label(c):<24} {c.status.replace('_', ' ')}{where}"
-             + (f" — {c.reason}" if c.reason and not c.runs else ""))
+             + (f" — {c.reason}" if c.reason and (not c.runs or c.status == "queued") else ""))
 
 
 def _meta(ctx: RunContext, plan: list[PlannedCell], prompts) -> dict:
