@@ -233,6 +233,7 @@ class _StreamReader:
         self.keep_alive: bool | None = None
         self.timeline = TokenTimeline()
         self.token_source = "continuous_usage"
+        self.retry_after_s: float | None = None
 
     def read_response(self, sock, data: bytes, t: float) -> None:
         recv = sock.recv
@@ -249,6 +250,7 @@ class _StreamReader:
         chunked = "chunked" in headers.get("transfer-encoding", "").lower()
         length = int(headers["content-length"]) if "content-length" in headers else None
         if status != 200:
+            self.retry_after_s = _retry_after_s(headers.get("retry-after"))
             body = _read_body(recv, rest, chunked, length)
             self.end_s = now()
             self.fail(error_message_from_body(body, status), end=False)
@@ -326,7 +328,8 @@ class _StreamReader:
             end_s=self.end_s if self.end_s is not None else now(), status=self.status,
             finish_reason=tl.finish_reason, prompt_tokens=tl.prompt_tokens,
             completion_tokens=tl.completion_tokens, cached_tokens=tl.cached_tokens,
-            token_source=self.token_source, http_status=self.http_status, error=self.error)
+            token_source=self.token_source, http_status=self.http_status, error=self.error,
+            retry_after_s=self.retry_after_s)
 
 
 def _parse_head(head: bytes) -> tuple[int, dict[str, str]]:
@@ -361,6 +364,21 @@ def _read_body(recv, data: bytes, chunked: bool, length: int | None) -> bytes:
         out.append(more)
         got += len(more)
     return b"".join(out)
+
+
+def _retry_after_s(value: str | None) -> float | None:
+    """Retry-After as seconds: a number, or an HTTP date (seconds from now)."""
+    if not value:
+        return None
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        pass
+    from email.utils import parsedate_to_datetime
+    try:
+        return max(parsedate_to_datetime(value).timestamp() - time.time(), 0.0)
+    except (TypeError, ValueError):
+        return None
 
 
 def _describe(exc: BaseException, timeout_s: float) -> str:

@@ -56,6 +56,8 @@ class RequestRecord:
     http_status: int | None = None
     error: str | None = None
     """First line of the error, for status "error"."""
+    retry_after_s: float | None = None
+    """The server's Retry-After (seconds) on a refused request (429/503), where it sent one."""
 
     @property
     def first_token_s(self) -> float | None:
