@@ -492,7 +492,15 @@ def run_matrix(scenario: Scenario, *, api_key: str | None = None, out_dir: str |
 
 def _run_matrix(scenario: Scenario, *, api_key: str | None, run_dir, master_bind: str | None,
                 expect_workers: int | None, echo: Callable[[str], None]) -> str:
-    from llmload.rundir import claim, finished_cells, resume_differences
+    from llmload.rundir import RunDirError, claim, differences, finished_cells, resume_differences
+    if run_dir is not None and run_dir.previous is not None:
+        # A changed configuration is refused before anything starts.
+        from llmload.results import ResultsWriter
+        config = ResultsWriter.cleaned({"config": scenario.to_dict()})["config"]
+        diffs = [f"config.{d}" for d in differences(run_dir.previous.get("config") or {}, config)]
+        if diffs:
+            raise RunDirError(f"--resume {run_dir.path}: the configuration differs from the run's: "
+                              f"{'; '.join(diffs[:3])}" + (f" (and {len(diffs) - 3} more)" if len(diffs) > 3 else ""))
     with server_for(scenario, echo) as base_url:
         info = probe_server(base_url, api_key=api_key, model=scenario.model,
                             kv_cache_tokens=scenario.kv_cache_tokens)
@@ -521,9 +529,9 @@ def _run_matrix(scenario: Scenario, *, api_key: str | None, run_dir, master_bind
                 diffs = resume_differences(previous, config=written["config"], server=written["server"],
                                            plan=written["plan"])
                 if diffs:
-                    raise RunError(f"--resume {run_dir.path}: the configuration or server differs from the "
-                                   f"run's: {'; '.join(diffs[:3])}" + (f" (and {len(diffs) - 3} more)"
-                                                                        if len(diffs) > 3 else ""))
+                    raise RunDirError(f"--resume {run_dir.path}: the configuration or server differs from "
+                                      f"the run's: {'; '.join(diffs[:3])}" + (f" (and {len(diffs) - 3} more)"
+                                                                             if len(diffs) > 3 else ""))
                 done = finished_cells(previous)
                 left = sum(1 for c in plan if c.runs and (c.phase, c.context_tokens, c.concurrency) not in done)
                 echo(f"Resuming {run_dir.path}: {len(done)} cell(s) kept, {left} to run.")

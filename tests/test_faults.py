@@ -257,7 +257,7 @@ def client_connections(port: int) -> list:
 def test_sigkill_of_the_controller_leaves_no_worker_and_no_connection(sim, tmp_path):
     port = int(sim.url.rsplit(":", 1)[1])
     run = start("run", "--host", sim.url, "--contexts", "0", "--prefill-contexts", "", "--concurrency", "4",
-                "--duration", "60s", "--max-tokens", "4096", "--workers", "2", "--out", str(tmp_path / "k"))
+                "--duration", "60s", "--max-tokens", "2048", "--workers", "2", "--out", str(tmp_path / "k"))
     try:
         wait_for(lambda: len(client_connections(port)) >= 4, 90, "4 streams in the window")
         children = psutil.Process(run.pid).children(recursive=True)
@@ -296,7 +296,7 @@ def test_a_lost_worker_marks_the_cell_and_stops(sim, tmp_path):
     port = int(sim.url.rsplit(":", 1)[1])
     out = tmp_path / "lost"
     run = start("run", "--host", sim.url, "--contexts", "0", "--prefill-contexts", "", "--concurrency", "4",
-                "--duration", "20s", "--max-tokens", "4096", "--workers", "2", "--out", str(out))
+                "--duration", "20s", "--max-tokens", "2048", "--workers", "2", "--out", str(out))
     try:
         wait_for(lambda: len(client_connections(port)) >= 4, 90, "4 streams in the window")
         workers = psutil.Process(run.pid).children()
