@@ -21,7 +21,10 @@ Top level:
 - started_at, finished_at: ISO 8601 UTC strings; finished_at is null until `finish`
   (null in a saved file = the run was interrupted).
 - status: how the run ended, set with `finish(status=...)`: "complete" | "interrupted" |
-  "failed"; null until then.
+  "failed"; null until then. "complete" says the matrix ran to its end, not that no request
+  failed: the cells' errors say that (and `llmload run`'s exit status, `llmload.exitcodes`).
+- resumed_at: list of ISO 8601 times at which `llmload run --resume` continued the run
+  (absent if it never was); started_at stays the first start.
 - provenance: "measured" (a real server) | "simulated" (llmload's simulator).
 - sim_profile: simulator profile name, or null for measured runs.
 - config: the resolved scenario (`Scenario.to_dict()`): name, description, host,
@@ -48,7 +51,9 @@ Top level:
     the sample), requests_sent, output_tokens, measured_s, errors, error_samples (list of
     str, ≤ 3).
   - extras: prompt_tokens, reason, prefill_source, max_waiting (largest server queue seen),
-    client_cpu_pct_max, loop_lag_ms_max, warmup_cache_hit (bool or null), cached_tokens.
+    client_cpu_pct_max, loop_lag_ms_max, warmup_cache_hit (bool or null), cached_tokens,
+    longest_stall_s (decode: the longest silence of a request after its first token inside
+    the window; the cell is "stalled" when it exceeds the bound, see metrics.stall_bound_s).
 """
 
 from __future__ import annotations
