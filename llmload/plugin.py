@@ -11,6 +11,10 @@
   delivers messages to itself), so one code path serves 1 or N processes:
     controller -> workers: llmload_cell {cell}, llmload_go {id, t0, t1}, llmload_collect {id}
     workers -> controller: llmload_ready {id, n}, llmload_records {id, records, load}
+- a worker that `llmload run` started exits as soon as its controller is gone (EOF on the
+  stdin pipe only the controller holds: SIGKILL included), so no load is left running;
+- every record's error text goes through the secret scrubber (`llmload.redact`) before it
+  is kept, shipped, shown or logged;
 - a monitor greenlet samples this process's CPU and event-loop lag, so a cell whose load
   generator was the bottleneck is marked client_bound.
 The API key comes from OPENAI_API_KEY (or `llmload run --api-key`) and is never shown,
