@@ -36,6 +36,8 @@ VALID_FRACTION = 0.95
 STREAMING_FRACTION_NO_METRICS = 0.8
 #: How many distinct error messages a window keeps.
 MAX_ERROR_SAMPLES = 3
+#: Client and server figures that differ by more than this fraction are flagged.
+SERVER_AGREEMENT = 0.03
 #: Histogram bucket growth factor: each bucket spans 0.1% relative width.
 HISTOGRAM_GAMMA = 1.001
 
@@ -349,6 +351,107 @@ def median_prefill(
         prompt_tok_s=float(np.median(rates)) if rates else None,
         cached_tokens=max(cached) if cached else None,
     )
+
+
+# --------------------------------------------------------------------------- server-side truth
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerCheck:
+    """One figure as llmload measured it next to the server's own account of it."""
+
+    figure: str
+    """What is compared, e.g. "per_request_tok_s"."""
+    client: float
+    server: float
+    source: str
+    """Where the server's number comes from."""
+
+    @property
+    def diff_pct(self) -> float:
+        return (self.client / self.server - 1.0) * 100.0 if self.server else math.inf
+
+    @property
+    def agrees(self) -> bool:
+        return abs(self.diff_pct) <= SERVER_AGREEMENT * 100.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "diff_pct": self.diff_pct, "agrees": self.agrees}
+
+
+def server_stream_rate_tok_s(record: RequestRecord) -> float | None:
+    """The server's own decode rate of one request: (tokens − 1) / (time from the first to
+    the last generated token), from its timings (llama.cpp predicted_n / predicted_ms)."""
+    n, ms = record.server_output_tokens, record.server_decode_ms
+    if n is None or ms is None or n < 2 or ms <= 0:
+        return None
+    return (n - 1) / (ms / 1000.0)
+
+
+def timing_check(records: Iterable[RequestRecord], t0: float, t1: float) -> ServerCheck | None:
+    """Median per-request tok/s of the window's requests, llmload's against the server's
+    own timings, over the requests that have both."""
+    client, server = [], []
+    for record in records:
+        if record.send_s > t1 or record.end_s < t0:
+            continue
+        theirs = server_stream_rate_tok_s(record)
+        times, tokens = _token_chunks(record)
+        inside = _inside(times, t0, t1)
+        ours = _stream_rate_tok_s(times[inside], tokens[inside])
+        if theirs is not None and ours is not None:
+            client.append(ours)
+            server.append(theirs)
+    if not client:
+        return None
+    return ServerCheck(figure="per_request_tok_s", client=float(np.median(client)),
+                       server=float(np.median(server)), source="server timings (predicted_n, predicted_ms)")
+
+
+def tokens_between(records: Iterable[RequestRecord], t0: float, t1: float) -> int:
+    """Tokens of the chunks that arrived in [t0, t1]."""
+    total = 0
+    for record in records:
+        times, tokens = _token_chunks(record)
+        total += int(tokens[_inside(times, t0, t1)].sum())
+    return total
+
+
+def counter_check(records: Iterable[RequestRecord], t0: float, t1: float, generated: float,
+                  source: str) -> ServerCheck | None:
+    """Tokens llmload received in [t0, t1] against the server's generated-token counter
+    delta over the same interval (a counter that moves every decode step)."""
+    if generated <= 0:
+        return None
+    return ServerCheck(figure="output_tokens", client=float(tokens_between(records, t0, t1)),
+                       server=float(generated), source=source)
+
+
+def usage_check(records: Iterable[RequestRecord]) -> ServerCheck | None:
+    """For chunk-counted requests (no per-chunk count from the server): the chunks of the
+    completed requests against the server's final usage.completion_tokens of them."""
+    done = [r for r in records if r.status == "ok" and r.token_source == "chunks"
+            and r.completion_tokens is not None and r.chunk_times_s]
+    if not done:
+        return None
+    return ServerCheck(figure="output_tokens_completed", client=float(sum(r.output_tokens for r in done)),
+                       server=float(sum(r.completion_tokens for r in done)), source="final usage.completion_tokens")
+
+
+def prefill_check(records: Iterable[RequestRecord]) -> ServerCheck | None:
+    """Cold-prefill prompt tok/s (prompt tokens / TTFT) against the server's own prefill
+    rate (llama.cpp prompt_n / prompt_ms), medians over the requests that have both."""
+    client, server = [], []
+    for record in records:
+        ours = prefill_figures(record).prompt_tok_s
+        n, ms = record.server_prefill_tokens, record.server_prefill_ms
+        if ours is not None and n and ms:
+            client.append(ours)
+            server.append(n / (ms / 1000.0))
+    if not client:
+        return None
+    return ServerCheck(figure="prompt_tok_s", client=float(np.median(client)), server=float(np.median(server)),
+                       source="server timings (prompt_n, prompt_ms)")
 
 
 # --------------------------------------------------------------------------- histogram

@@ -175,6 +175,7 @@ class LLMState:
         logger.info("llmload: %s at %s (engine %s), %d-token prompts, %d output tokens",
                     info.model, info.base_url, caps.name, n_prompt, max_tokens)
         return {"base_url": info.base_url, "path": ENDPOINT_PATHS[endpoint], "body": body,
+                "count_key": caps.count_key,
                 "options": {"cold": str(getattr(opts, "llm_cold", "false")).lower() == "true",
                             "timeout_s": float(getattr(opts, "llm_timeout", 600.0))}}
 

@@ -281,16 +281,25 @@ ENGINE_FIELDS = [
 ]
 
 
-def _kv_cache(server: dict[str, Any]) -> str | None:
-    tokens = server.get("kv_cache_tokens")
-    if tokens is None:
-        return None
-    text = f"{tokens:,} tokens"
-    if server.get("block_size"):
-        text += f" ({tokens // server['block_size']:,} blocks × {server['block_size']})"
-    if server.get("kv_cache_source"):
-        text += f", from {server['kv_cache_source']}"
-    return text
+LIMITS = [
+    ("Per-sequence limit", "max_model_len", "max_model_len_source", " tokens"),
+    ("KV pool", "kv_cache_tokens", "kv_cache_source", " tokens"),
+    ("Sequences at once", "max_sequences", "max_sequences_source", ""),
+]
+
+
+def limit_lines(server: dict[str, Any]) -> list[str]:
+    """The server's three capacity limits, each with where it was found."""
+    lines = []
+    for label, key, source_key, unit in LIMITS:
+        value, source = server.get(key), server.get(source_key) or "unknown"
+        text = f"{value:,}{unit}" if value else "unknown"
+        if key == "kv_cache_tokens" and value and server.get("block_size"):
+            text += f" ({value // server['block_size']:,} blocks × {server['block_size']})"
+        if source != "unknown":
+            text += f", from {source}" if value else f" ({source})"
+        lines.append(f"{label}: {text}")
+    return lines
 
 
 def _on_off(value: Any) -> str | None:
@@ -300,17 +309,15 @@ def _on_off(value: Any) -> str | None:
 def render_engine(results: dict[str, Any]) -> str:
     server = results.get("server") or {}
     first = _join((label, server.get(key)) for label, key in ENGINE_FIELDS) or "Unknown."
-    max_len = server.get("max_model_len")
     second = _join(
         [
             ("Server", server.get("base_url")),
-            ("Max model length", f"{max_len:,}" if max_len else None),
-            ("KV cache", _kv_cache(server)),
             ("Prefix caching", _on_off(server.get("prefix_caching"))),
             ("Token-ID prompts", _on_off(server.get("token_ids_prompts"))),
         ]
     )
-    return first + (f"\n\n{second}" if second else "")
+    limits = " · ".join(limit_lines(server))
+    return first + "".join(f"\n\n{part}" for part in (second, limits) if part)
 
 
 def _prefill_mode(results: dict[str, Any], cells: list[dict[str, Any]]) -> str:

@@ -35,7 +35,8 @@ from llmload.capacity import PlannedCell, expected_duration_s, plan_matrix
 from llmload.clock import now
 from llmload.engines import ENDPOINT_PATHS
 from llmload.hardware import host_facts
-from llmload.metrics import classify_cell, longest_stall, median_prefill, stall_bound_s, window_figures
+from llmload.metrics import (classify_cell, counter_check, longest_stall, median_prefill, prefill_check,
+                             stall_bound_s, timing_check, usage_check, window_figures)
 from llmload.plugin import install, is_client_bound, state_of
 from llmload.probe import ServerInfo, build_prompts, probe_server, server_load
 from llmload.records import RequestRecord
@@ -299,10 +300,11 @@ class CellRunner:
             if poller is not None:
                 poller.kill(block=False)
             raise
-        waits, preempted = poller.get() if poller is not None else ([], None)
-        waits = sorted(waits)
+        polled = poller.get() if poller is not None else {"waits": [], "preemptions": None, "generated": None}
+        waits = sorted(polled["waits"])
         return {"t0": t0, "t1": t1, "max_waiting": waits[-1] if waits else None,
-                "median_waiting": waits[len(waits) // 2] if waits else None, "preemptions": preempted}
+                "median_waiting": waits[len(waits) // 2] if waits else None,
+                "preemptions": polled["preemptions"], "generated": polled["generated"]}
 
     def _collect(self, cell_id: str, t0, t1, users: dict[str, int]) -> tuple[list[RequestRecord], dict]:
         self.driver.send("llmload_collect", {"id": cell_id, "t0": t0, "t1": t1})
@@ -335,21 +337,32 @@ class _CellTimeout(Exception):
     pass
 
 
-def _poll_server_load(ctx: RunContext, t0: float, t1: float) -> tuple[list[float], float | None]:
-    """The server's waiting gauge, sampled every LOAD_POLL_S during [t0, t1], and how many
-    requests it preempted in the window (None where it does not say)."""
+def _poll_server_load(ctx: RunContext, t0: float, t1: float) -> dict:
+    """The server's waiting gauge, sampled every LOAD_POLL_S during [t0, t1]; how many
+    requests it preempted in the window (None where it does not say); and its
+    generated-token counter at the first and the last sample, with their times."""
     samples: list[float] = []
+    caps = ctx.info.caps
+
+    def sample() -> tuple[float, dict]:
+        t_before = now()
+        load = server_load(ctx.info.base_url, api_key=ctx.api_key, caps=caps)
+        return (t_before + now()) / 2, load
+
     gevent.sleep(max(t0 - now(), 0))
-    first = server_load(ctx.info.base_url, api_key=ctx.api_key).get("preemptions")
+    ta, first = sample()
     gevent.sleep(LOAD_POLL_S / 2)
     while now() < t1:
         waiting = server_load(ctx.info.base_url, api_key=ctx.api_key).get("waiting")
         if waiting is not None:
             samples.append(waiting)
         gevent.sleep(min(LOAD_POLL_S, max(t1 - now(), 0)))
-    last = server_load(ctx.info.base_url, api_key=ctx.api_key).get("preemptions")
-    preempted = last - first if first is not None and last is not None else None
-    return samples, preempted
+    tb, last = sample()
+    preempted = (last["preemptions"] - first["preemptions"]
+                 if first["preemptions"] is not None and last["preemptions"] is not None else None)
+    generated = (ta, tb, last["generated"] - first["generated"]) \
+        if first["generated"] is not None and last["generated"] is not None else None
+    return {"waits": samples, "preemptions": preempted, "generated": generated}
 
 
 def _combine_loads(loads: list[dict]) -> dict:
@@ -412,8 +425,22 @@ def decode_cell(planned: PlannedCell, records: list[RequestRecord], facts: dict)
                  "loop_lag_ms_p50": load.get("lag_ms_p50"), "loop_lag_ms_p90": load.get("lag_ms_p90"),
                  "server_prompt_tokens": _server_prompt_tokens(decode or warm),
                  "warmup_cache_hit": _warm_cache_hit(decode, planned),
-                 "token_source": _token_source(decode)})
+                 "token_source": _token_source(decode),
+                 "server_check": _decode_check(decode, facts)})
     return cell
+
+
+def _decode_check(decode: list[RequestRecord], facts: dict) -> dict | None:
+    """The server's own account of the window, where it gives one (metrics.ServerCheck):
+    per-request timings (llama.cpp), else a generated-token counter that moves every step
+    (vLLM, SGLang), else the final usage of chunk-counted requests."""
+    check = timing_check(decode, facts["t0"], facts["t1"])
+    if check is None and facts.get("generated") is not None:
+        ta, tb, delta = facts["generated"]
+        check = counter_check(decode, ta, tb, delta, source="generated-token counter delta")
+    if check is None:
+        check = usage_check(decode)
+    return check.to_dict() if check is not None else None
 
 
 def prefill_cell(planned: PlannedCell, records: list[RequestRecord], *, source: str) -> dict:
@@ -423,9 +450,11 @@ def prefill_cell(planned: PlannedCell, records: list[RequestRecord], *, source: 
     fig = median_prefill(samples)
     if fig.samples:
         cell.update({"prompt_tok_s": fig.prompt_tok_s, "ttft_ms": fig.ttft_ms, "completed_requests": len(samples)})
+    check = prefill_check(samples)
     cell.update({"status": "errors" if failed or not fig.samples else "valid", "prefill_source": source,
                  "errors": len(failed), "error_samples": list(dict.fromkeys(r.error for r in failed))[:3],
-                 "server_prompt_tokens": _server_prompt_tokens(samples)})
+                 "server_prompt_tokens": _server_prompt_tokens(samples), "cached_tokens": fig.cached_tokens,
+                 "server_check": check.to_dict() if check is not None else None})
     if failed or not fig.samples:
         cell["reason"] = (f"{len(failed)} failed request(s)" if failed else "no token came back")
     return cell
@@ -464,7 +493,7 @@ def _warm_cache_hit(decode: list[RequestRecord], planned: PlannedCell) -> bool |
 
 def _token_source(records: list[RequestRecord]) -> str | None:
     sources = {r.token_source for r in records if r.chunk_times_s}
-    for s in ("chunks", "final_usage", "continuous_usage"):
+    for s in ("chunks", "timings_per_token", "continuous_usage"):
         if s in sources:
             return s
     return None
@@ -503,14 +532,15 @@ def _run_matrix(scenario: Scenario, *, api_key: str | None, run_dir, master_bind
                               f"{'; '.join(diffs[:3])}" + (f" (and {len(diffs) - 3} more)" if len(diffs) > 3 else ""))
     with server_for(scenario, echo) as base_url:
         info = probe_server(base_url, api_key=api_key, model=scenario.model,
-                            kv_cache_tokens=scenario.kv_cache_tokens)
+                            kv_cache_tokens=scenario.kv_cache_tokens,
+                            launch_command=scenario.launch_command)
         _echo_server(info, echo)
         ctx = RunContext(scenario=scenario, info=info, echo=echo, api_key=api_key)
         prompts = build_prompts(info, endpoint=scenario.endpoint, api_key=api_key)
         plan = plan_matrix(contexts=list(scenario.contexts), prefill_contexts=list(scenario.prefill_contexts),
                            concurrency=list(scenario.concurrency), max_tokens=scenario.max_tokens,
                            kv_cache_tokens=info.kv_cache_tokens, block_size=info.block_size,
-                           max_model_len=info.max_model_len)
+                           max_model_len=info.max_model_len, max_sequences=info.max_sequences)
         if not scenario.warmup or scenario.prefill_repeats > 1:
             # No cold warm-up to borrow (or several samples wanted): prefill on its own.
             plan = [_standalone(c) for c in plan]
@@ -728,12 +758,13 @@ def _summary(cell: dict) -> str:
 
 
 def _echo_server(info: ServerInfo, echo: Callable[[str], None]) -> None:
-    kv = (f"{info.kv_cache_tokens:,} tokens ({info.kv_cache_source})" if info.kv_cache_tokens
-          else "unknown (every cell runs; queueing marks what does not fit)")
     what = f"llmload sim, profile {info.sim_profile}" if info.simulated else info.engine
     echo(f"Server: {info.base_url} · {what} {info.version or ''}".rstrip())
-    echo(f"  model {info.model} · max model length {info.max_model_len or 'unknown'} · KV cache {kv}"
-         f" · prefix caching {'on' if info.prefix_caching else 'off' if info.prefix_caching is False else 'unknown'}")
+    echo(f"  model {info.model} · prefix caching "
+         f"{'on' if info.prefix_caching else 'off' if info.prefix_caching is False else 'unknown'}")
+    from llmload.report import limit_lines
+    for line in limit_lines(info.to_dict()):
+        echo(f"  {line}")
 
 
 def _echo_plan(plan: list[PlannedCell], scenario: Scenario, echo: Callable[[str], None]) -> None:

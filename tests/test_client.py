@@ -39,7 +39,7 @@ def test_multi_token_chunks_count_the_servers_tokens(server):
     assert rec.finish_reason == "length"
 
 
-@pytest.mark.parametrize("usage,source", [("final", "final_usage"), ("none", "chunks")])
+@pytest.mark.parametrize("usage,source", [("final", "chunks"), ("none", "chunks")])
 def test_servers_without_continuous_usage(server, usage, source):
     s = server("--usage", usage, "--interval-ms", "1")
     rec = StreamingClient(s.url).stream("/v1/completions", body(7), user_id="u")
