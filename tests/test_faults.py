@@ -274,16 +274,17 @@ def test_sigkill_of_the_controller_leaves_no_worker_and_no_connection(sim, tmp_p
         run.communicate()
 
 
-@fault("SIGHUP (terminal or ssh session closed) during a run",
-       "handled like SIGTERM: measured cells saved, status interrupted, exit 129")
-def test_sighup_is_handled_like_sigterm(sim, tmp_path):
+@fault("SIGHUP (terminal or ssh session closed) or SIGINT (Ctrl-C) during a run",
+       "handled like SIGTERM: measured cells saved, status interrupted, exit 129 (SIGHUP) / 130 (SIGINT)")
+@pytest.mark.parametrize("sig, code", [(signal.SIGHUP, 129), (signal.SIGINT, 130)])
+def test_sighup_is_handled_like_sigterm(sig, code, sim, tmp_path):
     out = tmp_path / "hup"
     run = start("run", "--host", sim.url, "--contexts", "0", "--prefill-contexts", "", "--concurrency", "1,2,4",
                 "--duration", "2s", "--max-tokens", "64", "--out", str(out))
     wait_for(lambda: measured(out) >= 1, 120, "a measured cell")
-    run.send_signal(signal.SIGHUP)
+    run.send_signal(sig)
     stdout, stderr = run.communicate(timeout=60)
-    assert run.returncode == 129, stderr
+    assert run.returncode == code, stderr
     assert "Traceback" not in stderr and "Interrupted" in stdout
     doc, cells = cells_of(out)
     assert doc["status"] == "interrupted" and cells[("decode", 0, 1)]["status"] == "valid"
