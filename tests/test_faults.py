@@ -336,6 +336,8 @@ def test_a_frozen_stream_makes_the_cell_stalled(tmp_path, stream_server):
     assert 3.0 < cell["longest_stall_s"] <= 5.0
     assert cell["reason"].startswith(f"a request received no token for {cell['longest_stall_s']:.1f} s")
     assert "(bound 3.0 s)" in cell["reason"]
+    report = (out / "report.md").read_text()
+    assert "| 0 | Stalled: " in report and "| Valid |" not in report
 
 
 @fault("the first 3 streaming requests fail with HTTP 500 (the warm-up and two in the window)",
