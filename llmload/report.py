@@ -36,11 +36,12 @@ STATUS_LABELS = {
     "errors": "Errors",
     "saturated": "Saturated",
     "client_bound": "Client bound",
+    "stalled": "Stalled",
     "not_run": "Not run",
     "running": "Running",
 }
 #: Matrix cells that ran but whose figure is qualified: "Saturated: 291.6 (33 ms)".
-QUALIFIED_STATUSES = ("saturated", "client_bound")
+QUALIFIED_STATUSES = ("saturated", "client_bound", "stalled")
 #: Notes under the decode matrix, shown when a cell has that status.
 STATUS_NOTES = {
     "over_capacity": "Over capacity: not run because this many requests at this context "
@@ -51,6 +52,8 @@ STATUS_NOTES = {
     "in flight on average); the figure is real but is not this many requests at once.",
     "client_bound": "Client bound: the load generator itself was the bottleneck (CPU or "
     "event-loop lag); the figure is not the server's.",
+    "stalled": "Stalled: a stream received nothing for longer than the stall bound after its "
+    "first token (the reason gives the gap); the figure is not a steady rate.",
     "errors": "Errors: some requests failed; counts and first messages are listed below "
     "and kept in results.json.",
     "not_run": "Not run: the run ended before this cell was measured.",
