@@ -316,6 +316,9 @@ class _StreamReader:
         if self.status == "ok":
             self.status = "cancelled"
         self.token_source = self.timeline.finish()
+        if self.timeline.error is not None:
+            # A protocol error already seen is a failure, even in a request cut at the end.
+            self.fail(self.timeline.error, end=False)
 
     def fail(self, message: str, *, end: bool = True) -> None:
         if end or self.end_s is None:

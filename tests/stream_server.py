@@ -12,7 +12,9 @@ Faults on streaming requests only (the probe's other calls still succeed):
 --fail-streams CODE answers every one with HTTP CODE (and `Retry-After: S` with
 --retry-after S); --fail-first K fails the first K of them (HTTP 500), then streams;
 --echo-auth answers HTTP 401 with the request's Authorization header in the error body, as
-some gateways do; --stall-after K hangs a stream after K tokens.
+some gateways do; --stall-after K hangs a stream after K tokens; --bad-event-after K sends,
+after K tokens, an event of invalid JSON that claims 99,999 completion tokens;
+--late-error-after K sends an error object whose "error" key is not the first.
 """
 
 from __future__ import annotations
@@ -147,6 +149,14 @@ def _stream(conn, payload: dict, opts) -> None:
         if opts.error_after and sent > opts.error_after:
             conn.sendall(_chunk(_event({"error": {"message": "engine died mid-stream", "code": 500}}, opts)))
             break
+        if opts.bad_event_after and sent > opts.bad_event_after:
+            conn.sendall(_chunk(b'data: {"choices": [{"index": 0, "text": " tok", "finish_reason": null}], '
+                                b'"usage": {"prompt_tokens": 1, "completion_tokens": 99999}\n\n'))
+            opts.bad_event_after = 0
+        if opts.late_error_after and sent > opts.late_error_after:
+            conn.sendall(_chunk(_event({"id": req_id, "object": "text_completion",
+                                        "error": {"message": "overloaded mid-stream", "code": 503}}, opts)))
+            break
         last = sent >= total
         choice = {"index": 0, "text": " tok" * n, "finish_reason": "length" if last else None}
         obj = {"id": req_id, "object": "text_completion", "choices": [choice]}
@@ -199,6 +209,8 @@ def main(argv=None) -> None:
     p.add_argument("--chat-role", action="store_true")
     p.add_argument("--error-after", type=int, default=0)
     p.add_argument("--stall-after", type=int, default=0)
+    p.add_argument("--bad-event-after", type=int, default=0)
+    p.add_argument("--late-error-after", type=int, default=0)
     p.add_argument("--tls-cert", default=None)
     p.add_argument("--tls-key", default=None)
     p.add_argument("--no-done", action="store_true")

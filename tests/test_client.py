@@ -90,6 +90,34 @@ def test_error_in_stream_is_a_failed_request(server):
     assert rec.output_tokens == 3
 
 
+@pytest.mark.fault('an event of invalid JSON claiming 99,999 completion tokens, after 3 tokens',
+                   "the request fails (\"malformed event data\"); the claimed count is never used")
+def test_malformed_event_fails_the_request_and_is_not_trusted(server):
+    s = server("--bad-event-after", "3", "--interval-ms", "1")
+    rec = StreamingClient(s.url).stream("/v1/completions", body(10), user_id="u")
+    assert rec.status == "error"
+    assert rec.error.startswith("malformed event data")
+    assert rec.output_tokens == 10  # the 10 real tokens; not 99,999
+
+
+@pytest.mark.fault('an in-stream error object whose "error" key is not its first',
+                   "the request fails with the server's message")
+def test_error_key_anywhere_in_the_event_is_found(server):
+    s = server("--late-error-after", "3", "--interval-ms", "1")
+    rec = StreamingClient(s.url).stream("/v1/completions", body(10), user_id="u")
+    assert rec.status == "error"
+    assert rec.error == "overloaded mid-stream"
+    assert rec.output_tokens == 3
+
+
+@pytest.mark.fault('a malformed event in a request then cut at the window end',
+                   'the request is a failure, not "cancelled"')
+def test_protocol_error_before_the_deadline_is_not_cancelled(server):
+    s = server("--bad-event-after", "3", "--interval-ms", "10", "--tokens", "1000")
+    rec = StreamingClient(s.url).stream("/v1/completions", body(1000), user_id="u", deadline_s=now() + 0.3)
+    assert rec.status == "error" and rec.error.startswith("malformed event data")
+
+
 @pytest.mark.fault('a stream closed without [DONE] or a finish reason',
                    'the request fails')
 def test_stream_ending_without_done_or_finish_is_a_failure(server):
