@@ -236,6 +236,7 @@ class _StreamReader:
         self.keep_alive: bool | None = None
         self.timeline = TokenTimeline(count_key)
         self.token_source = "chunks"
+        self.retry_after_s: float | None = None
 
     def read_response(self, sock, data: bytes, t: float) -> None:
         recv = sock.recv
@@ -252,6 +253,7 @@ class _StreamReader:
         chunked = "chunked" in headers.get("transfer-encoding", "").lower()
         length = int(headers["content-length"]) if "content-length" in headers else None
         if status != 200:
+            self.retry_after_s = _retry_after_s(headers.get("retry-after"))
             body = _read_body(recv, rest, chunked, length)
             self.end_s = now()
             self.fail(error_message_from_body(body, status), end=False)
@@ -314,6 +316,9 @@ class _StreamReader:
         if self.status == "ok":
             self.status = "cancelled"
         self.token_source = self.timeline.finish()
+        if self.timeline.error is not None:
+            # A protocol error already seen is a failure, even in a request cut at the end.
+            self.fail(self.timeline.error, end=False)
 
     def fail(self, message: str, *, end: bool = True) -> None:
         if end or self.end_s is None:
@@ -335,7 +340,7 @@ class _StreamReader:
             server_output_tokens=_int(timings.get("predicted_n")),
             server_decode_ms=_float(timings.get("predicted_ms")),
             server_prefill_tokens=_int(timings.get("prompt_n")),
-            server_prefill_ms=_float(timings.get("prompt_ms")))
+            server_prefill_ms=_float(timings.get("prompt_ms")), retry_after_s=self.retry_after_s)
 
 
 def _int(value) -> int | None:
@@ -378,6 +383,21 @@ def _read_body(recv, data: bytes, chunked: bool, length: int | None) -> bytes:
         out.append(more)
         got += len(more)
     return b"".join(out)
+
+
+def _retry_after_s(value: str | None) -> float | None:
+    """Retry-After as seconds: a number, or an HTTP date (seconds from now)."""
+    if not value:
+        return None
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        pass
+    from email.utils import parsedate_to_datetime
+    try:
+        return max(parsedate_to_datetime(value).timestamp() - time.time(), 0.0)
+    except (TypeError, ValueError):
+        return None
 
 
 def _describe(exc: BaseException, timeout_s: float) -> str:

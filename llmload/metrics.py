@@ -104,7 +104,8 @@ class WindowFigures:
     total_tok_s: float | None
     """output_tokens / measured_s."""
     per_request_tok_s: float | None
-    """Median over requests of (tokens − 1) / (last − first chunk time) inside the window."""
+    """Median over requests of (tokens after the first chunk) / (last − first chunk time)
+    inside the window: (tokens − 1) / (last − first) when the first chunk carries one."""
     ttft_ms: float | None
     """Median TTFT of requests sent inside the window that got a first token."""
     ttft_p90_ms: float | None
@@ -145,10 +146,15 @@ def _overlap_s(start_s: float, end_s: float, t0: float, t1: float) -> float:
 
 
 def _stream_rate_tok_s(times: np.ndarray, tokens: np.ndarray) -> float | None:
-    """(tokens − 1) / (last − first), measurement.md's per-request rate; None if undefined."""
+    """Tokens after the first chunk / (last − first chunk time): the stream's decode rate,
+    TTFT excluded; None if undefined. measurement.md's (tokens − 1) / (last − first) when
+    the first chunk carries one token. When it carries k (a server that holds back partial
+    UTF-8 or parser output), its k − 1 extra tokens were generated before the first arrival,
+    not after it: counting them would overstate a short stream's rate (by 4% for 4 tokens
+    in 80, seen on llama.cpp)."""
     if times.size < 2 or times[-1] <= times[0]:
         return None
-    return float((tokens.sum() - 1) / (times[-1] - times[0]))
+    return float((tokens.sum() - tokens[0]) / (times[-1] - times[0]))
 
 
 def _error_text(record: RequestRecord) -> str:
@@ -244,6 +250,56 @@ def window_figures(
         errors=len(errors),
         error_samples=_error_samples(errors),
     )
+
+
+# --------------------------------------------------------------------------- stalls
+
+#: A request is stalled when no token came for longer than this many times the cell's median
+#: time between tokens ...
+STALL_TBT_MULTIPLE = 50.0
+#: ... and never less than this (a garbage collection or a scheduler hiccup is not a stall).
+STALL_MIN_S = 3.0
+
+
+@dataclass(frozen=True, slots=True)
+class Stall:
+    """The longest silence of one request after its first token, inside the window."""
+
+    gap_s: float
+    user_id: str
+    at_s: float
+    """When the silence began (clock.now() seconds)."""
+
+
+def stall_bound_s(tbt_ms: float | None) -> float:
+    """The stall bound of a cell: STALL_TBT_MULTIPLE × its median TBT, at least STALL_MIN_S."""
+    if tbt_ms is None:
+        return STALL_MIN_S
+    return max(STALL_MIN_S, STALL_TBT_MULTIPLE * tbt_ms / 1000.0)
+
+
+def longest_stall(records: Iterable[RequestRecord], t0: float, t1: float) -> Stall | None:
+    """The longest time, inside [t0, t1], that a request went without a token after its first
+    one: between two token-carrying chunks, or from its last chunk to its end when it did not
+    finish normally (cut at the window end or failed). Waiting for the first token is
+    queueing, not a stall (judged by "saturated"). None when no request had a first token."""
+    best: Stall | None = None
+    for record in records:
+        times, _ = _token_chunks(record)
+        if times.size == 0:
+            continue
+        edges = times
+        if record.status != "ok" or record.finish_reason is None:
+            edges = np.append(times, record.end_s)
+        if edges.size < 2:
+            continue
+        starts = np.maximum(edges[:-1], t0)
+        gaps = np.minimum(edges[1:], t1) - starts
+        i = int(np.argmax(gaps))
+        gap = float(gaps[i])
+        if gap > 0 and (best is None or gap > best.gap_s):
+            best = Stall(gap_s=gap, user_id=record.user_id, at_s=float(starts[i]))
+    return best
 
 
 # --------------------------------------------------------------------------- prefill
@@ -541,6 +597,7 @@ def classify_cell(
     waiting: float | None,
     client_bound: bool,
     preemptions: float | None = None,
+    stalled: bool = False,
 ) -> str:
     """Status of a decode cell that ran, first matching rule wins:
 
@@ -558,7 +615,12 @@ def classify_cell(
                         or, when the server exposes no waiting gauge (waiting None),
                         avg_streaming < STREAMING_FRACTION_NO_METRICS × N (requests in flight
                         but not streaming are queued somewhere).
-    4. "valid"        — otherwise: no failure, avg_active ≥ 0.95 N, no queue.
+    4. "stalled"      — `stalled` is true (a request went without a token for longer than
+                        the stall bound after its first token, `longest_stall`) and the
+                        server preempted nothing (a preempted request pauses: saturated);
+                        checked before the other "saturated" rules: a frozen stream is not
+                        a queue.
+    5. "valid"        — otherwise: no failure, avg_active ≥ 0.95 N, no queue, no stall.
 
     Errors come first because a failed request also lowers the other figures; a client
     bottleneck comes before saturation because it explains low concurrency on its own.
@@ -567,9 +629,11 @@ def classify_cell(
         return "errors"
     if client_bound:
         return "client_bound"
-    if figures.avg_active < VALID_FRACTION * concurrency:
-        return "saturated"
     if preemptions:
+        return "saturated"
+    if stalled:
+        return "stalled"
+    if figures.avg_active < VALID_FRACTION * concurrency:
         return "saturated"
     if waiting is not None:
         queued = waiting > 0

@@ -156,11 +156,12 @@ def fetch_docs(base: str, names, api_key: str | None, have: dict | None = None) 
 def _get_models(base: str, api_key: str | None) -> dict:
     try:
         status, obj = http_json(f"{base}/v1/models", api_key=api_key)
-    except urllib.error.URLError as exc:
+    except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
+        if isinstance(reason, TimeoutError) or isinstance(exc, TimeoutError):
+            raise ProbeError(f"{base} accepted the connection but did not answer /v1/models within "
+                             f"{PROBE_TIMEOUT_S:g} s (probe timeout)") from None
         raise ProbeError(f"cannot reach {base}: {reason}") from None
-    except OSError as exc:
-        raise ProbeError(f"cannot reach {base}: {exc}") from None
     if status in (401, 403):
         raise ProbeError(f"{base} rejected the API key (HTTP {status}); set OPENAI_API_KEY or --api-key")
     if status != 200 or not isinstance(obj, dict):

@@ -65,6 +65,8 @@ class RequestRecord:
     """Prompt tokens the server computed, cache hits excluded (llama.cpp prompt_n)."""
     server_prefill_ms: float | None = None
     """The server's own prefill time (llama.cpp prompt_ms)."""
+    retry_after_s: float | None = None
+    """The server's Retry-After (seconds) on a refused request (429/503), where it sent one."""
 
     @property
     def first_token_s(self) -> float | None:

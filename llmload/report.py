@@ -36,11 +36,12 @@ STATUS_LABELS = {
     "errors": "Errors",
     "saturated": "Saturated",
     "client_bound": "Client bound",
+    "stalled": "Stalled",
     "not_run": "Not run",
     "running": "Running",
 }
 #: Matrix cells that ran but whose figure is qualified: "Saturated: 291.6 (33 ms)".
-QUALIFIED_STATUSES = ("saturated", "client_bound")
+QUALIFIED_STATUSES = ("saturated", "client_bound", "stalled")
 #: Notes under the decode matrix, shown when a cell has that status.
 STATUS_NOTES = {
     "over_capacity": "Over capacity: not run because this many requests at this context "
@@ -51,6 +52,8 @@ STATUS_NOTES = {
     "in flight on average); the figure is real but is not this many requests at once.",
     "client_bound": "Client bound: the load generator itself was the bottleneck (CPU or "
     "event-loop lag); the figure is not the server's.",
+    "stalled": "Stalled: a stream received nothing for longer than the stall bound after its "
+    "first token (the reason gives the gap); the figure is not a steady rate.",
     "errors": "Errors: some requests failed; counts and first messages are listed below "
     "and kept in results.json.",
     "not_run": "Not run: the run ended before this cell was measured.",
@@ -489,6 +492,47 @@ def render_errors(cells: list[dict[str, Any]]) -> str | None:
     return "\n".join(lines) if lines else None
 
 
+CHECK_FIGURES = {
+    "per_request_tok_s": ("per request tok/s", fmt_rate),
+    "output_tokens": ("output tokens in the window", fmt_count),
+    "output_tokens_completed": ("output tokens of completed requests", fmt_count),
+    "prompt_tok_s": ("prompt tok/s", fmt_rate),
+}
+
+
+def _where(cell: dict[str, Any]) -> str:
+    phase = PHASE_LABELS.get(cell.get("phase"), cell.get("phase"))
+    return f"{phase} {_context(cell['context_tokens'])} × {cell.get('concurrency', 1)}"
+
+
+def _check_line(cell: dict[str, Any]) -> str | None:
+    check = cell.get("server_check")
+    if not check:
+        return None
+    label, fmt = CHECK_FIGURES.get(check["figure"], (check["figure"], fmt_rate))
+    verdict = "agree" if check["agrees"] else "DISAGREE"
+    return (f"- {_where(cell)}: {label} {fmt(check['client'])} measured, {fmt(check['server'])} by the "
+            f"server ({check['source']}): {check['diff_pct']:+.1f}%, {verdict}")
+
+
+def render_checks(cells: list[dict[str, Any]]) -> str | None:
+    """How far each figure can be trusted: the server's own account next to llmload's
+    (flagged past ±3%), chunk-counted cells, prompt lengths and usage mismatches."""
+    lines = []
+    for cell in cells:
+        lines.append(_check_line(cell))
+        if cell.get("token_source") == "chunks":
+            lines.append(f"- {_where(cell)}: tokens counted one per chunk (the server gives no per-chunk "
+                         "count): a chunk that carried several tokens is undercounted")
+        if cell.get("usage_mismatches"):
+            lines.append(f"- {_where(cell)}: {cell['usage_mismatches']:,} completed request(s) whose streamed "
+                         "tokens differ from the server's usage.completion_tokens")
+        if cell.get("prompt_length_note"):
+            lines.append(f"- {_where(cell)}: {cell['prompt_length_note']}")
+    lines = [line for line in lines if line]
+    return "\n".join(lines) if lines else None
+
+
 # --------------------------------------------------------------------------- page
 
 
@@ -521,6 +565,7 @@ def render_markdown(results: dict[str, Any]) -> str:
             render_all_measurements(cells),
         ),
         _section("Errors", render_errors(cells)),
+        _section("Checks against the server's own figures", render_checks(cells)),
     ]
     return "\n\n".join(b for b in blocks if b) + "\n"
 
@@ -601,7 +646,9 @@ CSV_COLUMNS = [
     "avg_streaming", "completed_requests", "requests_sent", "output_tokens", "measured_s",
     "errors", "error_samples", "max_waiting", "median_waiting", "preemptions",
     "client_cpu_pct_mean", "client_cpu_pct_max", "loop_lag_ms_p50", "loop_lag_ms_max",
-    "warmup_cache_hit", "server_prompt_tokens", "token_source", "prefill_source", "reason",
+    "warmup_cache_hit", "server_prompt_tokens", "cached_tokens", "token_source", "usage_mismatches",
+    "server_check_figure", "server_check_client", "server_check_server", "server_check_agrees",
+    "prefill_source", "reason",
 ]
 _INT_COLUMNS = [
     "context_tokens", "concurrency", "prompt_tokens", "completed_requests", "requests_sent",
@@ -614,6 +661,9 @@ def _csv_row(results: dict[str, Any], cell: dict[str, Any]) -> dict[str, Any]:
     row["provenance"] = results.get("provenance")
     row["sim_profile"] = results.get("sim_profile")
     row["error_samples"] = " | ".join(cell.get("error_samples") or []) or None
+    check = cell.get("server_check") or {}
+    for key in ("figure", "client", "server", "agrees"):
+        row[f"server_check_{key}"] = check.get(key)
     return row
 
 

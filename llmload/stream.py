@@ -18,10 +18,17 @@ Token counts per chunk (measurement.md, servers.md):
    that count, never spread evenly over the chunks.
 Role-only and empty chunks are not tokens.
 
-Hot path: a chunk costs one or two precompiled regex searches on its bytes. A full
-`json.loads` happens only for the rare chunks that carry a finish reason, the final usage
-or an error (and once at the end of a cut request whose server reports timings), so
-per-token work stays a few microseconds.
+What is trusted: a count is read only from inside its own object (`"usage": {...}` or
+`"timings": {...}`), never from text that mentions it; an event whose bytes do not look
+like one whole JSON object (not ending in "}", unbalanced braces or quotes) is parsed in
+full, and one that does not parse fails the request with the reason; an error object is
+looked for anywhere in the event, not only at its start.
+
+Hot path: a chunk costs a few substring counts and one or two precompiled regex searches
+on its bytes. A full `json.loads` happens only for the rare chunks that carry a finish
+reason, the final usage or an error, for events that fail the cheap shape check (text with
+braces or escaped quotes in it), and once at the end of a cut request whose server
+reports timings, so per-token work stays a few microseconds.
 """
 
 from __future__ import annotations
@@ -36,9 +43,13 @@ _DONE = b"[DONE]"
 _NONEMPTY_TEXT = re.compile(rb'"(?:text|content|reasoning_content|reasoning)"\s*:\s*"[^"]')
 _FINISHED = re.compile(rb'"finish_reason"\s*:\s*"')
 _EMPTY_CHOICES = re.compile(rb'"choices"\s*:\s*\[\s*\]')
+# Every error shape ({"error": ...}, {"object": "error"}) holds this; so can a text that
+# ends in the word (rare: it then takes the full parse, which decides).
+_ERROR = b'error"'
 _COUNT_PATTERNS: dict[str, re.Pattern] = {}
-#: The token source each cumulative count key gives.
-EXACT_SOURCES = {"completion_tokens": "continuous_usage", "predicted_n": "timings_per_token"}
+#: Per cumulative count key: the object that holds it and the token source it gives.
+COUNT_KEYS = {"completion_tokens": ("usage", "continuous_usage"),
+              "predicted_n": ("timings", "timings_per_token")}
 
 
 def _count_pattern(key: str) -> re.Pattern:
@@ -48,20 +59,31 @@ def _count_pattern(key: str) -> re.Pattern:
     return pattern
 
 
+def _looks_whole(payload: bytes) -> bool:
+    """Cheap shape check of one JSON object: a closing brace at the end, as many "{" as
+    "}" and an even number of quotes. Text with braces or escaped quotes fails it too:
+    those events take the full parse, which decides."""
+    return (payload.endswith(b"}") and payload.count(b"{") == payload.count(b"}")
+            and not payload.count(b'"') & 1)
+
+
 class TokenTimeline:
     """Accumulates one request's stream. Call `feed` per read, then `finish`."""
 
     __slots__ = (
         "chunk_times_s", "chunk_tokens", "continuous", "_last_count", "done", "_count",
-        "_source", "_last", "finish_reason", "prompt_tokens", "completion_tokens",
-        "cached_tokens", "error", "timings",
+        "_key", "_container", "_opening", "_source", "_last", "finish_reason", "prompt_tokens",
+        "completion_tokens", "cached_tokens", "error", "timings",
     )
 
     def __init__(self, count_key: str = "completion_tokens") -> None:
         self.chunk_times_s = array("d")
         self.chunk_tokens = array("I")
+        self._key = count_key
         self._count = _count_pattern(count_key)
-        self._source = EXACT_SOURCES.get(count_key, count_key)
+        self._container, self._source = COUNT_KEYS[count_key]
+        self._opening = b'"' + self._container.encode() + b'"'
+        """Where the count's own object starts (`"usage"`): a count is read after it only."""
         self.continuous = False
         """True once a chunk with choices carried the cumulative count."""
         self._last_count = 0
@@ -100,42 +122,49 @@ class TokenTimeline:
             elif stripped:
                 self.error = self.error or f"unexpected event data: {payload[:120]!r}"
             return 0
-        if _EMPTY_CHOICES.search(payload) is not None or b'"error"' in payload[:12] \
-                or b'"object":"error"' in payload or b'"object": "error"' in payload:
-            # The final usage chunk (or an error): facts, no new tokens.
-            self._slow(payload)
-            return 0
-        finished = _FINISHED.search(payload) is not None
-        m = self._count.search(payload)
-        if m is not None and (self.continuous or not finished):
-            self.continuous = True
-            n = int(m.group(1))
-            tokens = n - self._last_count
-            self._last_count = n
-            tokens = tokens if tokens > 0 else 0
+        if _ERROR in payload or not _looks_whole(payload) or _EMPTY_CHOICES.search(payload) is not None \
+                or _FINISHED.search(payload) is not None:
+            # An error, the final usage chunk, a finish, or an odd shape: parse it.
+            return self._slow(payload)
+        start = payload.find(self._opening)
+        if start >= 0:
+            m = self._count.search(payload, start)
+            if m is None or payload.find(b"}", start, m.start()) >= 0:
+                return self._slow(payload)  # the object is there but not simple: parse
+            tokens = self._counted(int(m.group(1)))
         else:
             tokens = 1 if _NONEMPTY_TEXT.search(payload) is not None else 0
-        if finished:
-            self._slow(payload)
-        elif tokens:
+        if tokens:
             self._last = payload
         return tokens
 
-    def _slow(self, payload: bytes) -> None:
+    def _counted(self, n: int) -> int:
+        """New tokens given the server's cumulative count n."""
+        self.continuous = True
+        tokens = n - self._last_count
+        self._last_count = n
+        return tokens if tokens > 0 else 0
+
+    def _slow(self, payload: bytes) -> int:
+        """A full parse: the chunk's facts, and its tokens by the same rules as `_scan`."""
         try:
             obj = json.loads(payload)
         except ValueError:
             self.error = self.error or f"malformed event data: {payload[:120]!r}"
-            return
+            return 0
         if not isinstance(obj, dict):
-            return
+            self.error = self.error or f"unexpected event data: {payload[:120]!r}"
+            return 0
         err = _error_message(obj)
         if err is not None:
             self.error = err
-            return
-        for choice in obj.get("choices") or ():
-            if isinstance(choice, dict) and choice.get("finish_reason"):
+            return 0
+        choices = [c for c in obj.get("choices") or () if isinstance(c, dict)]
+        finished = False
+        for choice in choices:
+            if choice.get("finish_reason"):
                 self.finish_reason = str(choice["finish_reason"])
+                finished = True
         usage = obj.get("usage")
         if isinstance(usage, dict):
             self.prompt_tokens = usage.get("prompt_tokens", self.prompt_tokens)
@@ -147,6 +176,16 @@ class TokenTimeline:
         if isinstance(timings, dict):
             self.timings = timings
             self._last = None
+        if not choices:
+            return 0  # the final usage chunk: facts, no new tokens
+        holder = obj.get(self._container)
+        n = holder.get(self._key) if isinstance(holder, dict) else None
+        # A final usage on the finishing chunk of a server without continuous usage is a
+        # total, not a cumulative count: only a stream that counted all along is trusted.
+        if isinstance(n, int) and not isinstance(n, bool) and (
+                self.continuous or not finished or self._container != "usage"):
+            return self._counted(n)
+        return 1 if any(_has_text(c) for c in choices) else 0
 
     def finish(self) -> str:
         """Close the stream; returns the token source (see the module docstring)."""
@@ -168,6 +207,13 @@ class TokenTimeline:
     @property
     def output_tokens(self) -> int:
         return sum(self.chunk_tokens)
+
+
+def _has_text(choice: dict) -> bool:
+    delta = choice.get("delta")
+    where = delta if isinstance(delta, dict) else choice
+    return any(isinstance(where.get(k), str) and where[k] for k in ("text", "content", "reasoning_content",
+                                                                       "reasoning"))
 
 
 def _error_message(obj: dict) -> str | None:

@@ -28,6 +28,16 @@ logger = logging.getLogger(__name__)
 
 ERROR_BACKOFF_S = 0.2
 """Pause after a failed request, so a dead server is not hammered in a tight loop."""
+MAX_RETRY_AFTER_S = 300.0
+"""The longest Retry-After honoured (a server asking for more is waited for this long)."""
+
+
+def backoff_s(record) -> float:
+    """How long to wait after a failed request: the server's Retry-After where it sent one
+    (at most MAX_RETRY_AFTER_S), else ERROR_BACKOFF_S."""
+    if record.retry_after_s is not None:
+        return min(max(record.retry_after_s, ERROR_BACKOFF_S), MAX_RETRY_AFTER_S)
+    return ERROR_BACKOFF_S
 
 
 class LLMUser(User):
@@ -78,7 +88,7 @@ class LLMUser(User):
                                count_key=setup["count_key"])
         self.llm.add(record, name=setup["path"])
         if record.status == "error":
-            gevent.sleep(ERROR_BACKOFF_S)
+            gevent.sleep(backoff_s(record))
 
     # ---------------------------------------------------------------- matrix cells
 
@@ -103,7 +113,10 @@ class LLMUser(User):
             self.llm.report_ready(cell["id"], once_for=self.user_id)
             return
         if cell["warmup"]:
-            rec = client.stream(cell["path"], self._body(cell, key, 1), user_id=self.user_id,
+            # Cold by construction (the user's own nonce), and told so where the engine can
+            # be (llama.cpp cache_prompt: false): it may serve as the prefill sample. The
+            # window's requests then find this prompt cached.
+            rec = client.stream(cell["path"], self._body(cell, key, 1, cold=True), user_id=self.user_id,
                                 tag="warmup", count_key=count_key)
             self.llm.add(rec, name=f"warm-up {name}", cell_id=cell["id"])
         self.llm.report_ready(cell["id"], once_for=self.user_id)
@@ -122,7 +135,8 @@ class LLMUser(User):
                                     deadline_s=t1, count_key=count_key)
                 self.llm.add(rec, name=f"decode {name}", cell_id=cell["id"])
                 if rec.status == "error":
-                    gevent.sleep(min(ERROR_BACKOFF_S, max(t1 - now(), 0)))
+                    # Retry-After is honoured within the window (never past its end).
+                    gevent.sleep(min(backoff_s(rec), max(t1 - now(), 0)))
         finally:
             self.llm.leave_window(cell["id"])
 

@@ -109,3 +109,26 @@ def test_every_engine_says_where_its_limits_come_from(name):
     caps = ENGINES[name]
     assert caps.pool_note, name  # what the plan says when the pool is not reported
     assert caps.sequence_limit, name
+
+
+def test_llama_cpp_slots_each_hold_their_own_context():
+    lim = limits_of("llama.cpp-np4")
+    assert (lim.max_model_len, lim.max_sequences, lim.kv_cache_tokens) == (4096, 4, None)
+    assert lim.max_model_len_source == "/props default_generation_settings.n_ctx"
+    assert lim.max_sequences_source == "/props total_slots"
+    assert "--kv-cache-tokens" in lim.kv_cache_source  # says where to give a unified pool
+    got = plan(lim, [1 * K, 3 * K, 4 * K], [1, 4, 8], 256)
+    # Before: 4 × 2,304 > 8,192 "Over capacity" from mistaking a slot's n_ctx for the pool.
+    assert got == {(1 * K, 1): "run", (1 * K, 4): "run", (1 * K, 8): "queued",
+                   (3 * K, 1): "run", (3 * K, 4): "run", (3 * K, 8): "queued",
+                   (4 * K, 1): "exceeds_context", (4 * K, 4): "exceeds_context", (4 * K, 8): "exceeds_context"}
+
+
+def test_llama_cpp_unified_kv_is_exact_once_given():
+    lim = limits_of("llama.cpp-kvu")
+    assert lim.kv_cache_tokens is None  # the API does not report the unified buffer
+    lim = limits_of("llama.cpp-kvu", kv_cache_tokens=8192)
+    got = plan(lim, [1 * K, 3 * K], [1, 2, 4, 8], 256)
+    assert got == {(1 * K, 1): "run", (1 * K, 2): "run", (1 * K, 4): "run", (1 * K, 8): "queued",
+                   (3 * K, 1): "run", (3 * K, 2): "run", (3 * K, 4): "over_capacity",
+                   (3 * K, 8): "over_capacity"}
