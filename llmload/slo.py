@@ -9,7 +9,8 @@ Pure (no I/O). An SLO is a set of bounds on a decode cell's figures, given as
   figure). Normalised form (results.json `config.slo`): `{"ttft_p99_ms": 2000.0, ...}`.
 - A cell *meets* the SLO when it is `valid` and every bounded figure is within its bound.
   Other statuses fail with their own limit: over_capacity → "KV capacity",
-  exceeds_context → "context length", saturated → "saturation", errors → "errors";
+  exceeds_context → "context length", saturated → "saturation", errors → "errors",
+  stalled → "stalls";
   client_bound and not-run cells cannot be judged (verdict None).
 - A percentile pXX needs at least 1 / (1 − XX/100) samples (p99: 100, p90: 10); a verdict
   that rests on one taken from fewer is listed as weak (`few_samples`). TTFT samples are the
@@ -56,7 +57,7 @@ _UNIT_MS = {"ms": 1.0, "s": 1000.0, "us": 0.001, "µs": 0.001}
 
 #: Limits named after a cell status that fails the SLO by itself.
 STATUS_LIMITS = {"over_capacity": "KV capacity", "exceeds_context": "context length",
-                 "saturated": "saturation", "errors": "errors"}
+                 "saturated": "saturation", "errors": "errors", "stalled": "stalls"}
 #: Statuses whose figures cannot be judged at all.
 UNJUDGED = ("client_bound", "not_run", "running")
 

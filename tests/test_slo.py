@@ -56,6 +56,7 @@ def test_judge_cell_limits_and_few_samples():
     assert bad.few_samples == ()
     assert judge_cell(cell(16, "over_capacity"), slo).failed == ("KV capacity",)
     assert judge_cell(cell(16, "saturated", tbt_p99_ms=10, tbt_samples=1000), slo).failed == ("saturation",)
+    assert judge_cell(cell(16, "stalled", tbt_p99_ms=10, tbt_samples=1000), slo).failed == ("stalls",)
     assert judge_cell(cell(16, "client_bound", tbt_p99_ms=10), slo).meets is None
 
 
