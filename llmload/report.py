@@ -15,10 +15,9 @@ notes, All measurements. Rules:
 
 from __future__ import annotations
 
-import html
 import os
-import re
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -501,63 +500,99 @@ def render_markdown(results: dict[str, Any]) -> str:
     return "\n\n".join(b for b in blocks if b) + "\n"
 
 
-# --------------------------------------------------------------------------- HTML
+# --------------------------------------------------------------------------- page data
 
-HTML_STYLE = """
-body { font: 15px/1.45 system-ui, sans-serif; max-width: 1200px; margin: 2em auto; padding: 0 1em; color: #222; }
-table { border-collapse: collapse; margin: 1em 0; font-variant-numeric: tabular-nums; }
-th, td { border: 1px solid #ccc; padding: 4px 8px; text-align: right; }
-th:first-child, td:first-child { text-align: left; }
-th { background: #f3f3f3; }
-blockquote { border-left: 4px solid #d33; margin: 1em 0; padding: 0.2em 1em; background: #fff4f4; }
-pre { background: #f6f6f6; padding: 0.6em; white-space: pre-wrap; }
-"""
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Table:
+    """A table of already-formatted text, with each body cell's status where it has one
+    (the HTML page colours cells by status; the markdown page ignores it)."""
+
+    columns: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+    statuses: tuple[tuple[str | None, ...], ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PageData:
+    """Everything on the speed test matrix page, as text: what report.md and report.html
+    are both rendered from."""
+
+    title: str
+    """Without the markdown '#'."""
+    subtitle: str
+    simulated: bool
+    sim_profile: str | None
+    byline: str
+    hardware: str
+    engine: tuple[str, ...]
+    """Paragraphs."""
+    run: str
+    launch_command: str | None
+    prefill: Table | None
+    decode: Table | None
+    decode_notes: tuple[str, ...]
+    all_measurements: Table
+    errors: tuple[str, ...]
+
+
+def _table(frame: pd.DataFrame, statuses: list[list[str | None]] | None = None) -> Table:
+    rows = tuple(tuple(str(v) for v in row) for row in frame.itertuples(index=False))
+    if statuses is None:
+        statuses = [[None] * len(frame.columns) for _ in rows]
+    return Table(columns=tuple(str(c) for c in frame.columns), rows=rows,
+                 statuses=tuple(tuple(s) for s in statuses))
+
+
+def _decode_statuses(cells: list[dict[str, Any]]) -> list[list[str | None]]:
+    decode = _phase_cells(cells, "decode")
+    by_key = {(c["context_tokens"], c["concurrency"]): c for c in decode}
+    contexts = sorted({c["context_tokens"] for c in decode})
+    levels = sorted({c["concurrency"] for c in decode})
+    return [[None] + [(by_key.get((ctx, n)) or {}).get("status") for n in levels]
+            for ctx in contexts]
+
+
+def page_data(results: dict[str, Any]) -> PageData:
+    """The page's content for a results dict (the one source of report.md and report.html)."""
+    cells = page_cells(results)
+    prefill = _phase_cells(cells, "prefill")
+    has_decode = bool(_phase_cells(cells, "decode"))
+    all_statuses = [[None, None, None, c.get("status") or "not_run"] + [None] * (len(ALL_COLUMNS) - 4)
+                    for c in cells]
+    errors = render_errors(cells)
+    return PageData(
+        title=render_title(results).lstrip("# "),
+        subtitle=render_subtitle(results),
+        simulated=_is_simulated(results),
+        sim_profile=_sim_profile(results) if _is_simulated(results) else None,
+        byline=render_byline(results),
+        hardware=render_hardware(results),
+        engine=tuple(render_engine(results).split("\n\n")),
+        run=render_run(results, cells),
+        launch_command=results.get("launch_command") or None,
+        prefill=_table(_frame(prefill, PREFILL_COLUMNS),
+                       [[None, c.get("status"), None] for c in prefill]) if prefill else None,
+        decode=_table(decode_matrix_frame(cells), _decode_statuses(cells)) if has_decode else None,
+        decode_notes=tuple(decode_notes(results, cells)) if has_decode else (),
+        all_measurements=_table(_frame(cells, ALL_COLUMNS), all_statuses),
+        errors=tuple(errors.split("\n")) if errors else (),
+    )
+
+
+# --------------------------------------------------------------------------- HTML
 
 
 def render_html(results: dict[str, Any]) -> str:
-    """The same page as `render_markdown`, as a standalone HTML file (one rendering path:
-    the markdown is converted; it uses only headings, paragraphs, tables, a quote and an
-    indented code block)."""
-    body = _markdown_to_html(render_markdown(results))
-    title = html.escape(render_title(results).lstrip("# "))
-    return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{title}</title>"
-            f"<style>{HTML_STYLE}</style></head>\n<body>\n{body}</body></html>\n")
+    """The same page as `render_markdown`, standalone HTML (Jinja2 template
+    `templates/report.html.j2`) with the charts of `llmload.charts` as inline SVG: no
+    script, no external URL, so it opens from disk, prints and diffs."""
+    # Imported here: matplotlib is slow to import and only the HTML page needs it.
+    from llmload import charts
+    from llmload.templating import render_template
 
-
-def _inline(text: str) -> str:
-    out = html.escape(text)
-    out = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", out)
-    return re.sub(r"`(.+?)`", r"<code>\1</code>", out)
-
-
-def _markdown_to_html(md: str) -> str:
-    parts = []
-    for block in md.strip().split("\n\n"):
-        lines = block.split("\n")
-        if lines[0].startswith("#"):
-            level = len(lines[0]) - len(lines[0].lstrip("#"))
-            parts.append(f"<h{level}>{_inline(lines[0][level:].strip())}</h{level}>")
-            lines = lines[1:]
-            if not lines:
-                continue
-        if lines[0].startswith("|"):
-            parts.append(_table_html(lines))
-        elif lines[0].startswith("    "):
-            parts.append("<pre>" + html.escape("\n".join(ln[4:] for ln in lines)) + "</pre>")
-        elif lines[0].startswith("> "):
-            parts.append("<blockquote>" + _inline(" ".join(ln[2:] for ln in lines)) + "</blockquote>")
-        else:
-            parts.append("<p>" + "<br>".join(_inline(ln) for ln in lines) + "</p>")
-    return "\n".join(parts) + "\n"
-
-
-def _table_html(lines: list[str]) -> str:
-    rows = [[c.strip() for c in ln.strip().strip("|").split("|")] for ln in lines
-            if not set(ln.replace("|", "").strip()) <= {"-", ":"}]
-    head, body = rows[0], rows[1:]
-    out = ["<table><thead><tr>" + "".join(f"<th>{_inline(c)}</th>" for c in head) + "</tr></thead><tbody>"]
-    out += ["<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in row) + "</tr>" for row in body]
-    return "\n".join(out) + "</tbody></table>"
+    return render_template("report.html.j2", page=page_data(results),
+                           charts=charts.report_charts(results))
 
 
 # --------------------------------------------------------------------------- CSV

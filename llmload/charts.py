@@ -1,0 +1,451 @@
+"""Charts of a speed test matrix (and of several, overlaid) as static inline SVG.
+
+Drawn with matplotlib (object API on `Figure`, no pyplot, no display: the Agg backend is
+selected so that nothing ever opens a window) and returned as `Chart` values whose `svg`
+is an `<svg>` element ready to be put inside an HTML page. Rules:
+- Input is cell dicts of a results document (`llmload.results`), nothing else; a chart
+  with nothing to draw is None, never an empty frame.
+- Colour-blind safe and print safe: lines use the Okabe–Ito palette *and* a distinct
+  marker per series; the heat map uses cividis (monotonic lightness, readable in grey);
+  cells that are not valid are hatched and carry their status word, so status never rests
+  on colour alone.
+- Numbers are formatted as on the page (`llmload.report`'s formatters: 3,188.0 / 39 ms /
+  16K).
+- Deterministic output (fixed hash salt per chart, no date) so a page re-rendered from the
+  same results.json is byte-identical and diffs cleanly; SVG text is text (searchable,
+  selectable), not paths.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import re
+import textwrap
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display, ever; must precede any other matplotlib import
+
+import numpy as np  # noqa: E402
+from matplotlib import colormaps  # noqa: E402
+from matplotlib.colors import LogNorm, Normalize, to_rgb  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.patches import Rectangle  # noqa: E402
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: E402
+
+from llmload import report  # noqa: E402
+from llmload.units import format_tokens  # noqa: E402
+
+#: Okabe & Ito (2008), the colour-blind safe qualitative palette (black last).
+PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+HEATMAP_CMAP = "cividis"
+NOT_RUN_FACE = "#f0f0f0"
+HATCH_EDGE = "#9a9a9a"
+#: Heat-map colour scale turns logarithmic when the largest value is this many times the smallest.
+LOG_SCALE_SPAN = 20.0
+STYLE = {
+    "font.family": "sans-serif",
+    "font.sans-serif": ["DejaVu Sans", "Helvetica", "Arial", "Liberation Sans"],
+    "font.size": 9.0,
+    "axes.titlesize": 10.0,
+    "axes.titleweight": "bold",
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "grid.color": "#dddddd",
+    "grid.linewidth": 0.6,
+    "legend.fontsize": 8.0,
+    "legend.frameon": False,
+    "svg.fonttype": "none",
+    "hatch.linewidth": 0.6,
+}
+#: Optional per-cell server figures, drawn where a run has them: (key, panel title).
+SERVER_SERIES = (
+    ("median_waiting", "Server queue: median waiting requests"),
+    ("max_waiting", "Server queue: most waiting requests"),
+    ("preemptions", "Requests preempted in the window"),
+    ("kv_cache_usage_pct", "KV cache usage (%)"),
+    ("energy_j_per_tok", "Energy per output token (J)"),
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Chart:
+    key: str
+    """Stable id: heatmap, scaling, latency, prefill, server (compare_* on the compare page)."""
+    title: str
+    caption: str
+    svg: str
+    """An <svg> element (no XML prolog), class "chart", data-chart=key."""
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _decode(cells: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [c for c in cells if c.get("phase") == "decode"]
+
+
+def _by_context(cells: Iterable[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
+    out: dict[int, list[dict[str, Any]]] = {}
+    for c in sorted(cells, key=lambda c: (c["context_tokens"], c.get("concurrency", 1))):
+        out.setdefault(int(c["context_tokens"]), []).append(c)
+    return out
+
+
+def _thousands(value: float, _pos: Any = None) -> str:
+    if value == 0:
+        return "0"
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    if abs(value) >= 1:
+        return f"{value:,.1f}".rstrip("0").rstrip(".")
+    return f"{value:.2g}"
+
+
+def _ms(value: float, _pos: Any = None) -> str:
+    return _thousands(value) + " ms"
+
+
+def _log2_axis(ax, levels: Sequence[int]) -> None:
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(FixedLocator(list(levels)))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v:,.0f}"))
+    ax.xaxis.set_minor_locator(NullLocator())
+    if len(levels) == 1:
+        ax.set_xlim(levels[0] / 1.5, levels[0] * 1.5)
+    ax.set_xlabel("simultaneous requests (N, log₂ scale)")
+
+
+def _context_axis(ax, contexts: Sequence[int]) -> None:
+    ax.xaxis.set_major_locator(FixedLocator(list(contexts)))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _p: format_tokens(int(round(v)))))
+    ax.set_xlabel("context (prompt tokens)")
+
+
+def _style(i: int) -> dict[str, Any]:
+    return {"color": PALETTE[i % len(PALETTE)], "marker": MARKERS[i % len(MARKERS)]}
+
+
+def _svg(fig: Figure, key: str) -> str:
+    """The figure as an <svg> element: deterministic, no prolog, class and data-chart set."""
+    buf = io.StringIO()
+    with matplotlib.rc_context({"svg.hashsalt": f"llmload-{key}"}):
+        fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
+    text = buf.getvalue()
+    text = text[text.index("<svg"):]
+    text = re.sub(r"<metadata>.*?</metadata>\s*", "", text, count=1, flags=re.S)
+    return text.replace("<svg ", f'<svg class="chart" data-chart="{key}" role="img" ', 1)
+
+
+def _figure(width_in: float, height_in: float, panels: int = 1) -> tuple[Figure, list]:
+    fig = Figure(figsize=(width_in, height_in), layout="constrained")
+    axes = fig.subplots(1, panels, squeeze=False)[0]
+    return fig, list(axes)
+
+
+def _render(key: str, draw: Callable[[], Figure | None]) -> str | None:
+    with matplotlib.rc_context(STYLE):
+        fig = draw()
+        return None if fig is None else _svg(fig, key)
+
+
+def _mark_invalid(ax, xs, ys, colour) -> None:
+    """Hollow markers on points whose cell is not valid (saturated, client bound, errors)."""
+    if xs:
+        ax.plot(xs, ys, linestyle="none", marker="o", markersize=10, markerfacecolor="none",
+                markeredgecolor=colour, markeredgewidth=1.0, zorder=4)
+
+
+# --------------------------------------------------------------------------- heat map
+
+
+def _heat_label(cell: dict[str, Any] | None) -> tuple[str, bool]:
+    """The text of a heat-map cell and whether it has a figure."""
+    if cell is None:
+        return report.MISSING, False
+    status = cell.get("status") or "not_run"
+    word = report.STATUS_LABELS.get(status, status.replace("_", " ").capitalize())
+    total = cell.get("total_tok_s")
+    if not _finite(total):
+        return "\n".join(textwrap.wrap(word, 9)), False
+    lines = [report.fmt_rate(total)]
+    if _finite(cell.get("ttft_ms")):
+        lines.append(report.fmt_ms(cell["ttft_ms"]))
+    if status != "valid":
+        lines.append(word)
+    return "\n".join(lines), True
+
+
+def _text_colour(rgb: tuple[float, float, float]) -> str:
+    luminance = 0.2126 * rgb[0] + 0.7152 * rgb[1] + 0.0722 * rgb[2]
+    return "#111111" if luminance > 0.45 else "#ffffff"
+
+
+def _heat_norm(values: np.ndarray):
+    finite = values[np.isfinite(values) & (values > 0)]
+    if finite.size == 0:
+        return Normalize(0.0, 1.0)
+    lo, hi = float(finite.min()), float(finite.max())
+    if hi / lo >= LOG_SCALE_SPAN:
+        return LogNorm(lo, hi)
+    return Normalize(lo * 0.9 if hi > lo else lo * 0.5, hi if hi > lo else lo * 1.5)
+
+
+def decode_heatmap(cells: Sequence[dict[str, Any]]) -> Chart | None:
+    """Total tok/s over contexts × concurrency, each cell labelled with value and TTFT;
+    cells without a valid figure hatched, with their status word."""
+    decode = _decode(cells)
+    if not decode:
+        return None
+    contexts = sorted({int(c["context_tokens"]) for c in decode})
+    levels = sorted({int(c["concurrency"]) for c in decode})
+    by_key = {(int(c["context_tokens"]), int(c["concurrency"])): c for c in decode}
+    values = np.full((len(contexts), len(levels)), np.nan)
+    for (ctx, n), c in by_key.items():
+        if _finite(c.get("total_tok_s")):
+            values[contexts.index(ctx), levels.index(n)] = c["total_tok_s"]
+
+    def draw() -> Figure:
+        width = max(4.8, 0.92 * len(levels) + 1.9)
+        height = max(1.9, 0.66 * len(contexts) + 1.0)
+        fig, (ax,) = _figure(width, height)
+        cmap = colormaps[HEATMAP_CMAP]
+        norm = _heat_norm(values)
+        mesh = ax.pcolormesh(np.ma.masked_invalid(values), cmap=cmap, norm=norm,
+                             edgecolors="white", linewidth=1.5)
+        for i, ctx in enumerate(contexts):
+            for j, n in enumerate(levels):
+                cell = by_key.get((ctx, n))
+                text, has_figure = _heat_label(cell)
+                valid = cell is not None and cell.get("status") == "valid"
+                if has_figure:
+                    face = cmap(norm(values[i, j]))
+                    colour = _text_colour(to_rgb(face))
+                else:
+                    ax.add_patch(Rectangle((j, i), 1, 1, facecolor=NOT_RUN_FACE, edgecolor="white",
+                                           linewidth=1.5, zorder=1))
+                    colour = "#444444"
+                if not valid and cell is not None:
+                    ax.add_patch(Rectangle((j + 0.04, i + 0.06), 0.92, 0.88, fill=False, hatch="///",
+                                           edgecolor=HATCH_EDGE if not has_figure else colour,
+                                           linewidth=0, zorder=2, alpha=0.55))
+                ax.text(j + 0.5, i + 0.5, text, ha="center", va="center", fontsize=8.2,
+                        color=colour, zorder=3, linespacing=1.15,
+                        fontweight="bold" if valid else "normal")
+        ax.set_xticks(np.arange(len(levels)) + 0.5, [f"{n:,}" for n in levels])
+        ax.set_yticks(np.arange(len(contexts)) + 0.5, [format_tokens(c) for c in contexts])
+        ax.set_xlim(0, len(levels))
+        ax.set_ylim(len(contexts), 0)
+        ax.tick_params(length=0)
+        ax.grid(False)
+        for side in ("left", "bottom"):
+            ax.spines[side].set_visible(False)
+        ax.xaxis.set_label_position("top")
+        ax.xaxis.tick_top()
+        ax.set_xlabel("simultaneous requests (N)")
+        ax.set_ylabel("context")
+        if np.isfinite(values).any():
+            bar = fig.colorbar(mesh, ax=ax, pad=0.02, fraction=0.04, aspect=14)
+            bar.solids.set_rasterized(False)  # vector, like the rest: prints sharp, diffs as text
+            bar.set_label("total tok/s")
+            bar.ax.yaxis.set_major_formatter(FuncFormatter(_thousands))
+            bar.ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, p: ""))
+        return fig
+
+    svg = _render("heatmap", draw)
+    return Chart(key="heatmap", title="Sustained decode: total tok/s (TTFT below)",
+                 caption="Each cell: total output tok/s across all simultaneous requests and "
+                         "the median TTFT. Hatched cells are not valid measurements and say why.",
+                 svg=svg)
+
+
+# --------------------------------------------------------------------------- curves
+
+
+def _points(cells: list[dict[str, Any]], key: str) -> tuple[list[int], list[float], list[bool]]:
+    xs, ys, ok = [], [], []
+    for c in cells:
+        if _finite(c.get(key)):
+            xs.append(int(c["concurrency"]))
+            ys.append(float(c[key]))
+            ok.append(c.get("status") == "valid")
+    return xs, ys, ok
+
+
+def scaling_chart(cells: Sequence[dict[str, Any]]) -> Chart | None:
+    """Total and per-request tok/s against N (log₂), one line per context, with the dashed
+    ideal of perfect scaling from N = 1."""
+    groups = _by_context(_decode(cells))
+    levels = sorted({int(c["concurrency"]) for c in _decode(cells) if _finite(c.get("total_tok_s"))})
+    if not levels:
+        return None
+
+    def draw() -> Figure:
+        fig, (tot, per) = _figure(9.2, 3.4, 2)
+        for i, (ctx, group) in enumerate(groups.items()):
+            st = _style(i)
+            label = f"context {format_tokens(ctx)}"
+            for ax, key in ((tot, "total_tok_s"), (per, "per_request_tok_s")):
+                xs, ys, ok = _points(group, key)
+                if not xs:
+                    continue
+                ax.plot(xs, ys, label=label, linewidth=1.8, markersize=5, **st)
+                _mark_invalid(ax, [x for x, g in zip(xs, ok) if not g],
+                              [y for y, g in zip(ys, ok) if not g], st["color"])
+                if xs[0] == 1 and len(xs) > 1:
+                    ideal = [ys[0] * x for x in xs] if key == "total_tok_s" else [ys[0]] * len(xs)
+                    ax.plot(xs, ideal, linestyle=(0, (4, 3)), linewidth=1.0, color=st["color"],
+                            alpha=0.8)
+        for ax, title in ((tot, "Total tok/s"), (per, "Per-request tok/s")):
+            _log2_axis(ax, levels)
+            ax.set_title(title, loc="left")
+            ax.yaxis.set_major_formatter(FuncFormatter(_thousands))
+            ax.set_ylim(bottom=0)
+        handles, labels = tot.get_legend_handles_labels()
+        handles += [tot.plot([], [], linestyle=(0, (4, 3)), color="#555555")[0],
+                    tot.plot([], [], linestyle="none", marker="o", markersize=9,
+                             markerfacecolor="none", markeredgecolor="#555555")[0]]
+        labels += ["ideal (linear from N = 1)", "not valid (see matrix)"]
+        fig.legend(handles, labels, loc="outside right upper")
+        return fig
+
+    return Chart(key="scaling", title="Scaling with concurrency",
+                 caption="Dashed: perfect scaling from N = 1 (total: N × the single-stream rate; "
+                         "per request: no slowdown). Circled points are not valid measurements.",
+                 svg=_render("scaling", draw))
+
+
+def latency_chart(cells: Sequence[dict[str, Any]]) -> Chart | None:
+    """TTFT and time between tokens against N: p50 line, p90–p99 band, one colour per context."""
+    decode = _decode(cells)
+    levels = sorted({int(c["concurrency"]) for c in decode
+                     if _finite(c.get("ttft_ms")) or _finite(c.get("tbt_ms"))})
+    if not levels:
+        return None
+    groups = _by_context(decode)
+
+    def draw() -> Figure:
+        fig, axes = _figure(9.2, 3.4, 2)
+        for ax, stem, title in zip(axes, ("ttft", "tbt"), ("TTFT", "Time between tokens")):
+            top = []
+            for i, (ctx, group) in enumerate(groups.items()):
+                st = _style(i)
+                rows = [c for c in group if _finite(c.get(f"{stem}_ms"))]
+                if not rows:
+                    continue
+                xs = [int(c["concurrency"]) for c in rows]
+                p50 = [c[f"{stem}_ms"] for c in rows]
+                p90 = [c.get(f"{stem}_p90_ms") if _finite(c.get(f"{stem}_p90_ms")) else np.nan for c in rows]
+                p99 = [c.get(f"{stem}_p99_ms") if _finite(c.get(f"{stem}_p99_ms")) else np.nan for c in rows]
+                if len(xs) > 1:
+                    ax.fill_between(xs, p90, p99, color=st["color"], alpha=0.18, linewidth=0)
+                else:
+                    ax.vlines(xs, p90, p99, color=st["color"], alpha=0.3, linewidth=7)
+                ax.plot(xs, p50, label=f"context {format_tokens(ctx)}", linewidth=1.8, markersize=5, **st)
+                ok = [c.get("status") == "valid" for c in rows]
+                _mark_invalid(ax, [x for x, g in zip(xs, ok) if not g],
+                              [y for y, g in zip(p50, ok) if not g], st["color"])
+                top += [v for v in p99 + p50 if np.isfinite(v)]
+            _log2_axis(ax, levels)
+            ax.set_title(f"{title} (p50; band p90–p99)", loc="left")
+            ax.yaxis.set_major_formatter(FuncFormatter(_ms))
+            positive = [v for v in top if v > 0]
+            if positive and max(positive) / min(positive) > 50:
+                ax.set_yscale("log")
+                ax.yaxis.set_major_formatter(FuncFormatter(_ms))
+            else:
+                ax.set_ylim(bottom=0)
+        handles, labels = axes[0].get_legend_handles_labels()
+        if not handles:
+            handles, labels = axes[1].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="outside right upper")
+        return fig
+
+    return Chart(key="latency", title="Latency against concurrency",
+                 caption="Lines: medians; shaded band: from p90 to p99 of the window's requests "
+                         "(TTFT) or gaps (time between tokens).",
+                 svg=_render("latency", draw))
+
+
+def prefill_chart(cells: Sequence[dict[str, Any]]) -> Chart | None:
+    """Cold prefill: prompt tok/s and TTFT against context."""
+    rows = sorted((c for c in cells if c.get("phase") == "prefill" and _finite(c.get("prompt_tok_s"))),
+                  key=lambda c: c["context_tokens"])
+    if not rows:
+        return None
+    xs = [int(c["context_tokens"]) for c in rows]
+
+    def draw() -> Figure:
+        fig, (rate, ttft) = _figure(9.2, 3.0, 2)
+        rate.plot(xs, [c["prompt_tok_s"] for c in rows], linewidth=1.8, markersize=6, **_style(0))
+        ttft.plot(xs, [c["ttft_ms"] for c in rows], linewidth=1.8, markersize=6, **_style(5))
+        rate.set_title("Prompt tok/s (cold prefill)", loc="left")
+        ttft.set_title("TTFT of a cold prompt", loc="left")
+        rate.yaxis.set_major_formatter(FuncFormatter(_thousands))
+        ttft.yaxis.set_major_formatter(FuncFormatter(_ms))
+        for ax in (rate, ttft):
+            _context_axis(ax, xs)
+            ax.set_ylim(bottom=0)
+            if len(xs) == 1:
+                ax.set_xlim(xs[0] * 0.5, xs[0] * 1.5)
+        return fig
+
+    return Chart(key="prefill", title="Prefill against context",
+                 caption="One cold request per context (median of repeats when there are several).",
+                 svg=_render("prefill", draw))
+
+
+def server_chart(cells: Sequence[dict[str, Any]]) -> Chart | None:
+    """Per-cell server figures the run has (queue, preemptions, KV usage, energy per token)."""
+    decode = [c for c in _decode(cells) if _finite(c.get("total_tok_s"))]
+    present = [(key, title) for key, title in SERVER_SERIES
+               if any(_finite(c.get(key)) for c in decode)]
+    if not present:
+        return None
+    levels = sorted({int(c["concurrency"]) for c in decode})
+    groups = _by_context(decode)
+
+    def draw() -> Figure:
+        fig, axes = _figure(min(4.6 * len(present), 13.8), 3.0, len(present))
+        for ax, (key, title) in zip(axes, present):
+            for i, (ctx, group) in enumerate(groups.items()):
+                xs, ys, _ok = _points(group, key)
+                if xs:
+                    ax.plot(xs, ys, label=f"context {format_tokens(ctx)}", linewidth=1.6,
+                            markersize=5, **_style(i))
+            _log2_axis(ax, levels)
+            ax.set_title(title, loc="left", fontsize=9)
+            ax.yaxis.set_major_formatter(FuncFormatter(_thousands))
+            ax.set_ylim(bottom=0, top=max(1.0, ax.get_ylim()[1]))
+        handles, labels = axes[0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="outside right upper")
+        return fig
+
+    return Chart(key="server", title="Server load per cell",
+                 caption="As the server reported it during each window (its /metrics); only the "
+                         "figures this run has are drawn.",
+                 svg=_render("server", draw))
+
+
+def report_charts(results: dict[str, Any]) -> dict[str, Chart]:
+    """The report page's charts by key (heatmap, scaling, latency, prefill, server); a chart
+    with nothing to draw is left out."""
+    cells = report.page_cells(results)
+    made = {
+        "heatmap": decode_heatmap(cells),
+        "scaling": scaling_chart(cells),
+        "latency": latency_chart(cells),
+        "prefill": prefill_chart(cells),
+        "server": server_chart(cells),
+    }
+    return {k: v for k, v in made.items() if v is not None}
