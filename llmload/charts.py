@@ -32,7 +32,7 @@ matplotlib.use("Agg")  # no display, ever; must precede any other matplotlib imp
 
 import numpy as np  # noqa: E402
 from matplotlib import colormaps  # noqa: E402
-from matplotlib.colors import LogNorm, Normalize, to_rgb  # noqa: E402
+from matplotlib.colors import LinearSegmentedColormap, LogNorm, Normalize, to_rgb  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: E402
@@ -257,6 +257,7 @@ def decode_heatmap(cells: Sequence[dict[str, Any]]) -> Chart | None:
         if np.isfinite(values).any():
             bar = fig.colorbar(mesh, ax=ax, pad=0.02, fraction=0.04, aspect=14)
             bar.solids.set_rasterized(False)  # vector, like the rest: prints sharp, diffs as text
+            bar.solids.set_edgecolor("face")  # no hairline seams between the colour steps
             bar.set_label("total tok/s")
             bar.ax.yaxis.set_major_formatter(FuncFormatter(_thousands))
             bar.ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, p: ""))
@@ -449,3 +450,174 @@ def report_charts(results: dict[str, Any]) -> dict[str, Chart]:
         "server": server_chart(cells),
     }
     return {k: v for k, v in made.items() if v is not None}
+
+
+# --------------------------------------------------------------------------- compare page
+
+#: Diverging orange – white – blue (colour-blind safe; the compare tables' worse/better
+#: colours): blue = more tok/s than the reference.
+RATIO_COLOURS = ("#b35806", "#f7f7f7", "#2166ac")
+RATIO_TICKS = (0.5, 0.67, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0)
+RUN_FIGURES = (
+    ("total_tok_s", "Total tok/s", _thousands),
+    ("per_request_tok_s", "Per-request tok/s", _thousands),
+    ("ttft_ms", "TTFT p50", _ms),
+    ("tbt_ms", "Time between tokens p50", _ms),
+)
+
+
+def ratio_heatmap(comparison) -> Chart | None:
+    """Total tok/s of each run against the first (B / A, ...), over the common decode cells;
+    a ratio beyond the runs' noise is starred, a cell without a ratio is hatched."""
+    rows = list(comparison.decode)
+    if not rows or len(comparison.runs) < 2:
+        return None
+    contexts = sorted({r.context_tokens for r in rows})
+    levels = sorted({r.concurrency for r in rows})
+    by_key = {(r.context_tokens, r.concurrency): r for r in rows}
+    others = list(comparison.runs[1:])
+    ref = comparison.runs[0].label
+
+    def draw() -> Figure:
+        width = max(4.6, 0.85 * len(levels) + 1.9)
+        height = max(1.8, 0.6 * len(contexts) + 1.0)
+        fig = Figure(figsize=(width, height * len(others)), layout="constrained")
+        axes = fig.subplots(len(others), 1, squeeze=False)[:, 0]
+        cmap = LinearSegmentedColormap.from_list("llmload_ratio", RATIO_COLOURS)
+        for k, (ax, run) in enumerate(zip(axes, others), start=1):
+            values = np.full((len(contexts), len(levels)), np.nan)
+            for (ctx, n), row in by_key.items():
+                ratio = row.figures[0].ratios[k]
+                if ratio is not None and ratio > 0:
+                    values[contexts.index(ctx), levels.index(n)] = math.log2(ratio)
+            span = max(float(np.nanmax(np.abs(values))) if np.isfinite(values).any() else 0.0,
+                       math.log2(1.25))
+            norm = Normalize(-span, span)
+            mesh = ax.pcolormesh(np.ma.masked_invalid(values), cmap=cmap, norm=norm,
+                                 edgecolors="white", linewidth=1.5)
+            for i, ctx in enumerate(contexts):
+                for j, n in enumerate(levels):
+                    row = by_key.get((ctx, n))
+                    if row is None or not np.isfinite(values[i, j]):
+                        ax.add_patch(Rectangle((j, i), 1, 1, facecolor=NOT_RUN_FACE, edgecolor="white",
+                                               linewidth=1.5, hatch="///"))
+                        word = "not in\nevery run" if row is None else "\n".join(
+                            textwrap.wrap(report.STATUS_LABELS.get(row.statuses[k], row.statuses[k]), 9))
+                        ax.text(j + 0.5, i + 0.5, word, ha="center", va="center", fontsize=7.4,
+                                color="#444444")
+                        continue
+                    fig_row = row.figures[0]
+                    text = f"{fig_row.ratios[k]:.2f}×" + (" *" if fig_row.beyond_noise[k] else "")
+                    colour = _text_colour(to_rgb(cmap(norm(values[i, j]))))
+                    ax.text(j + 0.5, i + 0.5, text, ha="center", va="center", fontsize=8.6,
+                            color=colour, fontweight="bold" if fig_row.beyond_noise[k] else "normal")
+            ax.set_xticks(np.arange(len(levels)) + 0.5, [f"{n:,}" for n in levels])
+            ax.set_yticks(np.arange(len(contexts)) + 0.5, [format_tokens(c) for c in contexts])
+            ax.set_xlim(0, len(levels))
+            ax.set_ylim(len(contexts), 0)
+            ax.tick_params(length=0)
+            ax.grid(False)
+            for side in ("left", "bottom"):
+                ax.spines[side].set_visible(False)
+            ax.xaxis.tick_top()
+            ax.set_title(f"Total tok/s, {run.label} / {ref}", loc="left", pad=18)
+            ax.set_ylabel("context")
+            bar = fig.colorbar(mesh, ax=ax, pad=0.02, fraction=0.04, aspect=12)
+            bar.solids.set_rasterized(False)
+            bar.solids.set_edgecolor("face")
+            ticks = [r for r in RATIO_TICKS if abs(math.log2(r)) <= span + 1e-9]
+            bar.set_ticks([math.log2(r) for r in ticks], labels=[f"{r:g}×" for r in ticks])
+            bar.set_label("ratio (log scale)")
+        return fig
+
+    return Chart(key="compare_ratio", title="Total tok/s against the first run",
+                 caption=f"Each cell: the run's total tok/s divided by run {ref}'s. * marks a ratio "
+                         "beyond the runs' noise (±5% where unknown); hatched cells have no ratio.",
+                 svg=_render("compare_ratio", draw))
+
+
+def _run_style(i: int) -> dict[str, Any]:
+    return {"color": PALETTE[i % len(PALETTE)], "marker": MARKERS[i % len(MARKERS)]}
+
+
+def compare_curves(runs: Sequence[tuple[str, Sequence[dict[str, Any]]]]) -> Chart | None:
+    """Every run's decode figures against N overlaid, one column per context."""
+    decode = [(label, _decode(cells)) for label, cells in runs]
+    contexts = sorted({int(c["context_tokens"]) for _, cells in decode for c in cells
+                       if _finite(c.get("total_tok_s"))})
+    levels = sorted({int(c["concurrency"]) for _, cells in decode for c in cells
+                     if _finite(c.get("total_tok_s"))})
+    if not contexts:
+        return None
+    contexts = contexts[:6]
+
+    def draw() -> Figure:
+        fig = Figure(figsize=(2.9 * len(contexts) + 1.4, 2.15 * len(RUN_FIGURES) + 0.4),
+                     layout="constrained")
+        grid = fig.subplots(len(RUN_FIGURES), len(contexts), squeeze=False)
+        for col, ctx in enumerate(contexts):
+            for row, (key, title, formatter) in enumerate(RUN_FIGURES):
+                ax = grid[row][col]
+                for i, (label, cells) in enumerate(decode):
+                    group = [c for c in cells if int(c["context_tokens"]) == ctx]
+                    group.sort(key=lambda c: c["concurrency"])
+                    xs, ys, ok = _points(group, key)
+                    if xs:
+                        st = _run_style(i)
+                        ax.plot(xs, ys, label=label, linewidth=1.7, markersize=4.5, **st)
+                        _mark_invalid(ax, [x for x, g in zip(xs, ok) if not g],
+                                      [y for y, g in zip(ys, ok) if not g], st["color"])
+                _log2_axis(ax, levels)
+                ax.set_xlabel("N" if row == len(RUN_FIGURES) - 1 else "")
+                ax.yaxis.set_major_formatter(FuncFormatter(formatter))
+                ax.set_ylim(bottom=0)
+                ax.set_title(f"{title} · context {format_tokens(ctx)}", loc="left", fontsize=8.5)
+        handles, labels = grid[0][0].get_legend_handles_labels()
+        for col in range(1, len(contexts)):
+            for h, lab in zip(*grid[0][col].get_legend_handles_labels()):
+                if lab not in labels:
+                    handles.append(h)
+                    labels.append(lab)
+        fig.legend(handles, [f"run {lab}" for lab in labels], loc="outside right upper")
+        return fig
+
+    return Chart(key="compare_curves", title="Every run, overlaid",
+                 caption="One colour and marker per run; columns are contexts. Circled points are "
+                         "not valid measurements.",
+                 svg=_render("compare_curves", draw))
+
+
+def compare_prefill(runs: Sequence[tuple[str, Sequence[dict[str, Any]]]]) -> Chart | None:
+    series = []
+    for label, cells in runs:
+        rows = sorted((c for c in cells if c.get("phase") == "prefill" and _finite(c.get("prompt_tok_s"))),
+                      key=lambda c: c["context_tokens"])
+        series.append((label, rows))
+    xs_all = sorted({int(c["context_tokens"]) for _, rows in series for c in rows})
+    if not xs_all:
+        return None
+
+    def draw() -> Figure:
+        fig, (rate, ttft) = _figure(9.2, 2.9, 2)
+        for i, (label, rows) in enumerate(series):
+            if not rows:
+                continue
+            xs = [int(c["context_tokens"]) for c in rows]
+            rate.plot(xs, [c["prompt_tok_s"] for c in rows], label=f"run {label}", linewidth=1.7,
+                      markersize=5, **_run_style(i))
+            ttft.plot(xs, [c["ttft_ms"] for c in rows], linewidth=1.7, markersize=5, **_run_style(i))
+        rate.set_title("Prompt tok/s (cold prefill)", loc="left")
+        ttft.set_title("TTFT of a cold prompt", loc="left")
+        rate.yaxis.set_major_formatter(FuncFormatter(_thousands))
+        ttft.yaxis.set_major_formatter(FuncFormatter(_ms))
+        for ax in (rate, ttft):
+            _context_axis(ax, xs_all)
+            ax.set_ylim(bottom=0)
+            if len(xs_all) == 1:
+                ax.set_xlim(xs_all[0] * 0.5, xs_all[0] * 1.5)
+        fig.legend(loc="outside right upper")
+        return fig
+
+    return Chart(key="compare_prefill", title="Prefill, every run",
+                 caption="Cold prefill per context, one colour and marker per run.",
+                 svg=_render("compare_prefill", draw))
