@@ -111,6 +111,7 @@ def report(results_dir: str) -> None:
     except (ResultsError, OSError) as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(f"Report: {path}")
+    click.echo(f"HTML report: {path.with_name('report.html')}")
 
 
 @main.command()

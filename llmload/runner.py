@@ -420,6 +420,7 @@ def run_matrix(scenario: Scenario, *, api_key: str | None = None, out_dir: str |
             driver.close()
         _echo_matrix(writer.results, echo)
         echo(f"Report: {os.path.join(out, 'report.md')}")
+        echo(f"HTML report: {os.path.join(out, 'report.html')}")
         return out
 
 
@@ -507,15 +508,11 @@ def _check_prompt_length(ctx: RunContext, planned: PlannedCell, cell: dict) -> N
 
 
 def _echo_matrix(results: dict, echo: Callable[[str], None]) -> None:
-    """The page's two main tables, in the terminal."""
-    from llmload.report import decode_matrix_frame, markdown_table, page_cells, render_prefill
-    cells = page_cells(results)
-    prefill = render_prefill(cells)
-    if prefill:
-        echo("\nPrefill (prompt tok/s, TTFT):\n" + prefill)
-    if any(c["phase"] == "decode" for c in cells):
-        echo("\nSustained decode (total tok/s (TTFT); rows context, columns requests at once):\n"
-             + markdown_table(decode_matrix_frame(cells)) + "\n")
+    """The page's two main tables, in the terminal (aligned text)."""
+    from llmload.terminal import run_summary
+    summary = run_summary(results)
+    if summary:
+        echo("\n" + summary + "\n")
 
 
 def _label(planned: PlannedCell) -> str:

@@ -126,3 +126,16 @@ def test_bad_input_is_one_line(tmp_path):
     (tmp_path / "x").mkdir()
     r = llmload("compare", str(tmp_path / "x"), str(tmp_path))
     assert r.returncode != 0 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_run_ends_with_aligned_tables_and_the_html_report_path(two_sim_runs):
+    out, stdout = two_sim_runs["B"]
+    assert f"HTML report: {out / 'report.html'}" in stdout
+    assert (out / "report.html").read_text().count('data-chart="heatmap"') == 1
+    matrix = stdout.split("Sustained decode (total tok/s (TTFT); rows context, columns requests at once):\n",
+                          1)[1].split("\n\n", 1)[0].splitlines()
+    header, rule, *rows = matrix
+    assert header.split() == ["context", "1", "4", "8"]
+    # Right-aligned columns: every row ends where the header does.
+    assert {len(r) for r in rows} == {len(header)} == {len(rule)}
+    assert len(rows) == 2 and rows[0].split()[0] == "0" and rows[1].split()[0] == "1K"
