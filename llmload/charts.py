@@ -409,8 +409,9 @@ def prefill_chart(cells: Sequence[dict[str, Any]]) -> Chart | None:
 def server_chart(cells: Sequence[dict[str, Any]]) -> Chart | None:
     """Per-cell server figures the run has (queue, preemptions, KV usage, energy per token)."""
     decode = [c for c in _decode(cells) if _finite(c.get("total_tok_s"))]
+    # A figure that is 0 in every cell is said in one sentence (`server_note`), not drawn.
     present = [(key, title) for key, title in SERVER_SERIES
-               if any(_finite(c.get(key)) for c in decode)]
+               if any(_finite(c.get(key)) and c[key] > 0 for c in decode)]
     if not present:
         return None
     levels = sorted({int(c["concurrency"]) for c in decode})
@@ -436,6 +437,18 @@ def server_chart(cells: Sequence[dict[str, Any]]) -> Chart | None:
                  caption="As the server reported it during each window (its /metrics); only the "
                          "figures this run has are drawn.",
                  svg=_render("server", draw))
+
+
+def server_note(cells: Sequence[dict[str, Any]]) -> str | None:
+    """One sentence for the server figures that were reported and zero in every cell."""
+    decode = [c for c in _decode(cells) if _finite(c.get("total_tok_s"))]
+    zero = [title for key, title in SERVER_SERIES
+            if any(_finite(c.get(key)) for c in decode)
+            and all(not _finite(c.get(key)) or c[key] == 0 for c in decode)]
+    if not zero:
+        return None
+    return "Zero in every measured cell, as the server reported them: " + "; ".join(
+        t[0].lower() + t[1:] for t in zero) + "."
 
 
 def report_charts(results: dict[str, Any]) -> dict[str, Chart]:
@@ -525,7 +538,13 @@ def ratio_heatmap(comparison) -> Chart | None:
             bar = fig.colorbar(mesh, ax=ax, pad=0.02, fraction=0.04, aspect=12)
             bar.solids.set_rasterized(False)
             bar.solids.set_edgecolor("face")
-            ticks = [r for r in RATIO_TICKS if abs(math.log2(r)) <= span + 1e-9]
+            ticks: list[float] = []
+            for r in sorted(RATIO_TICKS, key=lambda r: (abs(math.log2(r)) > 0, -abs(math.log2(r)))):
+                # 1× first, then the outermost that fit, keeping ticks a third of the span apart.
+                if abs(math.log2(r)) <= span + 1e-9 and all(
+                        abs(math.log2(r) - math.log2(t)) >= span / 3 for t in ticks):
+                    ticks.append(r)
+            ticks.sort()
             bar.set_ticks([math.log2(r) for r in ticks], labels=[f"{r:g}×" for r in ticks])
             bar.set_label("ratio (log scale)")
         return fig

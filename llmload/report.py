@@ -592,7 +592,8 @@ def render_html(results: dict[str, Any]) -> str:
     from llmload.templating import render_template
 
     return render_template("report.html.j2", page=page_data(results),
-                           charts=charts.report_charts(results))
+                           charts=charts.report_charts(results),
+                           server_note=charts.server_note(page_cells(results)))
 
 
 # --------------------------------------------------------------------------- CSV

@@ -148,3 +148,16 @@ def test_an_empty_run_renders_without_charts():
     root = parse(render_html(results))
     assert root.find_all("svg") == []
     assert report.render_markdown(results)
+
+
+def test_server_figures_that_are_zero_everywhere_are_one_sentence_not_a_chart():
+    results = seed_results()
+    for c in results["cells"]:
+        if c["phase"] == "decode" and c["status"] == "valid":
+            c.update(max_waiting=0, median_waiting=0, preemptions=0)
+    root = parse(render_html(results))
+    assert not root.find_all("svg", **{"data-chart": "server"})
+    (h2,) = [h for h in root.find_all("h2") if h.all_text() == "Server load"]
+    text = root.all_text()
+    assert "Zero in every measured cell, as the server reported them: server queue: median waiting " \
+           "requests; server queue: most waiting requests; requests preempted in the window." in text

@@ -27,7 +27,7 @@
   }
 
   function fmt(v) {
-    if (v >= 100) return Math.round(v).toLocaleString("en-US");
+    if (v >= 100 || Math.abs(v - Math.round(v)) < 1e-9) return Math.round(v).toLocaleString("en-US");
     if (v >= 10) return v.toFixed(1);
     return v.toPrecision(2).replace(/\.?0+$/, "");
   }
