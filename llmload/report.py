@@ -10,7 +10,10 @@ notes, All measurements. Rules:
 - Numbers are formatted as on the seed page (3,188.0 / 2,584 ms / 12.4 ms / 1.00 / 2,399 /
   30.0 s); a missing figure is "—". Every cell is its own row; a planned cell without a
   result (run interrupted) shows "Not run".
-- Tables are built as pandas frames from column tables, then written as markdown.
+- Tables are built as pandas frames from column tables. `page_data` turns the whole page
+  into text (`PageData`), which report.md (`render_markdown`) and report.html
+  (`render_html`: Jinja2 template plus `llmload.charts`) are both rendered from: there is
+  no second parser of generated Markdown, and the two pages cannot disagree.
 """
 
 from __future__ import annotations
