@@ -223,15 +223,6 @@ def render_byline(results: dict[str, Any]) -> str:
     )
 
 
-def render_simulation_warning(results: dict[str, Any]) -> str | None:
-    if not _is_simulated(results):
-        return None
-    return (
-        f"> **Simulated.** Every number on this page comes from llmload's built-in simulator "
-        f"(profile {_sim_profile(results)}), not from a server running on hardware."
-    )
-
-
 # --------------------------------------------------------------------------- sections
 
 
@@ -346,21 +337,7 @@ def _output_length(server: dict[str, Any]) -> str | None:
             "(completed requests and output tokens show what it did)")
 
 
-def render_launch_command(results: dict[str, Any]) -> str | None:
-    command = results.get("launch_command")
-    if not command:
-        return None
-    return "\n".join("    " + line for line in str(command).splitlines())
-
-
 # --------------------------------------------------------------------------- tables
-
-
-def markdown_table(frame: pd.DataFrame) -> str:
-    """A pipe table with the seed's layout (|---| rules), cells as already-formatted text."""
-    lines = ["| " + " | ".join(frame.columns) + " |", "|" + "---|" * len(frame.columns)]
-    lines += ["| " + " | ".join(row) + " |" for row in frame.itertuples(index=False)]
-    return "\n".join(lines)
 
 
 def _frame(cells: list[dict[str, Any]], columns: list[tuple[str, Callable]]) -> pd.DataFrame:
@@ -378,11 +355,6 @@ PREFILL_COLUMNS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
     ),
     ("TTFT", lambda c: fmt_ms(c.get("ttft_ms"))),
 ]
-
-
-def render_prefill(cells: list[dict[str, Any]]) -> str | None:
-    prefill = _phase_cells(cells, "prefill")
-    return markdown_table(_frame(prefill, PREFILL_COLUMNS)) if prefill else None
 
 
 def _value_with_ttft(cell: dict[str, Any]) -> str:
@@ -424,13 +396,6 @@ def decode_notes(results: dict[str, Any], cells: list[dict[str, Any]]) -> list[s
     return notes
 
 
-def render_decode(results: dict[str, Any], cells: list[dict[str, Any]]) -> str | None:
-    if not _phase_cells(cells, "decode"):
-        return None
-    table = markdown_table(decode_matrix_frame(cells))
-    return "\n\n".join([table, *decode_notes(results, cells)])
-
-
 def _measured_rate(cell: dict[str, Any]) -> str:
     key = "prompt_tok_s" if cell.get("phase") == "prefill" else "total_tok_s"
     return fmt_rate(cell.get(key))
@@ -452,10 +417,6 @@ ALL_COLUMNS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
 ]
 
 
-def render_all_measurements(cells: list[dict[str, Any]]) -> str:
-    return markdown_table(_frame(cells, ALL_COLUMNS))
-
-
 def render_errors(cells: list[dict[str, Any]]) -> str | None:
     lines = []
     for c in cells:
@@ -475,30 +436,52 @@ def _section(title: str, body: str | None) -> str | None:
     return f"## {title}\n{body}" if body else None
 
 
+#: Section headings, shared by report.md and report.html (the seed page's words).
+SECTION_TITLES = {
+    "hardware": "Hardware",
+    "engine": "Engine",
+    "run": "Run",
+    "launch": "Launch command",
+    "prefill": "Prefill (prompt tok/s by context length)",
+    "decode": "Sustained decode (total tok/s; rows context, columns simultaneous requests; "
+              "TTFT under each value)",
+    "all": "All measurements (latencies are medians; total tok/s is output across all "
+           "simultaneous requests)",
+    "errors": "Errors",
+}
+
+
+def _markdown(table: "Table | None") -> str | None:
+    if table is None:
+        return None
+    lines = ["| " + " | ".join(table.columns) + " |", "|" + "---|" * len(table.columns)]
+    lines += ["| " + " | ".join(row) + " |" for row in table.rows]
+    return "\n".join(lines)
+
+
 def render_markdown(results: dict[str, Any]) -> str:
-    """The speed test matrix page for a results dict."""
-    cells = page_cells(results)
+    """The speed test matrix page for a results dict (from `page_data`, as report.html)."""
+    page = page_data(results)
+    t = SECTION_TITLES
+    decode = "\n\n".join([_markdown(page.decode), *page.decode_notes]) if page.decode else None
+    launch = ("\n".join("    " + line for line in page.launch_command.splitlines())
+              if page.launch_command else None)
+    warning = (f"> **Simulated.** Every number on this page comes from llmload's built-in "
+               f"simulator (profile {page.sim_profile}), not from a server running on hardware."
+               if page.simulated else None)
     blocks = [
-        render_title(results),
-        render_subtitle(results),
-        render_simulation_warning(results),
-        render_byline(results),
-        _section("Hardware", render_hardware(results)),
-        _section("Engine", render_engine(results)),
-        _section("Run", render_run(results, cells)),
-        _section("Launch command", render_launch_command(results)),
-        _section("Prefill (prompt tok/s by context length)", render_prefill(cells)),
-        _section(
-            "Sustained decode (total tok/s; rows context, columns simultaneous requests; "
-            "TTFT under each value)",
-            render_decode(results, cells),
-        ),
-        _section(
-            "All measurements (latencies are medians; total tok/s is output across all "
-            "simultaneous requests)",
-            render_all_measurements(cells),
-        ),
-        _section("Errors", render_errors(cells)),
+        "# " + page.title,
+        page.subtitle,
+        warning,
+        page.byline,
+        _section(t["hardware"], page.hardware),
+        _section(t["engine"], "\n\n".join(page.engine)),
+        _section(t["run"], page.run),
+        _section(t["launch"], launch),
+        _section(t["prefill"], _markdown(page.prefill)),
+        _section(t["decode"], decode),
+        _section(t["all"], _markdown(page.all_measurements)),
+        _section(t["errors"], "\n".join(page.errors) or None),
     ]
     return "\n\n".join(b for b in blocks if b) + "\n"
 
@@ -573,7 +556,7 @@ def page_data(results: dict[str, Any]) -> PageData:
         hardware=render_hardware(results),
         engine=tuple(render_engine(results).split("\n\n")),
         run=render_run(results, cells),
-        launch_command=results.get("launch_command") or None,
+        launch_command=str(results["launch_command"]) if results.get("launch_command") else None,
         prefill=_table(_frame(prefill, PREFILL_COLUMNS),
                        [[None, c.get("status"), None] for c in prefill]) if prefill else None,
         decode=_table(decode_matrix_frame(cells), _decode_statuses(cells)) if has_decode else None,
@@ -594,7 +577,7 @@ def render_html(results: dict[str, Any]) -> str:
     from llmload import charts
     from llmload.templating import render_template
 
-    return render_template("report.html.j2", page=page_data(results),
+    return render_template("report.html.j2", page=page_data(results), titles=SECTION_TITLES,
                            charts=charts.report_charts(results),
                            server_note=charts.server_note(page_cells(results)))
 

@@ -71,12 +71,16 @@ def extend_web_ui(environment, web_ui, state) -> None:
     web_ui.template_args["extended_tables"] = [
         {"key": TAB_KEY, "structure": [{"key": k, "title": t} for k, t in _COLUMNS]}]
     web_ui.template_args["extended_csv_files"] = [
-        {"href": "./llmload/llm.csv", "title": "Download LLM statistics CSV"},
-        {"href": "./llmload/llm.html", "title": "Download LLM report (table and charts)"}]
+        {"href": "/llmload/llm.csv", "title": "Download LLM statistics CSV"},
+        {"href": "/llmload/llm.html", "title": "Download LLM report (table and charts)"}]
+
+    # Behind the web UI's login when it has one (--web-login), like Locust's own pages.
+    auth = getattr(web_ui, "auth_required_if_enabled", lambda view: view)
 
     @web_ui.app.after_request
     def _add_llm_stats(response):
-        if request.path == "/" and response.mimetype == "text/html" and not response.direct_passthrough:
+        if (request.endpoint or "").endswith("index") and response.mimetype == "text/html" \
+                and not response.direct_passthrough:
             page = response.get_data(as_text=True)
             if LIVE_SCRIPT_TAG not in page and "</body>" in page:
                 response.set_data(page.replace("</body>", LIVE_SCRIPT_TAG + "\n</body>", 1))
@@ -90,22 +94,26 @@ def extend_web_ui(environment, web_ui, state) -> None:
         return response
 
     @web_ui.app.route("/llmload/live.json")
+    @auth
     def _live_json():
         return state.history.to_dict(state.live)
 
     @web_ui.app.route("/llmload/live.js")
+    @auth
     def _live_js():
         resp = make_response(live_script())
         resp.headers["Content-Type"] = "text/javascript; charset=utf-8"
         return resp
 
     @web_ui.app.route("/llmload/llm.html")
+    @auth
     def _llm_html():
         resp = make_response(live_page(environment, state))
         resp.headers["Content-Type"] = "text/html; charset=utf-8"
         return resp
 
     @web_ui.app.route("/llmload/llm.csv")
+    @auth
     def _llm_csv():
         users = environment.runner.user_count if environment.runner else 0
         resp = make_response(live_csv(state.live, now(), users))
@@ -114,7 +122,7 @@ def extend_web_ui(environment, web_ui, state) -> None:
         return resp
 
 
-LIVE_SCRIPT_TAG = '<script src="./llmload/live.js" defer></script>'
+LIVE_SCRIPT_TAG = '<script src="/llmload/live.js" defer></script>'
 
 
 def live_script() -> str:

@@ -1,5 +1,5 @@
 // llmload: charts over time under the LLM tab of the Locust web UI.
-// Self-contained (no library, no network beyond this Locust web UI): polls ./llmload/live.json
+// Self-contained (no library, no network beyond this Locust web UI): polls /llmload/live.json
 // (llmload.livehistory) and draws four SVG line charts while the LLM tab is open. Locust's
 // extended tabs can only show a table, so this script puts its own section right after that
 // table while the URL says ?tab=llm (moving it back there whenever the UI re-renders).
@@ -104,7 +104,7 @@
   }
 
   function poll() {
-    fetch("./llmload/live.json", {cache: "no-store"})
+    fetch("/llmload/live.json", {cache: "no-store"})
       .then(function (r) { return r.ok ? r.json() : null; })
       .then(function (d) { if (d) render(d); })
       .catch(function () {});
