@@ -514,8 +514,8 @@ def ratio_heatmap(comparison) -> Chart | None:
                     if row is None or not np.isfinite(values[i, j]):
                         ax.add_patch(Rectangle((j, i), 1, 1, facecolor=NOT_RUN_FACE, edgecolor="white",
                                                linewidth=1.5, hatch="///"))
-                        word = "not in\nevery run" if row is None else "\n".join(
-                            textwrap.wrap(report.STATUS_LABELS.get(row.statuses[k], row.statuses[k]), 9))
+                        word = "not in\nevery run" if row is None else (
+                            f"{ref} {_short(row.statuses[0])}\n{run.label} {_short(row.statuses[k])}")
                         ax.text(j + 0.5, i + 0.5, word, ha="center", va="center", fontsize=7.4,
                                 color="#444444")
                         continue
@@ -553,6 +553,15 @@ def ratio_heatmap(comparison) -> Chart | None:
                  caption=f"Each cell: the run's total tok/s divided by run {ref}'s. * marks a ratio "
                          "beyond the runs' noise (±5% where unknown); hatched cells have no ratio.",
                  svg=_render("compare_ratio", draw))
+
+
+#: Status words short enough for a ratio heat-map cell.
+SHORT_STATUS = {"over_capacity": "Over cap.", "exceeds_context": "Exceeds ctx", "client_bound": "Client b.",
+                "saturated": "Saturated", "errors": "Errors", "valid": "Valid", "not_run": "Not run"}
+
+
+def _short(status: str) -> str:
+    return SHORT_STATUS.get(status, status.replace("_", " "))
 
 
 def _run_style(i: int) -> dict[str, Any]:

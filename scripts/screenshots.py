@@ -30,9 +30,9 @@ WIDTH = 1280
 SLOW_BIG_KV = {"base": "tiny", "step_base_ms": 3.0, "num_gpu_blocks": 4096}
 
 
-def llmload(*args: str) -> None:
+def llmload(*args: str, cwd: Path = ROOT) -> None:
     print("$ llmload", " ".join(args), flush=True)
-    subprocess.run([sys.executable, "-m", "llmload", *args], check=True, cwd=ROOT)
+    subprocess.run([sys.executable, "-m", "llmload", *args], check=True, cwd=cwd)
 
 
 def browser():
@@ -59,7 +59,8 @@ def photograph(driver, page: Path, png: Path, *, until_selector: str | None, max
             "const e = document.querySelector(arguments[0]);"
             " return e ? Math.ceil(e.getBoundingClientRect().bottom + window.scrollY + 24) : arguments[1]",
             until_selector, height)
-    driver.set_window_size(WIDTH, min(int(height), max_height))
+    chrome = driver.execute_script("return window.outerHeight - window.innerHeight")
+    driver.set_window_size(WIDTH, min(int(height), max_height) + int(chrome))
     png.parent.mkdir(parents=True, exist_ok=True)
     driver.save_screenshot(str(png))
     print(f"wrote {png.relative_to(ROOT)}", flush=True)
@@ -83,14 +84,15 @@ def main() -> None:
     llmload("run", "scenarios/quick.yaml", "--out", str(work / "quick-tiny"))
     llmload("run", "scenarios/quick.yaml", "--sim-profile", str(profile), "--out", str(work / "quick-slow-bigkv"))
     compare_page = work / "compare.html"
-    llmload("compare", str(work / "quick-tiny"), str(work / "quick-slow-bigkv"), "--html", str(compare_page))
+    # From the work directory, so the page names the runs by their short names.
+    llmload("compare", "quick-tiny", "quick-slow-bigkv", "--html", str(compare_page), cwd=work)
 
     driver = browser()
     try:
         photograph(driver, seed / "report.html", OUT / "report-seed-sim.png",
-                   until_selector="#chart-latency", max_height=3600)
+                   until_selector="#chart-scaling", max_height=3200)
         photograph(driver, compare_page, OUT / "compare-quick.png",
-                   until_selector="table.compare-decode", max_height=2600)
+                   until_selector="#chart-compare_curves", max_height=3200)
     finally:
         driver.quit()
 
