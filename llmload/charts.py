@@ -557,7 +557,8 @@ def ratio_heatmap(comparison) -> Chart | None:
 
 #: Status words short enough for a ratio heat-map cell.
 SHORT_STATUS = {"over_capacity": "Over cap.", "exceeds_context": "Exceeds ctx", "client_bound": "Client b.",
-                "saturated": "Saturated", "errors": "Errors", "valid": "Valid", "not_run": "Not run"}
+                "saturated": "Saturated", "errors": "Errors", "stalled": "Stalled", "valid": "Valid",
+                "not_run": "Not run"}
 
 
 def _short(status: str) -> str:

@@ -1,5 +1,7 @@
 """The `llmload` command: thin click commands that parse, build a config and call one
-library function. Bad input and unusable servers end with one line and a non-zero exit.
+library function. Bad input and unusable servers end with one line and a non-zero exit
+(`llmload.exitcodes`). Everything printed, and every log line, goes through the secret
+scrubber (`llmload.redact`), which is told the run's API key before anything runs.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import locust  # noqa: F401  isort: skip
 
 import logging
+import os
 import sys
 
 import click
@@ -30,8 +33,22 @@ SCENARIO_OPTIONS = {
 @click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
 def main(verbose: int) -> None:
     """Speed-test matrices for OpenAI-compatible LLM servers, built on Locust."""
+    from llmload.redact import install_log_filter, remember_secrets
     level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    remember_secrets()  # secret-looking environment variables (OPENAI_API_KEY, HF_TOKEN...)
+    install_log_filter()
+
+
+class _Refused(click.ClickException):
+    """Bad input found after parsing (e.g. a results directory in use): exit 2, one line."""
+
+    exit_code = 2
+
+
+def _echo(text: str = "") -> None:
+    from llmload.redact import scrub
+    click.echo(scrub(text))
 
 
 @main.command()
@@ -45,7 +62,12 @@ def main(verbose: int) -> None:
 @click.option("--duration", help="Window per decode cell: 30, 30s, 2m.")
 @click.option("--max-tokens", help="Output tokens per request (default 8192).")
 @click.option("--kv-cache-tokens", help="KV cache capacity in tokens (overrides what the server says).")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Results directory.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Results directory (must not hold a run).")
+@click.option("--resume", "resume_dir", type=click.Path(file_okay=False),
+              help="Continue the interrupted run in this results directory (same configuration).")
+@click.option("--force", is_flag=True, help="Replace the run that --out already holds.")
+@click.option("--max-error-rate", type=click.FloatRange(0.0, 1.0), default=0.0, show_default=True,
+              help="Exit 1 when a cell's failed/sent requests exceed this (0: any failure).")
 @click.option("--workers", type=int, help="Local Locust worker processes (0 = one process).")
 @click.option("--master-bind", help="HOST:PORT for workers started elsewhere to connect to.")
 @click.option("--expect-workers", type=int, help="Workers started elsewhere to wait for.")
@@ -58,32 +80,77 @@ def main(verbose: int) -> None:
 @click.option("--prefill-repeats", type=int, help="Cold requests per prefill cell (median).")
 @click.option("--server-hardware", help="The server's machine for the report, e.g. 'gpu=RTX 3090,vram_gb=24'.")
 @click.option("--server-info", help="Engine facts for the report, e.g. 'quantization=AWQ,backend=cuda'.")
-def run(scenario_file, out_dir, master_bind, expect_workers, api_key, **options) -> None:
-    """Run the speed test matrix (SCENARIO_FILE: e.g. scenarios/quick.yaml)."""
+def run(scenario_file, out_dir, resume_dir, force, max_error_rate, master_bind, expect_workers, api_key,
+        **options) -> None:
+    """Run the speed test matrix (SCENARIO_FILE: e.g. scenarios/quick.yaml).
+
+    Exit status: 0 clean; 1 a cell's error rate above --max-error-rate, or the run stopped
+    early; 2 bad input; 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP (measured cells are kept)."""
+    from llmload import exitcodes
     from llmload.probe import ProbeError
+    from llmload.redact import remember_secrets, scrub
+    from llmload.results import ResultsError, load_results
+    from llmload.rundir import RunDirError
     from llmload.runner import RunError, run_matrix
-    from llmload.scenario import ScenarioError, load_scenario, resolve
+    from llmload.scenario import Scenario, ScenarioError, load_scenario, resolve
+    remember_secrets(api_key=api_key, host=options.get("host"))
+    if resume_dir and out_dir and os.path.abspath(resume_dir) != os.path.abspath(out_dir):
+        raise _Refused("--resume DIR writes into DIR: leave out --out, or give the same directory")
+    if resume_dir and force:
+        raise _Refused("--resume keeps the run's cells and --force replaces them: choose one")
     try:
         file_values = load_scenario(scenario_file) if scenario_file else {}
         cli_values = {SCENARIO_OPTIONS[k]: v for k, v in options.items() if v is not None}
-        scenario = resolve(None, file_values, cli_values)
+        base = None
+        if resume_dir:
+            try:
+                base = Scenario.from_dict(load_results(resume_dir).get("config") or {})
+            except ResultsError as exc:
+                raise _Refused(scrub(f"--resume: {exc}")) from None
+        scenario = resolve(base, file_values, cli_values)
     except (ScenarioError, ValueError, OSError) as exc:
-        raise click.UsageError(str(exc)) from None
+        raise click.UsageError(scrub(str(exc))) from None
     _interrupt_on_signals()
     try:
-        run_matrix(scenario, api_key=api_key or None, out_dir=out_dir, master_bind=master_bind,
-                   expect_workers=expect_workers, echo=click.echo)
+        out = run_matrix(scenario, api_key=api_key or None, out_dir=resume_dir or out_dir,
+                         master_bind=master_bind, expect_workers=expect_workers, echo=_echo,
+                         force=force, resume=bool(resume_dir))
+    except RunDirError as exc:
+        raise _Refused(scrub(str(exc))) from None
+    except OSError as exc:
+        where = f" {exc.filename}" if getattr(exc, "filename", None) else ""
+        raise click.ClickException(scrub(f"cannot write the results{where}: {exc.strerror or exc}")) from None
     except (ProbeError, RunError, ValueError) as exc:
-        raise click.ClickException(str(exc)) from None
+        raise click.ClickException(scrub(str(exc))) from None
+    except _Signalled as exc:
+        sys.exit(exitcodes.SIGNAL_BASE + exc.signum)
     except KeyboardInterrupt:
-        sys.exit(130)
+        sys.exit(exitcodes.SIGNAL_BASE + 2)
+    try:
+        failed = exitcodes.cells_over_error_rate(load_results(out), max_error_rate)
+    except ResultsError as exc:
+        raise click.ClickException(scrub(str(exc))) from None
+    if failed:
+        _echo(f"Finished with errors: {len(failed)} cell(s) with failed requests above "
+              f"--max-error-rate {max_error_rate:g} (exit status {exitcodes.CELL_ERRORS}).")
+        sys.exit(exitcodes.CELL_ERRORS)
+
+
+class _Signalled(KeyboardInterrupt):
+    """SIGINT, SIGTERM or SIGHUP, thrown into the main greenlet (a KeyboardInterrupt, so the
+    run's cleanup treats them alike)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
 
 
 def _interrupt_on_signals() -> None:
-    """Ctrl-C and SIGTERM end a run the same way: measured cells saved, the simulator and
-    workers stopped. Installed through gevent's loop (which also overrides the SIGINT that a
-    shell ignores for background jobs); the interrupt is thrown into the main greenlet, where
-    the run's cleanup is, not into the hub."""
+    """Ctrl-C, SIGTERM and SIGHUP (a closed terminal or ssh session) end a run the same way:
+    measured cells saved, the simulator and workers stopped, exit 128 + the signal number.
+    Installed through gevent's loop (which also overrides the SIGINT that a shell ignores for
+    background jobs); the interrupt is thrown into the main greenlet, where the run's cleanup
+    is, not into the hub."""
     import signal
 
     import gevent
@@ -91,11 +158,13 @@ def _interrupt_on_signals() -> None:
 
     main_greenlet = greenlet.getcurrent()
 
-    def stop() -> None:
-        main_greenlet.throw(KeyboardInterrupt)
+    def stopper(signum: int):
+        def stop() -> None:
+            main_greenlet.throw(_Signalled(signum))
+        return stop
 
-    gevent.signal_handler(signal.SIGINT, stop)
-    gevent.signal_handler(signal.SIGTERM, stop)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        gevent.signal_handler(sig, stopper(int(sig)))
 
 
 @main.command()
@@ -107,11 +176,18 @@ def report(results_dir: str) -> None:
     from llmload.results import ResultsError, load_results, write_renderings
     folder = Path(results_dir) if Path(results_dir).is_dir() else Path(results_dir).parent
     try:
-        path = write_renderings(load_results(results_dir), folder)
-    except (ResultsError, OSError) as exc:
-        raise click.ClickException(str(exc)) from None
-    click.echo(f"Report: {path}")
-    click.echo(f"HTML report: {path.with_name('report.html')}")
+        doc = load_results(results_dir)
+    except ResultsError as exc:
+        raise _Refused(str(exc)) from None
+    try:
+        path = write_renderings(doc, folder)
+    except OSError as exc:
+        raise click.ClickException(f"cannot write into {folder}: {exc.strerror or exc}") from None
+    except Exception as exc:  # a results.json damaged or edited by hand: say so, in one line
+        raise _Refused(f"{folder}: results.json is not a well-formed llmload results file "
+                       f"({type(exc).__name__}: {exc})") from None
+    _echo(f"Report: {path}")
+    _echo(f"HTML report: {path.with_name('report.html')}")
 
 
 @main.command()
@@ -129,11 +205,13 @@ def compare(results_dirs, as_json, html_path, no_html) -> None:
         else:
             html_path = html_path or "compare.html"
         text, page = compare_dirs(list(results_dirs), as_json=as_json, html_path=html_path)
-    except (CompareError, OSError) as exc:
-        raise click.ClickException(str(exc)) from None
-    click.echo(text)
+    except CompareError as exc:
+        raise _Refused(str(exc)) from None
+    except OSError as exc:
+        raise click.ClickException(f"cannot write the compare page: {exc.strerror or exc}") from None
+    _echo(text)
     if page and not as_json:
-        click.echo(f"\nCompare page: {page}")
+        _echo(f"\nCompare page: {page}")
 
 
 @main.command()

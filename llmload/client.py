@@ -113,9 +113,12 @@ class StreamingClient:
         return self._sock
 
     def stream(self, path: str, body: bytes, *, user_id: str, tag: str = "",
-               deadline_s: float | None = None) -> RequestRecord:
-        """POST body to path and read the SSE answer to its end (or the deadline)."""
-        reader = _StreamReader()
+               deadline_s: float | None = None, count_key: str = "completion_tokens") -> RequestRecord:
+        """POST body to path and read the SSE answer to its end (or the deadline).
+
+        count_key names the cumulative token count the server puts on every chunk
+        (`engines.EngineCaps.count_key`)."""
+        reader = _StreamReader(count_key)
         timer = None
         if deadline_s is not None:
             timer = gevent.Timeout(max(deadline_s - now(), 0.0), _Deadline())
@@ -223,7 +226,7 @@ class _PlainSocket:
 class _StreamReader:
     """State of one response while it is read; builds the RequestRecord at the end."""
 
-    def __init__(self) -> None:
+    def __init__(self, count_key: str = "completion_tokens") -> None:
         self.send_s = now()
         self.first_byte_s: float | None = None
         self.end_s: float | None = None
@@ -231,8 +234,9 @@ class _StreamReader:
         self.status = "ok"
         self.error: str | None = None
         self.keep_alive: bool | None = None
-        self.timeline = TokenTimeline()
-        self.token_source = "continuous_usage"
+        self.timeline = TokenTimeline(count_key)
+        self.token_source = "chunks"
+        self.retry_after_s: float | None = None
 
     def read_response(self, sock, data: bytes, t: float) -> None:
         recv = sock.recv
@@ -249,6 +253,7 @@ class _StreamReader:
         chunked = "chunked" in headers.get("transfer-encoding", "").lower()
         length = int(headers["content-length"]) if "content-length" in headers else None
         if status != 200:
+            self.retry_after_s = _retry_after_s(headers.get("retry-after"))
             body = _read_body(recv, rest, chunked, length)
             self.end_s = now()
             self.fail(error_message_from_body(body, status), end=False)
@@ -311,6 +316,9 @@ class _StreamReader:
         if self.status == "ok":
             self.status = "cancelled"
         self.token_source = self.timeline.finish()
+        if self.timeline.error is not None:
+            # A protocol error already seen is a failure, even in a request cut at the end.
+            self.fail(self.timeline.error, end=False)
 
     def fail(self, message: str, *, end: bool = True) -> None:
         if end or self.end_s is None:
@@ -320,13 +328,27 @@ class _StreamReader:
 
     def record(self, *, user_id: str, tag: str) -> RequestRecord:
         tl = self.timeline
+        timings = tl.timings or {}
+        cached = tl.cached_tokens if tl.cached_tokens is not None else _int(timings.get("cache_n"))
         return RequestRecord(
             user_id=user_id, tag=tag, send_s=self.send_s, first_byte_s=self.first_byte_s,
             chunk_times_s=tl.chunk_times_s, chunk_tokens=tl.chunk_tokens,
             end_s=self.end_s if self.end_s is not None else now(), status=self.status,
             finish_reason=tl.finish_reason, prompt_tokens=tl.prompt_tokens,
-            completion_tokens=tl.completion_tokens, cached_tokens=tl.cached_tokens,
-            token_source=self.token_source, http_status=self.http_status, error=self.error)
+            completion_tokens=tl.completion_tokens, cached_tokens=cached,
+            token_source=self.token_source, http_status=self.http_status, error=self.error,
+            server_output_tokens=_int(timings.get("predicted_n")),
+            server_decode_ms=_float(timings.get("predicted_ms")),
+            server_prefill_tokens=_int(timings.get("prompt_n")),
+            server_prefill_ms=_float(timings.get("prompt_ms")), retry_after_s=self.retry_after_s)
+
+
+def _int(value) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _float(value) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def _parse_head(head: bytes) -> tuple[int, dict[str, str]]:
@@ -361,6 +383,21 @@ def _read_body(recv, data: bytes, chunked: bool, length: int | None) -> bytes:
         out.append(more)
         got += len(more)
     return b"".join(out)
+
+
+def _retry_after_s(value: str | None) -> float | None:
+    """Retry-After as seconds: a number, or an HTTP date (seconds from now)."""
+    if not value:
+        return None
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        pass
+    from email.utils import parsedate_to_datetime
+    try:
+        return max(parsedate_to_datetime(value).timestamp() - time.time(), 0.0)
+    except (TypeError, ValueError):
+        return None
 
 
 def _describe(exc: BaseException, timeout_s: float) -> str:

@@ -353,10 +353,12 @@ def compare_dirs(paths: list[str], *, as_json: bool = False, html_path: str | No
     Raises CompareError with one line for unreadable results."""
     from pathlib import Path
 
+    from llmload.redact import scrub_obj
     from llmload.results import ResultsError, _atomic_write_text, load_results
 
     try:
-        docs = [load_results(p) for p in paths]
+        # Scrubbed like every page llmload writes (a file from an older llmload may hold a key).
+        docs = [scrub_obj(load_results(p)) for p in paths]
     except ResultsError as exc:
         raise CompareError(str(exc)) from None
     comparison = compare(docs, paths)

@@ -1,13 +1,53 @@
-"""What each server engine accepts, as data (../shared/reference/servers.md).
+"""What each server engine accepts and tells, as data (../shared/reference/servers.md).
 
-Request bodies are built from this table, never from if-chains spread through the code:
-a field is sent only where the engine accepts it (TensorRT-LLM rejects unknown fields).
+Request bodies, token counting, capacity limits and server-side truth are all read from
+this table, never from if-chains spread through the code: a field is sent only where the
+engine accepts it (TensorRT-LLM rejects unknown fields), a limit is read only where the
+engine reports it, and a row says where each figure comes from so the report can say too.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+
+#: Probe documents by name -> the GET path that returns them (`probe.fetch_docs`).
+#: "models" is the served model's entry of /v1/models; "launch" is the user's
+#: --launch-command, read for flags the engine does not report over HTTP.
+DOC_PATHS: dict[str, str] = {
+    "models": "/v1/models",
+    "props": "/props",
+    "slots": "/slots",
+    "server_info": "/server_info",
+    "info": "/info",
+    "metrics": "/metrics",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """Where one capacity figure is read: a probe document and a place in it.
+
+    - JSON documents: `path` is a dotted path ("default_generation_settings.n_ctx"); a list
+      in the way is indexed by its first element.
+    - "metrics": `path` is a metric name; with `label`, the value of that label (e.g.
+      vllm:cache_config_info's labels), multiplied by the label `times` when given.
+    - "launch": `path` is a "|"-separated list of flags ("--max-num-seqs|-n"); the value
+      is the word after the flag (or after "=").
+    """
+
+    doc: str
+    path: str
+    label: str | None = None
+    times: str | None = None
+
+    def describe(self) -> str:
+        if self.doc == "metrics":
+            where = f"{self.path} {self.label}" if self.label else self.path
+            return f"/metrics {where}" + (f" × {self.times}" if self.times else "")
+        if self.doc == "launch":
+            return f"launch command {self.path.split('|')[0]}"
+        return f"{DOC_PATHS.get(self.doc, self.doc)} {self.path}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -23,38 +63,117 @@ class EngineCaps:
     """Accepts stream_options.continuous_usage_stats (usage on every chunk)."""
     cache_salt: bool
     tokenize_path: str | None
-    """A tokenizer endpoint, if any (its request shape is in `tokenize_body`)."""
+    """A tokenizer endpoint, if any (its request shape is in `tokenize_key`)."""
     tokenize_key: str = "prompt"
     """Field name of the text in the tokenizer request body."""
+    tokenize_messages: bool = False
+    """The tokenizer endpoint takes `messages` and applies the chat template (vLLM)."""
+    apply_template_path: str | None = None
+    """An endpoint that renders chat messages through the template ({messages} -> {prompt}),
+    whose text the tokenizer then counts exactly (llama.cpp's /apply-template)."""
+    stream_fields: tuple[tuple[str, object], ...] = ()
+    """Extra request fields that make the server report cumulative counts on every chunk
+    (llama.cpp: timings_per_token)."""
+    count_key: str = "completion_tokens"
+    """The cumulative per-chunk token count the stream carries once asked for."""
+    cold_fields: tuple[tuple[str, object], ...] = ()
+    """Extra fields of a cold-prefill request that make sure no cache serves it."""
+    server_timings: bool = False
+    """Every chunk (or the final one) carries the server's own timings (llama.cpp's
+    `timings`: predicted_n/predicted_ms, prompt_n/prompt_ms, cache_n)."""
+    generated_counter: tuple[str, ...] = ()
+    """Prometheus counters of generated tokens that move every decode step."""
+    docs: tuple[str, ...] = ("metrics",)
+    """Probe documents to fetch for this engine (keys of DOC_PATHS)."""
+    sequence_limit: tuple[Source, ...] = ()
+    """Where the per-sequence token limit is reported, most trusted first."""
+    pool_limit: tuple[Source, ...] = ()
+    """Where the shared KV pool (tokens) is reported."""
+    block_size: tuple[Source, ...] = ()
+    """Where the KV block size is reported."""
+    count_limit: tuple[Source, ...] = ()
+    """Where the limit on sequences served at once is reported."""
+    pool_note: str = ""
+    """What to say when no pool is reported (how this engine shares, or not, its KV)."""
 
+    @property
+    def exact_counts(self) -> bool:
+        """Whether the stream can carry a cumulative token count on every chunk."""
+        return self.continuous_usage or bool(self.stream_fields)
+
+
+_MODELS_LEN = Source("models", "max_model_len")
+_VLLM_POOL = (Source("metrics", "vllm:cache_config_info", label="kv_cache_size_tokens"),
+              Source("metrics", "vllm:cache_config_info", label="num_gpu_blocks", times="block_size"))
+_VLLM_BLOCK = (Source("metrics", "vllm:cache_config_info", label="block_size"),)
+_VLLM_SEQS = (Source("launch", "--max-num-seqs"),)
+_UNKNOWN_POOL = "unknown (not reported): every cell runs and queueing marks what did not fit"
 
 ENGINES: dict[str, EngineCaps] = {
     caps.name: caps for caps in (
         EngineCaps(name="vllm", token_id_prompts=True, ignore_eos=True, min_tokens=True,
                    include_usage=True, continuous_usage=True, cache_salt=True,
-                   tokenize_path="/tokenize"),
+                   tokenize_path="/tokenize", tokenize_messages=True,
+                   generated_counter=("vllm:generation_tokens_total",),
+                   sequence_limit=(_MODELS_LEN,), pool_limit=_VLLM_POOL, block_size=_VLLM_BLOCK,
+                   count_limit=_VLLM_SEQS,
+                   pool_note="unknown (no vllm:cache_config_info on /metrics): every cell runs "
+                             "and queueing marks what did not fit"),
         EngineCaps(name="llmload-sim", token_id_prompts=True, ignore_eos=True, min_tokens=True,
                    include_usage=True, continuous_usage=True, cache_salt=True,
-                   tokenize_path="/tokenize"),
+                   tokenize_path="/tokenize", tokenize_messages=True,
+                   generated_counter=("vllm:generation_tokens_total",),
+                   sequence_limit=(_MODELS_LEN,), pool_limit=_VLLM_POOL, block_size=_VLLM_BLOCK,
+                   count_limit=_VLLM_SEQS, pool_note=_UNKNOWN_POOL),
         EngineCaps(name="sglang", token_id_prompts=True, ignore_eos=True, min_tokens=True,
                    include_usage=True, continuous_usage=True, cache_salt=True,
-                   tokenize_path="/tokenize"),
+                   tokenize_path="/tokenize", tokenize_messages=True,
+                   generated_counter=("sglang:generation_tokens_total",),
+                   docs=("server_info", "metrics"),
+                   sequence_limit=(_MODELS_LEN, Source("server_info", "context_length")),
+                   pool_limit=(Source("server_info", "max_total_num_tokens"),
+                               Source("metrics", "sglang:max_total_num_tokens")),
+                   block_size=(Source("server_info", "page_size"),),
+                   count_limit=(Source("server_info", "max_running_requests"),),
+                   pool_note=_UNKNOWN_POOL),
         EngineCaps(name="llama.cpp", token_id_prompts=True, ignore_eos=True, min_tokens=False,
                    include_usage=True, continuous_usage=False, cache_salt=False,
-                   tokenize_path="/tokenize", tokenize_key="content"),
+                   tokenize_path="/tokenize", tokenize_key="content",
+                   apply_template_path="/apply-template",
+                   stream_fields=(("timings_per_token", True),), count_key="predicted_n",
+                   cold_fields=(("cache_prompt", False),), server_timings=True,
+                   docs=("props", "slots", "metrics"),
+                   sequence_limit=(Source("props", "default_generation_settings.n_ctx"),
+                                   Source("slots", "n_ctx"), Source("models", "meta.n_ctx")),
+                   count_limit=(Source("props", "total_slots"),),
+                   pool_note=("none: each slot holds its own n_ctx, unless the server runs with "
+                              "--kv-unified (the default when -np is not given), whose shared pool "
+                              "the API does not report: give it with --kv-cache-tokens")),
         EngineCaps(name="tgi", token_id_prompts=False, ignore_eos=False, min_tokens=False,
                    include_usage=True, continuous_usage=False, cache_salt=False,
-                   tokenize_path="/tokenize", tokenize_key="inputs"),
+                   tokenize_path="/tokenize", tokenize_key="inputs", docs=("info", "metrics"),
+                   sequence_limit=(Source("info", "max_total_tokens"),),
+                   pool_limit=(Source("info", "max_batch_total_tokens"),
+                               Source("metrics", "tgi_batch_max_total_tokens")),
+                   count_limit=(Source("info", "max_batch_size"),),
+                   pool_note=_UNKNOWN_POOL),
         EngineCaps(name="ollama", token_id_prompts=False, ignore_eos=False, min_tokens=False,
                    include_usage=True, continuous_usage=False, cache_salt=False,
-                   tokenize_path=None),
+                   tokenize_path=None, docs=(),
+                   sequence_limit=(Source("launch", "OLLAMA_CONTEXT_LENGTH"),),
+                   count_limit=(Source("launch", "OLLAMA_NUM_PARALLEL"),),
+                   pool_note=_UNKNOWN_POOL),
         EngineCaps(name="trtllm", token_id_prompts=True, ignore_eos=True, min_tokens=True,
                    include_usage=True, continuous_usage=False, cache_salt=False,
-                   tokenize_path=None),
+                   tokenize_path=None, docs=(),
+                   sequence_limit=(Source("launch", "--max_seq_len|--max-seq-len"),),
+                   count_limit=(Source("launch", "--max_batch_size|--max-batch-size"),),
+                   pool_note=_UNKNOWN_POOL),
         # Unknown OpenAI-compatible server: only the standard fields.
         EngineCaps(name="openai", token_id_prompts=False, ignore_eos=False, min_tokens=False,
                    include_usage=True, continuous_usage=False, cache_salt=False,
-                   tokenize_path=None),
+                   tokenize_path=None, docs=(), sequence_limit=(_MODELS_LEN,),
+                   pool_note=_UNKNOWN_POOL),
     )
 }
 
@@ -68,11 +187,12 @@ def engine_caps(name: str | None) -> EngineCaps:
 
 def request_body(caps: EngineCaps, *, endpoint: str, model: str, prompt: list[int] | str,
                  max_tokens: int, fixed_output: bool = True, temperature: float | None = 0.0,
-                 extra: dict | None = None) -> bytes:
+                 cold: bool = False, extra: dict | None = None) -> bytes:
     """The JSON body of one streamed request, with only the fields `caps` accepts.
 
     fixed_output asks for exactly max_tokens tokens (ignore_eos, and min_tokens where
-    supported), so every request decodes as long as asked (measurement.md).
+    supported), so every request decodes as long as asked (measurement.md). cold adds the
+    engine's fields that keep any cache from serving the prompt (a cold prefill).
     """
     body: dict = {"model": model, "max_tokens": max_tokens, "stream": True}
     if endpoint == "chat":
@@ -86,10 +206,13 @@ def request_body(caps: EngineCaps, *, endpoint: str, model: str, prompt: list[in
         body["stream_options"] = {"include_usage": True}
         if caps.continuous_usage:
             body["stream_options"]["continuous_usage_stats"] = True
+    body.update(caps.stream_fields)
     if fixed_output and caps.ignore_eos:
         body["ignore_eos"] = True
     if fixed_output and caps.min_tokens:
         body["min_tokens"] = max_tokens
+    if cold:
+        body.update(caps.cold_fields)
     if extra:
         body.update(extra)
     return json.dumps(body, separators=(",", ":")).encode()

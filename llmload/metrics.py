@@ -36,6 +36,8 @@ VALID_FRACTION = 0.95
 STREAMING_FRACTION_NO_METRICS = 0.8
 #: How many distinct error messages a window keeps.
 MAX_ERROR_SAMPLES = 3
+#: Client and server figures that differ by more than this fraction are flagged.
+SERVER_AGREEMENT = 0.03
 #: Histogram bucket growth factor: each bucket spans 0.1% relative width.
 HISTOGRAM_GAMMA = 1.001
 
@@ -102,7 +104,8 @@ class WindowFigures:
     total_tok_s: float | None
     """output_tokens / measured_s."""
     per_request_tok_s: float | None
-    """Median over requests of (tokens − 1) / (last − first chunk time) inside the window."""
+    """Median over requests of (tokens after the first chunk) / (last − first chunk time)
+    inside the window: (tokens − 1) / (last − first) when the first chunk carries one."""
     ttft_ms: float | None
     """Median TTFT of requests sent inside the window that got a first token."""
     ttft_p90_ms: float | None
@@ -143,10 +146,15 @@ def _overlap_s(start_s: float, end_s: float, t0: float, t1: float) -> float:
 
 
 def _stream_rate_tok_s(times: np.ndarray, tokens: np.ndarray) -> float | None:
-    """(tokens − 1) / (last − first), measurement.md's per-request rate; None if undefined."""
+    """Tokens after the first chunk / (last − first chunk time): the stream's decode rate,
+    TTFT excluded; None if undefined. measurement.md's (tokens − 1) / (last − first) when
+    the first chunk carries one token. When it carries k (a server that holds back partial
+    UTF-8 or parser output), its k − 1 extra tokens were generated before the first arrival,
+    not after it: counting them would overstate a short stream's rate (by 4% for 4 tokens
+    in 80, seen on llama.cpp)."""
     if times.size < 2 or times[-1] <= times[0]:
         return None
-    return float((tokens.sum() - 1) / (times[-1] - times[0]))
+    return float((tokens.sum() - tokens[0]) / (times[-1] - times[0]))
 
 
 def _error_text(record: RequestRecord) -> str:
@@ -244,6 +252,56 @@ def window_figures(
     )
 
 
+# --------------------------------------------------------------------------- stalls
+
+#: A request is stalled when no token came for longer than this many times the cell's median
+#: time between tokens ...
+STALL_TBT_MULTIPLE = 50.0
+#: ... and never less than this (a garbage collection or a scheduler hiccup is not a stall).
+STALL_MIN_S = 3.0
+
+
+@dataclass(frozen=True, slots=True)
+class Stall:
+    """The longest silence of one request after its first token, inside the window."""
+
+    gap_s: float
+    user_id: str
+    at_s: float
+    """When the silence began (clock.now() seconds)."""
+
+
+def stall_bound_s(tbt_ms: float | None) -> float:
+    """The stall bound of a cell: STALL_TBT_MULTIPLE × its median TBT, at least STALL_MIN_S."""
+    if tbt_ms is None:
+        return STALL_MIN_S
+    return max(STALL_MIN_S, STALL_TBT_MULTIPLE * tbt_ms / 1000.0)
+
+
+def longest_stall(records: Iterable[RequestRecord], t0: float, t1: float) -> Stall | None:
+    """The longest time, inside [t0, t1], that a request went without a token after its first
+    one: between two token-carrying chunks, or from its last chunk to its end when it did not
+    finish normally (cut at the window end or failed). Waiting for the first token is
+    queueing, not a stall (judged by "saturated"). None when no request had a first token."""
+    best: Stall | None = None
+    for record in records:
+        times, _ = _token_chunks(record)
+        if times.size == 0:
+            continue
+        edges = times
+        if record.status != "ok" or record.finish_reason is None:
+            edges = np.append(times, record.end_s)
+        if edges.size < 2:
+            continue
+        starts = np.maximum(edges[:-1], t0)
+        gaps = np.minimum(edges[1:], t1) - starts
+        i = int(np.argmax(gaps))
+        gap = float(gaps[i])
+        if gap > 0 and (best is None or gap > best.gap_s):
+            best = Stall(gap_s=gap, user_id=record.user_id, at_s=float(starts[i]))
+    return best
+
+
 # --------------------------------------------------------------------------- prefill
 
 
@@ -299,6 +357,107 @@ def median_prefill(
         prompt_tok_s=float(np.median(rates)) if rates else None,
         cached_tokens=max(cached) if cached else None,
     )
+
+
+# --------------------------------------------------------------------------- server-side truth
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerCheck:
+    """One figure as llmload measured it next to the server's own account of it."""
+
+    figure: str
+    """What is compared, e.g. "per_request_tok_s"."""
+    client: float
+    server: float
+    source: str
+    """Where the server's number comes from."""
+
+    @property
+    def diff_pct(self) -> float:
+        return (self.client / self.server - 1.0) * 100.0 if self.server else math.inf
+
+    @property
+    def agrees(self) -> bool:
+        return abs(self.diff_pct) <= SERVER_AGREEMENT * 100.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "diff_pct": self.diff_pct, "agrees": self.agrees}
+
+
+def server_stream_rate_tok_s(record: RequestRecord) -> float | None:
+    """The server's own decode rate of one request: (tokens − 1) / (time from the first to
+    the last generated token), from its timings (llama.cpp predicted_n / predicted_ms)."""
+    n, ms = record.server_output_tokens, record.server_decode_ms
+    if n is None or ms is None or n < 2 or ms <= 0:
+        return None
+    return (n - 1) / (ms / 1000.0)
+
+
+def timing_check(records: Iterable[RequestRecord], t0: float, t1: float) -> ServerCheck | None:
+    """Median per-request tok/s of the window's requests, llmload's against the server's
+    own timings, over the requests that have both."""
+    client, server = [], []
+    for record in records:
+        if record.send_s > t1 or record.end_s < t0:
+            continue
+        theirs = server_stream_rate_tok_s(record)
+        times, tokens = _token_chunks(record)
+        inside = _inside(times, t0, t1)
+        ours = _stream_rate_tok_s(times[inside], tokens[inside])
+        if theirs is not None and ours is not None:
+            client.append(ours)
+            server.append(theirs)
+    if not client:
+        return None
+    return ServerCheck(figure="per_request_tok_s", client=float(np.median(client)),
+                       server=float(np.median(server)), source="server timings (predicted_n, predicted_ms)")
+
+
+def tokens_between(records: Iterable[RequestRecord], t0: float, t1: float) -> int:
+    """Tokens of the chunks that arrived in [t0, t1]."""
+    total = 0
+    for record in records:
+        times, tokens = _token_chunks(record)
+        total += int(tokens[_inside(times, t0, t1)].sum())
+    return total
+
+
+def counter_check(records: Iterable[RequestRecord], t0: float, t1: float, generated: float,
+                  source: str) -> ServerCheck | None:
+    """Tokens llmload received in [t0, t1] against the server's generated-token counter
+    delta over the same interval (a counter that moves every decode step)."""
+    if generated <= 0:
+        return None
+    return ServerCheck(figure="output_tokens", client=float(tokens_between(records, t0, t1)),
+                       server=float(generated), source=source)
+
+
+def usage_check(records: Iterable[RequestRecord]) -> ServerCheck | None:
+    """For chunk-counted requests (no per-chunk count from the server): the chunks of the
+    completed requests against the server's final usage.completion_tokens of them."""
+    done = [r for r in records if r.status == "ok" and r.token_source == "chunks"
+            and r.completion_tokens is not None and r.chunk_times_s]
+    if not done:
+        return None
+    return ServerCheck(figure="output_tokens_completed", client=float(sum(r.output_tokens for r in done)),
+                       server=float(sum(r.completion_tokens for r in done)), source="final usage.completion_tokens")
+
+
+def prefill_check(records: Iterable[RequestRecord]) -> ServerCheck | None:
+    """Cold-prefill prompt tok/s (prompt tokens / TTFT) against the server's own prefill
+    rate (llama.cpp prompt_n / prompt_ms), medians over the requests that have both."""
+    client, server = [], []
+    for record in records:
+        ours = prefill_figures(record).prompt_tok_s
+        n, ms = record.server_prefill_tokens, record.server_prefill_ms
+        if ours is not None and n and ms:
+            client.append(ours)
+            server.append(n / (ms / 1000.0))
+    if not client:
+        return None
+    return ServerCheck(figure="prompt_tok_s", client=float(np.median(client)), server=float(np.median(server)),
+                       source="server timings (prompt_n, prompt_ms)")
 
 
 # --------------------------------------------------------------------------- histogram
@@ -438,6 +597,7 @@ def classify_cell(
     waiting: float | None,
     client_bound: bool,
     preemptions: float | None = None,
+    stalled: bool = False,
 ) -> str:
     """Status of a decode cell that ran, first matching rule wins:
 
@@ -455,7 +615,12 @@ def classify_cell(
                         or, when the server exposes no waiting gauge (waiting None),
                         avg_streaming < STREAMING_FRACTION_NO_METRICS × N (requests in flight
                         but not streaming are queued somewhere).
-    4. "valid"        — otherwise: no failure, avg_active ≥ 0.95 N, no queue.
+    4. "stalled"      — `stalled` is true (a request went without a token for longer than
+                        the stall bound after its first token, `longest_stall`) and the
+                        server preempted nothing (a preempted request pauses: saturated);
+                        checked before the other "saturated" rules: a frozen stream is not
+                        a queue.
+    5. "valid"        — otherwise: no failure, avg_active ≥ 0.95 N, no queue, no stall.
 
     Errors come first because a failed request also lowers the other figures; a client
     bottleneck comes before saturation because it explains low concurrency on its own.
@@ -464,9 +629,11 @@ def classify_cell(
         return "errors"
     if client_bound:
         return "client_bound"
-    if figures.avg_active < VALID_FRACTION * concurrency:
-        return "saturated"
     if preemptions:
+        return "saturated"
+    if stalled:
+        return "stalled"
+    if figures.avg_active < VALID_FRACTION * concurrency:
         return "saturated"
     if waiting is not None:
         queued = waiting > 0

@@ -11,6 +11,10 @@
   delivers messages to itself), so one code path serves 1 or N processes:
     controller -> workers: llmload_cell {cell}, llmload_go {id, t0, t1}, llmload_collect {id}
     workers -> controller: llmload_ready {id, n}, llmload_records {id, records, load}
+- a worker that `llmload run` started exits as soon as its controller is gone (EOF on the
+  stdin pipe only the controller holds: SIGKILL included), so no load is left running;
+- every record's error text goes through the secret scrubber (`llmload.redact`) before it
+  is kept, shipped, shown or logged;
 - a monitor greenlet samples this process's CPU and event-loop lag, so a cell whose load
   generator was the bottleneck is marked client_bound.
 The API key comes from OPENAI_API_KEY (or `llmload run --api-key`) and is never shown,
@@ -19,6 +23,7 @@ logged or shipped in messages.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import os
@@ -35,6 +40,7 @@ from llmload.live import LiveStats, format_table
 from llmload.livehistory import HISTORY_INTERVAL_S, LiveHistory
 from llmload.prompts import PromptBuilder
 from llmload.records import RequestRecord
+from llmload.redact import install_log_filter, remember_secrets, scrub
 
 logger = logging.getLogger(__name__)
 console = logging.getLogger("locust.stats_logger")
@@ -115,6 +121,12 @@ class LLMState:
         return f"w{index}.{uuid.uuid4().hex[:4]}.{next(self._user_seq)}"
 
     def add(self, record: RequestRecord, *, name: str, cell_id: str | None = None) -> None:
+        if record.error is not None:
+            # The one place records are kept: a server that echoes the key in its error
+            # body must not get it into results, tables or logs.
+            clean = scrub(record.error)
+            if clean != record.error:
+                record = dataclasses.replace(record, error=clean)
         # A worker gathers into the delta it ships to the master (and folds it into its own
         # totals when it ships it); other processes straight into their totals. Once each.
         worker = isinstance(self.environment.runner, WorkerRunner)
@@ -168,6 +180,7 @@ class LLMState:
         logger.info("llmload: %s at %s (engine %s), %d-token prompts, %d output tokens",
                     info.model, info.base_url, caps.name, n_prompt, max_tokens)
         return {"base_url": info.base_url, "path": ENDPOINT_PATHS[endpoint], "body": body,
+                "count_key": caps.count_key,
                 "options": {"cold": str(getattr(opts, "llm_cold", "false")).lower() == "true",
                             "timeout_s": float(getattr(opts, "llm_timeout", 600.0))}}
 
@@ -206,7 +219,7 @@ class LLMState:
         t = now()
         self._records.setdefault(cell_id, []).append(RequestRecord(
             user_id=user_id, tag="warmup", send_s=t, end_s=t, status="error",
-            error=f"llmload: {message}"[:500]))
+            error=scrub(f"llmload: {message}")[:500]))
 
     def on_go(self, cell_id: str, t0: float, t1: float) -> None:
         self._go[cell_id] = (t0, t1)
@@ -303,6 +316,10 @@ def install(events) -> None:
 def _on_init(environment, runner=None, web_ui=None, **_kw) -> None:
     state = state_of(environment)
     runner = runner or environment.runner
+    remember_secrets(api_key=state.api_key, host=environment.host)
+    install_log_filter()
+    if isinstance(runner, WorkerRunner) and os.environ.get(WATCH_PARENT_ENV) == "1":
+        gevent.spawn(_exit_when_parent_goes)
     events = environment.events
     if not isinstance(runner, MasterRunner):
         runner.register_message("llmload_cell", lambda environment, msg, **kw: state.on_cell(msg.data))
@@ -333,6 +350,32 @@ def _on_init(environment, runner=None, web_ui=None, **_kw) -> None:
     if web_ui is not None:
         from llmload.webui import extend_web_ui
         extend_web_ui(environment, web_ui, state)
+
+
+WATCH_PARENT_ENV = "LLMLOAD_WORKER_WATCH_PARENT"
+"""Set to 1 for a worker that `llmload run` started: it exits when its stdin reaches EOF."""
+
+
+def _exit_when_parent_goes() -> None:
+    """`llmload run` holds the worker's stdin open and never writes; EOF means it has gone,
+    however it went (SIGKILL included). The worker then exits at once: the kernel closes its
+    connections, so no load is left running against the server."""
+    import sys
+
+    import gevent.os
+    try:
+        fd = sys.stdin.fileno()
+        os.set_blocking(fd, False)
+    except (OSError, ValueError):
+        return
+    while True:
+        try:
+            if not gevent.os.nb_read(fd, 4096):
+                break
+        except OSError:
+            break
+    logger.warning("llmload run (the controller) is gone: worker exiting")
+    os._exit(3)
 
 
 def _send_records(state: LLMState, data: dict) -> None:

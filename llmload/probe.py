@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from llmload.client import Endpoint
-from llmload.engines import EngineCaps, engine_caps
+from llmload.capacity import find_limits
+from llmload.engines import DOC_PATHS, EngineCaps, engine_caps
+from llmload.prometheus import metric_sum, parse_prometheus
 from llmload.prompts import FILLER_TEXT, PromptBuilder
 
 logger = logging.getLogger(__name__)
@@ -35,15 +36,20 @@ class ServerInfo:
     engine: str
     version: str | None = None
     max_model_len: int | None = None
+    """Per-sequence limit (max model length; llama.cpp's per-slot n_ctx)."""
+    max_model_len_source: str = "unknown"
     kv_cache_tokens: int | None = None
+    """The shared KV pool in tokens (None: unknown, or no shared pool)."""
     block_size: int | None = None
     kv_cache_source: str = "unknown"
+    max_sequences: int | None = None
+    """Sequences the server serves at once (llama.cpp slots, vLLM max_num_seqs)."""
+    max_sequences_source: str = "unknown"
     prefix_caching: bool | None = None
     metrics: bool = False
     sim_profile: str | None = None
     """Set when the server is an `llmload sim` (it says so in /version)."""
     model_root: str | None = None
-    extra: dict = field(default_factory=dict)
 
     @property
     def simulated(self) -> bool:
@@ -89,16 +95,21 @@ def http_text(url: str, *, api_key: str | None = None, timeout_s: float = PROBE_
         return None
 
 
-def _try_json(url: str, api_key: str | None) -> dict | None:
+def _try_json_any(url: str, api_key: str | None) -> dict | list | None:
     try:
         status, obj = http_json(url, api_key=api_key)
     except (urllib.error.URLError, OSError, ValueError):
         return None
-    return obj if status == 200 and isinstance(obj, dict) else None
+    return obj if status == 200 and isinstance(obj, (dict, list)) else None
+
+
+def _try_json(url: str, api_key: str | None) -> dict | None:
+    obj = _try_json_any(url, api_key)
+    return obj if isinstance(obj, dict) else None
 
 
 def probe_server(base_url: str, *, api_key: str | None = None, model: str | None = None,
-                 kv_cache_tokens: int | None = None) -> ServerInfo:
+                 kv_cache_tokens: int | None = None, launch_command: str | None = None) -> ServerInfo:
     """Everything llmload needs to know about a server before planning a run."""
     base = Endpoint.parse(base_url).base_url
     models_obj = _get_models(base, api_key)
@@ -113,26 +124,42 @@ def probe_server(base_url: str, *, api_key: str | None = None, model: str | None
     elif model not in ids:
         raise ProbeError(f"model {model!r} is not served by {base}; it serves: {', '.join(ids)}")
     entry = next(m for m in data if m["id"] == model)
-    engine, version, sim_profile, extra = _detect_engine(base, api_key)
-    metrics_text = http_text(f"{base}/metrics", api_key=api_key)
-    kv = _kv_capacity(engine, metrics_text, extra, kv_cache_tokens)
-    prefix = _prefix_caching(metrics_text)
-    max_len = entry.get("max_model_len") or extra.get("max_model_len")
+    engine, version, sim_profile, docs = _detect_engine(base, api_key)
+    caps = engine_caps(engine)
+    docs = fetch_docs(base, ("metrics", *caps.docs), api_key, docs)
+    docs["models"] = entry
+    limits = find_limits(caps, docs, kv_cache_tokens=kv_cache_tokens, launch_command=launch_command)
+    metrics_text = docs.get("metrics")
     return ServerInfo(
         base_url=base, model=model, models=ids, engine=engine, version=version,
-        max_model_len=int(max_len) if max_len else None, kv_cache_tokens=kv[0], block_size=kv[1],
-        kv_cache_source=kv[2], prefix_caching=prefix, metrics=bool(metrics_text and "#" in metrics_text),
-        sim_profile=sim_profile, model_root=entry.get("root"), extra=extra)
+        **limits.to_dict(), prefix_caching=_prefix_caching(metrics_text),
+        metrics=bool(metrics_text and "#" in metrics_text),
+        sim_profile=sim_profile, model_root=entry.get("root"))
+
+
+def fetch_docs(base: str, names, api_key: str | None, have: dict | None = None) -> dict:
+    """The named probe documents (engines.DOC_PATHS) that the server answers; /metrics as
+    text, the others as parsed JSON. Documents in `have` are not fetched again."""
+    docs = dict(have or {})
+    for name in dict.fromkeys(names):
+        if name in docs or name not in DOC_PATHS:
+            continue
+        url = f"{base}{DOC_PATHS[name]}"
+        value = http_text(url, api_key=api_key) if name == "metrics" else _try_json_any(url, api_key)
+        if value is not None:
+            docs[name] = value
+    return docs
 
 
 def _get_models(base: str, api_key: str | None) -> dict:
     try:
         status, obj = http_json(f"{base}/v1/models", api_key=api_key)
-    except urllib.error.URLError as exc:
+    except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
+        if isinstance(reason, TimeoutError) or isinstance(exc, TimeoutError):
+            raise ProbeError(f"{base} accepted the connection but did not answer /v1/models within "
+                             f"{PROBE_TIMEOUT_S:g} s (probe timeout)") from None
         raise ProbeError(f"cannot reach {base}: {reason}") from None
-    except OSError as exc:
-        raise ProbeError(f"cannot reach {base}: {exc}") from None
     if status in (401, 403):
         raise ProbeError(f"{base} rejected the API key (HTTP {status}); set OPENAI_API_KEY or --api-key")
     if status != 200 or not isinstance(obj, dict):
@@ -141,81 +168,25 @@ def _get_models(base: str, api_key: str | None) -> dict:
 
 
 def _detect_engine(base: str, api_key: str | None) -> tuple[str, str | None, str | None, dict]:
+    """(engine, version, simulator profile, the probe documents read on the way)."""
     version_obj = _try_json(f"{base}/version", api_key) or {}
     if isinstance(version_obj.get("llmload_sim"), dict):
         return "llmload-sim", version_obj.get("version"), version_obj["llmload_sim"].get("profile"), {}
     info = _try_json(f"{base}/server_info", api_key) or _try_json(f"{base}/get_server_info", api_key)
     if info and "max_total_num_tokens" in info:
-        return "sglang", info.get("version") or version_obj.get("version"), None, info
+        return "sglang", info.get("version") or version_obj.get("version"), None, {"server_info": info}
     props = _try_json(f"{base}/props", api_key)
     if props and "default_generation_settings" in props:
-        return "llama.cpp", props.get("build_info"), None, props
+        return "llama.cpp", props.get("build_info"), None, {"props": props}
     tgi = _try_json(f"{base}/info", api_key)
     if tgi and "max_total_tokens" in tgi:
-        return "tgi", tgi.get("version"), None, tgi
+        return "tgi", tgi.get("version"), None, {"info": tgi}
     if version_obj.get("version"):
         return "vllm", version_obj["version"], None, {}
     ollama = _try_json(f"{base}/api/version", api_key)
     if ollama and "version" in ollama:
         return "ollama", ollama["version"], None, {}
     return "openai", None, None, {}
-
-
-_SAMPLE = re.compile(r'^([a-zA-Z_:][\w:]*)(?:\{(.*)\})?\s+(\S+)')
-_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
-
-
-def parse_prometheus(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
-    """Prometheus text exposition -> {metric name: [(labels, value), ...]}. Pure."""
-    out: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        m = _SAMPLE.match(line)
-        if not m:
-            continue
-        try:
-            value = float(m.group(3))
-        except ValueError:
-            continue
-        labels = dict(_LABEL.findall(m.group(2) or ""))
-        out.setdefault(m.group(1), []).append((labels, value))
-    return out
-
-
-def metric_sum(samples: dict, *names: str) -> float | None:
-    """Sum of a metric over its label sets (data-parallel engines), first name found."""
-    for name in names:
-        if name in samples:
-            return sum(v for _, v in samples[name])
-    return None
-
-
-def _kv_capacity(engine: str, metrics_text: str | None, extra: dict,
-                 given: int | None) -> tuple[int | None, int | None, str]:
-    block_size = None
-    samples = parse_prometheus(metrics_text) if metrics_text else {}
-    for labels, _ in samples.get("vllm:cache_config_info", []):
-        if labels.get("block_size", "None") != "None":
-            block_size = int(labels["block_size"])
-    if given:
-        return given, block_size, "--kv-cache-tokens"
-    for labels, _ in samples.get("vllm:cache_config_info", []):
-        size = labels.get("kv_cache_size_tokens")
-        if size and size != "None":
-            return int(size), block_size, "vllm:cache_config_info kv_cache_size_tokens"
-        blocks = labels.get("num_gpu_blocks")
-        if blocks and blocks != "None" and block_size:
-            return int(blocks) * block_size, block_size, "vllm:cache_config_info num_gpu_blocks × block_size"
-    if engine == "sglang" and extra.get("max_total_num_tokens"):
-        return int(extra["max_total_num_tokens"]), None, "sglang /server_info max_total_num_tokens"
-    tgi = metric_sum(samples, "tgi_batch_max_total_tokens")
-    if tgi:
-        return int(tgi), None, "tgi_batch_max_total_tokens"
-    n_ctx = (extra.get("default_generation_settings") or {}).get("n_ctx") if engine == "llama.cpp" else None
-    if n_ctx:
-        return int(n_ctx), None, "llama.cpp /props n_ctx"
-    return None, block_size, "unknown"
 
 
 def _prefix_caching(metrics_text: str | None) -> bool | None:
@@ -227,9 +198,11 @@ def _prefix_caching(metrics_text: str | None) -> bool | None:
     return None
 
 
-def server_load(base_url: str, *, api_key: str | None = None) -> dict[str, float | None]:
-    """Running and waiting requests now, and preemptions so far, from /metrics (None where
-    not exposed)."""
+def server_load(base_url: str, *, api_key: str | None = None,
+                caps: EngineCaps | None = None) -> dict[str, float | None]:
+    """Running and waiting requests now, preemptions so far and, where the engine has a
+    counter that moves every step, tokens generated so far, from /metrics (None where not
+    exposed)."""
     text = http_text(f"{Endpoint.parse(base_url).base_url}/metrics", api_key=api_key, timeout_s=2.0)
     samples = parse_prometheus(text) if text else {}
     return {
@@ -238,6 +211,7 @@ def server_load(base_url: str, *, api_key: str | None = None) -> dict[str, float
         "waiting": metric_sum(samples, "vllm:num_requests_waiting", "sglang:num_queue_reqs",
                               "llamacpp:requests_deferred", "tgi_queue_size"),
         "preemptions": metric_sum(samples, "vllm:num_preemptions_total", "vllm:num_preemptions"),
+        "generated": metric_sum(samples, *caps.generated_counter) if caps and caps.generated_counter else None,
     }
 
 
@@ -295,12 +269,29 @@ def _calibrate_by_usage(info: ServerInfo, endpoint: str, api_key: str | None) ->
 
 
 def _chat_overhead(info: ServerInfo, api_key: str | None, per_word: float) -> int:
-    """Tokens the chat template adds around one user message."""
-    status, obj = _post(info, info.caps.tokenize_path, {
-        "model": info.model, "messages": [{"role": "user", "content": FILLER_TEXT}]}, api_key)
-    if status == 200 and isinstance(obj, dict) and isinstance(obj.get("count"), int):
-        return max(obj["count"] - round(per_word * len(FILLER_TEXT.split())), 0)
-    return 0
+    """Tokens the chat template adds around one user message, counted by the server: its
+    tokenizer applies the template (vLLM /tokenize with messages), or its template endpoint
+    renders the prompt that its tokenizer then counts as a chat request would be counted
+    (llama.cpp /apply-template, then /tokenize with special tokens added and parsed)."""
+    caps = info.caps
+    messages = [{"role": "user", "content": FILLER_TEXT}]
+    count = None
+    if caps.apply_template_path:
+        status, obj = _post(info, caps.apply_template_path, {"messages": messages}, api_key)
+        if status == 200 and isinstance(obj, dict) and isinstance(obj.get("prompt"), str):
+            status, obj = _post(info, caps.tokenize_path, {caps.tokenize_key: obj["prompt"],
+                                                          "add_special": True, "parse_special": True}, api_key)
+            if status == 200 and isinstance(obj, dict) and isinstance(obj.get("tokens"), list):
+                count = len(obj["tokens"])
+    elif caps.tokenize_messages:
+        status, obj = _post(info, caps.tokenize_path, {"model": info.model, "messages": messages}, api_key)
+        if status == 200 and isinstance(obj, dict) and isinstance(obj.get("count"), int):
+            count = obj["count"]
+    if count is None:
+        logger.warning("cannot count the chat template's tokens on %s: chat prompts may be longer than asked",
+                       info.engine)
+        return 0
+    return max(count - round(per_word * len(FILLER_TEXT.split())), 0)
 
 
 def _post(info: ServerInfo, path: str, body: dict, api_key: str | None) -> tuple[int, object]:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 #: How the per-chunk token counts were obtained, best first (see measurement.md).
-TOKEN_SOURCES = ("continuous_usage", "final_usage", "chunks")
+TOKEN_SOURCES = ("continuous_usage", "timings_per_token", "chunks")
 
 #: Request outcomes. "cancelled" = closed by llmload at the end of a window: not a failure.
 STATUSES = ("ok", "cancelled", "error")
@@ -56,6 +56,17 @@ class RequestRecord:
     http_status: int | None = None
     error: str | None = None
     """First line of the error, for status "error"."""
+    server_output_tokens: int | None = None
+    """The server's own count of tokens generated, as of the last chunk read (llama.cpp
+    timings.predicted_n); None where the server does not report timings."""
+    server_decode_ms: float | None = None
+    """The server's own time from the first to that last generated token (predicted_ms)."""
+    server_prefill_tokens: int | None = None
+    """Prompt tokens the server computed, cache hits excluded (llama.cpp prompt_n)."""
+    server_prefill_ms: float | None = None
+    """The server's own prefill time (llama.cpp prompt_ms)."""
+    retry_after_s: float | None = None
+    """The server's Retry-After (seconds) on a refused request (429/503), where it sent one."""
 
     @property
     def first_token_s(self) -> float | None:

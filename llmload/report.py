@@ -38,11 +38,12 @@ STATUS_LABELS = {
     "errors": "Errors",
     "saturated": "Saturated",
     "client_bound": "Client bound",
+    "stalled": "Stalled",
     "not_run": "Not run",
     "running": "Running",
 }
 #: Matrix cells that ran but whose figure is qualified: "Saturated: 291.6 (33 ms)".
-QUALIFIED_STATUSES = ("saturated", "client_bound")
+QUALIFIED_STATUSES = ("saturated", "client_bound", "stalled")
 #: Notes under the decode matrix, shown when a cell has that status.
 STATUS_NOTES = {
     "over_capacity": "Over capacity: not run because this many requests at this context "
@@ -53,6 +54,8 @@ STATUS_NOTES = {
     "in flight on average); the figure is real but is not this many requests at once.",
     "client_bound": "Client bound: the load generator itself was the bottleneck (CPU or "
     "event-loop lag); the figure is not the server's.",
+    "stalled": "Stalled: a stream received nothing for longer than the stall bound after its "
+    "first token (the reason gives the gap); the figure is not a steady rate.",
     "errors": "Errors: some requests failed; counts and first messages are listed below "
     "and kept in results.json.",
     "not_run": "Not run: the run ended before this cell was measured.",
@@ -271,16 +274,27 @@ ENGINE_FIELDS = [
 ]
 
 
-def _kv_cache(server: dict[str, Any]) -> str | None:
-    tokens = server.get("kv_cache_tokens")
-    if tokens is None:
-        return None
-    text = f"{tokens:,} tokens"
-    if server.get("block_size"):
-        text += f" ({tokens // server['block_size']:,} blocks × {server['block_size']})"
-    if server.get("kv_cache_source"):
-        text += f", from {server['kv_cache_source']}"
-    return text
+LIMITS = [
+    ("Per-sequence limit", "max_model_len", "max_model_len_source", " tokens"),
+    ("KV pool", "kv_cache_tokens", "kv_cache_source", " tokens"),
+    ("Sequences at once", "max_sequences", "max_sequences_source", ""),
+]
+
+
+def limit_lines(server: dict[str, Any]) -> list[str]:
+    """The server's three capacity limits, each with where it was found."""
+    lines = []
+    for label, key, source_key, unit in LIMITS:
+        value, source = server.get(key), server.get(source_key) or "unknown"
+        if not value:
+            # Unknown, or (llama.cpp's per-slot KV) absent: the engine table's note says which.
+            lines.append(f"{label}: {source}")
+            continue
+        text = f"{value:,}{unit}"
+        if key == "kv_cache_tokens" and server.get("block_size"):
+            text += f" ({value // server['block_size']:,} blocks × {server['block_size']})"
+        lines.append(f"{label}: {text}" + (f", from {source}" if source != "unknown" else ""))
+    return lines
 
 
 def _on_off(value: Any) -> str | None:
@@ -290,17 +304,15 @@ def _on_off(value: Any) -> str | None:
 def render_engine(results: dict[str, Any]) -> str:
     server = results.get("server") or {}
     first = _join((label, server.get(key)) for label, key in ENGINE_FIELDS) or "Unknown."
-    max_len = server.get("max_model_len")
     second = _join(
         [
             ("Server", server.get("base_url")),
-            ("Max model length", f"{max_len:,}" if max_len else None),
-            ("KV cache", _kv_cache(server)),
             ("Prefix caching", _on_off(server.get("prefix_caching"))),
             ("Token-ID prompts", _on_off(server.get("token_ids_prompts"))),
         ]
     )
-    return first + (f"\n\n{second}" if second else "")
+    limits = " · ".join(limit_lines(server))
+    return first + "".join(f"\n\n{part}" for part in (second, limits) if part)
 
 
 def _prefill_mode(results: dict[str, Any], cells: list[dict[str, Any]]) -> str:
@@ -429,6 +441,51 @@ def render_errors(cells: list[dict[str, Any]]) -> str | None:
     return "\n".join(lines) if lines else None
 
 
+def _fmt_total(value: float) -> str:
+    return fmt_count(int(round(value)))
+
+
+CHECK_FIGURES = {
+    "per_request_tok_s": ("per request tok/s", fmt_rate),
+    "output_tokens": ("output tokens in the window", _fmt_total),
+    "output_tokens_completed": ("output tokens of completed requests", _fmt_total),
+    "prompt_tok_s": ("prompt tok/s", fmt_rate),
+}
+
+
+def _where(cell: dict[str, Any]) -> str:
+    phase = PHASE_LABELS.get(cell.get("phase"), cell.get("phase"))
+    return f"{phase} {_context(cell['context_tokens'])} × {cell.get('concurrency', 1)}"
+
+
+def _check_line(cell: dict[str, Any]) -> str | None:
+    check = cell.get("server_check")
+    if not check:
+        return None
+    label, fmt = CHECK_FIGURES.get(check["figure"], (check["figure"], fmt_rate))
+    verdict = "agree" if check["agrees"] else "DISAGREE"
+    return (f"- {_where(cell)}: {label} {fmt(check['client'])} measured, {fmt(check['server'])} by the "
+            f"server ({check['source']}): {check['diff_pct']:+.1f}%, {verdict}")
+
+
+def render_checks(cells: list[dict[str, Any]]) -> str | None:
+    """How far each figure can be trusted: the server's own account next to llmload's
+    (flagged past ±3%), chunk-counted cells, prompt lengths and usage mismatches."""
+    lines = []
+    for cell in cells:
+        lines.append(_check_line(cell))
+        if cell.get("token_source") == "chunks":
+            lines.append(f"- {_where(cell)}: tokens counted one per chunk (the server gives no per-chunk "
+                         "count): a chunk that carried several tokens is undercounted")
+        if cell.get("usage_mismatches"):
+            lines.append(f"- {_where(cell)}: {cell['usage_mismatches']:,} completed request(s) whose streamed "
+                         "tokens differ from the server's usage.completion_tokens")
+        if cell.get("prompt_length_note"):
+            lines.append(f"- {_where(cell)}: {cell['prompt_length_note']}")
+    lines = [line for line in lines if line]
+    return "\n".join(lines) if lines else None
+
+
 # --------------------------------------------------------------------------- page
 
 
@@ -448,6 +505,7 @@ SECTION_TITLES = {
     "all": "All measurements (latencies are medians; total tok/s is output across all "
            "simultaneous requests)",
     "errors": "Errors",
+    "checks": "Checks against the server's own figures",
 }
 
 
@@ -482,6 +540,7 @@ def render_markdown(results: dict[str, Any]) -> str:
         _section(t["decode"], decode),
         _section(t["all"], _markdown(page.all_measurements)),
         _section(t["errors"], "\n".join(page.errors) or None),
+        _section(t["checks"], "\n".join(page.checks) or None),
     ]
     return "\n\n".join(b for b in blocks if b) + "\n"
 
@@ -520,6 +579,8 @@ class PageData:
     decode_notes: tuple[str, ...]
     all_measurements: Table
     errors: tuple[str, ...]
+    checks: tuple[str, ...]
+    """Lines of "Checks against the server's own figures" (markdown list items)."""
 
 
 def _table(frame: pd.DataFrame, statuses: list[list[str | None]] | None = None) -> Table:
@@ -547,6 +608,7 @@ def page_data(results: dict[str, Any]) -> PageData:
     all_statuses = [[None, None, None, c.get("status") or "not_run"] + [None] * (len(ALL_COLUMNS) - 4)
                     for c in cells]
     errors = render_errors(cells)
+    checks = render_checks(cells)
     return PageData(
         title=render_title(results).lstrip("# "),
         subtitle=render_subtitle(results),
@@ -563,6 +625,7 @@ def page_data(results: dict[str, Any]) -> PageData:
         decode_notes=tuple(decode_notes(results, cells)) if has_decode else (),
         all_measurements=_table(_frame(cells, ALL_COLUMNS), all_statuses),
         errors=tuple(errors.split("\n")) if errors else (),
+        checks=tuple(checks.split("\n")) if checks else (),
     )
 
 
@@ -592,7 +655,9 @@ CSV_COLUMNS = [
     "avg_streaming", "completed_requests", "requests_sent", "output_tokens", "measured_s",
     "errors", "error_samples", "max_waiting", "median_waiting", "preemptions",
     "client_cpu_pct_mean", "client_cpu_pct_max", "loop_lag_ms_p50", "loop_lag_ms_max",
-    "warmup_cache_hit", "server_prompt_tokens", "token_source", "prefill_source", "reason",
+    "warmup_cache_hit", "server_prompt_tokens", "cached_tokens", "token_source", "usage_mismatches",
+    "server_check_figure", "server_check_client", "server_check_server", "server_check_agrees",
+    "prefill_source", "reason",
 ]
 _INT_COLUMNS = [
     "context_tokens", "concurrency", "prompt_tokens", "completed_requests", "requests_sent",
@@ -605,6 +670,9 @@ def _csv_row(results: dict[str, Any], cell: dict[str, Any]) -> dict[str, Any]:
     row["provenance"] = results.get("provenance")
     row["sim_profile"] = results.get("sim_profile")
     row["error_samples"] = " | ".join(cell.get("error_samples") or []) or None
+    check = cell.get("server_check") or {}
+    for key in ("figure", "client", "server", "agrees"):
+        row[f"server_check_{key}"] = check.get(key)
     return row
 
 

@@ -6,10 +6,12 @@ disk before the next one starts and a crash or Ctrl-C never loses a measured cel
 a half-written file. A failure to render the page or the CSV is logged and does not stop
 the run: results.json alone can render them again (`llmload.report`).
 
-Secrets are never written: keys named exactly api_key, authorization, openai_api_key or
-headers (any case) are dropped anywhere in the document, and API keys / tokens are masked in
-the launch command (`--api-key X`, `OPENAI_API_KEY=X`, `Bearer X`). Other names that
-contain "token" (max_tokens, prompt_tokens) are figures, not secrets.
+Secrets are never written: the whole document (config, launch command, host, server info,
+error samples, every string) goes through `llmload.redact` before it is written or
+rendered, also when `llmload report` renders an older file. Names that contain "token"
+(max_tokens, prompt_tokens) are figures, not secrets.
+
+Files are written 0644 (umask permitting): a results directory is made to be shared.
 
 results.json, schema version 1
 ------------------------------
@@ -19,7 +21,10 @@ Top level:
 - started_at, finished_at: ISO 8601 UTC strings; finished_at is null until `finish`
   (null in a saved file = the run was interrupted).
 - status: how the run ended, set with `finish(status=...)`: "complete" | "interrupted" |
-  "failed"; null until then.
+  "failed"; null until then. "complete" says the matrix ran to its end, not that no request
+  failed: the cells' errors say that (and `llmload run`'s exit status, `llmload.exitcodes`).
+- resumed_at: list of ISO 8601 times at which `llmload run --resume` continued the run
+  (absent if it never was); started_at stays the first start.
 - provenance: "measured" (a real server) | "simulated" (llmload's simulator).
 - sim_profile: simulator profile name, or null for measured runs.
 - config: the resolved scenario (`Scenario.to_dict()`): name, description, host,
@@ -46,7 +51,9 @@ Top level:
     the sample), requests_sent, output_tokens, measured_s, errors, error_samples (list of
     str, ≤ 3).
   - extras: prompt_tokens, reason, prefill_source, max_waiting (largest server queue seen),
-    client_cpu_pct_max, loop_lag_ms_max, warmup_cache_hit (bool or null), cached_tokens.
+    client_cpu_pct_max, loop_lag_ms_max, warmup_cache_hit (bool or null), cached_tokens,
+    longest_stall_s (decode: the longest silence of a request after its first token inside
+    the window; the cell is "stalled" when it exceeds the bound, see metrics.stall_bound_s).
 """
 
 from __future__ import annotations
@@ -55,13 +62,13 @@ import json
 import logging
 import math
 import os
-import re
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from llmload import __version__
+from llmload.redact import scrub_obj
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +81,7 @@ HTML_FILE = "report.html"
 PROVENANCES = ("measured", "simulated")
 CELL_STATUSES = (
     "valid", "over_capacity", "exceeds_context", "errors", "saturated", "client_bound",
-    "not_run", "running",
+    "stalled", "not_run", "running",
 )
 CELL_IDENTITY = ("phase", "context_tokens", "concurrency")
 CELL_FIGURE_KEYS = (
@@ -85,18 +92,10 @@ CELL_FIGURE_KEYS = (
 )
 CELL_EXTRA_KEYS = (
     "prompt_tokens", "reason", "prefill_source", "max_waiting", "client_cpu_pct_max",
-    "loop_lag_ms_max", "warmup_cache_hit", "cached_tokens",
+    "loop_lag_ms_max", "warmup_cache_hit", "cached_tokens", "longest_stall_s",
 )
 CELL_KEYS = (*CELL_IDENTITY, "status", *CELL_FIGURE_KEYS, *CELL_EXTRA_KEYS)
 
-#: Keys dropped anywhere in the document before writing (compared lower-case, exactly).
-SECRET_KEYS = frozenset({"api_key", "authorization", "openai_api_key", "headers"})
-_SECRET_PATTERNS = [
-    re.compile(r"(--(?:api-key|hf-token|token)(?:=|\s+))(\S+)"),
-    re.compile(r"\b([A-Z][A-Z0-9_]*(?:API_KEY|TOKEN|SECRET)=)(\S+)"),
-    re.compile(r"(Bearer\s+)(\S+)", re.I),
-]
-_MASK = "***"
 
 
 class ResultsError(ValueError):
@@ -130,19 +129,10 @@ def _cell_key(cell: dict[str, Any]) -> tuple[Any, ...]:
 # --------------------------------------------------------------------------- cleaning
 
 
-def mask_secrets(text: str) -> str:
-    """The text with API keys and tokens replaced by ***."""
-    for pattern in _SECRET_PATTERNS:
-        text = pattern.sub(lambda m: m.group(1) + _MASK, text)
-    return text
-
-
 def _clean(obj: Any) -> Any:
-    """JSON-ready copy: secret keys dropped, NaN/inf → None, numpy scalars → Python."""
+    """JSON-ready copy: NaN/inf → None, numpy scalars → Python (secrets: `redact`)."""
     if isinstance(obj, dict):
-        return {
-            str(k): _clean(v) for k, v in obj.items() if str(k).lower() not in SECRET_KEYS
-        }
+        return {str(k): _clean(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [_clean(v) for v in obj]
     if isinstance(obj, (set, frozenset)):
@@ -163,9 +153,7 @@ def _json_fallback(obj: Any) -> str:
 
 
 def _document_text(doc: dict[str, Any]) -> str:
-    clean = _clean(doc)
-    if clean.get("launch_command"):
-        clean["launch_command"] = mask_secrets(str(clean["launch_command"]))
+    clean = scrub_obj(_clean(doc))
     return json.dumps(clean, indent=2, ensure_ascii=False, allow_nan=False,
                       default=_json_fallback) + "\n"
 
@@ -173,6 +161,7 @@ def _document_text(doc: dict[str, Any]) -> str:
 def _atomic_write_text(path: Path, text: str) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; results are made to be shared
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
             f.write(text)
             f.flush()
@@ -186,6 +175,12 @@ def _atomic_write_text(path: Path, text: str) -> None:
         raise
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 # --------------------------------------------------------------------------- writer
 
 
@@ -195,6 +190,8 @@ class ResultsWriter:
     def __init__(self, out_dir: str | os.PathLike[str]) -> None:
         self.out_dir = Path(out_dir)
         self._doc: dict[str, Any] | None = None
+        self.render_error: str | None = None
+        """Why the page/CSV could not be rendered last time (None: they were)."""
 
     @property
     def results(self) -> dict[str, Any]:
@@ -233,6 +230,29 @@ class ResultsWriter:
         self._doc = doc
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self._write()
+
+    @staticmethod
+    def cleaned(doc: dict[str, Any]) -> dict[str, Any]:
+        """A document as it would be written: JSON values, secrets masked."""
+        return json.loads(_document_text(doc))
+
+    def resume(self, previous: dict[str, Any], meta: dict[str, Any]) -> None:
+        """Continue a previous run's document: its cells, started_at and config are kept,
+        the run's facts (server, hardware...) come from `meta`, and the time is added to
+        resumed_at."""
+        doc = dict(previous)
+        doc.update({k: v for k, v in meta.items() if k not in ("config", "plan")})
+        doc["schema_version"] = SCHEMA_VERSION
+        doc["resumed_at"] = [*(previous.get("resumed_at") or []), utc_now_iso()]
+        doc["finished_at"] = None
+        doc["status"] = None
+        doc["cells"] = [new_cell(**c) for c in previous.get("cells") or []]
+        self._doc = doc
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self._write()
+
+    def has_cell(self, cell: dict[str, Any]) -> bool:
+        return any(_cell_key(c) == _cell_key(cell) for c in self._require()["cells"])
 
     def add_cell(self, cell: dict[str, Any]) -> None:
         """Add a cell (missing keys become None) and write everything. report.html (whose
@@ -280,9 +300,12 @@ class ResultsWriter:
     def _write_renderings(self, clean: dict[str, Any], *, html: bool) -> None:
         try:
             write_renderings(clean, self.out_dir, html=html)
-        except Exception:
-            logger.exception("could not render %s, %s or %s; %s is intact",
-                             CSV_FILE, REPORT_FILE, HTML_FILE, RESULTS_FILE)
+            self.render_error = None
+        except Exception as exc:
+            self.render_error = f"{type(exc).__name__}: {exc}"
+            logger.error("could not render %s, %s or %s (%s); %s is intact",
+                         CSV_FILE, REPORT_FILE, HTML_FILE, self.render_error, RESULTS_FILE)
+            logger.debug("rendering failed", exc_info=True)
 
 
 #: A cell with any of these is drawn on report.html (see ResultsWriter.add_cell).
@@ -297,6 +320,7 @@ def write_renderings(doc: dict[str, Any], out_dir: str | os.PathLike[str], *,
     from llmload import report
 
     out = Path(out_dir)
+    doc = scrub_obj(doc)  # also a file written by an older llmload, or edited by hand
     _atomic_write_text(out / CSV_FILE, report.measurements_frame(doc).to_csv(index=False))
     _atomic_write_text(out / REPORT_FILE, report.render_markdown(doc))
     if html:

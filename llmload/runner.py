@@ -35,7 +35,8 @@ from llmload.capacity import PlannedCell, expected_duration_s, plan_matrix
 from llmload.clock import now
 from llmload.engines import ENDPOINT_PATHS
 from llmload.hardware import host_facts
-from llmload.metrics import classify_cell, median_prefill, window_figures
+from llmload.metrics import (classify_cell, counter_check, longest_stall, median_prefill, prefill_check,
+                             stall_bound_s, timing_check, usage_check, window_figures)
 from llmload.plugin import install, is_client_bound, state_of
 from llmload.probe import ServerInfo, build_prompts, probe_server, server_load
 from llmload.records import RequestRecord
@@ -56,8 +57,26 @@ MAX_DEAD_CELLS = 2
 """Stop the run after this many consecutive cells in which every request failed."""
 
 
+WAIT_NOTE_EVERY_S = 10.0
+"""While waiting for workers (to connect, or for their records), say so this often."""
+
+
 class RunError(Exception):
     """The run cannot go on; the message is one line for the user."""
+
+
+class WorkerLost(Exception):
+    """A worker process died or went silent during a cell; its records are lost."""
+
+
+def _exit_text(code: int | None) -> str:
+    if code is not None and code < 0:
+        import signal
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"signal {-code}"
+    return f"status {code}"
 
 
 @dataclass
@@ -124,9 +143,13 @@ class LocustDriver:
 
     def _start_workers(self, n: int, api_key: str | None) -> None:
         import llmload.locustfile as lf
+        from llmload.plugin import WATCH_PARENT_ENV
         env = dict(os.environ)
         if api_key:
             env["OPENAI_API_KEY"] = api_key
+        # The worker's stdin is a pipe we never write to: when this process ends, however it
+        # ends (SIGKILL included), the worker reads EOF and exits (plugin.WATCH_PARENT_ENV).
+        env[WATCH_PARENT_ENV] = "1"
         for _ in range(n):
             # stderr to a file, not a pipe nobody reads during the run: a full pipe would
             # block the worker. Its last line explains a worker that dies.
@@ -134,15 +157,21 @@ class LocustDriver:
             self.procs.append(subprocess.Popen(
                 [sys.executable, "-m", "locust", "-f", lf.__file__, "--worker", "--master-host",
                  "127.0.0.1", "--master-port", str(self.port), "--loglevel", "WARNING"],
-                env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr))
+                env=env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=stderr))
             self._stderr.append(stderr)
 
     def wait_for_workers(self, echo: Callable[[str], None]) -> None:
         if not self.distributed:
             return
         echo(f"Waiting for {self.expected} Locust worker(s) on port {self.port} ...")
-        deadline = time.monotonic() + WORKER_CONNECT_TIMEOUT_S
+        started = time.monotonic()
+        deadline = started + WORKER_CONNECT_TIMEOUT_S
+        next_note = started + WAIT_NOTE_EVERY_S
         while len(self.runner.clients.ready) < self.expected:
+            if time.monotonic() > next_note:
+                next_note += WAIT_NOTE_EVERY_S
+                echo(f"  {len(self.runner.clients.ready)} of {self.expected} worker(s) connected; "
+                     f"waiting up to {deadline - time.monotonic():.0f} s more")
             for p, stderr in zip(self.procs, self._stderr):
                 if p.poll() is not None:
                     stderr.seek(0)
@@ -155,6 +184,20 @@ class LocustDriver:
     @property
     def processes(self) -> int:
         return len(self.runner.clients) if self.distributed else 1
+
+    def worker_users(self) -> dict[str, int]:
+        """Users per connected worker (empty in one process)."""
+        if not self.distributed:
+            return {}
+        return {c.id: c.user_count for c in self.runner.clients.all}
+
+    def lost_workers(self) -> list[str]:
+        """Workers that died (a local process that exited) or stopped sending heartbeats."""
+        lost = [f"worker pid {p.pid} exited ({_exit_text(p.returncode)})"
+                for p in self.procs if p.poll() is not None]
+        if self.distributed:
+            lost += [f"worker {c.id} stopped sending heartbeats" for c in self.runner.clients.missing]
+        return lost
 
     def set_users(self, n: int) -> None:
         self.runner.start(n, spawn_rate=min(max(n, 1), 100))
@@ -170,6 +213,8 @@ class LocustDriver:
         except Exception as exc:  # shutting down: never mask the run's own outcome
             logger.debug("runner quit: %s", exc)
         for p in self.procs:
+            if p.stdin is not None:
+                p.stdin.close()  # the worker's parent watch sees EOF: it exits if still there
             try:
                 p.wait(timeout=5)
             except subprocess.TimeoutExpired:
@@ -215,12 +260,21 @@ class CellRunner:
         self.driver.send("llmload_cell", msg)
         timeout_s = self.ctx.scenario.request_timeout_s * (2 + planned.prompt_tokens * n / 200_000)
         self._wait_ready(cell_id, n, timeout_s)
+        users = self.driver.worker_users()
         facts: dict = {}
         if planned.phase == "decode":
-            facts = self._window(cell_id)
-        records, load = self._collect(cell_id, facts.get("t0"), facts.get("t1"))
+            facts = self._window(cell_id, users)
+        records, load = self._collect(cell_id, facts.get("t0"), facts.get("t1"), users)
         facts["load"] = load
         return records, facts
+
+    def _check_workers(self, users: dict[str, int] | None = None) -> None:
+        lost = self.driver.lost_workers()
+        if lost:
+            spread = (f" (the cell's {sum(users.values())} users ran on {len(users)} workers)"
+                      if users else "")
+            raise WorkerLost(f"worker lost: {'; '.join(lost)}; the records of its users are lost{spread},"
+                             " so the cell has no figures")
 
     def _wait_ready(self, cell_id: str, n: int, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -228,28 +282,52 @@ class CellRunner:
             if time.monotonic() > deadline:
                 raise _CellTimeout(f"only {self.state.ready_counts.get(cell_id, 0)} of {n} users "
                                    f"finished their warm-up within {timeout_s:.0f} s")
+            self._check_workers()
             gevent.sleep(0.02)
 
-    def _window(self, cell_id: str) -> dict:
+    def _window(self, cell_id: str, users: dict[str, int]) -> dict:
         d = self.ctx.scenario.duration_s
         lead = LEAD_DISTRIBUTED_S if self.driver.distributed else LEAD_LOCAL_S
         t0 = now() + lead
         t1 = t0 + d
         self.driver.send("llmload_go", {"id": cell_id, "t0": t0, "t1": t1})
         poller = gevent.spawn(_poll_server_load, self.ctx, t0, t1) if self.ctx.info.metrics else None
-        gevent.sleep(max(t1 - now(), 0) + 0.02)
-        waits, preempted = poller.get() if poller is not None else ([], None)
-        waits = sorted(waits)
+        try:
+            while now() < t1 + 0.02:
+                self._check_workers(users)
+                gevent.sleep(min(0.1, max(t1 + 0.02 - now(), 0)))
+        except WorkerLost:
+            if poller is not None:
+                poller.kill(block=False)
+            raise
+        polled = poller.get() if poller is not None else {"waits": [], "preemptions": None, "generated": None}
+        waits = sorted(polled["waits"])
         return {"t0": t0, "t1": t1, "max_waiting": waits[-1] if waits else None,
-                "median_waiting": waits[len(waits) // 2] if waits else None, "preemptions": preempted}
+                "median_waiting": waits[len(waits) // 2] if waits else None,
+                "preemptions": polled["preemptions"], "generated": polled["generated"]}
 
-    def _collect(self, cell_id: str, t0, t1) -> tuple[list[RequestRecord], dict]:
+    def _collect(self, cell_id: str, t0, t1, users: dict[str, int]) -> tuple[list[RequestRecord], dict]:
         self.driver.send("llmload_collect", {"id": cell_id, "t0": t0, "t1": t1})
         expected = self.driver.processes
-        deadline = time.monotonic() + COLLECT_TIMEOUT_S
+        started = time.monotonic()
+        deadline = started + COLLECT_TIMEOUT_S
+        next_note = started + WAIT_NOTE_EVERY_S / 2
         while len(self.state.collected.get(cell_id, [])) < expected and time.monotonic() < deadline:
+            if time.monotonic() > next_note:
+                next_note += WAIT_NOTE_EVERY_S
+                self.ctx.echo(f"    waiting for the records of {expected - len(self.state.collected.get(cell_id, []))}"
+                              f" process(es) (up to {deadline - time.monotonic():.0f} s more)")
+            try:
+                self._check_workers(users)
+            except WorkerLost:
+                self.state.collected.pop(cell_id, None)
+                raise
             gevent.sleep(0.02)
         replies = self.state.collected.pop(cell_id, [])
+        if len(replies) < expected:
+            missing = expected - len(replies)
+            raise WorkerLost(f"worker lost: {missing} of {expected} process(es) sent no records within "
+                             f"{COLLECT_TIMEOUT_S:.0f} s; their records are lost and the cell's are discarded")
         records = [RequestRecord.from_wire(r) for reply in replies for r in reply["records"]]
         loads = [reply.get("load") or {} for reply in replies]
         return records, _combine_loads(loads)
@@ -259,21 +337,32 @@ class _CellTimeout(Exception):
     pass
 
 
-def _poll_server_load(ctx: RunContext, t0: float, t1: float) -> tuple[list[float], float | None]:
-    """The server's waiting gauge, sampled every LOAD_POLL_S during [t0, t1], and how many
-    requests it preempted in the window (None where it does not say)."""
+def _poll_server_load(ctx: RunContext, t0: float, t1: float) -> dict:
+    """The server's waiting gauge, sampled every LOAD_POLL_S during [t0, t1]; how many
+    requests it preempted in the window (None where it does not say); and its
+    generated-token counter at the first and the last sample, with their times."""
     samples: list[float] = []
+    caps = ctx.info.caps
+
+    def sample() -> tuple[float, dict]:
+        t_before = now()
+        load = server_load(ctx.info.base_url, api_key=ctx.api_key, caps=caps)
+        return (t_before + now()) / 2, load
+
     gevent.sleep(max(t0 - now(), 0))
-    first = server_load(ctx.info.base_url, api_key=ctx.api_key).get("preemptions")
+    ta, first = sample()
     gevent.sleep(LOAD_POLL_S / 2)
     while now() < t1:
         waiting = server_load(ctx.info.base_url, api_key=ctx.api_key).get("waiting")
         if waiting is not None:
             samples.append(waiting)
         gevent.sleep(min(LOAD_POLL_S, max(t1 - now(), 0)))
-    last = server_load(ctx.info.base_url, api_key=ctx.api_key).get("preemptions")
-    preempted = last - first if first is not None and last is not None else None
-    return samples, preempted
+    tb, last = sample()
+    preempted = (last["preemptions"] - first["preemptions"]
+                 if first["preemptions"] is not None and last["preemptions"] is not None else None)
+    generated = (ta, tb, last["generated"] - first["generated"]) \
+        if first["generated"] is not None and last["generated"] is not None else None
+    return {"waits": samples, "preemptions": preempted, "generated": generated}
 
 
 def _combine_loads(loads: list[dict]) -> dict:
@@ -306,27 +395,54 @@ def decode_cell(planned: PlannedCell, records: list[RequestRecord], facts: dict)
     warm = [r for r in records if r.tag == "warmup"]
     fig = window_figures(decode, facts["t0"], facts["t1"], concurrency=planned.concurrency)
     load = facts["load"]
+    stall = longest_stall(decode, facts["t0"], facts["t1"])
+    bound_s = stall_bound_s(fig.tbt_ms)
+    stalled = stall is not None and stall.gap_s > bound_s
     status = classify_cell(figures=fig, concurrency=planned.concurrency,
                            waiting=facts.get("median_waiting"), client_bound=load["client_bound"],
-                           preemptions=facts.get("preemptions"))
+                           preemptions=facts.get("preemptions"), stalled=stalled)
     cell = not_run_cell(planned)
     cell.update({k: v for k, v in fig.to_dict().items() if k in FIGURE_KEYS or k in (
         "avg_streaming", "requests_sent", "errors", "error_samples")})
+    # A failed warm-up is a failed request of the cell, always counted the same way.
     warm_errors = [r for r in warm if r.status == "error"]
-    if warm_errors and status != "errors":
+    if warm_errors:
         status = "errors"
         cell["errors"] = (cell.get("errors") or 0) + len(warm_errors)
-        cell["error_samples"] = list(cell.get("error_samples") or []) + [f"warm-up: {warm_errors[0].error}"]
-    cell.update({"status": status, "reason": _status_reason(status, fig, facts, planned),
+        samples = list(cell.get("error_samples") or [])
+        for r in warm_errors:
+            text = f"warm-up: {r.error or 'failed'}"
+            if text not in samples and len(samples) < 3:
+                samples.append(text)
+        cell["error_samples"] = samples
+    facts = {**facts, "stall": stall, "stall_bound_s": bound_s}
+    cell["longest_stall_s"] = stall.gap_s if stall is not None else None
+    cell.update({"status": status, "reason": _status_reason(status, fig, facts, planned, cell),
                  "max_waiting": facts.get("max_waiting"), "median_waiting": facts.get("median_waiting"),
                  "preemptions": facts.get("preemptions"),
                  "client_cpu_pct_max": load.get("cpu_pct_max"),
                  "client_cpu_pct_mean": load.get("cpu_pct_mean"), "loop_lag_ms_max": load.get("lag_ms_max"),
                  "loop_lag_ms_p50": load.get("lag_ms_p50"), "loop_lag_ms_p90": load.get("lag_ms_p90"),
-                 "server_prompt_tokens": _server_prompt_tokens(decode or warm),
+                 "server_prompt_tokens": _server_prompt_tokens(decode + warm),
                  "warmup_cache_hit": _warm_cache_hit(decode, planned),
-                 "token_source": _token_source(decode)})
+                 "token_source": _token_source(decode),
+                 "usage_mismatches": sum(1 for r in decode if r.status == "ok" and r.completion_tokens is not None
+                                         and r.finish_reason is not None and r.output_tokens != r.completion_tokens),
+                 "server_check": _decode_check(decode, facts)})
     return cell
+
+
+def _decode_check(decode: list[RequestRecord], facts: dict) -> dict | None:
+    """The server's own account of the window, where it gives one (metrics.ServerCheck):
+    per-request timings (llama.cpp), else a generated-token counter that moves every step
+    (vLLM, SGLang), else the final usage of chunk-counted requests."""
+    check = timing_check(decode, facts["t0"], facts["t1"])
+    if check is None and facts.get("generated") is not None:
+        ta, tb, delta = facts["generated"]
+        check = counter_check(decode, ta, tb, delta, source="generated-token counter delta")
+    if check is None:
+        check = usage_check(decode)
+    return check.to_dict() if check is not None else None
 
 
 def prefill_cell(planned: PlannedCell, records: list[RequestRecord], *, source: str) -> dict:
@@ -336,15 +452,21 @@ def prefill_cell(planned: PlannedCell, records: list[RequestRecord], *, source: 
     fig = median_prefill(samples)
     if fig.samples:
         cell.update({"prompt_tok_s": fig.prompt_tok_s, "ttft_ms": fig.ttft_ms, "completed_requests": len(samples)})
+    check = prefill_check(samples)
     cell.update({"status": "errors" if failed or not fig.samples else "valid", "prefill_source": source,
                  "errors": len(failed), "error_samples": list(dict.fromkeys(r.error for r in failed))[:3],
-                 "server_prompt_tokens": _server_prompt_tokens(samples)})
+                 "server_prompt_tokens": _server_prompt_tokens(samples), "cached_tokens": fig.cached_tokens,
+                 "server_check": check.to_dict() if check is not None else None})
     if failed or not fig.samples:
-        cell["reason"] = "the cold request failed" if failed else "no token came back"
+        cell["reason"] = (f"{len(failed)} failed request(s)" if failed else "no token came back")
     return cell
 
 
-def _status_reason(status: str, fig, facts: dict, planned: PlannedCell) -> str:
+def _status_reason(status: str, fig, facts: dict, planned: PlannedCell, cell: dict) -> str:
+    if status == "stalled":
+        stall = facts["stall"]
+        return (f"a request received no token for {stall.gap_s:.1f} s after its first one "
+                f"(bound {facts['stall_bound_s']:.1f} s)")
     if status == "saturated" and facts.get("preemptions"):
         return f"the server preempted {facts['preemptions']:g} request(s): N sequences did not fit its KV cache"
     if status == "saturated":
@@ -353,7 +475,9 @@ def _status_reason(status: str, fig, facts: dict, planned: PlannedCell) -> str:
     if status == "client_bound":
         return "the load generator was the bottleneck (CPU or event-loop lag)"
     if status == "errors":
-        return f"{fig.errors} failed request(s)"
+        if fig.avg_active is None and not cell.get("errors"):
+            return "no request was in flight during the window"
+        return f"{cell.get('errors') or 0} failed request(s)"
     return ""
 
 
@@ -371,7 +495,7 @@ def _warm_cache_hit(decode: list[RequestRecord], planned: PlannedCell) -> bool |
 
 def _token_source(records: list[RequestRecord]) -> str | None:
     sources = {r.token_source for r in records if r.chunk_times_s}
-    for s in ("chunks", "final_usage", "continuous_usage"):
+    for s in ("chunks", "timings_per_token", "continuous_usage"):
         if s in sources:
             return s
     return None
@@ -382,53 +506,130 @@ def _token_source(records: list[RequestRecord]) -> str | None:
 
 def run_matrix(scenario: Scenario, *, api_key: str | None = None, out_dir: str | None = None,
                master_bind: str | None = None, expect_workers: int | None = None,
-               echo: Callable[[str], None] = print) -> str:
-    """Run the scenario's matrix; returns the results directory. Raises RunError/ProbeError."""
+               echo: Callable[[str], None] = print, force: bool = False, resume: bool = False) -> str:
+    """Run the scenario's matrix; returns the results directory. Raises RunError/ProbeError/
+    RunDirError. With `resume`, out_dir holds an earlier run of this scenario: its finished
+    cells are kept and the rest are run (the caller passes the scenario it stored)."""
+    from llmload.rundir import claim
+    # A given --out is claimed (created, locked, checked) before anything starts.
+    run_dir = claim(out_dir, force=force, resume=resume) if out_dir else None
+    try:
+        return _run_matrix(scenario, api_key=api_key, run_dir=run_dir, master_bind=master_bind,
+                           expect_workers=expect_workers, echo=echo)
+    finally:
+        if run_dir is not None:
+            run_dir.release()
+
+
+def _run_matrix(scenario: Scenario, *, api_key: str | None, run_dir, master_bind: str | None,
+                expect_workers: int | None, echo: Callable[[str], None]) -> str:
+    from llmload.rundir import RunDirError, claim, differences, finished_cells, resume_differences
+    if run_dir is not None and run_dir.previous is not None:
+        # A changed configuration is refused before anything starts.
+        from llmload.results import ResultsWriter
+        config = ResultsWriter.cleaned({"config": scenario.to_dict()})["config"]
+        diffs = [f"config.{d}" for d in differences(run_dir.previous.get("config") or {}, config)]
+        if diffs:
+            raise RunDirError(f"--resume {run_dir.path}: the configuration differs from the run's: "
+                              f"{'; '.join(diffs[:3])}" + (f" (and {len(diffs) - 3} more)" if len(diffs) > 3 else ""))
     with server_for(scenario, echo) as base_url:
         info = probe_server(base_url, api_key=api_key, model=scenario.model,
-                            kv_cache_tokens=scenario.kv_cache_tokens)
+                            kv_cache_tokens=scenario.kv_cache_tokens,
+                            launch_command=scenario.launch_command)
         _echo_server(info, echo)
         ctx = RunContext(scenario=scenario, info=info, echo=echo, api_key=api_key)
         prompts = build_prompts(info, endpoint=scenario.endpoint, api_key=api_key)
         plan = plan_matrix(contexts=list(scenario.contexts), prefill_contexts=list(scenario.prefill_contexts),
                            concurrency=list(scenario.concurrency), max_tokens=scenario.max_tokens,
                            kv_cache_tokens=info.kv_cache_tokens, block_size=info.block_size,
-                           max_model_len=info.max_model_len)
+                           max_model_len=info.max_model_len, max_sequences=info.max_sequences)
         if not scenario.warmup or scenario.prefill_repeats > 1:
             # No cold warm-up to borrow (or several samples wanted): prefill on its own.
             plan = [_standalone(c) for c in plan]
-        _echo_plan(plan, scenario, echo)
         from llmload.results import ResultsWriter
-        out = out_dir or default_out_dir(info.model)
-        writer = ResultsWriter(out)
-        writer.start(_meta(ctx, plan, prompts))
-        driver = LocustDriver(host=info.base_url, workers=scenario.workers, master_bind=master_bind,
-                              expect_workers=expect_workers, api_key=api_key)
-        try:
-            driver.wait_for_workers(echo)
-            _run_plan(ctx, driver, prompts, plan, writer)
-        except KeyboardInterrupt:
-            echo("Interrupted: the cells measured so far are saved.")
-            writer.finish(status="interrupted")
-            raise
-        except Exception:
-            writer.finish(status="failed")
-            raise
+        meta = _meta(ctx, plan, prompts)
+        if run_dir is None:
+            run_dir = claim(default_out_dir(info.model))
+            owned = run_dir
         else:
-            writer.finish(status="complete")
+            owned = None
+        try:
+            previous = run_dir.previous
+            done: dict = {}
+            if previous is not None:
+                written = ResultsWriter.cleaned(meta)
+                diffs = resume_differences(previous, config=written["config"], server=written["server"],
+                                           plan=written["plan"])
+                if diffs:
+                    raise RunDirError(f"--resume {run_dir.path}: the configuration or server differs from "
+                                      f"the run's: {'; '.join(diffs[:3])}" + (f" (and {len(diffs) - 3} more)"
+                                                                             if len(diffs) > 3 else ""))
+                done = finished_cells(previous)
+                left = sum(1 for c in plan if c.runs and (c.phase, c.context_tokens, c.concurrency) not in done)
+                echo(f"Resuming {run_dir.path}: {len(done)} cell(s) kept, {left} to run.")
+            _echo_plan(plan, scenario, echo)
+            out = str(run_dir.path)
+            writer = ResultsWriter(out)
+            if previous is not None:
+                writer.resume(previous, meta)
+            else:
+                writer.start(meta)
+            _drive(ctx, prompts, plan, writer, done, master_bind=master_bind, expect_workers=expect_workers)
         finally:
-            driver.close()
+            if owned is not None:
+                owned.release()
         _echo_matrix(writer.results, echo)
-        echo(f"Report: {os.path.join(out, 'report.md')}")
-        echo(f"HTML report: {os.path.join(out, 'report.html')}")
+        if writer.render_error:
+            echo(f"Report not rendered ({writer.render_error}); results: {os.path.join(out, 'results.json')}")
+        else:
+            echo(f"Report: {os.path.join(out, 'report.md')}")
+            echo(f"HTML report: {os.path.join(out, 'report.html')}")
         return out
 
 
-def _run_plan(ctx: RunContext, driver: LocustDriver, prompts, plan: list[PlannedCell], writer) -> None:
+def _drive(ctx: RunContext, prompts, plan: list[PlannedCell], writer, done: dict, *,
+           master_bind: str | None, expect_workers: int | None) -> None:
+    """Start Locust, run the cells not yet done, and end the results as the run ends."""
+    echo = ctx.echo
+    try:
+        driver = LocustDriver(host=ctx.info.base_url, workers=ctx.scenario.workers,
+                              master_bind=master_bind, expect_workers=expect_workers, api_key=ctx.api_key)
+    except Exception:
+        writer.finish(status="failed")
+        raise
+    try:
+        driver.wait_for_workers(echo)
+        _run_plan(ctx, driver, prompts, plan, writer, done)
+    except KeyboardInterrupt:
+        echo("Interrupted: the cells measured so far are saved.")
+        writer.finish(status="interrupted")
+        raise
+    except BaseException:
+        writer.finish(status="failed")
+        raise
+    else:
+        writer.finish(status="complete")
+    finally:
+        driver.close()
+
+
+def _key(c: PlannedCell) -> tuple:
+    return (c.phase, c.context_tokens, c.concurrency)
+
+
+def _run_plan(ctx: RunContext, driver: LocustDriver, prompts, plan: list[PlannedCell], writer,
+              done: dict | None = None) -> None:
+    """Run the plan's cells that are not in `done` (the finished cells of a resumed run)."""
+    done = done or {}
     runner = CellRunner(ctx, driver, prompts)
-    to_run = [c for c in plan if c.runs and not (c.phase == "prefill" and c.prefill_source == "decode_warmup")]
-    deferred = {c.context_tokens: c for c in plan if c.phase == "prefill" and c.runs
+    pending = [c for c in plan if c.runs and _key(c) not in done]
+    deferred = {c.context_tokens: c for c in pending if c.phase == "prefill"
                 and c.prefill_source == "decode_warmup"}
+    for context, c in list(deferred.items()):
+        if ("decode", context, 1) in done:  # its decode warm-up already ran: on its own now
+            pending[pending.index(c)] = _standalone(c)
+            del deferred[context]
+    to_run = [c for c in pending if not (c.phase == "prefill" and c.prefill_source == "decode_warmup")]
     # Every planned cell is on disk from the start, in plan order; a measured cell replaces
     # its "not_run" entry, so an interrupted run shows exactly what is missing.
     for planned in plan:
@@ -436,7 +637,11 @@ def _run_plan(ctx: RunContext, driver: LocustDriver, prompts, plan: list[Planned
         if planned.runs:
             cell.update(status="not_run", reason="measured during the decode warm-up at N=1"
                         if planned in deferred.values() else "not run yet")
-        writer.add_cell(cell)
+        if writer.has_cell(cell):
+            if _key(planned) not in done:
+                writer.update_cell(cell)
+        else:
+            writer.add_cell(cell)
     started = time.monotonic()
     dead = 0
     prefill_tok_s: float | None = None
@@ -446,6 +651,12 @@ def _run_plan(ctx: RunContext, driver: LocustDriver, prompts, plan: list[Planned
                  f" · about {_clock(eta)} left")
         try:
             records, facts = runner.run(planned)
+        except WorkerLost as exc:
+            cell = {**not_run_cell(planned), "status": "errors", "reason": str(exc), "errors": 1,
+                    "error_samples": [str(exc)]}
+            writer.update_cell(cell)
+            ctx.echo(f"    errors: {exc}")
+            raise RunError(f"stopping: {exc}") from None
         except _CellTimeout as exc:
             cell = {**not_run_cell(planned), "status": "errors", "reason": str(exc), "errors": 1,
                     "error_samples": [str(exc)]}
@@ -522,7 +733,10 @@ def _label(planned: PlannedCell) -> str:
 
 
 def _clock(seconds: float) -> str:
+    """m:ss, or h:mm:ss from an hour on."""
     seconds = int(round(seconds))
+    if seconds >= 3600:
+        return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
     return f"{seconds // 60}:{seconds % 60:02d}"
 
 
@@ -543,27 +757,29 @@ def _summary(cell: dict) -> str:
 
 
 def _echo_server(info: ServerInfo, echo: Callable[[str], None]) -> None:
-    kv = (f"{info.kv_cache_tokens:,} tokens ({info.kv_cache_source})" if info.kv_cache_tokens
-          else "unknown (every cell runs; queueing marks what does not fit)")
     what = f"llmload sim, profile {info.sim_profile}" if info.simulated else info.engine
     echo(f"Server: {info.base_url} · {what} {info.version or ''}".rstrip())
-    echo(f"  model {info.model} · max model length {info.max_model_len or 'unknown'} · KV cache {kv}"
-         f" · prefix caching {'on' if info.prefix_caching else 'off' if info.prefix_caching is False else 'unknown'}")
+    echo(f"  model {info.model} · prefix caching "
+         f"{'on' if info.prefix_caching else 'off' if info.prefix_caching is False else 'unknown'}")
+    from llmload.report import limit_lines
+    for line in limit_lines(info.to_dict()):
+        echo(f"  {line}")
 
 
 def _echo_plan(plan: list[PlannedCell], scenario: Scenario, echo: Callable[[str], None]) -> None:
     runs = [c for c in plan if c.runs]
+    expected = expected_duration_s(plan, duration_s=scenario.duration_s)
     echo(f"Plan: {len(plan)} cells, {len(runs)} to run, about "
-         f"{_clock(expected_duration_s(plan, duration_s=scenario.duration_s))} (m:ss) expected")
+         f"{_clock(expected)} ({'h:mm:ss' if expected >= 3600 else 'm:ss'}) expected")
     for c in plan:
         where = f" ({c.prefill_source.replace('_', ' ')})" if c.prefill_source else ""
         echo(f"  {_label(c):<24} {c.status.replace('_', ' ')}{where}"
-             + (f" — {c.reason}" if c.reason and not c.runs else ""))
+             + (f" — {c.reason}" if c.reason and (not c.runs or c.status == "queued") else ""))
 
 
 def _meta(ctx: RunContext, plan: list[PlannedCell], prompts) -> dict:
     info, sc = ctx.info, ctx.scenario
-    server = {k: v for k, v in info.to_dict().items() if k not in ("extra",)}
+    server = info.to_dict()
     server["token_ids_prompts"] = bool(prompts.pool_ids)
     # Only an engine that accepts ignore_eos decodes exactly max_tokens every time.
     server["fixed_output_length"] = info.caps.ignore_eos

@@ -160,13 +160,15 @@ def _optional_tokens(value: Any) -> int | None:
     return None if value is None or value == "" else _tokens_at_least_1(value)
 
 
-def _int_at_least(minimum: int) -> Callable[[Any], int]:
+def _int_at_least(minimum: int, maximum: int | None = None) -> Callable[[Any], int]:
     def parse(value: Any) -> int:
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         if isinstance(value, float):
             raise ValueError(f"invalid integer {value!r}")
         values = parse_int_list([value], minimum=minimum)
+        if maximum is not None and values[0] > maximum:
+            raise ValueError(f"{values[0]:,} is more than {maximum:,}")
         return values[0]
 
     return parse
@@ -239,7 +241,7 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "prefill_repeats": _int_at_least(1),
     "request_timeout_s": parse_duration,
     "launch_command": _optional_text,
-    "workers": _int_at_least(0),
+    "workers": _int_at_least(0, 256),
     "server_hardware": lambda v: _facts(v),
     "server_info": lambda v: _facts(v),
 }
@@ -287,6 +289,8 @@ def load_scenario(path: str | os.PathLike[str]) -> dict[str, Any]:
             data = yaml.safe_load(f)
     except OSError as e:
         raise ScenarioError(f"{source}: cannot read the file: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise ScenarioError(f"{source}: not UTF-8 text (byte {e.start}): save the file as UTF-8") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark is not None else ""

@@ -2,20 +2,33 @@
 
 A `TokenTimeline` is fed `(arrival_time, payloads)` for each socket read of one streamed
 completion and turns them into per-chunk token arrivals plus the final facts of the
-request (finish reason, usage, in-stream error). It does no I/O and reads no clock.
+request (finish reason, usage, in-stream error, the server's own timings). It does no I/O
+and reads no clock.
 
-Token counts per chunk, best source first (measurement.md, servers.md):
-1. "continuous_usage": the delta of `usage.completion_tokens`, which vLLM/SGLang put on
-   every chunk with `stream_options.continuous_usage_stats`. One chunk can carry several
-   tokens (speculative decoding, --stream-interval): never count chunks as tokens.
-2. "final_usage": no usage per chunk, but a final usage: its completion_tokens are spread
-   over the content-bearing chunks.
-3. "chunks": no usage at all: each content-bearing chunk counts one token (flagged).
+Token counts per chunk (measurement.md, servers.md):
+1. exact: the delta of a cumulative count that the server puts on every chunk once asked
+   (`engines.EngineCaps.count_key`): vLLM/SGLang `usage.completion_tokens` with
+   `continuous_usage_stats` ("continuous_usage"), llama.cpp `timings.predicted_n` with
+   `timings_per_token` ("timings_per_token"). One chunk can carry several tokens
+   (speculative decoding, --stream-interval, a chat output parser that holds text back),
+   and a chunk whose count grew is a token arrival even with empty content (a token that
+   ends inside a UTF-8 character): never count chunks as tokens where a count exists.
+2. "chunks": the server gives no per-chunk count: each content-bearing chunk counts one
+   token (flagged in the results). A final usage is kept (`completion_tokens`) to check
+   that count, never spread evenly over the chunks.
 Role-only and empty chunks are not tokens.
 
-Hot path: a chunk costs one or two precompiled regex searches on its bytes. A full
-`json.loads` happens only for the rare chunks that carry a finish reason, the final usage
-or an error, so per-token work stays a few microseconds.
+What is trusted: a count is read only from inside its own object (`"usage": {...}` or
+`"timings": {...}`), never from text that mentions it; an event whose bytes do not look
+like one whole JSON object (not ending in "}", unbalanced braces or quotes) is parsed in
+full, and one that does not parse fails the request with the reason; an error object is
+looked for anywhere in the event, not only at its start.
+
+Hot path: a chunk costs a few substring counts and one or two precompiled regex searches
+on its bytes. A full `json.loads` happens only for the rare chunks that carry a finish
+reason, the final usage or an error, for events that fail the cheap shape check (text with
+braces or escaped quotes in it), and once at the end of a cut request whose server
+reports timings, so per-token work stays a few microseconds.
 """
 
 from __future__ import annotations
@@ -25,28 +38,57 @@ import re
 from array import array
 
 _DONE = b"[DONE]"
-_COMPLETION_TOKENS = re.compile(rb'"completion_tokens"\s*:\s*(\d+)')
 # Text in a completions choice, a chat delta's content, or a reasoning model's reasoning
 # text; non-empty when the opening quote is followed by anything but the closing quote.
 _NONEMPTY_TEXT = re.compile(rb'"(?:text|content|reasoning_content|reasoning)"\s*:\s*"[^"]')
 _FINISHED = re.compile(rb'"finish_reason"\s*:\s*"')
 _EMPTY_CHOICES = re.compile(rb'"choices"\s*:\s*\[\s*\]')
+# Every error shape ({"error": ...}, {"object": "error"}) holds this; so can a text that
+# ends in the word (rare: it then takes the full parse, which decides).
+_ERROR = b'error"'
+_COUNT_PATTERNS: dict[str, re.Pattern] = {}
+#: Per cumulative count key: the object that holds it and the token source it gives.
+COUNT_KEYS = {"completion_tokens": ("usage", "continuous_usage"),
+              "predicted_n": ("timings", "timings_per_token")}
+
+
+def _count_pattern(key: str) -> re.Pattern:
+    pattern = _COUNT_PATTERNS.get(key)
+    if pattern is None:
+        pattern = _COUNT_PATTERNS[key] = re.compile(rb'"' + key.encode() + rb'"\s*:\s*(\d+)')
+    return pattern
+
+
+def _looks_whole(payload: bytes) -> bool:
+    """Cheap shape check of one JSON object: a closing brace at the end, as many "{" as
+    "}" and an even number of quotes. Text with braces or escaped quotes fails it too:
+    those events take the full parse, which decides."""
+    return (payload.endswith(b"}") and payload.count(b"{") == payload.count(b"}")
+            and not payload.count(b'"') & 1)
 
 
 class TokenTimeline:
     """Accumulates one request's stream. Call `feed` per read, then `finish`."""
 
     __slots__ = (
-        "chunk_times_s", "chunk_tokens", "continuous", "_last_completion", "done",
-        "finish_reason", "prompt_tokens", "completion_tokens", "cached_tokens", "error",
+        "chunk_times_s", "chunk_tokens", "continuous", "_last_count", "done", "_count",
+        "_key", "_container", "_opening", "_source", "_last", "finish_reason", "prompt_tokens",
+        "completion_tokens", "cached_tokens", "error", "timings",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, count_key: str = "completion_tokens") -> None:
         self.chunk_times_s = array("d")
         self.chunk_tokens = array("I")
+        self._key = count_key
+        self._count = _count_pattern(count_key)
+        self._container, self._source = COUNT_KEYS[count_key]
+        self._opening = b'"' + self._container.encode() + b'"'
+        """Where the count's own object starts (`"usage"`): a count is read after it only."""
         self.continuous = False
-        """True once a chunk with choices carried a cumulative usage (continuous usage)."""
-        self._last_completion = 0
+        """True once a chunk with choices carried the cumulative count."""
+        self._last_count = 0
+        self._last: bytes | None = None
+        """The last token-carrying payload (its timings are read at the end of a cut request)."""
         self.done = False
         """True once `data: [DONE]` arrived."""
         self.finish_reason: str | None = None
@@ -54,6 +96,8 @@ class TokenTimeline:
         self.completion_tokens: int | None = None
         self.cached_tokens: int | None = None
         self.error: str | None = None
+        self.timings: dict | None = None
+        """The server's own timings object (llama.cpp), the latest one seen."""
 
     def feed(self, t: float, payloads: list[bytes]) -> None:
         """Payloads that arrived together in one read at time t."""
@@ -78,41 +122,49 @@ class TokenTimeline:
             elif stripped:
                 self.error = self.error or f"unexpected event data: {payload[:120]!r}"
             return 0
-        if _EMPTY_CHOICES.search(payload) is not None or b'"error"' in payload[:12] \
-                or b'"object":"error"' in payload or b'"object": "error"' in payload:
-            # The final usage chunk (or an error): facts, no new tokens.
-            self._slow(payload)
-            return 0
-        finished = _FINISHED.search(payload) is not None
-        m = _COMPLETION_TOKENS.search(payload)
-        if m is not None and (self.continuous or not finished):
-            self.continuous = True
-            n = int(m.group(1))
-            tokens = n - self._last_completion
-            self._last_completion = n
-            tokens = tokens if tokens > 0 else 0
+        if _ERROR in payload or not _looks_whole(payload) or _EMPTY_CHOICES.search(payload) is not None \
+                or _FINISHED.search(payload) is not None:
+            # An error, the final usage chunk, a finish, or an odd shape: parse it.
+            return self._slow(payload)
+        start = payload.find(self._opening)
+        if start >= 0:
+            m = self._count.search(payload, start)
+            if m is None or payload.find(b"}", start, m.start()) >= 0:
+                return self._slow(payload)  # the object is there but not simple: parse
+            tokens = self._counted(int(m.group(1)))
         else:
-            # Provisional one token per content chunk; `finish` respreads final usage.
             tokens = 1 if _NONEMPTY_TEXT.search(payload) is not None else 0
-        if finished:
-            self._slow(payload)
+        if tokens:
+            self._last = payload
         return tokens
 
-    def _slow(self, payload: bytes) -> None:
+    def _counted(self, n: int) -> int:
+        """New tokens given the server's cumulative count n."""
+        self.continuous = True
+        tokens = n - self._last_count
+        self._last_count = n
+        return tokens if tokens > 0 else 0
+
+    def _slow(self, payload: bytes) -> int:
+        """A full parse: the chunk's facts, and its tokens by the same rules as `_scan`."""
         try:
             obj = json.loads(payload)
         except ValueError:
             self.error = self.error or f"malformed event data: {payload[:120]!r}"
-            return
+            return 0
         if not isinstance(obj, dict):
-            return
+            self.error = self.error or f"unexpected event data: {payload[:120]!r}"
+            return 0
         err = _error_message(obj)
         if err is not None:
             self.error = err
-            return
-        for choice in obj.get("choices") or ():
-            if isinstance(choice, dict) and choice.get("finish_reason"):
+            return 0
+        choices = [c for c in obj.get("choices") or () if isinstance(c, dict)]
+        finished = False
+        for choice in choices:
+            if choice.get("finish_reason"):
                 self.finish_reason = str(choice["finish_reason"])
+                finished = True
         usage = obj.get("usage")
         if isinstance(usage, dict):
             self.prompt_tokens = usage.get("prompt_tokens", self.prompt_tokens)
@@ -120,21 +172,48 @@ class TokenTimeline:
             details = usage.get("prompt_tokens_details")
             if isinstance(details, dict) and details.get("cached_tokens") is not None:
                 self.cached_tokens = details["cached_tokens"]
+        timings = obj.get("timings")
+        if isinstance(timings, dict):
+            self.timings = timings
+            self._last = None
+        if not choices:
+            return 0  # the final usage chunk: facts, no new tokens
+        holder = obj.get(self._container)
+        n = holder.get(self._key) if isinstance(holder, dict) else None
+        # A final usage on the finishing chunk of a server without continuous usage is a
+        # total, not a cumulative count: only a stream that counted all along is trusted.
+        if isinstance(n, int) and not isinstance(n, bool) and (
+                self.continuous or not finished or self._container != "usage"):
+            return self._counted(n)
+        return 1 if any(_has_text(c) for c in choices) else 0
 
     def finish(self) -> str:
         """Close the stream; returns the token source (see the module docstring)."""
-        if self.continuous:
-            return "continuous_usage"
-        if self.completion_tokens is not None and self.chunk_times_s:
-            base, extra = divmod(self.completion_tokens, len(self.chunk_times_s))
-            self.chunk_tokens = array(
-                "I", [base + (1 if i < extra else 0) for i in range(len(self.chunk_times_s))])
-            return "final_usage"
-        return "chunks"
+        if self._last is not None and b'"timings"' in self._last:
+            # A request cut before its final chunk: the last chunk's cumulative timings.
+            last, self._last = self._last, None
+            self._slow_timings(last)
+        return self._source if self.continuous else "chunks"
+
+    def _slow_timings(self, payload: bytes) -> None:
+        try:
+            obj = json.loads(payload)
+        except ValueError:
+            return
+        timings = obj.get("timings") if isinstance(obj, dict) else None
+        if isinstance(timings, dict):
+            self.timings = timings
 
     @property
     def output_tokens(self) -> int:
         return sum(self.chunk_tokens)
+
+
+def _has_text(choice: dict) -> bool:
+    delta = choice.get("delta")
+    where = delta if isinstance(delta, dict) else choice
+    return any(isinstance(where.get(k), str) and where[k] for k in ("text", "content", "reasoning_content",
+                                                                       "reasoning"))
 
 
 def _error_message(obj: dict) -> str | None:

@@ -10,6 +10,8 @@ Rules:
   separates items, so "0,16K,32K" is three counts and separators are not allowed there.
 - Durations are seconds unless suffixed: "30", "30s", "2m", "1.5m", "500ms", "1h"; they must
   be greater than zero.
+- Absurd sizes are refused, not overflowed: a token count above MAX_TOKENS (2^40), an
+  integer (concurrency) above MAX_INT, a duration above MAX_DURATION_S (7 days).
 - Bad input raises ValueError with a one-line message that quotes the bad value.
 """
 
@@ -19,6 +21,9 @@ import math
 import re
 from collections.abc import Iterable
 
+MAX_TOKENS = 2 ** 40
+MAX_INT = 1_000_000
+MAX_DURATION_S = 7 * 24 * 3600.0
 _TOKEN_SUFFIX = {"": 1, "k": 1024, "m": 1024 * 1024}
 _DURATION_SUFFIX_S = {"": 1.0, "s": 1.0, "ms": 0.001, "m": 60.0, "min": 60.0, "h": 3600.0}
 
@@ -33,6 +38,8 @@ def parse_tokens(s: str | int) -> int:
     if isinstance(s, int):
         if s < 0:
             raise ValueError(f"invalid token count {s!r}: must not be negative")
+        if s > MAX_TOKENS:
+            raise ValueError(f"invalid token count {s!r}: more than {MAX_TOKENS:,} tokens")
         return s
     if not isinstance(s, str):
         raise ValueError(f"invalid token count {s!r}: expected a number like 8192 or 16K")
@@ -41,6 +48,8 @@ def parse_tokens(s: str | int) -> int:
         raise ValueError(f"invalid token count {s!r}: expected a number like 8192, 8,192 or 16K")
     num, suffix = m.group("num"), m.group("suffix").lower()
     value = float(num.replace(",", "")) * _TOKEN_SUFFIX[suffix]
+    if not math.isfinite(value) or value > MAX_TOKENS:
+        raise ValueError(f"invalid token count {s!r}: more than {MAX_TOKENS:,} tokens")
     if not value.is_integer():
         raise ValueError(f"invalid token count {s!r}: not a whole number of tokens")
     return int(value)
@@ -72,6 +81,8 @@ def parse_int_list(s: str | Iterable[str | int], *, minimum: int = 1) -> list[in
             raise ValueError(f"invalid integer {item!r} in {s!r}") from None
         if value < minimum:
             raise ValueError(f"invalid integer {item!r} in {s!r}: must be at least {minimum}")
+        if value > MAX_INT:
+            raise ValueError(f"invalid integer {item!r} in {s!r}: more than {MAX_INT:,}")
         out.append(value)
     return out
 
@@ -91,6 +102,8 @@ def parse_duration(s: str | int | float) -> float:
         raise ValueError(f"invalid duration {s!r}: expected e.g. 30s, 2m or 500ms")
     if not math.isfinite(value) or value <= 0:
         raise ValueError(f"invalid duration {s!r}: must be greater than zero")
+    if value > MAX_DURATION_S:
+        raise ValueError(f"invalid duration {s!r}: more than 7 days")
     return value
 
 

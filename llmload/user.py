@@ -28,6 +28,16 @@ logger = logging.getLogger(__name__)
 
 ERROR_BACKOFF_S = 0.2
 """Pause after a failed request, so a dead server is not hammered in a tight loop."""
+MAX_RETRY_AFTER_S = 300.0
+"""The longest Retry-After honoured (a server asking for more is waited for this long)."""
+
+
+def backoff_s(record) -> float:
+    """How long to wait after a failed request: the server's Retry-After where it sent one
+    (at most MAX_RETRY_AFTER_S), else ERROR_BACKOFF_S."""
+    if record.retry_after_s is not None:
+        return min(max(record.retry_after_s, ERROR_BACKOFF_S), MAX_RETRY_AFTER_S)
+    return ERROR_BACKOFF_S
 
 
 class LLMUser(User):
@@ -74,10 +84,11 @@ class LLMUser(User):
         key = f"{self.llm.run_id}/{self.user_id}" + (f"/{self.request_no}" if opts["cold"] else "")
         body = setup["body"](key)
         client = self._client(setup["base_url"], opts["timeout_s"])
-        record = client.stream(setup["path"], body, user_id=self.user_id, tag="adhoc")
+        record = client.stream(setup["path"], body, user_id=self.user_id, tag="adhoc",
+                               count_key=setup["count_key"])
         self.llm.add(record, name=setup["path"])
         if record.status == "error":
-            gevent.sleep(ERROR_BACKOFF_S)
+            gevent.sleep(backoff_s(record))
 
     # ---------------------------------------------------------------- matrix cells
 
@@ -93,16 +104,20 @@ class LLMUser(User):
         client = self._client(cell["base_url"], cell["timeout_s"])
         key = f"{cell['run_id']}/{cell['id']}/{self.user_id}"
         name = cell["name"]
+        count_key = engine_caps(cell["engine"]).count_key
         if cell["kind"] == "prefill":
             for i in range(cell["repeats"]):
-                rec = client.stream(cell["path"], self._body(cell, f"{key}/{i}", 1),
-                                    user_id=self.user_id, tag="prefill")
+                rec = client.stream(cell["path"], self._body(cell, f"{key}/{i}", 1, cold=True),
+                                    user_id=self.user_id, tag="prefill", count_key=count_key)
                 self.llm.add(rec, name=f"prefill {name}", cell_id=cell["id"])
             self.llm.report_ready(cell["id"], once_for=self.user_id)
             return
         if cell["warmup"]:
-            rec = client.stream(cell["path"], self._body(cell, key, 1), user_id=self.user_id,
-                                tag="warmup")
+            # Cold by construction (the user's own nonce), and told so where the engine can
+            # be (llama.cpp cache_prompt: false): it may serve as the prefill sample. The
+            # window's requests then find this prompt cached.
+            rec = client.stream(cell["path"], self._body(cell, key, 1, cold=True), user_id=self.user_id,
+                                tag="warmup", count_key=count_key)
             self.llm.add(rec, name=f"warm-up {name}", cell_id=cell["id"])
         self.llm.report_ready(cell["id"], once_for=self.user_id)
         window = self.llm.wait_go(cell["id"])
@@ -117,16 +132,17 @@ class LLMUser(User):
         try:
             while now() < t1:
                 rec = client.stream(cell["path"], body, user_id=self.user_id, tag="decode",
-                                    deadline_s=t1)
+                                    deadline_s=t1, count_key=count_key)
                 self.llm.add(rec, name=f"decode {name}", cell_id=cell["id"])
                 if rec.status == "error":
-                    gevent.sleep(min(ERROR_BACKOFF_S, max(t1 - now(), 0)))
+                    # Retry-After is honoured within the window (never past its end).
+                    gevent.sleep(min(backoff_s(rec), max(t1 - now(), 0)))
         finally:
             self.llm.leave_window(cell["id"])
 
-    def _body(self, cell: dict, key: str, max_tokens: int) -> bytes:
+    def _body(self, cell: dict, key: str, max_tokens: int, *, cold: bool = False) -> bytes:
         prompt = self.llm.prompt_for(cell, key)
         return request_body(engine_caps(cell["engine"]), endpoint=cell["endpoint"], model=cell["model"],
                             prompt=prompt, max_tokens=max_tokens, fixed_output=cell["fixed_output"],
-                            temperature=cell["temperature"])
+                            temperature=cell["temperature"], cold=cold)
 

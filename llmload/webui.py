@@ -139,6 +139,7 @@ def live_page(environment, state) -> str:
     """The LLM table and the charts over time as one self-contained page (no script)."""
     from llmload import charts
     from llmload.live import RATE_WINDOW_S
+    from llmload.redact import scrub
     from llmload.templating import render_template
 
     t = now()
@@ -147,6 +148,6 @@ def live_page(environment, state) -> str:
     history = state.history.to_dict(state.live)
     chart = charts.live_chart(history)
     return render_template(
-        "llm_live.html.j2", host=environment.host or "", rows=ui_rows(state.live, users),
+        "llm_live.html.j2", host=scrub(environment.host or ""), rows=ui_rows(state.live, users),
         summary=state.live.summary(t, users=users), rate_window_s=RATE_WINDOW_S,
         chart=chart, points=len(history["points"]), window_s=history["window_s"])

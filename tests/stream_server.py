@@ -7,6 +7,14 @@ Every chunk is written with one sendall at a fixed interval; the server remember
 perf_counter time of each write (CLOCK_MONOTONIC, comparable across processes on Linux)
 and `GET /times?id=REQUEST_ID` returns them as JSON, so a benchmark can measure the delay
 between a write here and the client's timestamp there.
+
+Faults on streaming requests only (the probe's other calls still succeed):
+--fail-streams CODE answers every one with HTTP CODE (and `Retry-After: S` with
+--retry-after S); --fail-first K fails the first K of them (HTTP 500), then streams;
+--echo-auth answers HTTP 401 with the request's Authorization header in the error body, as
+some gateways do; --stall-after K hangs a stream after K tokens; --bad-event-after K sends,
+after K tokens, an event of invalid JSON that claims 99,999 completion tokens;
+--late-error-after K sends an error object whose "error" key is not the first.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ import time  # noqa: E402
 from gevent.server import StreamServer  # noqa: E402
 
 WRITE_TIMES: dict[str, list[float]] = {}
+STREAMS_SEEN = [0]
 
 
 def _chunk(data: bytes) -> bytes:
@@ -54,10 +63,10 @@ def _read_request(conn) -> tuple[str, str, dict, bytes] | None:
     return method, path, headers, body
 
 
-def _respond(conn, status: int, obj) -> None:
+def _respond(conn, status: int, obj, extra: bytes = b"") -> None:
     body = json.dumps(obj).encode()
-    conn.sendall(b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-                 % (status, len(body), body))
+    conn.sendall(b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\n%sContent-Length: %d\r\n\r\n%s"
+                 % (status, extra, len(body), body))
 
 
 def handle(conn, addr, opts) -> None:
@@ -102,6 +111,16 @@ def _serve_connection(conn, opts) -> None:
             _respond(conn, 200, {"choices": [{"index": 0, "text": " tok", "finish_reason": "length"}],
                                  "usage": {"prompt_tokens": n, "completion_tokens": 1, "total_tokens": n + 1}})
             continue
+        STREAMS_SEEN[0] += 1
+        if opts.echo_auth:
+            _respond(conn, 401, {"error": {"message": "Invalid credentials: Authorization: "
+                                           + headers.get("authorization", "(none)"), "code": 401}})
+            continue
+        if opts.fail_streams or STREAMS_SEEN[0] <= opts.fail_first:
+            extra = b"Retry-After: %s\r\n" % opts.retry_after.encode() if opts.retry_after else b""
+            _respond(conn, opts.fail_streams or 500, {"error": {"message": "injected failure",
+                                                                 "code": opts.fail_streams or 500}}, extra)
+            continue
         _stream(conn, payload, opts)
         if opts.close_after:
             conn.close()
@@ -129,6 +148,14 @@ def _stream(conn, payload: dict, opts) -> None:
             gevent.sleep(3600)  # a server that hangs mid-stream
         if opts.error_after and sent > opts.error_after:
             conn.sendall(_chunk(_event({"error": {"message": "engine died mid-stream", "code": 500}}, opts)))
+            break
+        if opts.bad_event_after and sent > opts.bad_event_after:
+            conn.sendall(_chunk(b'data: {"choices": [{"index": 0, "text": " tok", "finish_reason": null}], '
+                                b'"usage": {"prompt_tokens": 1, "completion_tokens": 99999}\n\n'))
+            opts.bad_event_after = 0
+        if opts.late_error_after and sent > opts.late_error_after:
+            conn.sendall(_chunk(_event({"id": req_id, "object": "text_completion",
+                                        "error": {"message": "overloaded mid-stream", "code": 503}}, opts)))
             break
         last = sent >= total
         choice = {"index": 0, "text": " tok" * n, "finish_reason": "length" if last else None}
@@ -182,11 +209,17 @@ def main(argv=None) -> None:
     p.add_argument("--chat-role", action="store_true")
     p.add_argument("--error-after", type=int, default=0)
     p.add_argument("--stall-after", type=int, default=0)
+    p.add_argument("--bad-event-after", type=int, default=0)
+    p.add_argument("--late-error-after", type=int, default=0)
     p.add_argument("--tls-cert", default=None)
     p.add_argument("--tls-key", default=None)
     p.add_argument("--no-done", action="store_true")
     p.add_argument("--close-after", action="store_true")
     p.add_argument("--status", type=int, default=200)
+    p.add_argument("--fail-streams", type=int, default=0)
+    p.add_argument("--fail-first", type=int, default=0)
+    p.add_argument("--retry-after", default="")
+    p.add_argument("--echo-auth", action="store_true")
     p.add_argument("--reject-unknown", action="store_true")
     p.add_argument("--tokens-per-word", type=float, default=1.0)
     p.add_argument("--accepted", default="model,prompt,max_tokens,stream,stream_options,temperature,user")

@@ -37,4 +37,4 @@ def test_sim_bad_input_is_one_line():
 
 def test_report_of_a_missing_directory_is_one_line(tmp_path):
     r = llmload("report", str(tmp_path))
-    assert r.returncode == 1 and "no such results file" in r.stderr and "Traceback" not in r.stderr
+    assert r.returncode == 2 and "no such results file" in r.stderr  # bad input: exit 2 and "Traceback" not in r.stderr

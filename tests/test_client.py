@@ -39,7 +39,7 @@ def test_multi_token_chunks_count_the_servers_tokens(server):
     assert rec.finish_reason == "length"
 
 
-@pytest.mark.parametrize("usage,source", [("final", "final_usage"), ("none", "chunks")])
+@pytest.mark.parametrize("usage,source", [("final", "chunks"), ("none", "chunks")])
 def test_servers_without_continuous_usage(server, usage, source):
     s = server("--usage", usage, "--interval-ms", "1")
     rec = StreamingClient(s.url).stream("/v1/completions", body(7), user_id="u")
@@ -80,6 +80,8 @@ def test_one_token_per_chunk_gives_no_zero_gaps(server):
     assert samples.min() > 0.0005
 
 
+@pytest.mark.fault('an in-stream {"error": ...} event after 3 tokens',
+                   "the request fails with the server's message; its 3 tokens are kept in the record")
 def test_error_in_stream_is_a_failed_request(server):
     s = server("--error-after", "3", "--interval-ms", "1")
     rec = StreamingClient(s.url).stream("/v1/completions", body(10), user_id="u")
@@ -88,12 +90,44 @@ def test_error_in_stream_is_a_failed_request(server):
     assert rec.output_tokens == 3
 
 
+@pytest.mark.fault('an event of invalid JSON claiming 99,999 completion tokens, after 3 tokens',
+                   "the request fails (\"malformed event data\"); the claimed count is never used")
+def test_malformed_event_fails_the_request_and_is_not_trusted(server):
+    s = server("--bad-event-after", "3", "--interval-ms", "1")
+    rec = StreamingClient(s.url).stream("/v1/completions", body(10), user_id="u")
+    assert rec.status == "error"
+    assert rec.error.startswith("malformed event data")
+    assert rec.output_tokens == 10  # the 10 real tokens; not 99,999
+
+
+@pytest.mark.fault('an in-stream error object whose "error" key is not its first',
+                   "the request fails with the server's message")
+def test_error_key_anywhere_in_the_event_is_found(server):
+    s = server("--late-error-after", "3", "--interval-ms", "1")
+    rec = StreamingClient(s.url).stream("/v1/completions", body(10), user_id="u")
+    assert rec.status == "error"
+    assert rec.error == "overloaded mid-stream"
+    assert rec.output_tokens == 3
+
+
+@pytest.mark.fault('a malformed event in a request then cut at the window end',
+                   'the request is a failure, not "cancelled"')
+def test_protocol_error_before_the_deadline_is_not_cancelled(server):
+    s = server("--bad-event-after", "3", "--interval-ms", "10", "--tokens", "1000")
+    rec = StreamingClient(s.url).stream("/v1/completions", body(1000), user_id="u", deadline_s=now() + 0.3)
+    assert rec.status == "error" and rec.error.startswith("malformed event data")
+
+
+@pytest.mark.fault('a stream closed without [DONE] or a finish reason',
+                   'the request fails')
 def test_stream_ending_without_done_or_finish_is_a_failure(server):
     s = server("--no-done", "--usage", "none", "--close-after", "--error-after", "4", "--interval-ms", "1")
     rec = StreamingClient(s.url).stream("/v1/completions", body(10), user_id="u")
     assert rec.status == "error"
 
 
+@pytest.mark.fault('HTTP 401 (or any non-2xx) on a streaming request',
+                   'the request fails with "HTTP 401: <the server\'s message>"')
 def test_http_error_status_gives_the_servers_message(server):
     s = server("--status", "401")
     rec = StreamingClient(s.url).stream("/v1/completions", body(10), user_id="u")
@@ -102,6 +136,8 @@ def test_http_error_status_gives_the_servers_message(server):
     assert rec.error == "HTTP 401: refused by test server"
 
 
+@pytest.mark.fault('a request still streaming at the window end',
+                   'closed at the deadline (±0.1 s), recorded "cancelled", not failed')
 def test_deadline_cancels_the_request(server):
     s = server("--interval-ms", "10", "--tokens", "1000")
     client = StreamingClient(s.url)
@@ -113,6 +149,8 @@ def test_deadline_cancels_the_request(server):
     assert client._sock is None  # the connection was closed, which aborts the request
 
 
+@pytest.mark.fault('connection refused on a streaming request',
+                   'the request fails with one line saying so')
 def test_connection_refused_is_one_line():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -148,6 +186,8 @@ def test_sim_multi_token_chunks_counts_and_tbt_convention():
     assert samples[:3].tolist() == pytest.approx([gaps[0] / 3] * 3)
 
 
+@pytest.mark.fault('a server that stops sending mid-stream (request timeout 0.6 s)',
+                   'the request fails as a request timeout after 0.6 s, its 3 tokens kept')
 def test_a_server_that_stops_sending_times_out_after_the_request_timeout(server):
     import time
     s = server("--stall-after", "3", "--interval-ms", "1")

@@ -161,3 +161,19 @@ def test_server_figures_that_are_zero_everywhere_are_one_sentence_not_a_chart():
     text = root.all_text()
     assert "Zero in every measured cell, as the server reported them: server queue: median waiting " \
            "requests; server queue: most waiting requests; requests preempted in the window." in text
+
+
+def test_checks_against_the_server_are_on_the_html_page_too():
+    from llmload.metrics import ServerCheck
+    results = seed_results()
+    by_key = {(c["phase"], c["context_tokens"], c["concurrency"]): c for c in results["cells"]}
+    by_key[("decode", 0, 1)]["server_check"] = ServerCheck(
+        figure="per_request_tok_s", client=80.4, server=76.0, source="server timings").to_dict()
+    root = parse(render_html(results))
+    (ul,) = root.find_all("ul", **{"class": "checks"})
+    (item,) = ul.find_all("li")
+    assert item.attrs.get("class") == "disagree"
+    assert item.all_text() == ("Sustained decode 0 × 1: per request tok/s 80.4 measured, 76.0 by the "
+                               "server (server timings): +5.8%, DISAGREE")
+    md = report.render_markdown(results)
+    assert "- " + item.all_text() in md

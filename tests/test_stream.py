@@ -56,15 +56,60 @@ def test_chat_role_only_chunk_without_usage_is_not_a_token_either():
     assert list(tl.chunk_times_s) == [1.5]
 
 
-def test_final_usage_is_spread_over_content_chunks():
+def test_final_usage_is_kept_but_never_spread_over_chunks():
+    # An even spread would invent 3-token chunks; the chunks are counted and flagged, and
+    # the server's final count is kept beside them for the check.
     tl = TokenTimeline()
     for i in range(4):
         tl.feed(1.0 + i, [chunk("ab")])
     tl.feed(5.0, [chunk("", finish="length")])
     tl.feed(5.0, [final_usage(10)])
-    assert tl.finish() == "final_usage"
-    assert list(tl.chunk_tokens) == [3, 3, 2, 2]
-    assert tl.output_tokens == 10
+    assert tl.finish() == "chunks"
+    assert list(tl.chunk_tokens) == [1, 1, 1, 1]
+    assert tl.completion_tokens == 10
+
+
+def llama_chunk(text, predicted_n, predicted_ms, finish=None, chat=False):
+    """A llama.cpp chunk with `timings_per_token`: cumulative timings on every chunk."""
+    if chat:
+        choice = {"index": 0, "delta": {"content": text}, "finish_reason": finish}
+    else:
+        choice = {"index": 0, "text": text, "finish_reason": finish}
+    timings = {"cache_n": 0, "prompt_n": 40, "prompt_ms": 20.0, "prompt_per_second": 2000.0,
+               "predicted_n": predicted_n, "predicted_ms": predicted_ms,
+               "predicted_per_token_ms": predicted_ms / max(predicted_n - 1, 1)}
+    return json.dumps({"choices": [choice], "timings": timings}).encode()
+
+
+def test_llama_cpp_timings_count_every_chunk_exactly():
+    # Increments 1, 0 (a partial UTF-8 character: empty content, no new token), 2 (the
+    # rest of it plus one) and 45 (a chat output parser flushing what it held back).
+    tl = TokenTimeline(count_key="predicted_n")
+    tl.feed(1.00, [llama_chunk("a", 1, 0.001, chat=True)])
+    tl.feed(1.01, [llama_chunk("", 1, 8.0, chat=True)])
+    tl.feed(1.02, [llama_chunk("\u00e9b", 3, 17.0, chat=True)])
+    tl.feed(1.40, [llama_chunk("x" * 45, 48, 400.0, chat=True)])
+    assert tl.finish() == "timings_per_token"
+    assert list(tl.chunk_tokens) == [1, 2, 45]
+    assert list(tl.chunk_times_s) == [1.00, 1.02, 1.40]
+    assert tl.timings["predicted_n"] == 48 and tl.timings["predicted_ms"] == 400.0
+
+
+def test_llama_cpp_empty_content_chunk_whose_count_grew_is_a_token():
+    tl = TokenTimeline(count_key="predicted_n")
+    tl.feed(1.0, [llama_chunk("a", 1, 0.001)])
+    tl.feed(1.1, [llama_chunk("", 2, 10.0)])
+    tl.finish()
+    assert list(tl.chunk_tokens) == [1, 1]
+
+
+def test_llama_cpp_final_chunk_timings_are_read():
+    tl = TokenTimeline(count_key="predicted_n")
+    tl.feed(1.0, [llama_chunk("a", 1, 0.001)])
+    tl.feed(1.1, [llama_chunk("b", 2, 9.5, finish="length"), b"[DONE]"])
+    assert tl.finish() == "timings_per_token"
+    assert tl.output_tokens == 2
+    assert tl.timings["predicted_ms"] == 9.5
 
 
 def test_no_usage_at_all_counts_content_chunks_and_says_so():

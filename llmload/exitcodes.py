@@ -1,0 +1,41 @@
+"""Exit codes of `llmload run`, and the rule that turns a finished run into one.
+
+- 0 `OK`: the run finished and no cell's error rate is above `--max-error-rate`.
+- 1 `CELL_ERRORS`: the run finished but some cell's error rate is above the bound (default 0:
+  any failed request fails the run), or the run stopped early (a dead server, a lost
+  worker, a server that cannot be reached).
+- 2 `BAD_INPUT`: bad options, scenario file or results directory; nothing was measured.
+- 128 + signal: interrupted; 130 for SIGINT (Ctrl-C), 143 for SIGTERM, 129 for SIGHUP.
+  The cells measured so far are saved.
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+OK = 0
+CELL_ERRORS = 1
+BAD_INPUT = 2
+SIGNAL_BASE = 128
+
+
+def cell_error_rate(cell: dict[str, Any]) -> float:
+    """Failed requests / requests of a cell that ran; 1.0 for a cell marked "errors" with no
+    count (e.g. nothing was in flight, a worker lost), 0.0 for a cell that did not run."""
+    errors = cell.get("errors") or 0
+    if cell.get("status") in ("not_run", "running", "over_capacity", "exceeds_context"):
+        return 0.0
+    if cell.get("status") == "errors" and not errors:
+        return 1.0
+    if not errors:
+        return 0.0
+    done = (cell.get("requests_sent") or 0) if cell.get("phase") == "decode" else (cell.get("completed_requests") or 0)
+    return min(1.0, errors / max(done + (errors if cell.get("phase") != "decode" else 0), errors, 1))
+
+
+def cells_over_error_rate(doc: dict[str, Any], max_error_rate: float) -> list[dict[str, Any]]:
+    """The cells whose error rate is above max_error_rate (0 = any failed request)."""
+    return [c for c in doc.get("cells") or [] if isinstance(c, dict)
+            and (rate := cell_error_rate(c)) > 0 and rate > max_error_rate]

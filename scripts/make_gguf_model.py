@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""Write a tiny random-weight GGUF model that llama.cpp's llama-server can serve.
+
+No download: a `llama` architecture with random F16 weights (seeded, so the file is the same
+every time) and a SentencePiece-style vocabulary of <unk>, <s>, </s>, the 256 byte-fallback
+tokens <0x00>..<0xFF>, and one word piece (with every prefix on the way, so the merges can
+reach it) for each word of llmload's filler text: every filler word is exactly one token,
+which makes text prompts (the chat endpoint) exact. Its random output is full of partial
+UTF-8 (byte tokens), so the server merges tokens into one chunk and sends empty-content
+chunks: exactly what a benchmark must count right.
+
+    python scripts/make_gguf_model.py [OUT.gguf] [--hidden 384 --layers 4 ...]
+
+Without OUT the model goes to the cache ($LLMLOAD_CACHE or ~/.cache/llmload/models/) under
+a name made of its shape; an existing file is reused. Prints the path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from llmload.prompts import FILLER_TEXT  # noqa: E402
+
+SPACE = "\u2581"
+CHAT_TEMPLATE = (
+    "{% for message in messages %}[{{ message['role'] }}]: {{ message['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}[assistant]:{% endif %}"
+)
+
+
+def vocabulary() -> tuple[list[str], list[float], list[int]]:
+    """(pieces, scores, token types) of the SentencePiece-style vocabulary."""
+    import gguf
+    normal, byte, control, unknown = (gguf.TokenType.NORMAL, gguf.TokenType.BYTE,
+                                      gguf.TokenType.CONTROL, gguf.TokenType.UNKNOWN)
+    pieces = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
+    types = [unknown, control, control] + [byte] * 256
+    words: dict[str, None] = {}
+    for word in FILLER_TEXT.split() + ["user", "assistant"]:
+        piece = SPACE + word
+        for end in range(2, len(piece) + 1):
+            words.setdefault(piece[:end])
+    pieces += list(words)
+    types += [normal] * len(words)
+    # Longer pieces win the merges (scores are merge priorities in SPM).
+    scores = [0.0] * 259 + [float(len(p)) for p in words]
+    return pieces, scores, [int(t) for t in types]
+
+
+def write_model(path: Path, *, hidden: int, layers: int, heads: int, ffn: int, context: int,
+                seed: int = 0) -> None:
+    import gguf
+    pieces, scores, types = vocabulary()
+    rng = np.random.default_rng(seed)
+    tmp = path.with_suffix(".tmp")
+    w = gguf.GGUFWriter(str(tmp), "llama")
+    w.add_name("llmload-tiny-random")
+    w.add_context_length(context)
+    w.add_embedding_length(hidden)
+    w.add_block_count(layers)
+    w.add_feed_forward_length(ffn)
+    w.add_head_count(heads)
+    w.add_head_count_kv(heads)
+    w.add_rope_dimension_count(hidden // heads)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_freq_base(10000.0)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+    w.add_tokenizer_model("llama")
+    w.add_token_list(pieces)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    w.add_unk_token_id(0)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_add_bos_token(True)
+    w.add_add_eos_token(False)
+    w.add_chat_template(CHAT_TEMPLATE)
+
+    def weight(*shape: int, scale: float = 0.08) -> np.ndarray:
+        return (rng.standard_normal(shape) * scale).astype(np.float16)
+
+    vocab = len(pieces)
+    w.add_tensor("token_embd.weight", weight(vocab, hidden, scale=1.0))
+    for i in range(layers):
+        w.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(hidden, dtype=np.float32))
+        for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
+            w.add_tensor(f"blk.{i}.{name}.weight", weight(hidden, hidden))
+        w.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(hidden, dtype=np.float32))
+        w.add_tensor(f"blk.{i}.ffn_gate.weight", weight(ffn, hidden))
+        w.add_tensor(f"blk.{i}.ffn_up.weight", weight(ffn, hidden))
+        w.add_tensor(f"blk.{i}.ffn_down.weight", weight(hidden, ffn))
+    w.add_tensor("output_norm.weight", np.ones(hidden, dtype=np.float32))
+    w.add_tensor("output.weight", weight(vocab, hidden, scale=1.0))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    os.replace(tmp, path)
+
+
+def default_path(hidden: int, layers: int, heads: int, ffn: int, context: int) -> Path:
+    cache = Path(os.environ.get("LLMLOAD_CACHE") or Path.home() / ".cache" / "llmload")
+    return cache / "models" / f"tiny-random-h{hidden}-l{layers}-a{heads}-f{ffn}-c{context}.gguf"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", nargs="?", help="where to write (default: the cache)")
+    parser.add_argument("--hidden", type=int, default=384)
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--heads", type=int, default=6)
+    parser.add_argument("--ffn", type=int, default=1024)
+    parser.add_argument("--context", type=int, default=4096, help="training context (caps each slot's n_ctx)")
+    args = parser.parse_args(argv)
+    shape = dict(hidden=args.hidden, layers=args.layers, heads=args.heads, ffn=args.ffn, context=args.context)
+    path = Path(args.out) if args.out else default_path(**shape)
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_model(path, **shape)
+    print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,154 @@
+"""llmload against the real llama.cpp `llama-server` (built from source by
+scripts/build_llama_server.sh, cached in ~/.cache/llmload/), serving the project's own tiny
+random-weight GGUF model on one CPU thread. Skipped only where no C++ compiler exists.
+
+`-c 16384 -np 4` gives 4 slots of 4,096 tokens each (the model's training context also
+caps a slot at 4,096), so for contexts {1K, 3K, 4K} × N {1, 4, 8} with 256 output tokens
+the plan must be: 1K and 3K × 1 and × 4 run; × 8 run queued (only 4 slots) and come out
+saturated; 4K (4,096 + 256 > 4,096) exceeds the context.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from llmload.capacity import plan_matrix
+from llmload.client import StreamingClient
+from llmload.engines import engine_caps, request_body
+from llmload.metrics import server_stream_rate_tok_s
+from llmload.probe import build_prompts, probe_server
+from llama_server import LlamaServer, llama_server_binary, no_compiler_reason, tiny_model
+
+K = 1024
+CONTEXTS, LEVELS, MAX_TOKENS = [1 * K, 3 * K, 4 * K], [1, 4, 8], 256
+EXPECTED_PLAN = {
+    (1 * K, 1): "run", (1 * K, 4): "run", (1 * K, 8): "queued",
+    (3 * K, 1): "run", (3 * K, 4): "run", (3 * K, 8): "queued",
+    (4 * K, 1): "exceeds_context", (4 * K, 4): "exceeds_context", (4 * K, 8): "exceeds_context",
+}
+
+
+@pytest.fixture(scope="module")
+def llama():
+    reason = no_compiler_reason()
+    if reason:
+        pytest.skip(reason)
+    return llama_server_binary(), tiny_model()
+
+
+@pytest.fixture(scope="module")
+def server(llama):
+    with LlamaServer(*llama, "-c", "16384", "-np", "4", "--metrics") as s:
+        yield s
+
+
+def llmload(*args, timeout=900):
+    return subprocess.run([sys.executable, "-m", "llmload", *args], capture_output=True, text=True,
+                          timeout=timeout, env=dict(os.environ))
+
+
+def plan_of(info):
+    cells = plan_matrix(contexts=CONTEXTS, prefill_contexts=[], concurrency=LEVELS, max_tokens=MAX_TOKENS,
+                        kv_cache_tokens=info.kv_cache_tokens, block_size=info.block_size,
+                        max_model_len=info.max_model_len, max_sequences=info.max_sequences)
+    return {(c.context_tokens, c.concurrency): c.status for c in cells}
+
+
+def test_probe_finds_per_slot_limits_not_a_pool(server):
+    info = probe_server(server.url)
+    assert info.engine == "llama.cpp"
+    assert (info.max_model_len, info.max_model_len_source) == (4096, "/props default_generation_settings.n_ctx")
+    assert (info.max_sequences, info.max_sequences_source) == (4, "/props total_slots")
+    assert info.kv_cache_tokens is None and "--kv-cache-tokens" in info.kv_cache_source
+    assert plan_of(info) == EXPECTED_PLAN
+
+
+def test_unified_kv_pool_is_unknown_until_given(llama):
+    # -kvu: the 4 slots share one 8,192-token buffer, which the API does not report.
+    with LlamaServer(*llama, "-c", "8192", "-np", "4", "-kvu", "--metrics") as s:
+        info = probe_server(s.url)
+        assert info.kv_cache_tokens is None and "--kv-cache-tokens" in info.kv_cache_source
+        assert plan_of(info) == EXPECTED_PLAN  # per-slot limits only: nothing is over capacity
+        given = probe_server(s.url, kv_cache_tokens=8192)
+    assert (given.kv_cache_tokens, given.kv_cache_source) == (8192, "--kv-cache-tokens")
+    # 4 held sequences of 3K + 256 = 13,312 > 8,192; of 1K + 256 = 5,120 fit.
+    assert plan_of(given) == {**EXPECTED_PLAN, (3 * K, 4): "over_capacity", (3 * K, 8): "over_capacity"}
+
+
+@pytest.mark.parametrize("endpoint", ["completions", "chat"])
+def test_every_completed_request_counts_the_servers_tokens(server, endpoint):
+    info = probe_server(server.url)
+    caps = engine_caps(info.engine)
+    prompts = build_prompts(info, endpoint=endpoint)
+    client = StreamingClient(server.url)
+    path = "/v1/completions" if endpoint == "completions" else "/v1/chat/completions"
+    for i, n_prompt in enumerate((200, 700)):
+        body = request_body(caps, endpoint=endpoint, model=info.model, prompt=prompts.prompt(f"t{i}", n_prompt),
+                            max_tokens=120)
+        rec = client.stream(path, body, user_id="u", count_key=caps.count_key)
+        assert rec.status == "ok", rec.error
+        assert rec.token_source == "timings_per_token"
+        assert rec.output_tokens == rec.completion_tokens == rec.server_output_tokens == 120
+        assert rec.prompt_tokens == n_prompt  # exact on both endpoints (chat: the template counted)
+        ours = (rec.output_tokens - 1) / (rec.chunk_times_s[-1] - rec.chunk_times_s[0])
+        assert ours == pytest.approx(server_stream_rate_tok_s(rec), rel=0.03)
+    client.close()
+
+
+@pytest.fixture(scope="module", params=["completions", "chat"])
+def matrix(request, server, tmp_path_factory):
+    out = tmp_path_factory.mktemp(f"llama-{request.param}") / "res"
+    r = llmload("run", "--host", server.url, "--endpoint", request.param, "--contexts", "1K,3K,4K",
+                "--prefill-contexts", "1K,3K", "--concurrency", "1,4,8", "--max-tokens", str(MAX_TOKENS),
+                "--duration", "5s", "--out", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = json.loads((out / "results.json").read_text())
+    return request.param, doc, {(c["phase"], c["context_tokens"], c["concurrency"]): c for c in doc["cells"]}
+
+
+def test_plan_and_statuses_on_the_real_server(matrix):
+    endpoint, doc, cells = matrix
+    plan = {(p["context_tokens"], p["concurrency"]): p["status"] for p in doc["plan"] if p["phase"] == "decode"}
+    assert plan == EXPECTED_PLAN, endpoint
+    for (phase, c, n), cell in cells.items():
+        if phase != "decode":
+            continue
+        expected = {"run": "valid", "queued": "saturated", "exceeds_context": "exceeds_context"}[EXPECTED_PLAN[(c, n)]]
+        assert cell["status"] == expected, (endpoint, c, n, cell["reason"])
+
+
+def test_figures_agree_with_the_servers_own_timings(matrix):
+    endpoint, _, cells = matrix
+    ran = [cell for (phase, _, _), cell in cells.items() if phase == "decode" and cell["total_tok_s"]]
+    assert len(ran) == 6
+    for cell in ran:
+        where = (endpoint, cell["context_tokens"], cell["concurrency"])
+        assert cell["token_source"] == "timings_per_token", where
+        check = cell["server_check"]
+        assert check["figure"] == "per_request_tok_s" and check["agrees"], (where, check)
+        if cell["status"] == "valid":
+            # The median of a right-skewed gap distribution sits below its mean (the server's
+            # per-token time). Queued cells are left out: requests that wait for a slot are
+            # prefilled inside the window, and those long steps are every stream's gaps.
+            server_tbt_ms = 1000.0 / check["server"]
+            assert cell["tbt_ms"] == pytest.approx(server_tbt_ms, rel=0.08), where
+        assert cell["usage_mismatches"] == 0, where
+        assert cell["server_prompt_tokens"] == cell["prompt_tokens"], where
+        assert "prompt_length_note" not in cell, where
+    assert sum(cell["completed_requests"] for cell in ran) > 0
+
+
+def test_prefill_is_cold_and_checked_against_the_server(matrix):
+    endpoint, _, cells = matrix
+    for c in (1 * K, 3 * K):
+        cell = cells[("prefill", c, 1)]
+        assert cell["status"] == "valid", (endpoint, cell["reason"])
+        assert cell["cached_tokens"] == 0
+        assert cell["server_prompt_tokens"] == c
+        assert cell["server_check"]["figure"] == "prompt_tok_s"
+        assert cell["prompt_tok_s"] == pytest.approx(cell["server_check"]["server"], rel=0.15)

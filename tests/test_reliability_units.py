@@ -1,0 +1,123 @@
+"""Pure parts of issue 9: the secret scrubber, stall detection, exit codes, the ETA clock."""
+
+import logging
+from array import array
+
+import pytest
+
+from llmload.exitcodes import cell_error_rate, cells_over_error_rate
+from llmload.metrics import STALL_MIN_S, longest_stall, stall_bound_s
+from llmload.records import RequestRecord
+from llmload.redact import MASK, Scrubber, SecretFilter
+from llmload.runner import _clock
+
+KEY = "sk-abcdefghijklmnopqrstuvwx"
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("vllm serve m --api-key abc123def", "vllm serve m --api-key ***"),
+    ("vllm serve m --api_key abc123def --port 8000", "vllm serve m --api_key *** --port 8000"),
+    ("--api-key=abc123def", "--api-key=***"),
+    ("--hf-token hf_abcdefghijklmnopqrstu", "--hf-token ***"),
+    ("OPENAI_API_KEY=abc123def HF_TOKEN=xyz789xyz llmload run", "OPENAI_API_KEY=*** HF_TOKEN=*** llmload run"),
+    ("curl -H 'Authorization: Bearer abc.def-ghi'", "curl -H 'Authorization: Bearer ***'"),
+    ("http://h:8000/v1?api_key=abc123&x=1", "http://h:8000/v1?api_key=***&x=1"),
+    ("https://h/v1?access_token=abc#f", "https://h/v1?access_token=***#f"),
+    ("https://user:pa55word@h/v1", "https://user:***@h/v1"),
+    ("quantization=AWQ,token=abc123,backend=cuda", "quantization=AWQ,token=***,backend=cuda"),
+    ('{"api_key": "abc123"}', '{"api_key": "***"}'),
+    ("leaked ghp_abcdefghijklmnopqrstuvwxyz0123 here", "leaked *** here"),
+])
+def test_usual_key_patterns_are_masked(text, expected):
+    assert Scrubber().scrub(text) == expected
+
+
+@pytest.mark.parametrize("text", [
+    "--max-tokens 256 --max_tokens 8192", "max_tokens=256", '{"prompt_tokens": 12, "token_source": "chunks"}',
+    "decode 16K × 4: 1,234 tok/s total", "--kv-cache-tokens 100000", "HTTP 500: engine died",
+])
+def test_figures_are_not_secrets(text):
+    assert Scrubber().scrub(text) == text
+
+
+def test_known_keys_are_masked_anywhere_also_url_encoded():
+    s = Scrubber(["my key/with+odd=chars"])
+    assert s.scrub("got my key/with+odd=chars!") == f"got {MASK}!"
+    assert s.scrub("q=my%20key%2Fwith%2Bodd%3Dchars") == f"q={MASK}"
+    s.add_known_from_url("http://h/v1?signature=zz-top-secret&model=x")
+    assert s.scrub("echo zz-top-secret") == f"echo {MASK}"
+    s.add_known("abc")  # too short to mask by value without masking ordinary words
+    assert s.scrub("abcdef") == "abcdef"
+
+
+def test_documents_drop_secret_keys_and_mask_secret_named_values():
+    doc = {"headers": {"Authorization": "x"}, "server": {"token": "t0k", "token_source": "chunks"},
+           "launch_command": f"--api-key {KEY}", "cells": [{"error_samples": [f"bad key {KEY}"]}], "n": 3}
+    out = Scrubber().scrub_obj(doc)
+    assert out == {"server": {"token": MASK, "token_source": "chunks"}, "launch_command": f"--api-key {MASK}",
+                   "cells": [{"error_samples": [f"bad key {MASK}"]}], "n": 3}
+
+
+def test_the_log_filter_masks_messages_and_tracebacks():
+    record = logging.LogRecord("x", logging.ERROR, __file__, 1, "request with %s failed", (f"Bearer {KEY}",), None)
+    try:
+        raise RuntimeError(f"key {KEY}")
+    except RuntimeError:
+        import sys
+        record.exc_info = sys.exc_info()
+    assert SecretFilter(Scrubber([KEY])).filter(record)
+    text = logging.Formatter().format(record)
+    assert KEY not in text and "request with Bearer *** failed" in text and "key ***" in text
+
+
+def rec(times, *, end, status="cancelled", finish=None, user="u"):
+    return RequestRecord(user_id=user, send_s=times[0] - 0.05, chunk_times_s=array("d", times),
+                         chunk_tokens=array("I", [1] * len(times)), end_s=end, status=status,
+                         finish_reason=finish)
+
+
+def test_longest_stall_counts_silence_after_the_first_token_inside_the_window():
+    t0, t1 = 100.0, 110.0
+    steady = rec([100.1 + 0.02 * i for i in range(400)], end=t1)
+    frozen = rec([100.2, 100.22, 100.24], end=t1, user="frozen")  # open, silent till the window end
+    stall = longest_stall([steady, frozen], t0, t1)
+    assert stall.user_id == "frozen" and stall.gap_s == pytest.approx(110.0 - 100.24)
+    # A request that finished normally is not silent after its last token.
+    done = rec([100.2, 100.22], end=100.23, status="ok", finish="length")
+    assert longest_stall([done], t0, t1).gap_s == pytest.approx(0.02)
+    # Silence before t0 does not count; nothing streamed at all is not a stall.
+    early = rec([90.0, 100.5], end=100.6, status="ok", finish="length")
+    assert longest_stall([early], t0, t1).gap_s == pytest.approx(0.5)
+    assert longest_stall([RequestRecord(user_id="q", send_s=100.0, end_s=t1, status="cancelled")], t0, t1) is None
+
+
+def test_stall_bound_is_a_multiple_of_tbt_but_never_below_the_floor():
+    assert stall_bound_s(None) == STALL_MIN_S
+    assert stall_bound_s(20.0) == STALL_MIN_S
+    assert stall_bound_s(200.0) == pytest.approx(10.0)
+
+
+def test_error_rate_and_the_cells_that_fail_a_run():
+    ok = {"phase": "decode", "status": "valid", "errors": 0, "requests_sent": 10}
+    some = {"phase": "decode", "status": "errors", "errors": 1, "requests_sent": 10}
+    lost = {"phase": "decode", "status": "errors", "errors": 0, "requests_sent": None}
+    cold = {"phase": "prefill", "status": "errors", "errors": 1, "completed_requests": 0}
+    skipped = {"phase": "decode", "status": "over_capacity", "errors": 0}
+    assert [cell_error_rate(c) for c in (ok, some, lost, cold, skipped)] == [0.0, 0.1, 1.0, 1.0, 0.0]
+    doc = {"cells": [ok, some, lost, cold, skipped]}
+    assert cells_over_error_rate(doc, 0.0) == [some, lost, cold]
+    assert cells_over_error_rate(doc, 0.1) == [lost, cold]
+    assert cells_over_error_rate(doc, 1.0) == []
+
+
+def test_eta_clock_shows_hours_past_an_hour():
+    assert _clock(59) == "0:59" and _clock(3599) == "59:59"
+    assert _clock(4 * 3600 + 20 * 60) == "4:20:00" and _clock(3601) == "1:00:01"
+
+
+def test_prose_that_mentions_tokens_is_not_masked():
+    from llmload.redact import scrub
+    for text in ("generated-token counter delta", "Token source: chunks", "max_tokens=256",
+                 "server timings (predicted_n, predicted_ms)"):
+        assert scrub(text) == text
+    assert scrub("llama-server --api-key abcdef --token xyz") == "llama-server --api-key *** --token ***"
