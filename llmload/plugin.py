@@ -94,8 +94,9 @@ class LLMState:
         self.api_key: str | None = os.environ.get("OPENAI_API_KEY") or None
         self.live = LiveStats()
         self.delta = LiveStats()
-        self.history = LiveHistory()
-        """The figures over time (charts); fed where `live` is fed, except on workers."""
+        self.history: LiveHistory | None = None
+        """The figures over time, where they are shown (web UI, --html): fed where `live`
+        is fed (not on workers), None elsewhere (the matrix runner has no use for them)."""
         self._user_seq = itertools.count()
         self._adhoc: dict | None = None
         self._adhoc_lock = gevent.lock.Semaphore()
@@ -131,7 +132,7 @@ class LLMState:
         # totals when it ships it); other processes straight into their totals. Once each.
         worker = isinstance(self.environment.runner, WorkerRunner)
         (self.delta if worker else self.live).add(record)
-        if not worker:
+        if not worker and self.history is not None:
             self.history.add(record)
         if cell_id is not None:
             self._records.setdefault(cell_id, []).append(record)
@@ -345,6 +346,7 @@ def _on_init(environment, runner=None, web_ui=None, **_kw) -> None:
         events.reset_stats.add_listener(lambda **kw: _reset(state))
         if web_ui is not None or _html_file(environment):
             # Points for the live charts and the companion page; only where they are shown.
+            state.history = LiveHistory()
             ticker = gevent.spawn(_tick_history, environment, state)
             events.quit.add_listener(lambda **kw: ticker.kill(block=False))
     if web_ui is not None:
@@ -396,20 +398,23 @@ def _merge_report(state: LLMState, client_id: str, data: dict) -> None:
     if "llmload" in data:
         delta = LiveStats.from_dict(data["llmload"])
         state.live.merge(delta)
-        state.history.merge(delta)
+        if state.history is not None:
+            state.history.merge(delta)
 
 
 def _reset(state: LLMState) -> None:
     state.live = LiveStats()
     state.delta = LiveStats()
-    state.history = LiveHistory()
+    if state.history is not None:
+        state.history = LiveHistory()
 
 
 def _tick_history(environment, state: LLMState) -> None:
     while True:
         gevent.sleep(HISTORY_INTERVAL_S)
         runner = environment.runner
-        state.history.tick(now(), users=runner.user_count if runner else 0)
+        if state.history is not None:
+            state.history.tick(now(), users=runner.user_count if runner else 0)
 
 
 def _html_file(environment) -> str | None:

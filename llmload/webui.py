@@ -96,6 +96,8 @@ def extend_web_ui(environment, web_ui, state) -> None:
     @web_ui.app.route("/llmload/live.json")
     @auth
     def _live_json():
+        if state.history is None:
+            return {"points": []}
         return state.history.to_dict(state.live)
 
     @web_ui.app.route("/llmload/live.js")
@@ -145,7 +147,8 @@ def live_page(environment, state) -> str:
     t = now()
     runner = environment.runner
     users = runner.user_count if runner else 0
-    history = state.history.to_dict(state.live)
+    history = (state.history.to_dict(state.live) if state.history is not None
+               else {"points": [], "window_s": None})
     chart = charts.live_chart(history)
     return render_template(
         "llm_live.html.j2", host=scrub(environment.host or ""), rows=ui_rows(state.live, users),
