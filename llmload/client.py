@@ -18,8 +18,11 @@ Rules:
 
 from __future__ import annotations
 
+import fcntl
 import logging
+import termios
 import time
+from array import array
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -40,6 +43,42 @@ READ_SIZE = 65536
 AFTER_DONE_TIMEOUT_S = 2.0
 """How long to wait for the end of the HTTP body after `[DONE]` before dropping the connection."""
 CONNECT_TIMEOUT_S = 10.0
+
+
+class ReadCounters:
+    """Process-wide counts of the streaming hot path, read by the load monitor
+    (`plugin.LoadMonitor`): reads that carried events, and the events they carried."""
+
+    __slots__ = ("reads", "events", "bytes")
+
+    def __init__(self) -> None:
+        self.reads = 0
+        self.events = 0
+        self.bytes = 0
+
+
+COUNTERS = ReadCounters()
+_OPEN: dict[int, "_PlainSocket"] = {}
+"""Open plain-TCP streaming sockets by file descriptor, for `queued_bytes`."""
+
+
+def queued_bytes() -> list[int]:
+    """Bytes waiting unread in the kernel receive queue of every open plain-TCP streaming
+    socket (ioctl FIONREAD, i.e. SIOCINQ on Linux); empty where the OS does not tell."""
+    out = []
+    buf = array("i", [0])
+    for fd in list(_OPEN):
+        try:
+            fcntl.ioctl(fd, termios.FIONREAD, buf, True)
+        except OSError:
+            continue
+        out.append(buf[0])
+    return out
+
+
+def open_streams() -> int:
+    """Plain-TCP streaming connections open in this process."""
+    return len(_OPEN)
 
 
 class _Deadline(Exception):
@@ -173,10 +212,12 @@ class _PlainSocket:
     syscalls and the allocations per token event on the hot path.
     """
 
-    __slots__ = ("sock", "_raw", "_hub", "_io", "_timer", "_timeout_s", "_last")
+    __slots__ = ("sock", "_raw", "_hub", "_io", "_timer", "_timeout_s", "_last", "_fd", "__weakref__")
 
     def __init__(self, sock) -> None:
         self.sock = sock
+        self._fd = sock.fileno()
+        _OPEN[self._fd] = self
         self._raw = sock._sock  # the real socket under gevent's wrapper (non-blocking)
         self._hub = gevent.get_hub()
         self._io = self._hub.loop.io(sock.fileno(), 1)
@@ -219,6 +260,8 @@ class _PlainSocket:
         if self._timer is not None:
             self._timer.stop()
             self._timer = None
+        if _OPEN.get(self._fd) is self:
+            del _OPEN[self._fd]
         self._io.close()
         self.sock.close()
 
@@ -265,6 +308,7 @@ class _StreamReader:
         dechunk = ChunkedDecoder() if chunked else None
         sse = SSEDecoder()
         timeline = self.timeline
+        counters = COUNTERS
         remaining = length
         while True:
             if data:
@@ -276,6 +320,9 @@ class _StreamReader:
                         remaining -= len(data)
                 payloads = sse.feed(body)
                 if payloads:
+                    counters.reads += 1
+                    counters.events += len(payloads)
+                    counters.bytes += len(data)
                     timeline.feed(t, payloads)
                     if timeline.done and self.end_s is None:
                         self.end_s = t

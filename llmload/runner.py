@@ -367,9 +367,12 @@ def _poll_server_load(ctx: RunContext, t0: float, t1: float) -> dict:
 
 def _combine_loads(loads: list[dict]) -> dict:
     out: dict = {"client_bound": any(is_client_bound(x) for x in loads if x)}
-    for key in ("cpu_pct_mean", "cpu_pct_max", "lag_ms_p50", "lag_ms_p90", "lag_ms_max"):
+    for key in ("cpu_pct_mean", "cpu_pct_max", "lag_ms_p50", "lag_ms_p90", "lag_ms_max",
+                "events_per_read", "added_delay_ms_p50", "added_delay_ms_p99"):
         values = [x[key] for x in loads if x.get(key) is not None]
         out[key] = max(values) if values else None
+    sources = [x["added_delay_source"] for x in loads if x.get("added_delay_source")]
+    out["added_delay_source"] = sources[0] if sources else None
     return out
 
 
@@ -423,6 +426,10 @@ def decode_cell(planned: PlannedCell, records: list[RequestRecord], facts: dict)
                  "client_cpu_pct_max": load.get("cpu_pct_max"),
                  "client_cpu_pct_mean": load.get("cpu_pct_mean"), "loop_lag_ms_max": load.get("lag_ms_max"),
                  "loop_lag_ms_p50": load.get("lag_ms_p50"), "loop_lag_ms_p90": load.get("lag_ms_p90"),
+                 "client_events_per_read": load.get("events_per_read"),
+                 "client_added_delay_ms_p50": load.get("added_delay_ms_p50"),
+                 "client_added_delay_ms_p99": load.get("added_delay_ms_p99"),
+                 "client_added_delay_source": load.get("added_delay_source"),
                  "server_prompt_tokens": _server_prompt_tokens(decode + warm),
                  "warmup_cache_hit": _warm_cache_hit(decode, planned),
                  "token_source": _token_source(decode),
@@ -473,6 +480,12 @@ def _status_reason(status: str, fig, facts: dict, planned: PlannedCell, cell: di
         return (f"server queue: median {facts['median_waiting']:g} waiting" if facts.get("median_waiting")
                 else f"average active {fig.avg_active:.2f} / streaming {fig.avg_streaming:.2f} of {planned.concurrency}")
     if status == "client_bound":
+        delay = cell.get("client_added_delay_ms_p99")
+        from llmload.clientload import ADDED_DELAY_BOUND_MS
+        if delay is not None and delay > ADDED_DELAY_BOUND_MS:
+            return (f"the load generator was the bottleneck: it read tokens about {delay:.1f} ms late (p99, "
+                    f"estimated from its {cell.get('client_added_delay_source') or 'read backlog'}; "
+                    f"bound {ADDED_DELAY_BOUND_MS:g} ms)")
         return "the load generator was the bottleneck (CPU or event-loop lag)"
     if status == "errors":
         if fig.avg_active is None and not cell.get("errors"):
