@@ -200,7 +200,9 @@ class LocustDriver:
         return lost
 
     def set_users(self, n: int) -> None:
-        self.runner.start(n, spawn_rate=min(max(n, 1), 100))
+        """Go to n users in one step: the spawn rate is the change itself, so Locust starts or
+        stops them all in its first dispatch (no one-second steps; 16 -> 1 used to take 15 s)."""
+        self.runner.start(n, spawn_rate=spawn_rate_for(self.runner.user_count, n))
         if not self.distributed and self.runner.spawning_greenlet is not None:
             self.runner.spawning_greenlet.join()
 
@@ -223,6 +225,23 @@ class LocustDriver:
         for stderr in self._stderr:
             stderr.close()
         self.state.monitor.stop()
+
+
+def spawn_rate_for(current: int, target: int) -> float:
+    """Locust's spawn rate that moves from `current` to `target` users in one dispatch:
+    it dispatches floor(rate) users per step and sleeps only between steps."""
+    return float(max(abs(target - current), 1))
+
+
+class _QuietHighSpawnRate(logging.Filter):
+    """Locust warns about spawn rates over 100; llmload means them (one step per change)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "spawn rate is very high" not in record.getMessage()
+
+
+for _name in ("locust.runners", "locust"):
+    logging.getLogger(_name).addFilter(_QuietHighSpawnRate())
 
 
 # ------------------------------------------------------------------------ cells
@@ -255,17 +274,26 @@ class CellRunner:
         cell_id = f"c{self.seq}"
         msg = cell_message(self.ctx, planned, cell_id, self.prompts)
         n = planned.concurrency
+        started = now()
         self.driver.send("llmload_cell", {"id": f"idle{self.seq}", "kind": "idle"})
         self.driver.set_users(n)
         self.driver.send("llmload_cell", msg)
+        users_set = now()
         timeout_s = self.ctx.scenario.request_timeout_s * (2 + planned.prompt_tokens * n / 200_000)
         self._wait_ready(cell_id, n, timeout_s)
+        ready = now()
         users = self.driver.worker_users()
         facts: dict = {}
         if planned.phase == "decode":
             facts = self._window(cell_id, users)
         records, load = self._collect(cell_id, facts.get("t0"), facts.get("t1"), users)
+        ended = now()
         facts["load"] = load
+        window_s = facts["t1"] - facts["t0"] if "t1" in facts else 0.0
+        # Where a cell's wall time went (the matrix-overhead benchmark reads these).
+        facts["timing"] = {"users_s": users_set - started, "warmup_s": ready - users_set,
+                           "window_s": window_s, "wall_s": ended - started,
+                           "overhead_s": max(ended - started - window_s - (ready - users_set), 0.0)}
         return records, facts
 
     def _check_workers(self, users: dict[str, int] | None = None) -> None:
@@ -435,7 +463,7 @@ def decode_cell(planned: PlannedCell, records: list[RequestRecord], facts: dict)
                  "token_source": _token_source(decode),
                  "usage_mismatches": sum(1 for r in decode if r.status == "ok" and r.completion_tokens is not None
                                          and r.finish_reason is not None and r.output_tokens != r.completion_tokens),
-                 "server_check": _decode_check(decode, facts)})
+                 "server_check": _decode_check(decode, facts), "timing": facts.get("timing")})
     return cell
 
 
@@ -657,8 +685,10 @@ def _run_plan(ctx: RunContext, driver: LocustDriver, prompts, plan: list[Planned
     started = time.monotonic()
     dead = 0
     prefill_tok_s: float | None = None
+    changes: list[float] = []
     for i, planned in enumerate(to_run, 1):
-        eta = _remaining_s(to_run[i - 1:], ctx.scenario.duration_s, prefill_tok_s)
+        eta = _remaining_s(to_run[i - 1:], ctx.scenario.duration_s, prefill_tok_s,
+                           sum(changes) / len(changes) if changes else None)
         ctx.echo(f"[{i}/{len(to_run)}] {_label(planned)} · elapsed {_clock(time.monotonic() - started)}"
                  f" · about {_clock(eta)} left")
         try:
@@ -678,8 +708,12 @@ def _run_plan(ctx: RunContext, driver: LocustDriver, prompts, plan: list[Planned
             if dead >= MAX_DEAD_CELLS:
                 raise RunError(f"stopping: {dead} cells in a row failed ({exc})") from None
             continue
+        timing = facts.get("timing") or {}
+        if timing:
+            changes.append(timing["users_s"] + timing["overhead_s"])
         if planned.phase == "prefill":
             cell = prefill_cell(planned, records, source="standalone")
+            cell["timing"] = facts.get("timing")
         else:
             cell = decode_cell(planned, records, facts)
             if planned.concurrency == 1 and planned.context_tokens in deferred:
@@ -705,15 +739,25 @@ def _standalone(cell: PlannedCell) -> PlannedCell:
     return PlannedCell(**{**cell.to_dict(), "prefill_source": "standalone"})
 
 
-def _remaining_s(cells: list[PlannedCell], duration_s: float, prefill_tok_s: float | None) -> float:
-    """Expected time left: windows plus warm-ups, the latter from the last measured prefill
-    rate once there is one (cold prefills of one cell's users queue one after another)."""
+CELL_CHANGE_S = 0.5
+"""Expected time per cell besides its window and warm-up (users changed, records collected)
+until one has been measured."""
+
+
+def _remaining_s(cells: list[PlannedCell], duration_s: float, prefill_tok_s: float | None,
+                 change_s: float | None = None) -> float:
+    """Expected time left: windows, warm-ups and the change between cells. Warm-ups come
+    from the last measured prefill rate once there is one (cold prefills of one cell's users
+    queue one after another); the change from the cells run so far (`change_s`, the mean of
+    their `timing.overhead_s` plus user changes), else CELL_CHANGE_S."""
+    change = CELL_CHANGE_S if change_s is None else change_s
+    runs = [c for c in cells if c.runs]
     if prefill_tok_s is None:
-        return expected_duration_s(cells, duration_s=duration_s)
+        return expected_duration_s(runs, duration_s=duration_s) + change * len(runs)
     total = 0.0
-    for c in cells:
-        warm = c.concurrency * c.prompt_tokens / prefill_tok_s + 1.0
-        total += warm + (duration_s if c.phase == "decode" else 0.0)
+    for c in runs:
+        warm = c.concurrency * c.prompt_tokens / prefill_tok_s
+        total += warm + change + (duration_s if c.phase == "decode" else 0.0)
     return total
 
 
