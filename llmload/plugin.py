@@ -346,6 +346,8 @@ def _on_init(environment, runner=None, web_ui=None, **_kw) -> None:
     runner = runner or environment.runner
     remember_secrets(api_key=state.api_key, host=environment.host)
     install_log_filter()
+    from llmload.limits import raise_open_files
+    raise_open_files()  # one socket per user: as many users as the system allows
     if isinstance(runner, WorkerRunner) and os.environ.get(WATCH_PARENT_ENV) == "1":
         gevent.spawn(_exit_when_parent_goes)
     events = environment.events

@@ -631,15 +631,30 @@ def _drive(ctx: RunContext, prompts, plan: list[PlannedCell], writer, done: dict
            master_bind: str | None, expect_workers: int | None) -> None:
     """Start Locust, run the cells not yet done, and end the results as the run ends."""
     echo = ctx.echo
+    auto = ctx.scenario.workers == "auto"
+    workers = _initial_workers(ctx, plan, echo) if auto else ctx.scenario.workers
+    _check_open_files(plan, workers, echo)
+    holder: list[LocustDriver] = []
+
+    def regrow(n_workers: int) -> LocustDriver:
+        """Replace the driver with one of n_workers local workers (between cells)."""
+        holder[0].close()
+        new = LocustDriver(host=ctx.info.base_url, workers=n_workers, master_bind=master_bind,
+                           expect_workers=expect_workers, api_key=ctx.api_key)
+        holder[0] = new
+        new.wait_for_workers(echo)
+        return new
+
     try:
-        driver = LocustDriver(host=ctx.info.base_url, workers=ctx.scenario.workers,
-                              master_bind=master_bind, expect_workers=expect_workers, api_key=ctx.api_key)
+        holder.append(LocustDriver(host=ctx.info.base_url, workers=workers,
+                                   master_bind=master_bind, expect_workers=expect_workers, api_key=ctx.api_key))
     except Exception:
         writer.finish(status="failed")
         raise
     try:
-        driver.wait_for_workers(echo)
-        _run_plan(ctx, driver, prompts, plan, writer, done)
+        holder[0].wait_for_workers(echo)
+        _run_plan(ctx, holder[0], prompts, plan, writer, done,
+                  regrow=regrow if auto and not ctx.info.simulated else None, workers=workers)
     except KeyboardInterrupt:
         echo("Interrupted: the cells measured so far are saved.")
         writer.finish(status="interrupted")
@@ -650,7 +665,45 @@ def _drive(ctx: RunContext, prompts, plan: list[PlannedCell], writer, done: dict
     else:
         writer.finish(status="complete")
     finally:
-        driver.close()
+        if holder:
+            holder[0].close()
+
+
+def _initial_workers(ctx: RunContext, plan: list[PlannedCell], echo: Callable[[str], None]) -> int:
+    """`--workers auto` before the first cell: from the simulator's profile; a real server
+    starts in one process and grows from its measured rate (`_run_plan`)."""
+    from llmload.autoworkers import describe, sim_events_per_s, workers_for
+    decode = [c.concurrency for c in plan if c.runs and c.phase == "decode"]
+    top = max(decode, default=1)
+    if ctx.info.simulated:
+        from llmload.sim.profiles import load_profile
+        try:
+            profile = load_profile(ctx.info.sim_profile or ctx.scenario.sim_profile)
+        except Exception:  # a profile this process cannot load: decide from measurement instead
+            profile = None
+        if profile is not None:
+            rate = sim_events_per_s(profile, top)
+            workers = workers_for(rate)
+            echo(describe(rate, top, workers, f"simulator profile {profile_name(ctx)}"))
+            return workers
+    echo("Workers auto: one process to start; more from the rate measured at each decode cell.")
+    return 0
+
+
+def profile_name(ctx: RunContext) -> str:
+    return ctx.info.sim_profile or ctx.scenario.sim_profile
+
+
+def _check_open_files(plan: list[PlannedCell], workers: int, echo: Callable[[str], None]) -> None:
+    """Raise the open-file limit, and say where the largest N still does not fit."""
+    from llmload.limits import FD_RESERVE, fd_shortfall, raise_open_files
+    soft, hard = raise_open_files()
+    top = max((c.concurrency for c in plan if c.runs), default=1)
+    short = fd_shortfall(top, max(workers, 1), soft)
+    if short:
+        echo(f"warning: N = {top} needs about {top // max(workers, 1) + FD_RESERVE} open files per process but the "
+             f"limit is {soft} (hard limit {hard}); raise it (ulimit -n) or use more --workers, "
+             f"or requests will fail with 'Too many open files'")
 
 
 def _key(c: PlannedCell) -> tuple:
@@ -658,9 +711,14 @@ def _key(c: PlannedCell) -> tuple:
 
 
 def _run_plan(ctx: RunContext, driver: LocustDriver, prompts, plan: list[PlannedCell], writer,
-              done: dict | None = None) -> None:
-    """Run the plan's cells that are not in `done` (the finished cells of a resumed run)."""
+              done: dict | None = None, *, regrow: Callable[[int], LocustDriver] | None = None,
+              workers: int = 0) -> None:
+    """Run the plan's cells that are not in `done` (the finished cells of a resumed run).
+    With `regrow` (`--workers auto` against a real server), a decode cell whose projected
+    event rate needs more worker processes than run now gets them first."""
+    from llmload.autoworkers import describe, workers_for
     done = done or {}
+    per_stream_rate: float | None = None
     runner = CellRunner(ctx, driver, prompts)
     pending = [c for c in plan if c.runs and _key(c) not in done]
     deferred = {c.context_tokens: c for c in pending if c.phase == "prefill"
@@ -691,6 +749,15 @@ def _run_plan(ctx: RunContext, driver: LocustDriver, prompts, plan: list[Planned
                            sum(changes) / len(changes) if changes else None)
         ctx.echo(f"[{i}/{len(to_run)}] {_label(planned)} · elapsed {_clock(time.monotonic() - started)}"
                  f" · about {_clock(eta)} left")
+        if regrow is not None and planned.phase == "decode" and per_stream_rate:
+            rate = per_stream_rate * planned.concurrency
+            need = workers_for(rate)
+            if need > workers:
+                ctx.echo("    " + describe(rate, planned.concurrency, need,
+                                           f"{per_stream_rate:,.0f} tokens/s per stream at the previous cell"))
+                driver = regrow(need)
+                workers = need
+                runner.driver, runner.state = driver, driver.state
         try:
             records, facts = runner.run(planned)
         except WorkerLost as exc:
@@ -722,6 +789,8 @@ def _run_plan(ctx: RunContext, driver: LocustDriver, prompts, plan: list[Planned
                 writer.update_cell(pre)
                 ctx.echo(f"    {_summary(pre)}")
                 prefill_tok_s = pre.get("prompt_tok_s") or prefill_tok_s
+        if cell.get("total_tok_s") and planned.phase == "decode":
+            per_stream_rate = cell["total_tok_s"] / planned.concurrency
         _check_prompt_length(ctx, planned, cell)
         writer.update_cell(cell)
         ctx.echo(f"    {_summary(cell)}")
