@@ -28,8 +28,8 @@ ADDED_DELAY_BOUND_MS = 2.0
 """Estimated added delay p99 over the window above this: the cell is client_bound."""
 ADDED_DELAY_BIN_MS = 0.1
 """Resolution of the age histogram."""
-MIN_AGE_SAMPLES = 20
-"""Fewer queue samples than this in a window: no estimate from them."""
+MIN_AGE_SAMPLES = 100
+"""Fewer queue samples than this in a window: no estimate from them (a p99 needs some)."""
 
 
 @dataclass(frozen=True, slots=True)
