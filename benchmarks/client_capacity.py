@@ -11,7 +11,8 @@ Linux) is matched to the send time of that token. Over the steady part (every st
 running) it prints, as a Markdown table:
 - events/s demanded (streams / tick), sent by the server, and read by the client;
 - added delay (arrival − send) p50 / p99 / max;
-- CPU % of each client process and of the server;
+- CPU % of each client process and of the server, and the clients' CPU time per event read
+  (what one core could read: 1e6 / µs per event — the figure least moved by a busy machine);
 - llmload's own verdict: its estimated added delay p99 and whether `client_bound` fired,
   and whether that agrees with the measured p99 against the 2 ms bound;
 - memory per stream (client RSS growth / streams) and starvation (slowest stream's event
@@ -211,6 +212,8 @@ def run_level(exe: Path, streams: int, tick_ms: float, procs: int, seconds: floa
         "p50_ms": float(np.percentile(d, 50)) if d.size else float("nan"), "p99_ms": p99,
         "max_ms": float(d.max()) if d.size else float("nan"),
         "client_cpu": [r["cpu_s"] / r["wall_s"] * 100.0 for r in results],
+        "us_per_event": sum(r["cpu_s"] for r in results) * 1e6
+        / max(sum(sum(s["tokens"]) for s in all_streams), 1),
         "server_cpu": server_cpu_s / server_wall * 100.0, "late_ticks": late_ticks,
         "estimate_p99_ms": load.get("added_delay_ms_p99"), "client_bound": is_client_bound(load),
         "events_per_read": load.get("events_per_read"),
@@ -228,14 +231,14 @@ def _fmt(x, spec=",.0f"):
 
 def table(rows: list[dict]) -> str:
     head = ("| streams × tick | procs | events/s demanded | sent | read | added delay p50 / p99 / max ms "
-            "| client CPU % | server CPU % | llmload estimate p99 ms | client_bound | agrees | "
+            "| client CPU % | client CPU µs/event | server CPU % | llmload estimate p99 ms | client_bound | agrees | "
             "events/read | KiB/stream | slowest/median stream |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         lines.append(
             f"| {r['streams']} × {r['tick_ms']:g} ms | {r['procs']} | {_fmt(r['demanded'])} | {_fmt(r['sent'])} "
             f"| {_fmt(r['read'])} | {_fmt(r['p50_ms'], '.2f')} / {_fmt(r['p99_ms'], '.2f')} / {_fmt(r['max_ms'], '.1f')} "
-            f"| {' + '.join(_fmt(c) for c in r['client_cpu'])} | {_fmt(r['server_cpu'])} "
+            f"| {' + '.join(_fmt(c) for c in r['client_cpu'])} | {_fmt(r['us_per_event'], '.1f')} | {_fmt(r['server_cpu'])} "
             f"| {_fmt(r['estimate_p99_ms'], '.1f')} | {'yes' if r['client_bound'] else 'no'} "
             f"| {'yes' if r['agrees'] else '**no**'} | {_fmt(r['events_per_read'], '.2f')} "
             f"| {_fmt(r['kib_per_stream'], '.0f')} | {_fmt(r['slowest_vs_median'], '.2f')}"
@@ -273,6 +276,7 @@ def main() -> None:
             r = run_level(exe, n, tick, k, args.seconds)
             rows.append(r)
             print(f"  {n} × {tick:g} ms, {k} proc: read {r['read']:,.0f}/s, p99 {r['p99_ms']:.2f} ms, "
+                  f"{r['us_per_event']:.1f} µs CPU/event, "
                   f"estimate {_fmt(r['estimate_p99_ms'], '.1f')} ms, client_bound {r['client_bound']}"
                   + (f", {r['failed']} failed: {r['first_error']}" if r['failed'] else ""), file=sys.stderr)
     load1 = os.getloadavg()
