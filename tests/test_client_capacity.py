@@ -219,3 +219,19 @@ def test_workers_auto_grows_from_the_measured_rate_against_a_server(tmp_path):
     doc = json.loads((out / "results.json").read_text())
     decode = {c["concurrency"]: c for c in doc["cells"] if c["phase"] == "decode"}
     assert decode[2]["output_tokens"] and decode[1]["output_tokens"]
+
+
+def test_chunked_fast_path_decodes_every_split_like_the_state_machine():
+    import random
+    from llmload.chunked import ChunkedDecoder
+    events = [b"data: {\"n\": %d}\n\n" % i for i in range(30)]
+    wire = b"".join(b"%x%s\r\n%s\r\n" % (len(e), b";ext=1" if i % 7 == 3 else b"", e)
+                    for i, e in enumerate(events)) + b"0\r\n\r\n"
+    rng = random.Random(11)
+    for _ in range(300):
+        cuts = sorted(rng.sample(range(1, len(wire)), rng.randint(0, 12)))
+        parts = [wire[a:b] for a, b in zip([0, *cuts], [*cuts, len(wire)])]
+        fast, slow = ChunkedDecoder(), ChunkedDecoder()
+        assert b"".join(fast.feed(p) for p in parts) == b"".join(events)
+        assert b"".join(slow._feed(p) for p in parts) == b"".join(events)
+        assert fast.finished and slow.finished
