@@ -4,7 +4,8 @@ The `client_bound` status needs the delay llmload itself adds between a token's 
 this host and its timestamp, but the process cannot time bytes it has not read yet. What
 it can see, every monitor interval (`plugin.LoadMonitor`):
 - coalescing: events per read (`client.COUNTERS`), and so bytes per event and the rate of
-  events; with S open streams, one stream's gap between events is S / rate;
+  events that arrived (read, plus the growth of the unread backlog); with S open streams,
+  one stream's gap between events is S / that rate;
 - the read backlog: bytes waiting unread in every streaming socket's kernel receive queue
   (`client.queued_bytes`, ioctl FIONREAD/SIOCINQ where the OS tells).
 A socket holding q events unread (q = its queued bytes / bytes per event, rounded up) has

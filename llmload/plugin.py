@@ -284,6 +284,7 @@ class LoadMonitor:
         counters = client.COUNTERS
         last_wall, last_cpu = time.monotonic(), time.process_time()
         last_counts = (counters.reads, counters.events, counters.bytes)
+        last_queued = 0
         while True:
             gevent.sleep(MONITOR_INTERVAL_S)
             wall, cpu = time.monotonic(), time.process_time()
@@ -296,8 +297,16 @@ class LoadMonitor:
             streams = client.open_streams()
             ages = None
             if events and streams and elapsed > 0:
-                gap_ms = streams / (events / elapsed) * 1000.0
-                ages = backlog_ages_ms(client.queued_bytes(), bytes_per_event=nbytes / events, gap_ms=gap_ms)
+                queued = client.queued_bytes()
+                per_event = nbytes / events
+                # Events that arrived (not only those read): a client that fell behind reads
+                # fewer than arrive, and its read rate would stretch the gap.
+                arrived = events + (sum(queued) - last_queued) / per_event
+                if arrived <= 0:
+                    arrived = events
+                gap_ms = streams / (arrived / elapsed) * 1000.0
+                ages = backlog_ages_ms(queued, bytes_per_event=per_event, gap_ms=gap_ms)
+                last_queued = sum(queued)
             self.samples.append((t, cpu_pct, lag_ms))
             if events:
                 self.reads.append(IntervalSample(t_s=t, reads=reads, events=events, bytes_=nbytes,
