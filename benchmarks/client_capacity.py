@@ -40,7 +40,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "paced_server.c"
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "llmload"
-DEFAULT_LEVELS = "16:1,64:1,128:1,160:1,256:1,1024:10"
+DEFAULT_LEVELS = "16:4,16:1,64:1,128:1,160:1,256:1,1024:10"
 BOUND_MS = 2.0
 
 
