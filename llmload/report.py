@@ -293,12 +293,14 @@ def limit_lines(server: dict[str, Any]) -> list[str]:
     lines = []
     for label, key, source_key, unit in LIMITS:
         value, source = server.get(key), server.get(source_key) or "unknown"
-        text = f"{value:,}{unit}" if value else "unknown"
-        if key == "kv_cache_tokens" and value and server.get("block_size"):
+        if not value:
+            # Unknown, or (llama.cpp's per-slot KV) absent: the engine table's note says which.
+            lines.append(f"{label}: {source}")
+            continue
+        text = f"{value:,}{unit}"
+        if key == "kv_cache_tokens" and server.get("block_size"):
             text += f" ({value // server['block_size']:,} blocks × {server['block_size']})"
-        if source != "unknown":
-            text += f", from {source}" if value else f" ({source})"
-        lines.append(f"{label}: {text}")
+        lines.append(f"{label}: {text}" + (f", from {source}" if source != "unknown" else ""))
     return lines
 
 
@@ -476,10 +478,14 @@ def render_errors(cells: list[dict[str, Any]]) -> str | None:
     return "\n".join(lines) if lines else None
 
 
+def _fmt_total(value: float) -> str:
+    return fmt_count(int(round(value)))
+
+
 CHECK_FIGURES = {
     "per_request_tok_s": ("per request tok/s", fmt_rate),
-    "output_tokens": ("output tokens in the window", fmt_count),
-    "output_tokens_completed": ("output tokens of completed requests", fmt_count),
+    "output_tokens": ("output tokens in the window", _fmt_total),
+    "output_tokens_completed": ("output tokens of completed requests", _fmt_total),
     "prompt_tok_s": ("prompt tok/s", fmt_rate),
 }
 
