@@ -9,8 +9,10 @@ it can see, every monitor interval (`plugin.LoadMonitor`):
 - the read backlog: bytes waiting unread in every streaming socket's kernel receive queue
   (`client.queued_bytes`, ioctl FIONREAD/SIOCINQ where the OS tells).
 A socket holding q events unread (q = its queued bytes / bytes per event, rounded up) has
-had its oldest one waiting about (q − ½) gaps: that age is one sample of the added delay;
-an empty queue is a sample of zero. The estimate is the p99 of those samples over the
+had its oldest one waiting at least (q − 1) gaps: that age is one sample of the added
+delay; an empty queue, or a single event (which may have arrived an instant ago, and on a
+slow stream would otherwise count a whole gap), is a sample of zero. A lower bound, so a
+slow server's long gaps never raise a false alarm. The estimate is the p99 of those samples over the
 window (every socket, every interval). Where no queue depth is known (TLS, or no FIONREAD),
 the coalescing alone gives (events per read − 1) × gap, which also counts a server's own
 bursts: it is labelled as such.
@@ -55,8 +57,8 @@ def backlog_ages_ms(queued: list[int], *, bytes_per_event: float, gap_ms: float)
             hist[0] += 1
             continue
         q = math.ceil(q_bytes / bytes_per_event)
-        age = (q - 0.5) * gap_ms
-        hist[max(1, math.ceil(age / ADDED_DELAY_BIN_MS))] += 1
+        age = (q - 1) * gap_ms
+        hist[math.ceil(age / ADDED_DELAY_BIN_MS) if age > 0 else 0] += 1
     return hist
 
 

@@ -508,11 +508,12 @@ def _status_reason(status: str, fig, facts: dict, planned: PlannedCell, cell: di
         return (f"server queue: median {facts['median_waiting']:g} waiting" if facts.get("median_waiting")
                 else f"average active {fig.avg_active:.2f} / streaming {fig.avg_streaming:.2f} of {planned.concurrency}")
     if status == "client_bound":
-        delay = cell.get("client_added_delay_ms_p99")
+        load = facts.get("load") or {}
+        delay = load.get("added_delay_ms_p99")
         from llmload.clientload import ADDED_DELAY_BOUND_MS
         if delay is not None and delay > ADDED_DELAY_BOUND_MS:
             return (f"the load generator was the bottleneck: it read tokens about {delay:.1f} ms late (p99, "
-                    f"estimated from its {cell.get('client_added_delay_source') or 'read backlog'}; "
+                    f"estimated from its {load.get('added_delay_source') or 'read backlog'}; "
                     f"bound {ADDED_DELAY_BOUND_MS:g} ms)")
         return "the load generator was the bottleneck (CPU or event-loop lag)"
     if status == "errors":

@@ -30,10 +30,12 @@ from tests_helpers import StreamServer
 
 def test_backlog_age_is_queued_events_times_the_gap():
     hist = backlog_ages_ms([0, 0, 200, 450], bytes_per_event=200, gap_ms=1.0)
-    # empty queues are zero; 1 event queued: half a gap; 450 B = 3 events: 2.5 gaps
-    assert hist[0] == 2 and hist[5] == 1 and hist[25] == 1
+    # empty queues and a single event are zero (a lower bound); 450 B = 3 events: 2 gaps
+    assert hist[0] == 3 and hist[20] == 1
     assert histogram_percentile(hist, 0.5) == 0.0
-    assert histogram_percentile(hist, 1.0) == pytest.approx(2.5)
+    assert histogram_percentile(hist, 1.0) == pytest.approx(2.0)
+    # a slow stream (100 ms between events) with one event unread is no delay
+    assert backlog_ages_ms([200], bytes_per_event=200, gap_ms=100.0) == {0: 1}
 
 
 def test_window_estimate_needs_enough_samples_and_fires_over_the_bound():
