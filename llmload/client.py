@@ -77,6 +77,23 @@ def queued_bytes() -> list[int]:
     return out
 
 
+def queued_events() -> list[tuple[int, int]]:
+    """(unread bytes, SSE events they begin) per open plain-TCP streaming socket: FIONREAD,
+    then a MSG_PEEK of the queued bytes (only where there are some) counting `data:` —
+    exact, where bytes / mean event size would count one large event as two."""
+    out = []
+    buf = array("i", [0])
+    for fd, ps in list(_OPEN.items()):
+        try:
+            fcntl.ioctl(fd, termios.FIONREAD, buf, True)
+            n = buf[0]
+            events = ps._raw.recv(min(n, 1 << 20), socket.MSG_PEEK).count(b"data:") if n > 0 else 0
+        except OSError:
+            continue
+        out.append((n, events))
+    return out
+
+
 def open_streams() -> int:
     """Plain-TCP streaming connections open in this process."""
     return len(_OPEN)

@@ -8,7 +8,7 @@ it can see, every monitor interval (`plugin.LoadMonitor`):
   one stream's gap between events is S / that rate;
 - the read backlog: bytes waiting unread in every streaming socket's kernel receive queue
   (`client.queued_bytes`, ioctl FIONREAD/SIOCINQ where the OS tells).
-A socket holding q events unread (q = its queued bytes / bytes per event, rounded up) has
+A socket holding q events unread (counted in a MSG_PEEK of its queue: `data:` fields) has
 had its oldest one waiting at least (q − 1) gaps: that age is one sample of the added
 delay; an empty queue, or a single event (which may have arrived an instant ago, and on a
 slow stream would otherwise count a whole gap), is a sample of zero. A lower bound, so a
@@ -49,14 +49,21 @@ class IntervalSample:
     bin 0 holds the empty queues."""
 
 
-def backlog_ages_ms(queued: list[int], *, bytes_per_event: float, gap_ms: float) -> Counter:
-    """Histogram of the age of the oldest unread event per socket (see the module doc)."""
+def backlog_ages_ms(queued: list[int], *, bytes_per_event: float | None = None, gap_ms: float,
+                    events: list[int] | None = None) -> Counter:
+    """Histogram of the age of the oldest unread event per socket (see the module doc):
+    from the unread events counted (`events`, a peek), else unread bytes / bytes per event."""
     hist: Counter = Counter()
-    for q_bytes in queued:
-        if q_bytes <= 0 or bytes_per_event <= 0:
+    for i, q_bytes in enumerate(queued):
+        if events is not None:
+            q = events[i]
+        elif q_bytes <= 0 or not bytes_per_event:
+            q = 0
+        else:
+            q = math.ceil(q_bytes / bytes_per_event)
+        if q <= 1:
             hist[0] += 1
             continue
-        q = math.ceil(q_bytes / bytes_per_event)
         age = (q - 1) * gap_ms
         hist[math.ceil(age / ADDED_DELAY_BIN_MS) if age > 0 else 0] += 1
     return hist

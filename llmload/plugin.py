@@ -297,7 +297,8 @@ class LoadMonitor:
             streams = client.open_streams()
             ages = None
             if events and streams and elapsed > 0:
-                queued = client.queued_bytes()
+                peeked = client.queued_events()
+                queued = [b for b, _ in peeked]
                 per_event = nbytes / events
                 # Events that arrived (not only those read): a client that fell behind reads
                 # fewer than arrive, and its read rate would stretch the gap.
@@ -305,7 +306,7 @@ class LoadMonitor:
                 if arrived <= 0:
                     arrived = events
                 gap_ms = streams / (arrived / elapsed) * 1000.0
-                ages = backlog_ages_ms(queued, bytes_per_event=per_event, gap_ms=gap_ms)
+                ages = backlog_ages_ms(queued, gap_ms=gap_ms, events=[e for _, e in peeked])
                 last_queued = sum(queued)
             self.samples.append((t, cpu_pct, lag_ms))
             if events:
