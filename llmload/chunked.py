@@ -2,7 +2,7 @@
 
 Streaming servers (uvicorn under vLLM, SGLang; llama.cpp's httplib) send each SSE event as
 one chunk. The common read is therefore exactly `size CRLF data CRLF`, which `feed` decodes
-with one find and one slice.
+with one find and one slice (`feed`'s fast path; the state machine takes everything else).
 """
 
 from __future__ import annotations
@@ -28,6 +28,32 @@ class ChunkedDecoder:
         return self._state == _DONE
 
     def feed(self, data: bytes) -> bytes:
+        if self._state == _SIZE and not self._line:
+            # Fast path: whole `size CRLF data CRLF` chunks, one find and two slices each;
+            # anything else (a split chunk, extensions, the last chunk) from where it starts.
+            out = []
+            i, n = 0, len(data)
+            while i < n:
+                j = data.find(b"\r\n", i)
+                if j <= i:
+                    break
+                try:
+                    size = int(data[i:j], 16)
+                except ValueError:
+                    break
+                end = j + 2 + size
+                if size <= 0 or data[end:end + 2] != b"\r\n":
+                    break
+                out.append(data[j + 2:end])
+                i = end + 2
+            if i == n:
+                return out[0] if len(out) == 1 else b"".join(out)
+            if out:
+                out.append(self._feed(data[i:]))
+                return b"".join(out)
+        return self._feed(data)
+
+    def _feed(self, data: bytes) -> bytes:
         out = []
         i, n = 0, len(data)
         while i < n:

@@ -69,7 +69,8 @@ def _echo(text: str = "") -> None:
 @click.option("--force", is_flag=True, help="Replace the run that --out already holds.")
 @click.option("--max-error-rate", type=click.FloatRange(0.0, 1.0), default=0.0, show_default=True,
               help="Exit 1 when a cell's failed/sent requests exceed this (0: any failure).")
-@click.option("--workers", type=int, help="Local Locust worker processes (0 = one process).")
+@click.option("--workers", help="Local Locust worker processes (0 = one process; auto = from the expected "
+              "token-event rate).")
 @click.option("--master-bind", help="HOST:PORT for workers started elsewhere to connect to.")
 @click.option("--expect-workers", type=int, help="Workers started elsewhere to wait for.")
 @click.option("--api-key", envvar="OPENAI_API_KEY", show_envvar=True,

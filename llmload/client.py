@@ -18,13 +18,17 @@ Rules:
 
 from __future__ import annotations
 
+import fcntl
 import logging
+import termios
 import time
+from array import array
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import gevent
 from gevent import socket
+from gevent.hub import Waiter
 
 from llmload.chunked import ChunkedDecoder, ChunkedError
 from llmload.clock import now
@@ -40,6 +44,59 @@ READ_SIZE = 65536
 AFTER_DONE_TIMEOUT_S = 2.0
 """How long to wait for the end of the HTTP body after `[DONE]` before dropping the connection."""
 CONNECT_TIMEOUT_S = 10.0
+
+
+class ReadCounters:
+    """Process-wide counts of the streaming hot path, read by the load monitor
+    (`plugin.LoadMonitor`): reads that carried events, and the events they carried."""
+
+    __slots__ = ("reads", "events", "bytes")
+
+    def __init__(self) -> None:
+        self.reads = 0
+        self.events = 0
+        self.bytes = 0
+
+
+COUNTERS = ReadCounters()
+_OPEN: dict[int, "_PlainSocket"] = {}
+"""Open plain-TCP streaming sockets by file descriptor, for `queued_bytes`."""
+
+
+def queued_bytes() -> list[int]:
+    """Bytes waiting unread in the kernel receive queue of every open plain-TCP streaming
+    socket (ioctl FIONREAD, i.e. SIOCINQ on Linux); empty where the OS does not tell."""
+    out = []
+    buf = array("i", [0])
+    for fd in list(_OPEN):
+        try:
+            fcntl.ioctl(fd, termios.FIONREAD, buf, True)
+        except OSError:
+            continue
+        out.append(buf[0])
+    return out
+
+
+def queued_events() -> list[tuple[int, int]]:
+    """(unread bytes, SSE events they begin) per open plain-TCP streaming socket: FIONREAD,
+    then a MSG_PEEK of the queued bytes (only where there are some) counting `data:` —
+    exact, where bytes / mean event size would count one large event as two."""
+    out = []
+    buf = array("i", [0])
+    for fd, ps in list(_OPEN.items()):
+        try:
+            fcntl.ioctl(fd, termios.FIONREAD, buf, True)
+            n = buf[0]
+            events = ps._raw.recv(min(n, 1 << 20), socket.MSG_PEEK).count(b"data:") if n > 0 else 0
+        except OSError:
+            continue
+        out.append((n, events))
+    return out
+
+
+def open_streams() -> int:
+    """Plain-TCP streaming connections open in this process."""
+    return len(_OPEN)
 
 
 class _Deadline(Exception):
@@ -173,16 +230,19 @@ class _PlainSocket:
     syscalls and the allocations per token event on the hot path.
     """
 
-    __slots__ = ("sock", "_raw", "_hub", "_io", "_timer", "_timeout_s", "_last")
+    __slots__ = ("sock", "_raw", "_hub", "_io", "_timer", "_timeout_s", "_last", "_fd", "_waiter", "__weakref__")
 
     def __init__(self, sock) -> None:
         self.sock = sock
+        self._fd = sock.fileno()
+        _OPEN[self._fd] = self
         self._raw = sock._sock  # the real socket under gevent's wrapper (non-blocking)
         self._hub = gevent.get_hub()
         self._io = self._hub.loop.io(sock.fileno(), 1)
         self._timer = None
         self._timeout_s: float | None = None
         self._last = 0.0
+        self._waiter: Waiter | None = None
 
     def settimeout(self, timeout_s: float | None) -> None:
         self._timeout_s = timeout_s
@@ -197,7 +257,50 @@ class _PlainSocket:
 
     def _check_idle(self) -> None:
         if _monotonic() - self._last > self._timeout_s:
-            self._hub.cancel_wait(self._io, socket.timeout("timed out"))
+            waiter = self._waiter
+            if waiter is not None:  # in `pump`: the loop's callback holds the watcher
+                self._io.stop()
+                waiter.throw(socket.timeout("timed out"))
+            else:
+                self._hub.cancel_wait(self._io, socket.timeout("timed out"))
+
+    def pump(self, consume) -> None:
+        """Read every arrival inside the event loop's own I/O callback and hand it to
+        `consume(t, data)` until that returns True (or raises); the calling greenlet sleeps
+        meanwhile. Per read this saves two greenlet switches, a Waiter and a watcher
+        start/stop against `recv` (benchmarks/client_capacity.py, CPU µs per event), and
+        the arrival time is taken the moment the loop sees the socket readable."""
+        raw, io = self._raw, self._io
+        waiter = Waiter(self._hub)
+
+        def readable() -> None:
+            try:
+                data = raw.recv(READ_SIZE)
+            except BlockingIOError:
+                return
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiting greenlet
+                io.stop()
+                waiter.throw(exc)
+                return
+            t = now()
+            self._last = _monotonic()
+            try:
+                over = consume(t, data)
+            except BaseException as exc:  # noqa: BLE001 - a protocol error: the greenlet's to raise
+                io.stop()
+                waiter.throw(exc)
+                return
+            if over:
+                io.stop()
+                waiter.switch(None)
+
+        self._waiter = waiter
+        io.start(readable)
+        try:
+            waiter.get()
+        finally:
+            io.stop()
+            self._waiter = None
 
     def sendall(self, data: bytes) -> None:
         self._last = _monotonic()
@@ -219,6 +322,8 @@ class _PlainSocket:
         if self._timer is not None:
             self._timer.stop()
             self._timer = None
+        if _OPEN.get(self._fd) is self:
+            del _OPEN[self._fd]
         self._io.close()
         self.sock.close()
 
@@ -261,46 +366,61 @@ class _StreamReader:
         self._read_events(sock, rest, t, chunked, length)
 
     def _read_events(self, sock, data: bytes, t: float, chunked: bool, length: int | None) -> None:
-        done_seen = False
-        dechunk = ChunkedDecoder() if chunked else None
-        sse = SSEDecoder()
-        timeline = self.timeline
-        remaining = length
-        while True:
-            if data:
-                if dechunk is not None:
-                    body = dechunk.feed(data)
-                else:
-                    body = data
-                    if remaining is not None:
-                        remaining -= len(data)
-                payloads = sse.feed(body)
-                if payloads:
-                    timeline.feed(t, payloads)
-                    if timeline.done and self.end_s is None:
-                        self.end_s = t
-                body_over = (dechunk is not None and dechunk.finished) or remaining == 0
-                if body_over:
-                    break
-                if timeline.done and not done_seen:
-                    # Only the end of the HTTP body is left: don't wait long for it.
-                    done_seen = True
-                    sock.settimeout(AFTER_DONE_TIMEOUT_S)
+        self._dechunk = ChunkedDecoder() if chunked else None
+        self._sse = SSEDecoder()
+        self._remaining = length
+        self._done_seen = False
+        self._sock = sock
+        self._last_t = t
+        if not (data and self._consume(t, data)):
             try:
-                data = sock.recv(READ_SIZE)
+                if isinstance(sock, _PlainSocket):
+                    sock.pump(self._consume)
+                else:
+                    while True:  # TLS: the SSL object buffers, so read through gevent's socket
+                        data = sock.recv(READ_SIZE)
+                        if self._consume(now(), data):
+                            break
             except socket.timeout:
-                if not done_seen:
+                if not self._done_seen:
                     raise
-                self.keep_alive = False
-                break
-            t = now()
-            if not data:
-                self.keep_alive = False
-                timeline.feed(t, sse.flush())
-                break
+                self.keep_alive = False  # only the end of the body was missing
         if self.end_s is None:
-            self.end_s = t
+            self.end_s = self._last_t
         self._settle()
+
+    def _consume(self, t: float, data: bytes) -> bool:
+        """One read that arrived at t; True once the response is over. Runs in the event
+        loop's callback for plain TCP (`_PlainSocket.pump`): no I/O, no waiting."""
+        self._last_t = t
+        timeline = self.timeline
+        if not data:
+            self.keep_alive = False
+            timeline.feed(t, self._sse.flush())
+            return True
+        dechunk = self._dechunk
+        if dechunk is not None:
+            body = dechunk.feed(data)
+        else:
+            body = data
+            if self._remaining is not None:
+                self._remaining -= len(data)
+        payloads = self._sse.feed(body)
+        if payloads:
+            counters = COUNTERS
+            counters.reads += 1
+            counters.events += len(payloads)
+            counters.bytes += len(data)
+            timeline.feed(t, payloads)
+            if timeline.done and self.end_s is None:
+                self.end_s = t
+        if (dechunk is not None and dechunk.finished) or self._remaining == 0:
+            return True
+        if timeline.done and not self._done_seen:
+            # Only the end of the HTTP body is left: don't wait long for it.
+            self._done_seen = True
+            self._sock.settimeout(AFTER_DONE_TIMEOUT_S)
+        return False
 
     def _settle(self) -> None:
         tl = self.timeline

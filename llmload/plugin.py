@@ -15,8 +15,9 @@
   stdin pipe only the controller holds: SIGKILL included), so no load is left running;
 - every record's error text goes through the secret scrubber (`llmload.redact`) before it
   is kept, shipped, shown or logged;
-- a monitor greenlet samples this process's CPU and event-loop lag, so a cell whose load
-  generator was the bottleneck is marked client_bound.
+- a monitor greenlet samples this process's CPU, event-loop lag and read backlog (the
+  added delay it implies, `llmload.clientload`), so a cell whose load generator was the
+  bottleneck is marked client_bound.
 The API key comes from OPENAI_API_KEY (or `llmload run --api-key`) and is never shown,
 logged or shipped in messages.
 """
@@ -29,6 +30,8 @@ import logging
 import os
 import time
 import uuid
+from collections import Counter
+
 import gevent
 import gevent.lock
 from gevent.event import Event
@@ -259,11 +262,17 @@ class LLMState:
 
 
 class LoadMonitor:
-    """Samples this process's CPU use and gevent loop lag, for the client_bound status."""
+    """Samples this process's CPU use, gevent loop lag and read backlog, for client_bound.
+
+    Every MONITOR_INTERVAL_S: CPU %, loop lag (how late its own wake-up came), and the
+    streaming client's coalescing and receive-queue depths, turned into an added-delay
+    estimate (`llmload.clientload`)."""
 
     def __init__(self) -> None:
         self.samples: list[tuple[float, float, float]] = []
         """(time, cpu %, lag ms) per interval."""
+        self.reads: list = []
+        """clientload.IntervalSample per interval."""
         self._greenlet = None
 
     def start(self) -> None:
@@ -276,33 +285,67 @@ class LoadMonitor:
             self._greenlet = None
 
     def _run(self) -> None:
+        from llmload import client
+        from llmload.clientload import IntervalSample, backlog_ages_ms
+        counters = client.COUNTERS
         last_wall, last_cpu = time.monotonic(), time.process_time()
+        last_counts = (counters.reads, counters.events, counters.bytes)
+        last_queued = 0
         while True:
             gevent.sleep(MONITOR_INTERVAL_S)
             wall, cpu = time.monotonic(), time.process_time()
+            t = now()
             elapsed = wall - last_wall
             lag_ms = max(elapsed - MONITOR_INTERVAL_S, 0.0) * 1000.0
             cpu_pct = (cpu - last_cpu) / elapsed * 100.0 if elapsed > 0 else 0.0
-            self.samples.append((now(), cpu_pct, lag_ms))
+            counts = (counters.reads, counters.events, counters.bytes)
+            reads, events, nbytes = (a - b for a, b in zip(counts, last_counts))
+            streams = client.open_streams()
+            ages = None
+            if events and streams and elapsed > 0:
+                peeked = client.queued_events()
+                queued = [b for b, _ in peeked]
+                per_event = nbytes / events
+                # Events that arrived (not only those read): a client that fell behind reads
+                # fewer than arrive, and its read rate would stretch the gap.
+                arrived = events + (sum(queued) - last_queued) / per_event
+                if arrived <= 0:
+                    arrived = events
+                gap_ms = streams / (arrived / elapsed) * 1000.0
+                ages = backlog_ages_ms(queued, gap_ms=gap_ms, events=[e for _, e in peeked])
+                last_queued = sum(queued)
+            self.samples.append((t, cpu_pct, lag_ms))
+            if events:
+                self.reads.append(IntervalSample(t_s=t, reads=reads, events=events, bytes_=nbytes,
+                                                 streams=streams, ages=ages or Counter()))
             if len(self.samples) > 20000:
                 del self.samples[:10000]
-            last_wall, last_cpu = wall, cpu
+            if len(self.reads) > 20000:
+                del self.reads[:10000]
+            last_wall, last_cpu, last_counts = wall, cpu, counts
 
     def window(self, t0: float, t1: float) -> dict[str, float | None]:
+        from llmload.clientload import window_estimate
         inside = [(c, lag) for t, c, lag in self.samples if t0 <= t <= t1]
+        estimate = window_estimate([s for s in self.reads if t0 <= s.t_s <= t1])
         if not inside:
             return {"cpu_pct_mean": None, "cpu_pct_max": None, "lag_ms_p50": None, "lag_ms_p90": None,
-                    "lag_ms_max": None}
+                    "lag_ms_max": None, **estimate}
         cpus = sorted(c for c, _ in inside)
         lags = sorted(lag for _, lag in inside)
         return {"cpu_pct_mean": sum(cpus) / len(cpus), "cpu_pct_max": cpus[-1],
                 "lag_ms_p50": lags[len(lags) // 2],
-                "lag_ms_p90": lags[min(int(0.9 * len(lags)), len(lags) - 1)], "lag_ms_max": lags[-1]}
+                "lag_ms_p90": lags[min(int(0.9 * len(lags)), len(lags) - 1)], "lag_ms_max": lags[-1],
+                **estimate}
 
 
 def is_client_bound(load: dict) -> bool:
+    """CPU at the bound, median loop lag over its bound, or an estimated added delay p99
+    over `clientload.ADDED_DELAY_BOUND_MS`."""
+    from llmload.clientload import delay_bound_exceeded
     cpu, lag = load.get("cpu_pct_mean"), load.get("lag_ms_p50")
-    return (cpu is not None and cpu >= CLIENT_CPU_BOUND_PCT) or (lag is not None and lag > CLIENT_LAG_BOUND_MS)
+    return ((cpu is not None and cpu >= CLIENT_CPU_BOUND_PCT) or (lag is not None and lag > CLIENT_LAG_BOUND_MS)
+            or delay_bound_exceeded(load))
 
 
 # -------------------------------------------------------------------- wiring
@@ -319,6 +362,8 @@ def _on_init(environment, runner=None, web_ui=None, **_kw) -> None:
     runner = runner or environment.runner
     remember_secrets(api_key=state.api_key, host=environment.host)
     install_log_filter()
+    from llmload.limits import raise_open_files
+    raise_open_files()  # one socket per user: as many users as the system allows
     if isinstance(runner, WorkerRunner) and os.environ.get(WATCH_PARENT_ENV) == "1":
         gevent.spawn(_exit_when_parent_goes)
     events = environment.events

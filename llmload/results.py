@@ -53,7 +53,10 @@ Top level:
     the sample), requests_sent, output_tokens, measured_s, errors, error_samples (list of
     str, ≤ 3).
   - extras: prompt_tokens, reason, prefill_source, max_waiting (largest server queue seen),
-    client_cpu_pct_max, loop_lag_ms_max, warmup_cache_hit (bool or null), cached_tokens,
+    client_cpu_pct_max, loop_lag_ms_max, client_added_delay_ms_p99 (the load generator's
+    own estimate of how late it read tokens, `llmload.clientload`; over 2 ms makes the cell
+    client_bound) with client_added_delay_ms_p50, client_added_delay_source and
+    client_events_per_read, warmup_cache_hit (bool or null), cached_tokens,
     longest_stall_s (decode: the longest silence of a request after its first token inside
     the window; the cell is "stalled" when it exceeds the bound, see metrics.stall_bound_s).
   - decode cells also: ttft_samples, tbt_samples (percentile sample counts); with an SLO

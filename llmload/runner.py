@@ -205,7 +205,9 @@ class LocustDriver:
         return lost
 
     def set_users(self, n: int) -> None:
-        self.runner.start(n, spawn_rate=min(max(n, 1), 100))
+        """Go to n users in one step: the spawn rate is the change itself, so Locust starts or
+        stops them all in its first dispatch (no one-second steps; 16 -> 1 used to take 15 s)."""
+        self.runner.start(n, spawn_rate=spawn_rate_for(self.runner.user_count, n))
         if not self.distributed and self.runner.spawning_greenlet is not None:
             self.runner.spawning_greenlet.join()
 
@@ -228,6 +230,23 @@ class LocustDriver:
         for stderr in self._stderr:
             stderr.close()
         self.state.monitor.stop()
+
+
+def spawn_rate_for(current: int, target: int) -> float:
+    """Locust's spawn rate that moves from `current` to `target` users in one dispatch:
+    it dispatches floor(rate) users per step and sleeps only between steps."""
+    return float(max(abs(target - current), 1))
+
+
+class _QuietHighSpawnRate(logging.Filter):
+    """Locust warns about spawn rates over 100; llmload means them (one step per change)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "spawn rate is very high" not in record.getMessage()
+
+
+for _name in ("locust.runners", "locust"):
+    logging.getLogger(_name).addFilter(_QuietHighSpawnRate())
 
 
 # ------------------------------------------------------------------------ cells
@@ -260,17 +279,26 @@ class CellRunner:
         cell_id = f"c{self.seq}"
         msg = cell_message(self.ctx, planned, cell_id, self.prompts)
         n = planned.concurrency
+        started = now()
         self.driver.send("llmload_cell", {"id": f"idle{self.seq}", "kind": "idle"})
         self.driver.set_users(n)
         self.driver.send("llmload_cell", msg)
+        users_set = now()
         timeout_s = self.ctx.scenario.request_timeout_s * (2 + planned.prompt_tokens * n / 200_000)
         self._wait_ready(cell_id, n, timeout_s)
+        ready = now()
         users = self.driver.worker_users()
         facts: dict = {}
         if planned.phase == "decode":
             facts = self._window(cell_id, users)
         records, load = self._collect(cell_id, facts.get("t0"), facts.get("t1"), users)
+        ended = now()
         facts["load"] = load
+        window_s = facts["t1"] - facts["t0"] if "t1" in facts else 0.0
+        # Where a cell's wall time went (the matrix-overhead benchmark reads these).
+        facts["timing"] = {"users_s": users_set - started, "warmup_s": ready - users_set,
+                           "window_s": window_s, "wall_s": ended - started,
+                           "overhead_s": max(ended - started - window_s - (ready - users_set), 0.0)}
         return records, facts
 
     def _check_workers(self, users: dict[str, int] | None = None) -> None:
@@ -375,9 +403,12 @@ def _poll_server_load(ctx: RunContext, t0: float, t1: float) -> dict:
 
 def _combine_loads(loads: list[dict]) -> dict:
     out: dict = {"client_bound": any(is_client_bound(x) for x in loads if x)}
-    for key in ("cpu_pct_mean", "cpu_pct_max", "lag_ms_p50", "lag_ms_p90", "lag_ms_max"):
+    for key in ("cpu_pct_mean", "cpu_pct_max", "lag_ms_p50", "lag_ms_p90", "lag_ms_max",
+                "events_per_read", "added_delay_ms_p50", "added_delay_ms_p99"):
         values = [x[key] for x in loads if x.get(key) is not None]
         out[key] = max(values) if values else None
+    sources = [x["added_delay_source"] for x in loads if x.get("added_delay_source")]
+    out["added_delay_source"] = sources[0] if sources else None
     return out
 
 
@@ -432,12 +463,16 @@ def decode_cell(planned: PlannedCell, records: list[RequestRecord], facts: dict,
                  "client_cpu_pct_max": load.get("cpu_pct_max"),
                  "client_cpu_pct_mean": load.get("cpu_pct_mean"), "loop_lag_ms_max": load.get("lag_ms_max"),
                  "loop_lag_ms_p50": load.get("lag_ms_p50"), "loop_lag_ms_p90": load.get("lag_ms_p90"),
+                 "client_events_per_read": load.get("events_per_read"),
+                 "client_added_delay_ms_p50": load.get("added_delay_ms_p50"),
+                 "client_added_delay_ms_p99": load.get("added_delay_ms_p99"),
+                 "client_added_delay_source": load.get("added_delay_source"),
                  "server_prompt_tokens": _server_prompt_tokens(decode + warm),
                  "warmup_cache_hit": _warm_cache_hit(decode, planned),
                  "token_source": _token_source(decode),
                  "usage_mismatches": sum(1 for r in decode if r.status == "ok" and r.completion_tokens is not None
                                          and r.finish_reason is not None and r.output_tokens != r.completion_tokens),
-                 "server_check": _decode_check(decode, facts)})
+                 "server_check": _decode_check(decode, facts), "timing": facts.get("timing")})
     # Percentile sample counts always; goodput when the run has an SLO (llmload.slo).
     cell.update(request_goodput(decode, facts["t0"], facts["t1"], slo).to_dict())
     if facts.get("power") is not None:
@@ -487,6 +522,13 @@ def _status_reason(status: str, fig, facts: dict, planned: PlannedCell, cell: di
         return (f"server queue: median {facts['median_waiting']:g} waiting" if facts.get("median_waiting")
                 else f"average active {fig.avg_active:.2f} / streaming {fig.avg_streaming:.2f} of {planned.concurrency}")
     if status == "client_bound":
+        load = facts.get("load") or {}
+        delay = load.get("added_delay_ms_p99")
+        from llmload.clientload import ADDED_DELAY_BOUND_MS
+        if delay is not None and delay > ADDED_DELAY_BOUND_MS:
+            return (f"the load generator was the bottleneck: it read tokens about {delay:.1f} ms late (p99, "
+                    f"estimated from its {load.get('added_delay_source') or 'read backlog'}; "
+                    f"bound {ADDED_DELAY_BOUND_MS:g} ms)")
         return "the load generator was the bottleneck (CPU or event-loop lag)"
     if status == "errors":
         if fig.avg_active is None and not cell.get("errors"):
@@ -608,17 +650,32 @@ def _drive(ctx: RunContext, prompts, plan: list[PlannedCell], writer, done: dict
            master_bind: str | None, expect_workers: int | None) -> None:
     """Start Locust, run the cells not yet done, and end the results as the run ends."""
     echo = ctx.echo
+    auto = ctx.scenario.workers == "auto"
+    workers = _initial_workers(ctx, plan, echo) if auto else ctx.scenario.workers
+    _check_open_files(plan, workers, echo)
+    holder: list[LocustDriver] = []
+
+    def regrow(n_workers: int) -> LocustDriver:
+        """Replace the driver with one of n_workers local workers (between cells)."""
+        holder[0].close()
+        new = LocustDriver(host=ctx.info.base_url, workers=n_workers, master_bind=master_bind,
+                           expect_workers=expect_workers, api_key=ctx.api_key)
+        holder[0] = new
+        new.wait_for_workers(echo)
+        return new
+
     try:
-        driver = LocustDriver(host=ctx.info.base_url, workers=ctx.scenario.workers,
-                              master_bind=master_bind, expect_workers=expect_workers, api_key=ctx.api_key)
+        holder.append(LocustDriver(host=ctx.info.base_url, workers=workers,
+                                   master_bind=master_bind, expect_workers=expect_workers, api_key=ctx.api_key))
     except Exception:
         writer.finish(status="failed")
         raise
     try:
-        driver.wait_for_workers(echo)
-        _run_plan(ctx, driver, prompts, plan, writer, done)
+        holder[0].wait_for_workers(echo)
+        _run_plan(ctx, holder[0], prompts, plan, writer, done,
+                  regrow=regrow if auto and not ctx.info.simulated else None, workers=workers)
         if ctx.scenario.slo and ctx.scenario.slo_search:
-            _slo_search(ctx, driver, prompts, writer)
+            _slo_search(ctx, holder[0], prompts, writer)
     except KeyboardInterrupt:
         echo("Interrupted: the cells measured so far are saved.")
         writer.finish(status="interrupted")
@@ -629,7 +686,45 @@ def _drive(ctx: RunContext, prompts, plan: list[PlannedCell], writer, done: dict
     else:
         writer.finish(status="complete")
     finally:
-        driver.close()
+        if holder:
+            holder[0].close()
+
+
+def _initial_workers(ctx: RunContext, plan: list[PlannedCell], echo: Callable[[str], None]) -> int:
+    """`--workers auto` before the first cell: from the simulator's profile; a real server
+    starts in one process and grows from its measured rate (`_run_plan`)."""
+    from llmload.autoworkers import describe, sim_events_per_s, workers_for
+    decode = [c.concurrency for c in plan if c.runs and c.phase == "decode"]
+    top = max(decode, default=1)
+    if ctx.info.simulated:
+        from llmload.sim.profiles import load_profile
+        try:
+            profile = load_profile(ctx.info.sim_profile or ctx.scenario.sim_profile)
+        except Exception:  # a profile this process cannot load: decide from measurement instead
+            profile = None
+        if profile is not None:
+            rate = sim_events_per_s(profile, top)
+            workers = workers_for(rate)
+            echo(describe(rate, top, workers, f"simulator profile {profile_name(ctx)}"))
+            return workers
+    echo("Workers auto: one process to start; more from the rate measured at each decode cell.")
+    return 0
+
+
+def profile_name(ctx: RunContext) -> str:
+    return ctx.info.sim_profile or ctx.scenario.sim_profile
+
+
+def _check_open_files(plan: list[PlannedCell], workers: int, echo: Callable[[str], None]) -> None:
+    """Raise the open-file limit, and say where the largest N still does not fit."""
+    from llmload.limits import FD_RESERVE, fd_shortfall, raise_open_files
+    soft, hard = raise_open_files()
+    top = max((c.concurrency for c in plan if c.runs), default=1)
+    short = fd_shortfall(top, max(workers, 1), soft)
+    if short:
+        echo(f"warning: N = {top} needs about {top // max(workers, 1) + FD_RESERVE} open files per process but the "
+             f"limit is {soft} (hard limit {hard}); raise it (ulimit -n) or use more --workers, "
+             f"or requests will fail with 'Too many open files'")
 
 
 def _key(c: PlannedCell) -> tuple:
@@ -637,9 +732,14 @@ def _key(c: PlannedCell) -> tuple:
 
 
 def _run_plan(ctx: RunContext, driver: LocustDriver, prompts, plan: list[PlannedCell], writer,
-              done: dict | None = None) -> None:
-    """Run the plan's cells that are not in `done` (the finished cells of a resumed run)."""
+              done: dict | None = None, *, regrow: Callable[[int], LocustDriver] | None = None,
+              workers: int = 0) -> None:
+    """Run the plan's cells that are not in `done` (the finished cells of a resumed run).
+    With `regrow` (`--workers auto` against a real server), a decode cell whose projected
+    event rate needs more worker processes than run now gets them first."""
+    from llmload.autoworkers import describe, workers_for
     done = done or {}
+    per_stream_rate: float | None = None
     runner = CellRunner(ctx, driver, prompts)
     pending = [c for c in plan if c.runs and _key(c) not in done]
     deferred = {c.context_tokens: c for c in pending if c.phase == "prefill"
@@ -664,10 +764,21 @@ def _run_plan(ctx: RunContext, driver: LocustDriver, prompts, plan: list[Planned
     started = time.monotonic()
     dead = 0
     prefill_tok_s: float | None = None
+    changes: list[float] = []
     for i, planned in enumerate(to_run, 1):
-        eta = _remaining_s(to_run[i - 1:], ctx.scenario.duration_s, prefill_tok_s)
+        eta = _remaining_s(to_run[i - 1:], ctx.scenario.duration_s, prefill_tok_s,
+                           sum(changes) / len(changes) if changes else None)
         ctx.echo(f"[{i}/{len(to_run)}] {_label(planned)} · elapsed {_clock(time.monotonic() - started)}"
                  f" · about {_clock(eta)} left")
+        if regrow is not None and planned.phase == "decode" and per_stream_rate:
+            rate = per_stream_rate * planned.concurrency
+            need = workers_for(rate)
+            if need > workers:
+                ctx.echo("    " + describe(rate, planned.concurrency, need,
+                                           f"{per_stream_rate:,.0f} tokens/s per stream at the previous cell"))
+                driver = regrow(need)
+                workers = need
+                runner.driver, runner.state = driver, driver.state
         try:
             records, facts = runner.run(planned)
         except WorkerLost as exc:
@@ -685,8 +796,12 @@ def _run_plan(ctx: RunContext, driver: LocustDriver, prompts, plan: list[Planned
             if dead >= MAX_DEAD_CELLS:
                 raise RunError(f"stopping: {dead} cells in a row failed ({exc})") from None
             continue
+        timing = facts.get("timing") or {}
+        if timing:
+            changes.append(timing["users_s"] + timing["overhead_s"])
         if planned.phase == "prefill":
             cell = prefill_cell(planned, records, source="standalone")
+            cell["timing"] = facts.get("timing")
         else:
             cell = decode_cell(planned, records, facts, ctx.scenario.slo)
             if planned.concurrency == 1 and planned.context_tokens in deferred:
@@ -695,6 +810,8 @@ def _run_plan(ctx: RunContext, driver: LocustDriver, prompts, plan: list[Planned
                 writer.update_cell(pre)
                 ctx.echo(f"    {_summary(pre)}")
                 prefill_tok_s = pre.get("prompt_tok_s") or prefill_tok_s
+        if cell.get("total_tok_s") and planned.phase == "decode":
+            per_stream_rate = cell["total_tok_s"] / planned.concurrency
         _check_prompt_length(ctx, planned, cell)
         writer.update_cell(cell)
         ctx.echo(f"    {_summary(cell)}")
@@ -778,15 +895,25 @@ def _standalone(cell: PlannedCell) -> PlannedCell:
     return PlannedCell(**{**cell.to_dict(), "prefill_source": "standalone"})
 
 
-def _remaining_s(cells: list[PlannedCell], duration_s: float, prefill_tok_s: float | None) -> float:
-    """Expected time left: windows plus warm-ups, the latter from the last measured prefill
-    rate once there is one (cold prefills of one cell's users queue one after another)."""
+CELL_CHANGE_S = 0.5
+"""Expected time per cell besides its window and warm-up (users changed, records collected)
+until one has been measured."""
+
+
+def _remaining_s(cells: list[PlannedCell], duration_s: float, prefill_tok_s: float | None,
+                 change_s: float | None = None) -> float:
+    """Expected time left: windows, warm-ups and the change between cells. Warm-ups come
+    from the last measured prefill rate once there is one (cold prefills of one cell's users
+    queue one after another); the change from the cells run so far (`change_s`, the mean of
+    their `timing.overhead_s` plus user changes), else CELL_CHANGE_S."""
+    change = CELL_CHANGE_S if change_s is None else change_s
+    runs = [c for c in cells if c.runs]
     if prefill_tok_s is None:
-        return expected_duration_s(cells, duration_s=duration_s)
+        return expected_duration_s(runs, duration_s=duration_s) + change * len(runs)
     total = 0.0
-    for c in cells:
-        warm = c.concurrency * c.prompt_tokens / prefill_tok_s + 1.0
-        total += warm + (duration_s if c.phase == "decode" else 0.0)
+    for c in runs:
+        warm = c.concurrency * c.prompt_tokens / prefill_tok_s
+        total += warm + change + (duration_s if c.phase == "decode" else 0.0)
     return total
 
 

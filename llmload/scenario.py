@@ -76,8 +76,9 @@ class Scenario:
     """Per-read network timeout of a request, seconds (a 48K prefill takes ~26 s)."""
     launch_command: str | None = None
     """The server's launch command, shown on the page; None = not known."""
-    workers: int = 0
-    """Locust worker processes; 0 = generate load in the controller process."""
+    workers: int | str = 0
+    """Locust worker processes; 0 = generate load in the controller process; "auto" =
+    chosen from the expected token-event rate (`llmload.autoworkers`)."""
     server_hardware: dict[str, Any] | None = None
     """What the server runs on, for the page's Hardware section (name, type, gpu, vram_gb,
     cpu, cpu_cores, ram_gb, os, or any other key): llmload cannot see a remote machine."""
@@ -183,6 +184,15 @@ def _int_at_least(minimum: int, maximum: int | None = None) -> Callable[[Any], i
     return parse
 
 
+def _workers(value: Any) -> int | str:
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return "auto"
+    try:
+        return _int_at_least(0, 256)(value)
+    except ValueError as exc:
+        raise ValueError(f"{exc} (a number of processes, or auto)") from None
+
+
 def _bool(value: Any) -> bool:
     if isinstance(value, bool):
         return value
@@ -266,7 +276,7 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "prefill_repeats": _int_at_least(1),
     "request_timeout_s": parse_duration,
     "launch_command": _optional_text,
-    "workers": _int_at_least(0, 256),
+    "workers": _workers,
     "server_hardware": lambda v: _facts(v),
     "server_info": lambda v: _facts(v),
     "slo": lambda v: _slo(v),
