@@ -10,7 +10,7 @@
 - matrix cells travel as custom messages (also in a single process: a LocalRunner
   delivers messages to itself), so one code path serves 1 or N processes:
     controller -> workers: llmload_cell {cell}, llmload_go {id, t0, t1}, llmload_collect {id}
-    workers -> controller: llmload_ready {id, n}, llmload_records {id, records, load}
+    workers -> controller: llmload_ready {id, n}, llmload_records {id, records, load_samples}
 - a worker that `llmload run` started exits as soon as its controller is gone (EOF on the
   stdin pipe only the controller holds: SIGKILL included), so no load is left running;
 - every record's error text goes through the secret scrubber (`llmload.redact`) before it
@@ -34,6 +34,7 @@ import gevent.lock
 from gevent.event import Event
 from locust.runners import MasterRunner, WorkerRunner
 
+from llmload.cells import CLIENT_CPU_BOUND_PCT, CLIENT_LAG_BOUND_MS, client_load, is_client_bound  # noqa: F401
 from llmload.clock import now
 from llmload.engines import ENDPOINT_PATHS, engine_caps, request_body
 from llmload.live import LiveStats, format_table
@@ -45,11 +46,6 @@ logger = logging.getLogger(__name__)
 console = logging.getLogger("locust.stats_logger")
 
 MONITOR_INTERVAL_S = 0.25
-CLIENT_CPU_BOUND_PCT = 90.0
-"""Mean CPU of a load-generator process over a window at or above this: client_bound."""
-CLIENT_LAG_BOUND_MS = 5.0
-"""Median event-loop lag over a window above this: client_bound. The median, not a high
-percentile: one garbage collection or a neighbour's burst is a hiccup, not a bottleneck."""
 COLLECT_WAIT_S = 10.0
 
 
@@ -282,21 +278,13 @@ class LoadMonitor:
                 del self.samples[:10000]
             last_wall, last_cpu = wall, cpu
 
+    def between(self, t0: float, t1: float) -> list[tuple[float, float, float]]:
+        """The (time, cpu %, lag ms) samples taken in [t0, t1]."""
+        return [s for s in self.samples if t0 <= s[0] <= t1]
+
     def window(self, t0: float, t1: float) -> dict[str, float | None]:
-        inside = [(c, lag) for t, c, lag in self.samples if t0 <= t <= t1]
-        if not inside:
-            return {"cpu_pct_mean": None, "cpu_pct_max": None, "lag_ms_p50": None, "lag_ms_p90": None,
-                    "lag_ms_max": None}
-        cpus = sorted(c for c, _ in inside)
-        lags = sorted(lag for _, lag in inside)
-        return {"cpu_pct_mean": sum(cpus) / len(cpus), "cpu_pct_max": cpus[-1],
-                "lag_ms_p50": lags[len(lags) // 2],
-                "lag_ms_p90": lags[min(int(0.9 * len(lags)), len(lags) - 1)], "lag_ms_max": lags[-1]}
-
-
-def is_client_bound(load: dict) -> bool:
-    cpu, lag = load.get("cpu_pct_mean"), load.get("lag_ms_p50")
-    return (cpu is not None and cpu >= CLIENT_CPU_BOUND_PCT) or (lag is not None and lag > CLIENT_LAG_BOUND_MS)
+        """This process's load over [t0, t1] (`cells.client_load`)."""
+        return client_load(self.between(t0, t1))
 
 
 # -------------------------------------------------------------------- wiring
@@ -372,9 +360,9 @@ def _exit_when_parent_goes() -> None:
 def _send_records(state: LLMState, data: dict) -> None:
     cell_id, t0, t1 = data["id"], data.get("t0"), data.get("t1")
     records = state.records_for(cell_id)
-    load = state.monitor.window(t0, t1) if t0 is not None and t1 is not None else {}
+    samples = state.monitor.between(t0, t1) if t0 is not None and t1 is not None else []
     state.environment.runner.send_message("llmload_records", {
-        "id": cell_id, "records": [r.to_wire() for r in records], "load": load})
+        "id": cell_id, "records": [r.to_wire() for r in records], "load_samples": [list(x) for x in samples]})
 
 
 def _report(state: LLMState, data: dict) -> None:
