@@ -47,13 +47,16 @@ _ENV_SECRET_RE = re.compile(r"(?:API_KEY|APIKEY|_TOKEN|^TOKEN|SECRET|PASSWORD)$"
 
 _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     # --api-key X, --api_key=X, --hf-token X, --token X, --password X
-    (re.compile(r"(--?(?:[a-z0-9]+[_-])*(?:api[_-]?key|token|secret|password|passwd)(?:=|\s+))"
+    # (a flag starts a word: "generated-token counter" is prose, not a flag)
+    (re.compile(r"((?<![\w-])--?(?:[a-z0-9]+[_-])*(?:api[_-]?key|token|secret|password|passwd)(?:=|\s+))"
                 r"(?!-)([^\s'\"]+)", re.I), r"\1" + MASK),
     # OPENAI_API_KEY=X, HF_TOKEN=X, export MY_SECRET="X"
     (re.compile(r"\b([A-Z][A-Z0-9_]*(?:API_KEY|APIKEY|TOKEN|SECRET|PASSWORD)=[\"']?)([^\s\"']+)"),
      r"\1" + MASK),
     # Authorization: X / Bearer X / Basic X / Token X
-    (re.compile(r"(\b(?:Bearer|Basic|Token)\s+)([A-Za-z0-9._~+/=:-]+)"), r"\1" + MASK),
+    (re.compile(r"(\b(?:Bearer|Basic)\s+)([A-Za-z0-9._~+/=:-]+)"), r"\1" + MASK),
+    # "Token X" only for key-like X: "Token source: chunks" is prose
+    (re.compile(r"(\bToken\s+)([A-Za-z0-9._~+/=-]{16,})"), r"\1" + MASK),
     (re.compile(r"(\bauthorization[\"']?\s*[:=]\s*[\"']?)(?!(?:Bearer|Basic|Token)\s)(?!\*\*\*)([^\s\"',;]+)",
                 re.I), r"\1" + MASK),
     # URL query parameters

@@ -476,10 +476,14 @@ def render_errors(cells: list[dict[str, Any]]) -> str | None:
     return "\n".join(lines) if lines else None
 
 
+def _fmt_total(value: float) -> str:
+    return fmt_count(int(round(value)))
+
+
 CHECK_FIGURES = {
     "per_request_tok_s": ("per request tok/s", fmt_rate),
-    "output_tokens": ("output tokens in the window", fmt_count),
-    "output_tokens_completed": ("output tokens of completed requests", fmt_count),
+    "output_tokens": ("output tokens in the window", _fmt_total),
+    "output_tokens_completed": ("output tokens of completed requests", _fmt_total),
     "prompt_tok_s": ("prompt tok/s", fmt_rate),
 }
 

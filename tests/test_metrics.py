@@ -337,3 +337,42 @@ def test_classify_cell(changes, waiting, client_bound, expected):
 def test_preempted_requests_make_a_cell_saturated():
     assert classify_cell(figures=BASE, concurrency=4, waiting=0, client_bound=False, preemptions=3) == "saturated"
     assert classify_cell(figures=BASE, concurrency=4, waiting=0, client_bound=False, preemptions=0) == "valid"
+
+
+# --------------------------------------------------------------------------- server checks
+
+
+def timed(user, send, chunks, end, *, server_n=None, server_ms=None, **kw):
+    r = rec(user, send, chunks, end, **kw)
+    return dataclasses.replace(r, server_output_tokens=server_n, server_decode_ms=server_ms)
+
+
+def test_timing_check_compares_medians_of_the_same_requests():
+    from llmload.metrics import timing_check
+    # 11 tokens 0.1 s apart: 10 tok/s measured; the server says 10 intervals took 1.0 s.
+    a = timed("a", 0.0, [(0.1 + 0.1 * i, 1) for i in range(11)], 1.2, server_n=11, server_ms=1000.0)
+    # A first chunk that carried 3 tokens: its 2 extra tokens are not spaced after it.
+    b = timed("b", 0.0, [(0.3, 3)] + [(0.3 + 0.1 * i, 1) for i in range(1, 9)], 1.2, server_n=11, server_ms=1000.0)
+    check = timing_check([a, b], 0.0, 2.0)
+    assert check.client == pytest.approx(10.0) and check.server == pytest.approx(10.0)
+    assert check.agrees and abs(check.diff_pct) < 1e-9
+    slow = timed("c", 0.0, [(0.1 + 0.1 * i, 1) for i in range(11)], 1.2, server_n=11, server_ms=900.0)
+    flagged = timing_check([slow], 0.0, 2.0)
+    assert flagged.diff_pct == pytest.approx(-10.0) and not flagged.agrees
+    assert timing_check([rec("d", 0.0, [(0.5, 1), (0.6, 1)], 1.0)], 0.0, 2.0) is None
+
+
+def test_counter_usage_and_prefill_checks():
+    from llmload.metrics import counter_check, prefill_check, usage_check
+    r = rec("a", 0.0, [(1.0, 2), (2.0, 3), (3.5, 1)], 4.0)
+    assert counter_check([r], 0.5, 2.5, 5.0, source="c").agrees  # 2 + 3 tokens inside [0.5, 2.5]
+    assert not counter_check([r], 0.5, 2.5, 6.0, source="c").agrees
+    assert counter_check([r], 0.5, 2.5, 0.0, source="c") is None
+    chunked = dataclasses.replace(rec("b", 0.0, [(1.0, 1), (2.0, 1)], 2.5, finish="length"),
+                                  token_source="chunks", completion_tokens=3)
+    check = usage_check([chunked])
+    assert (check.client, check.server, check.agrees) == (2.0, 3.0, False)
+    cold = dataclasses.replace(rec("p", 0.0, [(0.5, 1)], 0.6, prompt_tokens=1000),
+                               server_prefill_tokens=1000, server_prefill_ms=490.0)
+    check = prefill_check([cold])
+    assert check.client == pytest.approx(2000.0) and check.server == pytest.approx(1000 / 0.49)

@@ -113,3 +113,11 @@ def test_error_rate_and_the_cells_that_fail_a_run():
 def test_eta_clock_shows_hours_past_an_hour():
     assert _clock(59) == "0:59" and _clock(3599) == "59:59"
     assert _clock(4 * 3600 + 20 * 60) == "4:20:00" and _clock(3601) == "1:00:01"
+
+
+def test_prose_that_mentions_tokens_is_not_masked():
+    from llmload.redact import scrub
+    for text in ("generated-token counter delta", "Token source: chunks", "max_tokens=256",
+                 "server timings (predicted_n, predicted_ms)"):
+        assert scrub(text) == text
+    assert scrub("llama-server --api-key abcdef --token xyz") == "llama-server --api-key *** --token ***"

@@ -476,3 +476,22 @@ def test_html_page_is_the_markdown_page_as_html():
     assert "<td>80.0 (39 ms)</td>" in page
     assert "<h2>Hardware</h2>" in page
     assert "<script" not in page
+
+
+def test_checks_section_flags_disagreement_with_both_numbers():
+    from llmload.metrics import ServerCheck
+    results = seed_results()
+    by_key = {(c["phase"], c["context_tokens"], c["concurrency"]): c for c in results["cells"]}
+    by_key[("decode", 0, 1)]["server_check"] = ServerCheck(
+        figure="per_request_tok_s", client=80.4, server=76.0, source="server timings").to_dict()
+    by_key[("decode", 0, 2)]["server_check"] = ServerCheck(
+        figure="output_tokens", client=4610.0, server=4611.0, source="generated-token counter delta").to_dict()
+    by_key[("decode", 0, 4)].update(token_source="chunks", usage_mismatches=2)
+    page = render_markdown(results)
+    assert "## Checks against the server's own figures" in page
+    assert ("- Sustained decode 0 × 1: per request tok/s 80.4 measured, 76.0 by the server (server timings): "
+            "+5.8%, DISAGREE") in page
+    assert "- Sustained decode 0 × 2: output tokens in the window 4,610 measured, 4,611 by the server" in page
+    assert "-0.0%, agree" in page
+    assert "- Sustained decode 0 × 4: tokens counted one per chunk" in page
+    assert "2 completed request(s) whose streamed tokens differ" in page
