@@ -13,10 +13,17 @@ rendered, also when `llmload report` renders an older file. Names that contain "
 
 Files are written 0644 (umask permitting): a results directory is made to be shared.
 
-results.json, schema version 1
+results.json, schema version 2
 ------------------------------
+Version 2 (llmload with per-request records) adds the records/ directory (one Parquet file
+per cell, `llmload.recordstore`) and the cell keys records_file, and writes every cell key
+listed below (version 1 wrote some only where they applied: median_waiting, preemptions,
+token_source, ...); the waiting-gauge median and the client lag percentiles follow
+`metrics.quantile` (linear interpolation). Version-1 files still render; they cannot be
+recomputed (no records).
+
 Top level:
-- schema_version: 1 (int). A reader refuses a newer version.
+- schema_version: 2 (int). A reader refuses a newer version and reads version 1.
 - llmload_version: str — the llmload that wrote the file.
 - started_at, finished_at: ISO 8601 UTC strings; finished_at is null until `finish`
   (null in a saved file = the run was interrupted).
@@ -50,10 +57,20 @@ Top level:
     tbt_p99_ms, avg_active, avg_streaming, completed_requests (prefill: requests that gave
     the sample), requests_sent, output_tokens, measured_s, errors, error_samples (list of
     str, ≤ 3).
-  - extras: prompt_tokens, reason, prefill_source, max_waiting (largest server queue seen),
-    client_cpu_pct_max, loop_lag_ms_max, warmup_cache_hit (bool or null), cached_tokens,
+  - extras: prompt_tokens, reason, prefill_source ("standalone" | "decode_warmup"),
+    max_waiting (largest server queue seen), median_waiting (median of the waiting gauge
+    over the window), preemptions (requests the server preempted in the window),
+    client_cpu_pct_max, client_cpu_pct_mean, loop_lag_ms_max, loop_lag_ms_p50,
+    loop_lag_ms_p90 (the load generator's worst process), warmup_cache_hit (bool or null),
+    cached_tokens (prefill: the server's cached prompt tokens, 0 for a cold prefill),
     longest_stall_s (decode: the longest silence of a request after its first token inside
-    the window; the cell is "stalled" when it exceeds the bound, see metrics.stall_bound_s).
+    the window; the cell is "stalled" when it exceeds the bound, see metrics.stall_bound_s),
+    token_source (how per-chunk token counts were obtained, records.TOKEN_SOURCES),
+    server_prompt_tokens (the server's count of the prompt), usage_mismatches (completed
+    requests whose chunk tokens differ from their usage), server_check (the server's own
+    figure against llmload's, metrics.ServerCheck.to_dict(), or null), prompt_length_note
+    (the server counted a different prompt length; else null), records_file (the cell's
+    records, relative to the results directory; null when it has none).
 """
 
 from __future__ import annotations
@@ -72,7 +89,7 @@ from llmload.redact import scrub_obj
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 RESULTS_FILE = "results.json"
 CSV_FILE = "measurements.csv"
 REPORT_FILE = "report.md"
@@ -91,8 +108,11 @@ CELL_FIGURE_KEYS = (
     "error_samples",
 )
 CELL_EXTRA_KEYS = (
-    "prompt_tokens", "reason", "prefill_source", "max_waiting", "client_cpu_pct_max",
-    "loop_lag_ms_max", "warmup_cache_hit", "cached_tokens", "longest_stall_s",
+    "prompt_tokens", "reason", "prefill_source", "max_waiting", "median_waiting", "preemptions",
+    "client_cpu_pct_max", "client_cpu_pct_mean", "loop_lag_ms_max", "loop_lag_ms_p50",
+    "loop_lag_ms_p90", "warmup_cache_hit", "cached_tokens", "longest_stall_s", "token_source",
+    "server_prompt_tokens", "usage_mismatches", "server_check", "prompt_length_note",
+    "records_file",
 )
 CELL_KEYS = (*CELL_IDENTITY, "status", *CELL_FIGURE_KEYS, *CELL_EXTRA_KEYS)
 
@@ -303,6 +323,15 @@ class ResultsWriter:
             logger.error("could not render %s or %s (%s); %s is intact",
                          CSV_FILE, REPORT_FILE, self.render_error, RESULTS_FILE)
             logger.debug("rendering failed", exc_info=True)
+
+
+def write_document(doc: dict[str, Any], out_dir: str | os.PathLike[str]) -> Path:
+    """Rewrite a results directory's results.json (atomically, secrets masked) and its
+    renderings from `doc` (`llmload report --recompute`); returns the path of report.md."""
+    out = Path(out_dir)
+    text = _document_text(doc)
+    _atomic_write_text(out / RESULTS_FILE, text)
+    return write_renderings(json.loads(text), out)
 
 
 def write_renderings(doc: dict[str, Any], out_dir: str | os.PathLike[str]) -> Path:
