@@ -23,7 +23,8 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=128)
     ap.add_argument("--duration", type=int, default=30)
     ap.add_argument("--context", default="0")
-    ap.add_argument("--max-tokens", type=int, default=1024)
+    ap.add_argument("--max-tokens", type=int, default=256,
+                    help="Output tokens per request (128 x 1024 is over the default profile's KV cache)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "res"
@@ -33,6 +34,8 @@ def main() -> None:
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode not in (0, 1):
             sys.exit(f"llmload run failed ({r.returncode}): {r.stderr.strip().splitlines()[-1:]}")
+        if not cell_files(out):
+            sys.exit("no cell ran (over capacity?): " + r.stdout.strip().splitlines()[-6])
         for path in cell_files(out):
             _, records, facts = read_cell(path)
             size = path.stat().st_size

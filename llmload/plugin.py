@@ -8,9 +8,8 @@
 - workers ship live-stat deltas to the master in `report_to_master` (every 3 s and at
   quit) and the master merges them, so its UI, console table and CSV show the whole run;
 - matrix cells travel as custom messages (also in a single process: a LocalRunner
-  delivers messages to itself), so one code path serves 1 or N processes:
-    controller -> workers: llmload_cell {cell}, llmload_go {id, t0, t1}, llmload_collect {id}
-    workers -> controller: llmload_ready {id, n}, llmload_records {id, records, load_samples}
+  delivers messages to itself), so one code path serves 1 or N processes; their names
+  and typed payloads are `llmload.messages`'s;
 - a worker that `llmload run` started exits as soon as its controller is gone (EOF on the
   stdin pipe only the controller holds: SIGKILL included), so no load is left running;
 - every record's error text goes through the secret scrubber (`llmload.redact`) before it
@@ -34,6 +33,7 @@ import gevent.lock
 from gevent.event import Event
 from locust.runners import MasterRunner, WorkerRunner
 
+from llmload import messages
 from llmload.cells import CLIENT_CPU_BOUND_PCT, CLIENT_LAG_BOUND_MS, client_load, is_client_bound  # noqa: F401
 from llmload.clock import now
 from llmload.engines import ENDPOINT_PATHS, engine_caps, request_body
@@ -93,7 +93,7 @@ class LLMState:
         self._adhoc: dict | None = None
         self._adhoc_lock = gevent.lock.Semaphore()
         # matrix mode (worker side)
-        self.cell: dict | None = None
+        self.cell: messages.CellSpec | None = None
         self._cell_changed = Event()
         self._go: dict[str, tuple[float, float]] = {}
         self._go_event = Event()
@@ -104,7 +104,7 @@ class LLMState:
         self.monitor = LoadMonitor()
         # controller side
         self.ready_counts: dict[str, int] = {}
-        self.collected: dict[str, list[dict]] = {}
+        self.collected: dict[str, list[messages.Records]] = {}
 
     # ---------------------------------------------------------------- records
 
@@ -177,22 +177,21 @@ class LLMState:
 
     # ---------------------------------------------------------------- matrix mode: worker side
 
-    def prompt_for(self, cell: dict, key: str) -> list[int] | str:
-        builder = self._prompts.get(cell["id"])
+    def prompt_for(self, cell: messages.CellSpec, key: str) -> list[int] | str:
+        builder = self._prompts.get(cell.id)
         if builder is None:
-            p = cell["prompt"]
-            builder = PromptBuilder(pool_ids=tuple(p["pool_ids"]), tokens_per_word=p["tokens_per_word"],
-                                    overhead_tokens=p["overhead_tokens"])
-            self._prompts = {cell["id"]: builder}
-        return builder.prompt(key, cell["prompt_tokens"])
+            builder = PromptBuilder(pool_ids=cell.pool_ids, tokens_per_word=cell.tokens_per_word,
+                                    overhead_tokens=cell.overhead_tokens)
+            self._prompts = {cell.id: builder}
+        return builder.prompt(key, cell.prompt_tokens)
 
-    def on_cell(self, cell: dict) -> None:
+    def on_cell(self, cell: messages.CellSpec) -> None:
         self.cell = cell
         self._cell_changed.set()
         self._cell_changed = Event()
 
     def wait_cell_change(self, cell_id: str) -> None:
-        while self.cell is not None and self.cell["id"] == cell_id:
+        while self.cell is not None and self.cell.id == cell_id:
             self._cell_changed.wait(timeout=1.0)
 
     def report_ready(self, cell_id: str, *, once_for: str) -> None:
@@ -202,7 +201,8 @@ class LLMState:
         if key in self._ready_sent:
             return
         self._ready_sent.add(key)
-        self.environment.runner.send_message("llmload_ready", {"id": cell_id, "n": 1})
+        msg = messages.Ready(id=cell_id, n=1)
+        self.environment.runner.send_message(msg.TYPE, msg.to_wire())
 
     def add_failure(self, cell_id: str, user_id: str, message: str) -> None:
         """A failure of llmload itself inside a cell, recorded like a failed warm-up, which
@@ -212,14 +212,14 @@ class LLMState:
             user_id=user_id, tag="warmup", send_s=t, end_s=t, status="error",
             error=scrub(f"llmload: {message}")[:500]))
 
-    def on_go(self, cell_id: str, t0: float, t1: float) -> None:
-        self._go[cell_id] = (t0, t1)
+    def on_go(self, msg: messages.Go) -> None:
+        self._go[msg.id] = (msg.t0_s, msg.t1_s)
         self._go_event.set()
         self._go_event = Event()
 
     def wait_go(self, cell_id: str) -> tuple[float, float] | None:
         while cell_id not in self._go:
-            if self.cell is None or self.cell["id"] != cell_id:
+            if self.cell is None or self.cell.id != cell_id:
                 return None
             self._go_event.wait(timeout=1.0)
         return self._go[cell_id]
@@ -241,11 +241,11 @@ class LLMState:
 
     # ---------------------------------------------------------------- controller side
 
-    def on_ready(self, cell_id: str, n: int) -> None:
-        self.ready_counts[cell_id] = self.ready_counts.get(cell_id, 0) + n
+    def on_ready(self, msg: messages.Ready) -> None:
+        self.ready_counts[msg.id] = self.ready_counts.get(msg.id, 0) + msg.n
 
-    def on_records(self, data: dict) -> None:
-        self.collected.setdefault(data["id"], []).append(data)
+    def on_records(self, msg: messages.Records) -> None:
+        self.collected.setdefault(msg.id, []).append(msg)
 
 
 class LoadMonitor:
@@ -305,16 +305,18 @@ def _on_init(environment, runner=None, web_ui=None, **_kw) -> None:
         gevent.spawn(_exit_when_parent_goes)
     events = environment.events
     if not isinstance(runner, MasterRunner):
-        runner.register_message("llmload_cell", lambda environment, msg, **kw: state.on_cell(msg.data))
-        runner.register_message("llmload_go", lambda environment, msg, **kw: state.on_go(
-            msg.data["id"], msg.data["t0"], msg.data["t1"]))
-        runner.register_message("llmload_collect", lambda environment, msg, **kw: _send_records(state, msg.data),
-                                concurrent=True)
+        runner.register_message(messages.CELL, lambda environment, msg, **kw: state.on_cell(
+            messages.CellSpec.from_wire(msg.data)))
+        runner.register_message(messages.GO, lambda environment, msg, **kw: state.on_go(
+            messages.Go.from_wire(msg.data)))
+        runner.register_message(messages.COLLECT, lambda environment, msg, **kw: _send_records(
+            state, messages.Collect.from_wire(msg.data)), concurrent=True)
         state.monitor.start()
     if not isinstance(runner, WorkerRunner):
-        runner.register_message("llmload_ready", lambda environment, msg, **kw: state.on_ready(
-            msg.data["id"], msg.data["n"]))
-        runner.register_message("llmload_records", lambda environment, msg, **kw: state.on_records(msg.data))
+        runner.register_message(messages.READY, lambda environment, msg, **kw: state.on_ready(
+            messages.Ready.from_wire(msg.data)))
+        runner.register_message(messages.RECORDS, lambda environment, msg, **kw: state.on_records(
+            messages.Records.from_wire(msg.data)))
     # Options can change between tests (the web UI's form): set up again on each start.
     events.test_start.add_listener(lambda **kw: state.reset_adhoc())
     if isinstance(runner, WorkerRunner):
@@ -357,12 +359,11 @@ def _exit_when_parent_goes() -> None:
     os._exit(3)
 
 
-def _send_records(state: LLMState, data: dict) -> None:
-    cell_id, t0, t1 = data["id"], data.get("t0"), data.get("t1")
-    records = state.records_for(cell_id)
-    samples = state.monitor.between(t0, t1) if t0 is not None and t1 is not None else []
-    state.environment.runner.send_message("llmload_records", {
-        "id": cell_id, "records": [r.to_wire() for r in records], "load_samples": [list(x) for x in samples]})
+def _send_records(state: LLMState, msg: messages.Collect) -> None:
+    records = state.records_for(msg.id)
+    samples = state.monitor.between(msg.t0_s, msg.t1_s) if msg.t0_s is not None and msg.t1_s is not None else []
+    reply = messages.Records(id=msg.id, records=tuple(records), load_samples=tuple(samples))
+    state.environment.runner.send_message(reply.TYPE, reply.to_wire())
 
 
 def _report(state: LLMState, data: dict) -> None:

@@ -36,6 +36,7 @@ from llmload.clock import now
 from llmload.engines import ENDPOINT_PATHS
 from llmload.hardware import host_facts
 from llmload.cells import CellFacts, ServerSample, assemble_cell, not_run_cell
+from llmload.messages import CellSpec, Collect, Go
 from llmload.plugin import install, state_of
 from llmload.probe import ServerInfo, build_prompts, probe_server, server_load
 from llmload.records import RequestRecord
@@ -204,8 +205,9 @@ class LocustDriver:
         if not self.distributed and self.runner.spawning_greenlet is not None:
             self.runner.spawning_greenlet.join()
 
-    def send(self, msg_type: str, data: dict) -> None:
-        self.runner.send_message(msg_type, data)
+    def send(self, msg) -> None:
+        """Send a `llmload.messages` message to every process that runs users."""
+        self.runner.send_message(msg.TYPE, msg.to_wire())
 
     def close(self) -> None:
         try:
@@ -228,19 +230,18 @@ class LocustDriver:
 # ------------------------------------------------------------------------ cells
 
 
-def cell_message(ctx: RunContext, planned: PlannedCell, cell_id: str, prompts) -> dict:
+def cell_message(ctx: RunContext, planned: PlannedCell, cell_id: str, prompts) -> CellSpec:
     sc = ctx.scenario
-    return {
-        "id": cell_id, "run_id": ctx.run_id, "kind": planned.phase,
-        "name": f"{format_tokens(planned.context_tokens)} x{planned.concurrency}",
-        "context": planned.context_tokens, "prompt_tokens": planned.prompt_tokens,
-        "concurrency": planned.concurrency, "max_tokens": planned.max_tokens,
-        "endpoint": sc.endpoint, "path": ENDPOINT_PATHS[sc.endpoint], "model": ctx.info.model,
-        "engine": ctx.info.engine, "base_url": ctx.info.base_url, "timeout_s": sc.request_timeout_s,
-        "warmup": sc.warmup, "repeats": sc.prefill_repeats, "fixed_output": True, "temperature": 0.0,
-        "prompt": {"pool_ids": list(prompts.pool_ids), "tokens_per_word": prompts.tokens_per_word,
-                   "overhead_tokens": prompts.overhead_tokens},
-    }
+    return CellSpec(
+        id=cell_id, run_id=ctx.run_id, kind=planned.phase,
+        name=f"{format_tokens(planned.context_tokens)} x{planned.concurrency}",
+        context=planned.context_tokens, prompt_tokens=planned.prompt_tokens,
+        concurrency=planned.concurrency, max_tokens=planned.max_tokens,
+        endpoint=sc.endpoint, path=ENDPOINT_PATHS[sc.endpoint], model=ctx.info.model,
+        engine=ctx.info.engine, base_url=ctx.info.base_url, timeout_s=sc.request_timeout_s,
+        warmup=sc.warmup, repeats=sc.prefill_repeats, fixed_output=True, temperature=0.0,
+        pool_ids=tuple(prompts.pool_ids), tokens_per_word=prompts.tokens_per_word,
+        overhead_tokens=prompts.overhead_tokens)
 
 
 class CellRunner:
@@ -255,9 +256,9 @@ class CellRunner:
         cell_id = f"c{self.seq}"
         msg = cell_message(self.ctx, planned, cell_id, self.prompts)
         n = planned.concurrency
-        self.driver.send("llmload_cell", {"id": f"idle{self.seq}", "kind": "idle"})
+        self.driver.send(CellSpec.idle(f"idle{self.seq}"))
         self.driver.set_users(n)
-        self.driver.send("llmload_cell", msg)
+        self.driver.send(msg)
         timeout_s = self.ctx.scenario.request_timeout_s * (2 + planned.prompt_tokens * n / 200_000)
         self._wait_ready(cell_id, n, timeout_s)
         users = self.driver.worker_users()
@@ -290,7 +291,7 @@ class CellRunner:
         lead = LEAD_DISTRIBUTED_S if self.driver.distributed else LEAD_LOCAL_S
         t0 = now() + lead
         t1 = t0 + d
-        self.driver.send("llmload_go", {"id": cell_id, "t0": t0, "t1": t1})
+        self.driver.send(Go(id=cell_id, t0_s=t0, t1_s=t1))
         poller = gevent.spawn(_poll_server_load, self.ctx, t0, t1) if self.ctx.info.metrics else None
         try:
             while now() < t1 + 0.02:
@@ -304,7 +305,7 @@ class CellRunner:
         return replace(facts, **poller.get()) if poller is not None else facts
 
     def _collect(self, cell_id: str, t0, t1, users: dict[str, int]) -> tuple[list[RequestRecord], tuple]:
-        self.driver.send("llmload_collect", {"id": cell_id, "t0": t0, "t1": t1})
+        self.driver.send(Collect(id=cell_id, t0_s=t0, t1_s=t1))
         expected = self.driver.processes
         started = time.monotonic()
         deadline = started + COLLECT_TIMEOUT_S
@@ -325,9 +326,8 @@ class CellRunner:
             missing = expected - len(replies)
             raise WorkerLost(f"worker lost: {missing} of {expected} process(es) sent no records within "
                              f"{COLLECT_TIMEOUT_S:.0f} s; their records are lost and the cell's are discarded")
-        records = [RequestRecord.from_wire(r) for reply in replies for r in reply["records"]]
-        samples = tuple(tuple(tuple(s) for s in reply.get("load_samples") or ()) for reply in replies)
-        return records, samples
+        records = [r for reply in replies for r in reply.records]
+        return records, tuple(reply.load_samples for reply in replies)
 
 
 class _CellTimeout(Exception):
