@@ -107,7 +107,7 @@ _VLLM_POOL = (Source("metrics", "vllm:cache_config_info", label="kv_cache_size_t
               Source("metrics", "vllm:cache_config_info", label="num_gpu_blocks", times="block_size"))
 _VLLM_BLOCK = (Source("metrics", "vllm:cache_config_info", label="block_size"),)
 _VLLM_SEQS = (Source("launch", "--max-num-seqs"),)
-_UNKNOWN_POOL = "not reported: every cell runs and queueing marks what did not fit"
+_UNKNOWN_POOL = "unknown (not reported): every cell runs and queueing marks what did not fit"
 
 ENGINES: dict[str, EngineCaps] = {
     caps.name: caps for caps in (
@@ -117,7 +117,8 @@ ENGINES: dict[str, EngineCaps] = {
                    generated_counter=("vllm:generation_tokens_total",),
                    sequence_limit=(_MODELS_LEN,), pool_limit=_VLLM_POOL, block_size=_VLLM_BLOCK,
                    count_limit=_VLLM_SEQS,
-                   pool_note="vllm:cache_config_info missing: " + _UNKNOWN_POOL),
+                   pool_note="unknown (no vllm:cache_config_info on /metrics): every cell runs "
+                             "and queueing marks what did not fit"),
         EngineCaps(name="llmload-sim", token_id_prompts=True, ignore_eos=True, min_tokens=True,
                    include_usage=True, continuous_usage=True, cache_salt=True,
                    tokenize_path="/tokenize", tokenize_messages=True,
@@ -145,8 +146,8 @@ ENGINES: dict[str, EngineCaps] = {
                    sequence_limit=(Source("props", "default_generation_settings.n_ctx"),
                                    Source("slots", "n_ctx"), Source("models", "meta.n_ctx")),
                    count_limit=(Source("props", "total_slots"),),
-                   pool_note=("none reported: each slot holds its own n_ctx; with --kv-unified "
-                              "(the default when -np is not given) the slots share one pool "
+                   pool_note=("none: each slot holds its own n_ctx, unless the server runs with "
+                              "--kv-unified (the default when -np is not given), whose shared pool "
                               "the API does not report: give it with --kv-cache-tokens")),
         EngineCaps(name="tgi", token_id_prompts=False, ignore_eos=False, min_tokens=False,
                    include_usage=True, continuous_usage=False, cache_salt=False,

@@ -11,7 +11,7 @@ import json
 import logging
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from llmload.client import Endpoint
 from llmload.capacity import find_limits
@@ -50,7 +50,6 @@ class ServerInfo:
     sim_profile: str | None = None
     """Set when the server is an `llmload sim` (it says so in /version)."""
     model_root: str | None = None
-    extra: dict = field(default_factory=dict)
 
     @property
     def simulated(self) -> bool:
@@ -135,8 +134,7 @@ def probe_server(base_url: str, *, api_key: str | None = None, model: str | None
         base_url=base, model=model, models=ids, engine=engine, version=version,
         **limits.to_dict(), prefix_caching=_prefix_caching(metrics_text),
         metrics=bool(metrics_text and "#" in metrics_text),
-        sim_profile=sim_profile, model_root=entry.get("root"),
-        extra={k: v for k, v in docs.items() if k in ("props", "server_info", "info")})
+        sim_profile=sim_profile, model_root=entry.get("root"))
 
 
 def fetch_docs(base: str, names, api_key: str | None, have: dict | None = None) -> dict:

@@ -293,12 +293,14 @@ def limit_lines(server: dict[str, Any]) -> list[str]:
     lines = []
     for label, key, source_key, unit in LIMITS:
         value, source = server.get(key), server.get(source_key) or "unknown"
-        text = f"{value:,}{unit}" if value else "unknown"
-        if key == "kv_cache_tokens" and value and server.get("block_size"):
+        if not value:
+            # Unknown, or (llama.cpp's per-slot KV) absent: the engine table's note says which.
+            lines.append(f"{label}: {source}")
+            continue
+        text = f"{value:,}{unit}"
+        if key == "kv_cache_tokens" and server.get("block_size"):
             text += f" ({value // server['block_size']:,} blocks × {server['block_size']})"
-        if source != "unknown":
-            text += f", from {source}" if value else f" ({source})"
-        lines.append(f"{label}: {text}")
+        lines.append(f"{label}: {text}" + (f", from {source}" if source != "unknown" else ""))
     return lines
 
 

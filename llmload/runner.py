@@ -639,7 +639,7 @@ def _echo_plan(plan: list[PlannedCell], scenario: Scenario, echo: Callable[[str]
 
 def _meta(ctx: RunContext, plan: list[PlannedCell], prompts) -> dict:
     info, sc = ctx.info, ctx.scenario
-    server = {k: v for k, v in info.to_dict().items() if k not in ("extra",)}
+    server = info.to_dict()
     server["token_ids_prompts"] = bool(prompts.pool_ids)
     # Only an engine that accepts ignore_eos decodes exactly max_tokens every time.
     server["fixed_output_length"] = info.caps.ignore_eos
