@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from llmload.capacity import PlannedCell
+from llmload.cellresult import CellResult
 from llmload.metrics import (MAX_ERROR_SAMPLES, classify_cell, counter_check, longest_stall, median_prefill,
                              prefill_check, quantile, stall_bound_s, timing_check, usage_check, window_figures)
 from llmload.records import RequestRecord
@@ -133,8 +134,13 @@ def not_run_cell(planned: PlannedCell) -> dict:
     return cell
 
 
-def assemble_cell(planned: PlannedCell, records: list[RequestRecord], facts: CellFacts) -> dict:
-    """The cell written to results.json: figures, status and reason (the one definition)."""
+def assemble_cell(planned: PlannedCell, records: list[RequestRecord], facts: CellFacts) -> CellResult:
+    """The cell's result (figures, status and reason): the one definition, for the run and
+    for `llmload report --recompute`. `CellResult.to_dict()` is what results.json holds."""
+    return CellResult.from_dict(_assemble(planned, records, facts))
+
+
+def _assemble(planned: PlannedCell, records: list[RequestRecord], facts: CellFacts) -> dict:
     if facts.failure is not None:
         return {**not_run_cell(planned), "status": "errors", "reason": facts.failure, "errors": 1,
                 "error_samples": [facts.failure]}

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -43,8 +44,7 @@ def recompute(results_dir: str | os.PathLike[str]) -> tuple[dict[str, Any], int]
     index = {_key(c): i for i, c in enumerate(cells)}
     for path in files:
         planned, records, facts = read_cell(path)
-        cell = assemble_cell(planned, records, facts)
-        cell["records_file"] = f"{RECORDS_DIR}/{path.name}"
+        cell = replace(assemble_cell(planned, records, facts), records_file=f"{RECORDS_DIR}/{path.name}").to_dict()
         key = _key(cell)
         if key in index:  # replaced whole: nothing of the written cell is kept
             cells[index[key]] = new_cell(**cell)

@@ -48,8 +48,8 @@ Top level:
 - plan: list of planned cells (`capacity.PlannedCell.to_dict()`): phase, context_tokens,
   concurrency, status ("run" | "over_capacity" | "exceeds_context"), reason,
   prompt_tokens, max_tokens, prefill_source.
-- cells: list of cell dicts, one per measured or skipped cell, keys CELL_KEYS (extra keys
-  are kept):
+- cells: list of cell dicts, one per measured or skipped cell, keys CELL_KEYS in that order
+  (`llmload.cellresult.CellResult.to_dict()`; extra keys are kept):
   - identity: phase ("prefill" | "decode"), context_tokens, concurrency (1 for prefill).
   - status: one of CELL_STATUSES.
   - figures (null where the cell did not run or the figure is undefined): prompt_tok_s,
@@ -85,6 +85,7 @@ from pathlib import Path
 from typing import Any
 
 from llmload import __version__
+from llmload.cellresult import CELL_KEYS
 from llmload.redact import scrub_obj
 
 logger = logging.getLogger(__name__)
@@ -101,20 +102,9 @@ CELL_STATUSES = (
     "stalled", "not_run", "running",
 )
 CELL_IDENTITY = ("phase", "context_tokens", "concurrency")
-CELL_FIGURE_KEYS = (
-    "prompt_tok_s", "total_tok_s", "per_request_tok_s", "ttft_ms", "ttft_p90_ms",
-    "ttft_p99_ms", "tbt_ms", "tbt_p90_ms", "tbt_p99_ms", "avg_active", "avg_streaming",
-    "completed_requests", "requests_sent", "output_tokens", "measured_s", "errors",
-    "error_samples",
-)
-CELL_EXTRA_KEYS = (
-    "prompt_tokens", "reason", "prefill_source", "max_waiting", "median_waiting", "preemptions",
-    "client_cpu_pct_max", "client_cpu_pct_mean", "loop_lag_ms_max", "loop_lag_ms_p50",
-    "loop_lag_ms_p90", "warmup_cache_hit", "cached_tokens", "longest_stall_s", "token_source",
-    "server_prompt_tokens", "usage_mismatches", "server_check", "prompt_length_note",
-    "records_file",
-)
-CELL_KEYS = (*CELL_IDENTITY, "status", *CELL_FIGURE_KEYS, *CELL_EXTRA_KEYS)
+# The keys come from the typed result's fields (`llmload.cellresult.CellResult`).
+CELL_FIGURE_KEYS = CELL_KEYS[CELL_KEYS.index("prompt_tok_s"):CELL_KEYS.index("error_samples") + 1]
+CELL_EXTRA_KEYS = CELL_KEYS[CELL_KEYS.index("error_samples") + 1:]
 
 
 

@@ -545,8 +545,7 @@ def _keep(writer, planned: PlannedCell, records: list[RequestRecord], facts: Cel
     """A finished cell: its records on disk first, then its result (`cells.assemble_cell`,
     the function `llmload report --recompute` calls too) into results.json."""
     path = write_cell(writer.out_dir, planned, records, facts)
-    cell = assemble_cell(planned, records, facts)
-    cell["records_file"] = f"{RECORDS_DIR}/{path.name}"
+    cell = replace(assemble_cell(planned, records, facts), records_file=f"{RECORDS_DIR}/{path.name}").to_dict()
     writer.update_cell(cell)
     return cell
 

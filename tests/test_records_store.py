@@ -176,3 +176,16 @@ def test_a_schema_1_directory_renders_but_cannot_be_recomputed(run_dir, tmp_path
     assert r.returncode == 2 and b"no records/ files" in r.stderr and b"Traceback" not in r.stderr
     r = llmload("export", str(old))
     assert r.returncode == 2 and b"Traceback" not in r.stderr
+
+
+def test_the_cell_result_is_typed_and_its_keys_are_its_fields():
+    from llmload.cellresult import CellResult, ClientLoad, ServerLoad
+    result = CellResult(phase="decode", context_tokens=0, concurrency=2, status="valid", total_tok_s=150.5,
+                        error_samples=("x",), server_load=ServerLoad(median_waiting=0.5),
+                        client_load=ClientLoad(loop_lag_ms_p50=0.2))
+    d = result.to_dict()
+    assert tuple(d) == CELL_KEYS and d["median_waiting"] == 0.5 and d["loop_lag_ms_p50"] == 0.2
+    assert d["error_samples"] == ["x"]
+    assert CellResult.from_dict(d) == result
+    with pytest.raises(ValueError, match="cpu_pct_mean"):
+        CellResult.from_dict({**d, "cpu_pct_mean": 1.0})
