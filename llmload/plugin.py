@@ -236,7 +236,11 @@ class LLMState:
         deadline = time.monotonic() + COLLECT_WAIT_S
         while self._in_window.get(cell_id, 0) > 0 and time.monotonic() < deadline:
             gevent.sleep(0.02)
-        self._in_window.pop(cell_id, None)
+        stuck = self._in_window.pop(cell_id, 0)
+        if stuck > 0:
+            # Never partial records passed off as the whole: the cell says it (status errors).
+            self.add_failure(cell_id, "collect", f"{stuck} user(s) still in the window {COLLECT_WAIT_S:g} s "
+                             "after it ended; their last requests are missing from the records")
         return self._records.pop(cell_id, [])
 
     # ---------------------------------------------------------------- controller side

@@ -48,3 +48,19 @@ def test_messages_are_frozen_and_keyword_only():
 def test_an_unknown_field_is_refused():
     with pytest.raises(ValueError, match="unknown fields"):
         messages.Go.from_wire({"id": "c", "t0_s": 1.0, "t1_s": 2.0, "t2": 3.0})
+
+
+def test_a_collect_with_users_still_in_the_window_marks_the_cell(monkeypatch):
+    from types import SimpleNamespace
+
+    import llmload.plugin as plugin
+    monkeypatch.setattr(plugin, "COLLECT_WAIT_S", 0.1)
+    state = plugin.LLMState(SimpleNamespace())
+    state.enter_window("c1")
+    state._records["c1"] = [RECORD]
+    records = state.records_for("c1")
+    assert records[0] == RECORD and len(records) == 2
+    assert records[1].status == "error" and "still in the window" in records[1].error
+    state.enter_window("c2")
+    state.leave_window("c2")
+    assert state.records_for("c2") == []
