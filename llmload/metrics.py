@@ -38,6 +38,9 @@ STREAMING_FRACTION_NO_METRICS = 0.8
 MAX_ERROR_SAMPLES = 3
 #: Client and server figures that differ by more than this fraction are flagged.
 SERVER_AGREEMENT = 0.03
+#: ... for a cold prefill's prompt tok/s: llmload's TTFT also holds the request's HTTP
+#: round trip and the server's tokenizing and templating, which its prompt time does not.
+PREFILL_AGREEMENT = 0.10
 #: Histogram bucket growth factor: each bucket spans 0.1% relative width.
 HISTOGRAM_GAMMA = 1.001
 
@@ -382,6 +385,8 @@ class ServerCheck:
     server: float
     source: str
     """Where the server's number comes from."""
+    tolerance: float = SERVER_AGREEMENT
+    """The relative difference above which the two disagree."""
 
     @property
     def diff_pct(self) -> float:
@@ -389,7 +394,7 @@ class ServerCheck:
 
     @property
     def agrees(self) -> bool:
-        return abs(self.diff_pct) <= SERVER_AGREEMENT * 100.0
+        return abs(self.diff_pct) <= self.tolerance * 100.0
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "diff_pct": self.diff_pct, "agrees": self.agrees}
@@ -467,7 +472,7 @@ def prefill_check(records: Iterable[RequestRecord]) -> ServerCheck | None:
     if not client:
         return None
     return ServerCheck(figure="prompt_tok_s", client=float(np.median(client)), server=float(np.median(server)),
-                       source="server timings (prompt_n, prompt_ms)")
+                       source="server timings (prompt_n, prompt_ms)", tolerance=PREFILL_AGREEMENT)
 
 
 # --------------------------------------------------------------------------- histogram

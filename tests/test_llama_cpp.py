@@ -105,7 +105,7 @@ def matrix(request, server, tmp_path_factory):
     out = tmp_path_factory.mktemp(f"llama-{request.param}") / "res"
     r = llmload("run", "--host", server.url, "--endpoint", request.param, "--contexts", "1K,3K,4K",
                 "--prefill-contexts", "1K,3K", "--concurrency", "1,4,8", "--max-tokens", str(MAX_TOKENS),
-                "--duration", "5s", "--out", str(out))
+                "--duration", "8s", "--out", str(out))
     assert r.returncode == 0, r.stdout + r.stderr
     doc = json.loads((out / "results.json").read_text())
     return request.param, doc, {(c["phase"], c["context_tokens"], c["concurrency"]): c for c in doc["cells"]}
@@ -150,5 +150,5 @@ def test_prefill_is_cold_and_checked_against_the_server(matrix):
         assert cell["status"] == "valid", (endpoint, cell["reason"])
         assert cell["cached_tokens"] == 0
         assert cell["server_prompt_tokens"] == c
-        assert cell["server_check"]["figure"] == "prompt_tok_s"
-        assert cell["prompt_tok_s"] == pytest.approx(cell["server_check"]["server"], rel=0.15)
+        check = cell["server_check"]
+        assert check["figure"] == "prompt_tok_s" and check["agrees"], (endpoint, c, check)
