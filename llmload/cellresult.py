@@ -77,6 +77,24 @@ class CellResult:
     usage_mismatches: int | None = None
     server_check: dict[str, Any] | None = None
     prompt_length_note: str | None = None
+    # SLO (llmload.slo): sample counts always on decode cells, goodput with an SLO
+    ttft_samples: int | None = None
+    tbt_samples: int | None = None
+    goodput_tok_s: float | None = None
+    slo_requests: int | None = None
+    slo_met_requests: int | None = None
+    slo_search: bool | None = None
+    # energy (llmload.energy), where measured
+    power_mean_w: float | None = None
+    power_max_w: float | None = None
+    energy_j: float | None = None
+    energy_source: str | None = None
+    power_samples: int | None = None
+    j_per_output_token: float | None = None
+    output_tokens_per_j: float | None = None
+    idle_power_w: float | None = None
+    energy_above_idle_j: float | None = None
+    j_per_output_token_above_idle: float | None = None
     records_file: str | None = None
 
     def to_dict(self) -> dict[str, Any]:

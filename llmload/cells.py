@@ -23,7 +23,9 @@ from llmload.capacity import PlannedCell
 from llmload.cellresult import CellResult
 from llmload.metrics import (MAX_ERROR_SAMPLES, classify_cell, counter_check, longest_stall, median_prefill,
                              prefill_check, quantile, stall_bound_s, timing_check, usage_check, window_figures)
+from llmload.energy import PowerWindow, cell_energy
 from llmload.records import RequestRecord
+from llmload.slo import request_goodput
 
 CLIENT_CPU_BOUND_PCT = 90.0
 """Mean CPU of a load-generator process over a window at or above this: client_bound."""
@@ -69,6 +71,13 @@ class CellFacts:
     """The prompt is sent as token IDs: the server's count must equal the plan's exactly."""
     failure: str | None = None
     """Why the cell has no figures (a lost worker, users that never got ready)."""
+    slo: dict[str, float] | None = None
+    """The run's service-level objective (`llmload.slo`), for the cell's goodput."""
+    slo_search: bool = False
+    """The cell was added by the SLO bisection."""
+    power: PowerWindow | None = None
+    """The GPUs' power readings during the window (`llmload.energy`), where measured."""
+    idle_power_w: float | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), allow_nan=True)
@@ -79,6 +88,11 @@ class CellFacts:
         for key in ("server_first", "server_last"):
             if d.get(key) is not None:
                 d[key] = ServerSample(**d[key])
+        if d.get("power") is not None:
+            p = d["power"]
+            d["power"] = PowerWindow(t0=p["t0"], t1=p["t1"], times_s=tuple(p["times_s"]),
+                                     watts=tuple(tuple(w) for w in p["watts"]),
+                                     counter_j=tuple(p["counter_j"]) if p.get("counter_j") is not None else None)
         d["waiting_samples"] = tuple(tuple(s) for s in d.get("waiting_samples") or ())
         d["client_samples"] = tuple(tuple(tuple(s) for s in proc) for proc in d.get("client_samples") or ())
         return cls(**d)
@@ -142,15 +156,17 @@ def assemble_cell(planned: PlannedCell, records: list[RequestRecord], facts: Cel
 
 def _assemble(planned: PlannedCell, records: list[RequestRecord], facts: CellFacts) -> dict:
     if facts.failure is not None:
-        return {**not_run_cell(planned), "status": "errors", "reason": facts.failure, "errors": 1,
+        cell = {**not_run_cell(planned), "status": "errors", "reason": facts.failure, "errors": 1,
                 "error_samples": [facts.failure]}
-    if planned.phase == "prefill":
+    elif planned.phase == "prefill":
         cell = prefill_cell(planned, records, source=facts.prefill_source or "standalone")
     else:
         cell = decode_cell(planned, records, facts)
     note = _prompt_length_note(planned, cell, exact=facts.exact_prompt_length)
     if note:
         cell["prompt_length_note"] = note
+    if facts.slo_search:
+        cell["slo_search"] = True
     return cell
 
 
@@ -201,6 +217,11 @@ def decode_cell(planned: PlannedCell, records: list[RequestRecord], facts: CellF
                  "usage_mismatches": sum(1 for r in decode if r.status == "ok" and r.completion_tokens is not None
                                          and r.finish_reason is not None and r.output_tokens != r.completion_tokens),
                  "server_check": _decode_check(decode, facts)})
+    # Percentile sample counts always; goodput when the run has an SLO (llmload.slo).
+    cell.update(request_goodput(decode, t0, t1, facts.slo).to_dict())
+    if facts.power is not None:
+        cell.update(cell_energy(facts.power, output_tokens=cell.get("output_tokens"),
+                                idle_power_w=facts.idle_power_w))
     return cell
 
 

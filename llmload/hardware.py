@@ -102,3 +102,120 @@ def host_facts() -> dict:
             facts["vram_gb"] = round(gpus[0]["memory_total_bytes"] / 2**30)
             facts["name"] = f"{gpus[0]['name']} {facts['vram_gb']}GB"
     return {k: v for k, v in facts.items() if v is not None}
+
+
+# --------------------------------------------------------------------------- power
+
+
+POWER_SAMPLE_S = 0.1
+"""Power sampling interval during a window (NVML refreshes power about every 20–100 ms)."""
+IDLE_SAMPLE_S = 3.0
+"""How long idle power is sampled before the run."""
+
+
+class PowerMonitor:
+    """An open NVML session on this machine's GPUs, for power and energy readings.
+
+    `open()` returns (monitor, "") or (None, why not). Readings are per GPU, in watts and
+    joules; a GPU without the total-energy counter reads None there (the caller integrates
+    the power trace instead). `clock` and `sleep` are injectable for tests.
+    """
+
+    def __init__(self, nvml, handles: list, names: list[str], *, clock=None, sleep=None) -> None:
+        from llmload.clock import now
+        self._nvml = nvml
+        self._handles = handles
+        self.names = names
+        self._clock = clock or now
+        self._sleep = sleep
+
+    @classmethod
+    def open(cls, *, clock=None, sleep=None) -> tuple["PowerMonitor | None", str]:
+        try:
+            import pynvml
+        except ImportError:
+            return None, "NVML is not installed (pip install nvidia-ml-py)"
+        try:
+            pynvml.nvmlInit()
+        except Exception as exc:  # NVMLError, a missing driver library: no GPU to watch
+            return None, f"NVML unavailable: {_text(exc) or type(exc).__name__}"
+        try:
+            count = pynvml.nvmlDeviceGetCount()
+            handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+            names = [_text(pynvml.nvmlDeviceGetName(h)) for h in handles]
+        except Exception as exc:
+            _shutdown(pynvml)
+            return None, f"NVML could not list GPUs: {_text(exc)}"
+        if not handles:
+            _shutdown(pynvml)
+            return None, "NVML sees no GPU"
+        monitor = cls(pynvml, handles, names, clock=clock, sleep=sleep)
+        if any(w is None for w in monitor.power_w()):
+            monitor.close()
+            return None, "a GPU does not report its power draw"
+        return monitor, ""
+
+    def power_w(self) -> list[float | None]:
+        out = []
+        for h in self._handles:
+            try:
+                out.append(self._nvml.nvmlDeviceGetPowerUsage(h) / 1000.0)
+            except Exception:
+                out.append(None)
+        return out
+
+    def energy_j(self) -> list[float | None]:
+        """The total-energy counter of each GPU (J since the driver loaded), None where the
+        GPU has none (before Volta, or not supported)."""
+        out = []
+        for h in self._handles:
+            try:
+                out.append(self._nvml.nvmlDeviceGetTotalEnergyConsumption(h) / 1000.0)
+            except Exception:
+                out.append(None)
+        return out
+
+    def sample(self, t0: float, t1: float, interval_s: float = POWER_SAMPLE_S):
+        """Power of every GPU from t0 to t1 (now() seconds) every interval_s, and the energy
+        counters at both ends: an `llmload.energy.PowerWindow`."""
+        from llmload.energy import PowerWindow
+        sleep = self._sleep or _default_sleep()
+        sleep(max(t0 - self._clock(), 0.0))
+        counters0 = self.energy_j()
+        times, watts = [], []
+        while True:
+            t = self._clock()
+            times.append(t)
+            watts.append(tuple(w or 0.0 for w in self.power_w()))
+            if t >= t1:
+                break
+            sleep(min(interval_s, max(t1 - t, 0.0)))
+        counters1 = self.energy_j()
+        counter = (tuple(b - a for a, b in zip(counters0, counters1))
+                   if None not in counters0 and None not in counters1 else None)
+        return PowerWindow(t0=t0, t1=t1, times_s=tuple(times), watts=tuple(watts), counter_j=counter)
+
+    def idle_power_w(self, duration_s: float = IDLE_SAMPLE_S) -> float:
+        """Mean total power of the GPUs over duration_s, nothing else running on purpose."""
+        from llmload.energy import mean_power_w
+        t0 = self._clock()
+        return mean_power_w(self.sample(t0, t0 + duration_s))
+
+    def close(self) -> None:
+        _shutdown(self._nvml)
+
+
+def _default_sleep():
+    try:
+        import gevent
+        return gevent.sleep
+    except ImportError:  # pragma: no cover - gevent comes with locust
+        import time
+        return time.sleep
+
+
+def _shutdown(nvml) -> None:
+    try:
+        nvml.nvmlShutdown()
+    except Exception:
+        pass

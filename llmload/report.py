@@ -141,7 +141,15 @@ def _model_name(results: dict[str, Any]) -> str:
 
 
 def _is_simulated(results: dict[str, Any]) -> bool:
-    return results.get("provenance") == "simulated"
+    return results.get("provenance") in ("simulated", "predicted")
+
+
+def _predicted_word(results: dict[str, Any]) -> str | None:
+    """"Predicted (fitted from DIR)" for `llmload predict` output, else None."""
+    if results.get("provenance") != "predicted":
+        return None
+    source = results.get("predicted_from")
+    return f"Predicted (fitted from {source})" if source else f"Predicted (profile {_sim_profile(results)})"
 
 
 def _sim_profile(results: dict[str, Any]) -> str:
@@ -164,7 +172,7 @@ def _hardware_name(results: dict[str, Any]) -> str:
 def render_title(results: dict[str, Any]) -> str:
     model = _model_name(results)
     if _is_simulated(results):
-        return f"# Speed test matrix — {model} · Simulated (profile {_sim_profile(results)})"
+        return f"# Speed test matrix — {model} · {_provenance_word(results)}"
     return f"# Speed test matrix — {model} on {_hardware_name(results)}"
 
 
@@ -186,6 +194,8 @@ def _span(noun: str, values: list[str]) -> str:
 
 
 def _provenance_word(results: dict[str, Any]) -> str:
+    if _predicted_word(results):
+        return _predicted_word(results)
     if _is_simulated(results):
         return f"Simulated (profile {_sim_profile(results)})"
     return "Measured"
@@ -227,6 +237,12 @@ def render_byline(results: dict[str, Any]) -> str:
 def render_simulation_warning(results: dict[str, Any]) -> str | None:
     if not _is_simulated(results):
         return None
+    if _predicted_word(results):
+        return (
+            f"> **{_predicted_word(results)}.** Every number on this page was predicted by "
+            f"llmload's simulator running the fitted profile {_sim_profile(results)} in virtual "
+            f"time: no request was sent to any server."
+        )
     return (
         f"> **Simulated.** Every number on this page comes from llmload's built-in simulator "
         f"(profile {_sim_profile(results)}), not from a server running on hardware."
@@ -548,6 +564,7 @@ def render_markdown(results: dict[str, Any]) -> str:
             "TTFT under each value)",
             render_decode(results, cells),
         ),
+        *_extra_sections(results, cells),
         _section(
             "All measurements (latencies are medians; total tok/s is output across all "
             "simultaneous requests)",
@@ -557,6 +574,13 @@ def render_markdown(results: dict[str, Any]) -> str:
         _section("Checks against the server's own figures", render_checks(cells)),
     ]
     return "\n\n".join(b for b in blocks if b) + "\n"
+
+
+def _extra_sections(results: dict[str, Any], cells: list[dict[str, Any]]) -> list[str | None]:
+    """Sections rendered by their own modules (each None when it has nothing to say)."""
+    from llmload import energy, slo
+    return [_section("Capacity under SLO", slo.render_capacity(results, cells)),
+            _section("Energy per token", energy.render_energy(results, cells))]
 
 
 # --------------------------------------------------------------------------- HTML

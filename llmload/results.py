@@ -32,7 +32,9 @@ Top level:
   failed: the cells' errors say that (and `llmload run`'s exit status, `llmload.exitcodes`).
 - resumed_at: list of ISO 8601 times at which `llmload run --resume` continued the run
   (absent if it never was); started_at stays the first start.
-- provenance: "measured" (a real server) | "simulated" (llmload's simulator).
+- provenance: "measured" (a real server) | "simulated" (llmload's simulator) | "predicted"
+  (`llmload predict`: a fitted profile run in virtual time; `predicted_from` names the
+  results directory it was fitted from, null if none).
 - sim_profile: simulator profile name, or null for measured runs.
 - config: the resolved scenario (`Scenario.to_dict()`): name, description, host,
   sim_profile, model, endpoint, contexts, prefill_contexts, concurrency, duration_s,
@@ -71,6 +73,15 @@ Top level:
     figure against llmload's, metrics.ServerCheck.to_dict(), or null), prompt_length_note
     (the server counted a different prompt length; else null), records_file (the cell's
     records, relative to the results directory; null when it has none).
+  - SLO and energy (null where they do not apply): decode cells' ttft_samples, tbt_samples
+    (percentile sample counts); with an SLO
+    (`config.slo`, llmload.slo) goodput_tok_s, slo_requests, slo_met_requests, and
+    slo_search (true on a cell the SLO bisection added); with energy measured
+    (llmload.energy) power_mean_w, power_max_w, energy_j, energy_source, power_samples,
+    j_per_output_token, output_tokens_per_j, idle_power_w, energy_above_idle_j,
+    j_per_output_token_above_idle.
+- energy (optional): {"status": "measured" | "not_measured" | "off", "reason", "gpus",
+  "idle_power_w", "source"}.
 """
 
 from __future__ import annotations
@@ -96,7 +107,7 @@ CSV_FILE = "measurements.csv"
 REPORT_FILE = "report.md"
 HTML_FILE = "report.html"
 
-PROVENANCES = ("measured", "simulated")
+PROVENANCES = ("measured", "simulated", "predicted")
 CELL_STATUSES = (
     "valid", "over_capacity", "exceeds_context", "errors", "saturated", "client_bound",
     "stalled", "not_run", "running",
@@ -234,7 +245,7 @@ class ResultsWriter:
         doc["schema_version"] = SCHEMA_VERSION
         if doc["provenance"] not in PROVENANCES:
             raise ValueError(f"provenance {doc['provenance']!r} must be one of {PROVENANCES}")
-        if doc["provenance"] == "simulated" and not doc["sim_profile"]:
+        if doc["provenance"] in ("simulated", "predicted") and not doc["sim_profile"]:
             raise ValueError("a simulated run needs its sim_profile")
         doc["cells"] = [new_cell(**c) for c in doc["cells"]]
         self._doc = doc

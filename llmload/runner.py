@@ -87,6 +87,9 @@ class RunContext:
     echo: Callable[[str], None]
     api_key: str | None = None
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:10])
+    power: object | None = None
+    """A `hardware.PowerMonitor` when energy is measured (llmload.energy), else None."""
+    idle_power_w: float | None = None
 
 
 # ------------------------------------------------------------------------ server
@@ -263,7 +266,8 @@ class CellRunner:
         self._wait_ready(cell_id, n, timeout_s)
         users = self.driver.worker_users()
         facts = CellFacts(exact_prompt_length=bool(self.ctx.info.caps.token_id_prompts
-                                                    and self.ctx.scenario.endpoint == "completions"))
+                                                    and self.ctx.scenario.endpoint == "completions"),
+                          slo=self.ctx.scenario.slo)
         if planned.phase == "decode":
             facts = self._window(cell_id, users, facts)
         records, client_samples = self._collect(cell_id, facts.t0_s, facts.t1_s, users)
@@ -293,15 +297,18 @@ class CellRunner:
         t1 = t0 + d
         self.driver.send(Go(id=cell_id, t0_s=t0, t1_s=t1))
         poller = gevent.spawn(_poll_server_load, self.ctx, t0, t1) if self.ctx.info.metrics else None
+        power = gevent.spawn(self.ctx.power.sample, t0, t1) if self.ctx.power is not None else None
         try:
             while now() < t1 + 0.02:
                 self._check_workers(users)
                 gevent.sleep(min(0.1, max(t1 + 0.02 - now(), 0)))
         except WorkerLost:
-            if poller is not None:
-                poller.kill(block=False)
+            for greenlet in (poller, power):
+                if greenlet is not None:
+                    greenlet.kill(block=False)
             raise
-        facts = replace(facts, t0_s=t0, t1_s=t1)
+        facts = replace(facts, t0_s=t0, t1_s=t1, power=power.get() if power is not None else None,
+                        idle_power_w=self.ctx.idle_power_w)
         return replace(facts, **poller.get()) if poller is not None else facts
 
     def _collect(self, cell_id: str, t0, t1, users: dict[str, int]) -> tuple[list[RequestRecord], tuple]:
@@ -429,6 +436,7 @@ def _run_matrix(scenario: Scenario, *, api_key: str | None, run_dir, master_bind
             _echo_plan(plan, scenario, echo)
             out = str(run_dir.path)
             writer = ResultsWriter(out)
+            meta["energy"] = _open_power(ctx, echo)
             if previous is not None:
                 writer.resume(previous, meta)
             else:
@@ -437,6 +445,8 @@ def _run_matrix(scenario: Scenario, *, api_key: str | None, run_dir, master_bind
         finally:
             if owned is not None:
                 owned.release()
+            if ctx.power is not None:
+                ctx.power.close()
         _echo_matrix(writer.results, echo)
         if writer.render_error:
             echo(f"Report not rendered ({writer.render_error}); results: {os.path.join(out, 'results.json')}")
@@ -458,6 +468,8 @@ def _drive(ctx: RunContext, prompts, plan: list[PlannedCell], writer, done: dict
     try:
         driver.wait_for_workers(echo)
         _run_plan(ctx, driver, prompts, plan, writer, done)
+        if ctx.scenario.slo and ctx.scenario.slo_search:
+            _slo_search(ctx, driver, prompts, writer)
     except KeyboardInterrupt:
         echo("Interrupted: the cells measured so far are saved.")
         writer.finish(status="interrupted")
@@ -541,18 +553,83 @@ def _run_plan(ctx: RunContext, driver: LocustDriver, prompts, plan: list[Planned
                            f"({(cell.get('error_samples') or ['?'])[0]})")
 
 
-def _keep(writer, planned: PlannedCell, records: list[RequestRecord], facts: CellFacts) -> dict:
+def _keep(writer, planned: PlannedCell, records: list[RequestRecord], facts: CellFacts, *,
+          add: bool = False) -> dict:
     """A finished cell: its records on disk first, then its result (`cells.assemble_cell`,
-    the function `llmload report --recompute` calls too) into results.json."""
+    the function `llmload report --recompute` calls too) into results.json (`add`: a cell
+    outside the plan, e.g. one the SLO search ran)."""
     path = write_cell(writer.out_dir, planned, records, facts)
     cell = replace(assemble_cell(planned, records, facts), records_file=f"{RECORDS_DIR}/{path.name}").to_dict()
-    writer.update_cell(cell)
+    (writer.add_cell if add else writer.update_cell)(cell)
     return cell
 
 
 def _echo_note(ctx: RunContext, cell: dict) -> None:
     if cell.get("prompt_length_note"):
         ctx.echo(f"    warning: {cell['prompt_length_note']}")
+
+
+MAX_SLO_SEARCH_CELLS = 6
+"""Most extra cells the SLO bisection runs per context."""
+
+
+def _slo_search(ctx: RunContext, driver: LocustDriver, prompts, writer) -> None:
+    """Bisect N per context between the last level meeting the SLO and the first failing
+    one (llmload.slo.next_search_level), each probe an extra decode cell in the results."""
+    from llmload.slo import capacity, next_search_level
+    sc, info = ctx.scenario, ctx.info
+    runner = CellRunner(ctx, driver, prompts)
+    runner.seq = 1000  # cell ids apart from the matrix's
+    for context in sc.contexts:
+        tried: set[int] = set()
+        for _ in range(MAX_SLO_SEARCH_CELLS):
+            cells = [c for c in writer.results["cells"] if c["context_tokens"] == context]
+            caps = capacity(cells, sc.slo)
+            n = next_search_level(caps[0], tried=tried) if caps else None
+            if n is None:
+                break
+            tried.add(n)
+            planned = plan_matrix(contexts=[context], prefill_contexts=[], concurrency=[n],
+                                  max_tokens=sc.max_tokens, kv_cache_tokens=info.kv_cache_tokens,
+                                  block_size=info.block_size, max_model_len=info.max_model_len,
+                                  max_sequences=info.max_sequences)[0]
+            ctx.echo(f"[SLO search] {_label(planned)} (between {caps[0].max_users} and "
+                     f"{caps[0].first_failing})")
+            if planned.runs:
+                try:
+                    records, facts = runner.run(planned)
+                except (_CellTimeout, WorkerLost) as exc:
+                    _keep(writer, planned, [], CellFacts(failure=str(exc), slo_search=True), add=True)
+                    raise RunError(f"SLO search stopped: {exc}") from None
+                cell = _keep(writer, planned, records, replace(facts, slo_search=True), add=True)
+            else:
+                cell = {**not_run_cell(planned), "slo_search": True}
+                writer.add_cell(cell)
+            ctx.echo(f"    {_summary(cell)}")
+
+
+def _open_power(ctx: RunContext, echo: Callable[[str], None]) -> dict:
+    """Start measuring GPU power where the scenario asks (llmload.energy); the run goes on
+    without it, and says why. Returns results.json's `energy` block."""
+    from llmload.hardware import PowerMonitor
+    mode = ctx.scenario.energy
+    if mode == "off":
+        return {"status": "off", "reason": "--energy off"}
+    if mode == "auto" and (ctx.info.simulated or not _is_local(ctx.info.base_url)):
+        why = ("the simulator uses no GPU" if ctx.info.simulated
+               else "the server runs on another machine (--energy on if its GPUs are this machine's)")
+        echo(f"Energy: not measured ({why}).")
+        return {"status": "not_measured", "reason": why}
+    monitor, why = PowerMonitor.open()
+    if monitor is None:
+        echo(f"Energy: not measured ({why}); the run goes on.")
+        return {"status": "not_measured", "reason": why}
+    ctx.power = monitor
+    ctx.idle_power_w = monitor.idle_power_w()
+    counters = "energy counter" if None not in monitor.energy_j() else "power trace (trapezoid)"
+    echo(f"Energy: {', '.join(monitor.names)} · idle {ctx.idle_power_w:,.1f} W · from the {counters}")
+    return {"status": "measured", "gpus": monitor.names, "idle_power_w": ctx.idle_power_w,
+            "source": counters}
 
 
 def _standalone(cell: PlannedCell) -> PlannedCell:
@@ -583,6 +660,10 @@ def _echo_matrix(results: dict, echo: Callable[[str], None]) -> None:
     if any(c["phase"] == "decode" for c in cells):
         echo("\nSustained decode (total tok/s (TTFT); rows context, columns requests at once):\n"
              + markdown_table(decode_matrix_frame(cells)) + "\n")
+    from llmload.slo import render_capacity
+    slo_table = render_capacity(results, cells)
+    if slo_table:
+        echo("Capacity under SLO:\n" + slo_table + "\n")
 
 
 def _label(planned: PlannedCell) -> str:

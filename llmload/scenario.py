@@ -83,6 +83,15 @@ class Scenario:
     cpu, cpu_cores, ram_gb, os, or any other key): llmload cannot see a remote machine."""
     server_info: dict[str, Any] | None = None
     """Engine facts the server does not report (quantization, backend, build, revision)."""
+    slo: dict[str, float] | None = None
+    """Service-level objective (`llmload.slo`): normalised bounds, e.g. {"ttft_p99_ms": 2000.0};
+    None = no SLO. Given as "ttft_p99=2s,tbt_p99=50ms,per_request_tok_s=20"."""
+    energy: str = "auto"
+    """GPU power and energy per token through NVML: "on", "off", or "auto" (on when the server
+    runs on this machine and is not the simulator)."""
+    slo_search: bool = False
+    """After the matrix, bisect N between the last level meeting the SLO and the first failing
+    one, per context, as extra cells."""
 
     def __post_init__(self) -> None:
         # Constructing a Scenario directly validates it the same way files and flags are.
@@ -220,6 +229,22 @@ def _facts(value: Any) -> dict[str, Any] | None:
     return out
 
 
+def _energy(value: Any) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    text = _text(value).lower()
+    if text in ("auto", "on", "off"):
+        return text
+    if text in _TRUE | _FALSE:
+        return "on" if text in _TRUE else "off"
+    raise ValueError(f"energy {value!r} must be auto, on or off")
+
+
+def _slo(value: Any) -> dict[str, float] | None:
+    from llmload.slo import parse_slo
+    return parse_slo(value)
+
+
 def _token_tuple(value: Any) -> tuple[int, ...]:
     return tuple(parse_token_list(value))
 
@@ -244,6 +269,9 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "workers": _int_at_least(0, 256),
     "server_hardware": lambda v: _facts(v),
     "server_info": lambda v: _facts(v),
+    "slo": lambda v: _slo(v),
+    "slo_search": _bool,
+    "energy": lambda v: _energy(v),
 }
 
 

@@ -419,9 +419,9 @@ class Engine:
 class Frontend:
     """The API server's request handling before the engine sees a request.
 
-    Models one event loop: the per-token part of the work (parsing, tokenizing, hashing a
-    long prompt) is serial across requests, first come first served; the base latency
-    overlaps. `ready_time_s` says when a request that arrived at `arrival_s` reaches the
+    Models one event loop: the per-request and per-token part of the work (parsing,
+    tokenizing, hashing a long prompt) is serial across requests, first come first served;
+    the base latency overlaps. `ready_time_s` says when a request that arrived at `arrival_s` reaches the
     scheduler; calls must come in arrival order.
     """
 
@@ -434,8 +434,10 @@ class Frontend:
     def ready_time_s(self, arrival_s: float, num_prompt_tokens: int) -> float:
         profile = self.profile
         serial_s = (
-            profile.frontend_per_token_us * num_prompt_tokens / 1e6
+            profile.frontend_per_request_ms / 1e3
+            + profile.frontend_per_token_us * num_prompt_tokens / 1e6
             + profile.frontend_quadratic_ns * num_prompt_tokens * num_prompt_tokens / 1e9
         )
         self._busy_until_s = max(arrival_s, self._busy_until_s) + serial_s
-        return self._busy_until_s + profile.frontend_base_ms / 1e3
+        return (self._busy_until_s + profile.frontend_base_ms / 1e3
+                + profile.frontend_latency_per_token_us * num_prompt_tokens / 1e6)

@@ -83,6 +83,11 @@ class Profile:
     frontend_per_token_us × P + frontend_quadratic_ns × P² for a prompt of P tokens."""
     frontend_per_token_us: float = 0.0
     frontend_quadratic_ns: float = 0.0
+    frontend_latency_per_token_us: float = 0.0
+    """Latency per prompt token that overlaps across requests, like frontend_base_ms."""
+    frontend_per_request_ms: float = 0.0
+    """A serial part per request regardless of its length (parsing, scheduling on the API
+    server's one event loop): requests that arrive together queue for it."""
 
     engine_wakeup_ms: float = 0.5
     """An idle engine starts its first step this long after a request reaches it, and takes
@@ -92,6 +97,10 @@ class Profile:
     """Without ignore_eos, a request stops ("stop") after a length drawn deterministically
     from its prompt in [eos_min_tokens, eos_max_tokens] (never before min_tokens)."""
     eos_max_tokens: int = 256
+
+    fitted_from: str = ""
+    """Where `llmload fit` took the figures from (a results directory); "" for a profile
+    written by hand."""
 
     @property
     def kv_cache_tokens(self) -> int:
@@ -222,7 +231,8 @@ _AT_LEAST_ONE = (
 _NOT_NEGATIVE = (
     "gpu_memory_utilization", "step_base_ms", "step_per_seq_ms", "step_per_kv_token_us",
     "prefill_per_token_us", "prefill_quadratic_ns", "frontend_base_ms",
-    "frontend_per_token_us", "frontend_quadratic_ns", "engine_wakeup_ms",
+    "frontend_per_token_us", "frontend_quadratic_ns", "frontend_per_request_ms",
+    "frontend_latency_per_token_us", "engine_wakeup_ms",
 )
 
 

@@ -1,0 +1,150 @@
+"""The fitted twin: fit a profile to a run, predict cells that were not in it.
+
+The simulator stands in for a real server whose profile the fit does not know (`--set` on
+its step-time, prefill and frontend coefficients); the prediction of unseen cells is then
+checked against a second, real-time run of exactly those cells.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from llmload.cli import main
+from llmload.sim import calibration as cal
+from llmload.sim.launcher import SimProcess
+from llmload.sim.profiles import load_profile
+from llmload.twin import fit_profile, predict_results, seed_results
+
+UNKNOWN = {"step_base_ms": 8, "step_per_seq_ms": 0.5, "step_per_kv_token_us": 0.8,
+           "prefill_per_token_us": 60, "prefill_quadratic_ns": 3, "frontend_base_ms": 50,
+           "num_gpu_blocks": 590}
+# TTFT is made large (a 50-ms frontend) so that the real-time simulator's scheduling jitter on
+# a shared machine, a few ms, stays small beside it.
+FITTED_RUN = ["--contexts", "0,1K,2K", "--prefill-contexts", "1K,2K,3K", "--concurrency", "1,2,4,8",
+              "--duration", "2s", "--max-tokens", "64"]
+# Cells not in the fitted run: new contexts and new levels (512 x 12 fits the 590-block KV
+# cache, 1536 x 6 and x 12 do not).
+UNSEEN = {"contexts": [0, 512, 1536], "prefill_contexts": [1536], "concurrency": [3, 6, 12],
+          "max_tokens": 64, "duration_s": 2.0}
+
+
+def llmload(*args):
+    return subprocess.run([sys.executable, "-m", "llmload", *args], capture_output=True, text=True,
+                          timeout=600, env=dict(os.environ))
+
+
+def by_key(doc):
+    return {(c["phase"], c["context_tokens"], c["concurrency"]): c for c in doc["cells"]}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    base = tmp_path_factory.mktemp("twin")
+    with SimProcess(profile="tiny", overrides=UNKNOWN) as sim:
+        fitted = llmload("run", "--host", sim.url, *FITTED_RUN, "--out", str(base / "fitted"))
+        assert fitted.returncode == 0, fitted.stdout + fitted.stderr
+        u = UNSEEN
+        check = llmload("run", "--host", sim.url, "--contexts", ",".join(map(str, u["contexts"])),
+                        "--prefill-contexts", ",".join(map(str, u["prefill_contexts"])),
+                        "--concurrency", ",".join(map(str, u["concurrency"])), "--duration", "2s",
+                        "--max-tokens", str(u["max_tokens"]), "--out", str(base / "check"))
+        assert check.returncode == 0, check.stdout + check.stderr
+    return base
+
+
+def test_fit_predicts_cells_it_never_saw(runs):
+    fitted_doc = json.loads((runs / "fitted" / "results.json").read_text())
+    check_doc = json.loads((runs / "check" / "results.json").read_text())
+    fit = fit_profile(fitted_doc, base=load_profile("tiny"), source=str(runs / "fitted"))
+    assert fit.profile.num_gpu_blocks == UNKNOWN["num_gpu_blocks"]  # from the probe
+    predicted = by_key(predict_results(fit.profile, **UNSEEN))
+    measured = by_key(check_doc)
+    assert set(predicted) == set(measured)
+    over = {k for k, c in measured.items() if c["status"] == "over_capacity"}
+    assert over == {("decode", 1536, 6), ("decode", 1536, 12)}
+    assert over == {k for k, c in predicted.items() if c["status"] == "over_capacity"}
+    compared = 0
+    for key, m in measured.items():
+        p = predicted[key]
+        if m["status"] != "valid":
+            continue
+        assert p["status"] == "valid", key
+        if key[0] == "prefill":
+            assert p["ttft_ms"] == pytest.approx(m["ttft_ms"], rel=0.15), key
+            continue
+        assert p["total_tok_s"] == pytest.approx(m["total_tok_s"], rel=0.05), key
+        assert p["tbt_ms"] == pytest.approx(m["tbt_ms"], rel=0.05), key
+        assert p["ttft_ms"] == pytest.approx(m["ttft_ms"], rel=0.15), key
+        compared += 1
+    assert compared == 7
+
+
+def test_fit_from_the_seed_page_reproduces_it():
+    fit = fit_profile(seed_results(), source="seed page")
+    profile = fit.profile
+    assert profile.kv_cache_tokens == 3700 * 16 and profile.max_model_len == 57344
+    for context, seed in cal.SEED_PREFILL.items():
+        got = cal.prefill_cell(profile, context)
+        assert got.ttft_ms == pytest.approx(seed.ttft_ms, rel=cal.TOLERANCE["prefill_ttft_ms"])
+        assert got.prompt_tok_s == pytest.approx(seed.prompt_tok_s, rel=cal.TOLERANCE["prompt_tok_s"])
+    for (context, n), seed in cal.SEED_DECODE.items():
+        got = cal.decode_cell(profile, context, n)
+        assert got.total_tok_s == pytest.approx(seed.total_tok_s, rel=cal.TOLERANCE["total_tok_s"])
+        assert got.tbt_ms == pytest.approx(seed.tbt_ms, rel=cal.TOLERANCE["tbt_ms"])
+        assert got.ttft_ms == pytest.approx(seed.ttft_ms, rel=cal.TOLERANCE["decode_ttft_ms"])
+    for context in cal.SEED_CONTEXTS:
+        for n in cal.SEED_CONCURRENCY:
+            assert cal.is_over_capacity(profile, context, n) == ((context, n) not in cal.SEED_DECODE)
+
+
+def test_fit_and_predict_commands(tmp_path):
+    seed_dir = tmp_path / "seed"
+    seed_dir.mkdir()
+    (seed_dir / "results.json").write_text(json.dumps(seed_results()))
+    runner = CliRunner()
+    r = runner.invoke(main, ["fit", str(seed_dir), "-o", str(tmp_path / "p.json")])
+    assert r.exit_code == 0, r.output
+    assert "| decode 16K × 2 | tbt_ms | 19.6 |" in r.output and "Profile:" in r.output
+    saved = json.loads((tmp_path / "p.json").read_text())
+    assert saved["fitted_from"] == str(seed_dir) and saved["num_gpu_blocks"] == 3700
+    out = tmp_path / "pred"
+    # What-if: twice the KV cache, shorter outputs, a level never measured.
+    r = runner.invoke(main, ["predict", str(tmp_path / "p.json"), "--contexts", "0,16K",
+                             "--concurrency", "1,3,8", "--max-tokens", "1024", "--duration", "10s",
+                             "--set", "num_gpu_blocks=7400", "--slo", "tbt_p99=20ms", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["provenance"] == "predicted" and doc["predicted_from"] == str(seed_dir)
+    cells = by_key(doc)
+    assert cells[("decode", 16384, 3)]["status"] == "valid"  # fits in the doubled cache
+    assert cells[("decode", 16384, 8)]["status"] == "over_capacity"
+    report = (out / "report.md").read_text()
+    assert report.count(f"Predicted (fitted from {seed_dir})") >= 3  # title, subtitle, warning
+    assert "## Capacity under SLO" in report
+    bad = runner.invoke(main, ["predict", str(tmp_path / "p.json"), "--contexts", "0",
+                               "--concurrency", "x", "--out", str(out)])
+    assert bad.exit_code != 0 and "Traceback" not in bad.output
+    missing = runner.invoke(main, ["fit", str(tmp_path)])
+    assert missing.exit_code != 0 and "no such results file" in missing.output
+
+
+def test_fit_in_virtual_time_recovers_the_profile():
+    # Without real-time jitter the fit finds the unknown coefficients themselves.
+    truth = load_profile("tiny", UNKNOWN)
+    doc = predict_results(truth, contexts=[0, 1024, 2048], prefill_contexts=[1024, 2048, 3072],
+                          concurrency=[1, 2, 4, 8], max_tokens=64, duration_s=2.0)
+    fit = fit_profile(doc, base=load_profile("tiny"))
+    for name in ("step_base_ms", "step_per_seq_ms", "step_per_kv_token_us"):
+        assert getattr(fit.profile, name) == pytest.approx(UNKNOWN[name], rel=0.05), name
+    want = by_key(predict_results(truth, **UNSEEN))
+    got = by_key(predict_results(fit.profile, **UNSEEN))
+    for key, w in want.items():
+        assert got[key]["status"] == w["status"], key
+        for figure, rel in (("total_tok_s", 0.02), ("tbt_ms", 0.02), ("ttft_ms", 0.15)):
+            if w[figure] is not None:
+                assert got[key][figure] == pytest.approx(w[figure], rel=rel), (key, figure)
