@@ -208,6 +208,31 @@ def report(results_dir: str, recompute: bool) -> None:
         raise _Refused(f"{folder}: results.json is not a well-formed llmload results file "
                        f"({type(exc).__name__}: {exc})") from None
     _echo(f"Report: {path}")
+    _echo(f"HTML report: {path.with_name('report.html')}")
+
+
+@main.command()
+@click.argument("results_dirs", nargs=-1, required=True, type=click.Path(exists=True))
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False),
+              help="Where to write the compare page (default: compare.html here; with --json: none).")
+@click.option("--no-html", is_flag=True, help="Do not write the compare page.")
+def compare(results_dirs, as_json, html_path, no_html) -> None:
+    """Compare results directories: DIR_A DIR_B [DIR_C ...] (ratios are each run / A)."""
+    from llmload.compare import CompareError, compare_dirs
+    try:
+        if no_html or (as_json and not html_path):
+            html_path = None  # --json alone prints JSON and nothing else
+        else:
+            html_path = html_path or "compare.html"
+        text, page = compare_dirs(list(results_dirs), as_json=as_json, html_path=html_path)
+    except CompareError as exc:
+        raise _Refused(str(exc)) from None
+    except OSError as exc:
+        raise click.ClickException(f"cannot write the compare page: {exc.strerror or exc}") from None
+    _echo(text)
+    if page and not as_json:
+        _echo(f"\nCompare page: {page}")
 
 
 @main.command()

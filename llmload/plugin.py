@@ -38,6 +38,7 @@ from llmload.cells import CLIENT_CPU_BOUND_PCT, CLIENT_LAG_BOUND_MS, client_load
 from llmload.clock import now
 from llmload.engines import ENDPOINT_PATHS, engine_caps, request_body
 from llmload.live import LiveStats, format_table
+from llmload.livehistory import HISTORY_INTERVAL_S, LiveHistory
 from llmload.prompts import PromptBuilder
 from llmload.records import RequestRecord
 from llmload.redact import install_log_filter, remember_secrets, scrub
@@ -89,6 +90,9 @@ class LLMState:
         self.api_key: str | None = os.environ.get("OPENAI_API_KEY") or None
         self.live = LiveStats()
         self.delta = LiveStats()
+        self.history: LiveHistory | None = None
+        """The figures over time, where they are shown (web UI, --html): fed where `live`
+        is fed (not on workers), None elsewhere (the matrix runner has no use for them)."""
         self._user_seq = itertools.count()
         self._adhoc: dict | None = None
         self._adhoc_lock = gevent.lock.Semaphore()
@@ -124,6 +128,8 @@ class LLMState:
         # totals when it ships it); other processes straight into their totals. Once each.
         worker = isinstance(self.environment.runner, WorkerRunner)
         (self.delta if worker else self.live).add(record)
+        if not worker and self.history is not None:
+            self.history.add(record)
         if cell_id is not None:
             self._records.setdefault(cell_id, []).append(record)
         exc = None
@@ -332,6 +338,11 @@ def _on_init(environment, runner=None, web_ui=None, **_kw) -> None:
         events.worker_report.add_listener(lambda client_id, data, **kw: _merge_report(state, client_id, data))
         events.quit.add_listener(lambda exit_code, **kw: _print_table(environment, state))
         events.reset_stats.add_listener(lambda **kw: _reset(state))
+        if web_ui is not None or _html_file(environment):
+            # Points for the live charts and the companion page; only where they are shown.
+            state.history = LiveHistory()
+            ticker = gevent.spawn(_tick_history, environment, state)
+            events.quit.add_listener(lambda **kw: ticker.kill(block=False))
     if web_ui is not None:
         from llmload.webui import extend_web_ui
         extend_web_ui(environment, web_ui, state)
@@ -378,12 +389,30 @@ def _report(state: LLMState, data: dict) -> None:
 
 def _merge_report(state: LLMState, client_id: str, data: dict) -> None:
     if "llmload" in data:
-        state.live.merge(LiveStats.from_dict(data["llmload"]))
+        delta = LiveStats.from_dict(data["llmload"])
+        state.live.merge(delta)
+        if state.history is not None:
+            state.history.merge(delta)
 
 
 def _reset(state: LLMState) -> None:
     state.live = LiveStats()
     state.delta = LiveStats()
+    if state.history is not None:
+        state.history = LiveHistory()
+
+
+def _tick_history(environment, state: LLMState) -> None:
+    while True:
+        gevent.sleep(HISTORY_INTERVAL_S)
+        runner = environment.runner
+        if state.history is not None:
+            state.history.tick(now(), users=runner.user_count if runner else 0)
+
+
+def _html_file(environment) -> str | None:
+    options = environment.parsed_options
+    return getattr(options, "html_file", None) if options is not None else None
 
 
 def _print_table(environment, state: LLMState) -> None:
@@ -393,5 +422,18 @@ def _print_table(environment, state: LLMState) -> None:
         from llmload.webui import live_csv
         with open(f"{prefix}_llm.csv", "w", encoding="utf-8") as f:
             f.write(live_csv(state.live, now(), environment.runner.user_count))
+    html_file = _html_file(environment)
+    if html_file:
+        # Locust's --html report has no hook for extra content: the LLM table and charts
+        # go into a companion page beside it.
+        from llmload.webui import companion_path, live_page
+        path = companion_path(html_file)
+        try:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(live_page(environment, state))
+        except OSError as exc:
+            console.warning("llmload: could not write the LLM report %s: %s", path, exc)
+        else:
+            console.info("LLM figures and charts (beside Locust's report): %s", path)
 
 

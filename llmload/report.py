@@ -10,15 +10,17 @@ notes, All measurements. Rules:
 - Numbers are formatted as on the seed page (3,188.0 / 2,584 ms / 12.4 ms / 1.00 / 2,399 /
   30.0 s); a missing figure is "—". Every cell is its own row; a planned cell without a
   result (run interrupted) shows "Not run".
-- Tables are built as pandas frames from column tables, then written as markdown.
+- Tables are built as pandas frames from column tables. `page_data` turns the whole page
+  into text (`PageData`), which report.md (`render_markdown`) and report.html
+  (`render_html`: Jinja2 template plus `llmload.charts`) are both rendered from: there is
+  no second parser of generated Markdown, and the two pages cannot disagree.
 """
 
 from __future__ import annotations
 
-import html
 import os
-import re
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -372,21 +374,7 @@ def _output_length(server: dict[str, Any]) -> str | None:
             "(completed requests and output tokens show what it did)")
 
 
-def render_launch_command(results: dict[str, Any]) -> str | None:
-    command = results.get("launch_command")
-    if not command:
-        return None
-    return "\n".join("    " + line for line in str(command).splitlines())
-
-
 # --------------------------------------------------------------------------- tables
-
-
-def markdown_table(frame: pd.DataFrame) -> str:
-    """A pipe table with the seed's layout (|---| rules), cells as already-formatted text."""
-    lines = ["| " + " | ".join(frame.columns) + " |", "|" + "---|" * len(frame.columns)]
-    lines += ["| " + " | ".join(row) + " |" for row in frame.itertuples(index=False)]
-    return "\n".join(lines)
 
 
 def _frame(cells: list[dict[str, Any]], columns: list[tuple[str, Callable]]) -> pd.DataFrame:
@@ -404,11 +392,6 @@ PREFILL_COLUMNS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
     ),
     ("TTFT", lambda c: fmt_ms(c.get("ttft_ms"))),
 ]
-
-
-def render_prefill(cells: list[dict[str, Any]]) -> str | None:
-    prefill = _phase_cells(cells, "prefill")
-    return markdown_table(_frame(prefill, PREFILL_COLUMNS)) if prefill else None
 
 
 def _value_with_ttft(cell: dict[str, Any]) -> str:
@@ -450,13 +433,6 @@ def decode_notes(results: dict[str, Any], cells: list[dict[str, Any]]) -> list[s
     return notes
 
 
-def render_decode(results: dict[str, Any], cells: list[dict[str, Any]]) -> str | None:
-    if not _phase_cells(cells, "decode"):
-        return None
-    table = markdown_table(decode_matrix_frame(cells))
-    return "\n\n".join([table, *decode_notes(results, cells)])
-
-
 def _measured_rate(cell: dict[str, Any]) -> str:
     key = "prompt_tok_s" if cell.get("phase") == "prefill" else "total_tok_s"
     return fmt_rate(cell.get(key))
@@ -476,10 +452,6 @@ ALL_COLUMNS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
     ("output tokens", lambda c: fmt_count(c.get("output_tokens"))),
     ("measured for", lambda c: fmt_seconds(c.get("measured_s"))),
 ]
-
-
-def render_all_measurements(cells: list[dict[str, Any]]) -> str:
-    return markdown_table(_frame(cells, ALL_COLUMNS))
 
 
 def render_errors(cells: list[dict[str, Any]]) -> str | None:
@@ -546,100 +518,190 @@ def _section(title: str, body: str | None) -> str | None:
     return f"## {title}\n{body}" if body else None
 
 
+#: Section headings, shared by report.md and report.html (the seed page's words).
+SECTION_TITLES = {
+    "hardware": "Hardware",
+    "engine": "Engine",
+    "run": "Run",
+    "launch": "Launch command",
+    "prefill": "Prefill (prompt tok/s by context length)",
+    "decode": "Sustained decode (total tok/s; rows context, columns simultaneous requests; "
+              "TTFT under each value)",
+    "all": "All measurements (latencies are medians; total tok/s is output across all "
+           "simultaneous requests)",
+    "errors": "Errors",
+    "checks": "Checks against the server's own figures",
+}
+
+
+def _markdown(table: "Table | None") -> str | None:
+    if table is None:
+        return None
+    lines = ["| " + " | ".join(table.columns) + " |", "|" + "---|" * len(table.columns)]
+    lines += ["| " + " | ".join(row) + " |" for row in table.rows]
+    return "\n".join(lines)
+
+
 def render_markdown(results: dict[str, Any]) -> str:
-    """The speed test matrix page for a results dict."""
-    cells = page_cells(results)
+    """The speed test matrix page for a results dict (from `page_data`, as report.html)."""
+    page = page_data(results)
+    t = SECTION_TITLES
+    decode = "\n\n".join([_markdown(page.decode), *page.decode_notes]) if page.decode else None
+    launch = ("\n".join("    " + line for line in page.launch_command.splitlines())
+              if page.launch_command else None)
+    warning = page.warning
     blocks = [
-        render_title(results),
-        render_subtitle(results),
-        render_simulation_warning(results),
-        render_byline(results),
-        _section("Hardware", render_hardware(results)),
-        _section("Engine", render_engine(results)),
-        _section("Run", render_run(results, cells)),
-        _section("Launch command", render_launch_command(results)),
-        _section("Prefill (prompt tok/s by context length)", render_prefill(cells)),
-        _section(
-            "Sustained decode (total tok/s; rows context, columns simultaneous requests; "
-            "TTFT under each value)",
-            render_decode(results, cells),
-        ),
-        *_extra_sections(results, cells),
-        _section(
-            "All measurements (latencies are medians; total tok/s is output across all "
-            "simultaneous requests)",
-            render_all_measurements(cells),
-        ),
-        _section("Errors", render_errors(cells)),
-        _section("Checks against the server's own figures", render_checks(cells)),
+        "# " + page.title,
+        page.subtitle,
+        warning,
+        page.byline,
+        _section(t["hardware"], page.hardware),
+        _section(t["engine"], "\n\n".join(page.engine)),
+        _section(t["run"], page.run),
+        _section(t["launch"], launch),
+        _section(t["prefill"], _markdown(page.prefill)),
+        _section(t["decode"], decode),
+        *(_section(x.title, x.markdown()) for x in page.extra),
+        _section(t["all"], _markdown(page.all_measurements)),
+        _section(t["errors"], "\n".join(page.errors) or None),
+        _section(t["checks"], "\n".join(page.checks) or None),
     ]
     return "\n\n".join(b for b in blocks if b) + "\n"
 
 
-def _extra_sections(results: dict[str, Any], cells: list[dict[str, Any]]) -> list[str | None]:
-    """Sections rendered by their own modules (each None when it has nothing to say)."""
+def _extra_sections(results: dict[str, Any], cells: list[dict[str, Any]]) -> tuple["Section", ...]:
+    """Sections built by their own modules (SLO capacity, energy), where they have something
+    to say; each as (intro, table, note), rendered by report.md and report.html alike."""
     from llmload import energy, slo
-    return [_section("Capacity under SLO", slo.render_capacity(results, cells)),
-            _section("Energy per token", energy.render_energy(results, cells))]
+    found = []
+    for title, parts in (("Capacity under SLO", slo.capacity_parts(results, cells)),
+                         ("Energy per token", energy.energy_parts(results, cells))):
+        if parts is None:
+            continue
+        intro, columns, rows, note = parts
+        table = Table(columns=tuple(columns), rows=tuple(tuple(r) for r in rows),
+                      statuses=tuple((None,) * len(columns) for _ in rows)) if columns else None
+        found.append(Section(title=title, intro=intro, table=table, note=note or None))
+    return tuple(found)
+
+
+# --------------------------------------------------------------------------- page data
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Table:
+    """A table of already-formatted text, with each body cell's status where it has one
+    (the HTML page colours cells by status; the markdown page ignores it)."""
+
+    columns: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+    statuses: tuple[tuple[str | None, ...], ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PageData:
+    """Everything on the speed test matrix page, as text: what report.md and report.html
+    are both rendered from."""
+
+    title: str
+    """Without the markdown '#'."""
+    subtitle: str
+    simulated: bool
+    sim_profile: str | None
+    byline: str
+    hardware: str
+    engine: tuple[str, ...]
+    """Paragraphs."""
+    run: str
+    launch_command: str | None
+    prefill: Table | None
+    decode: Table | None
+    decode_notes: tuple[str, ...]
+    all_measurements: Table
+    errors: tuple[str, ...]
+    checks: tuple[str, ...]
+    """Lines of "Checks against the server's own figures" (markdown list items)."""
+    warning: str | None = None
+    """The simulated/predicted warning (markdown quote), None for a measured run."""
+    extra: tuple["Section", ...] = ()
+    """Sections after the decode matrix: capacity under SLO, energy per token."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Section:
+    """A section of intro text, an optional table and a note."""
+
+    title: str
+    intro: str | None
+    table: Table | None
+    note: str | None
+
+    def markdown(self) -> str:
+        return "\n\n".join(p for p in (self.intro, _markdown(self.table), self.note) if p)
+
+
+def _table(frame: pd.DataFrame, statuses: list[list[str | None]] | None = None) -> Table:
+    rows = tuple(tuple(str(v) for v in row) for row in frame.itertuples(index=False))
+    if statuses is None:
+        statuses = [[None] * len(frame.columns) for _ in rows]
+    return Table(columns=tuple(str(c) for c in frame.columns), rows=rows,
+                 statuses=tuple(tuple(s) for s in statuses))
+
+
+def _decode_statuses(cells: list[dict[str, Any]]) -> list[list[str | None]]:
+    decode = _phase_cells(cells, "decode")
+    by_key = {(c["context_tokens"], c["concurrency"]): c for c in decode}
+    contexts = sorted({c["context_tokens"] for c in decode})
+    levels = sorted({c["concurrency"] for c in decode})
+    return [[None] + [(by_key.get((ctx, n)) or {}).get("status") for n in levels]
+            for ctx in contexts]
+
+
+def page_data(results: dict[str, Any]) -> PageData:
+    """The page's content for a results dict (the one source of report.md and report.html)."""
+    cells = page_cells(results)
+    prefill = _phase_cells(cells, "prefill")
+    has_decode = bool(_phase_cells(cells, "decode"))
+    all_statuses = [[None, None, None, c.get("status") or "not_run"] + [None] * (len(ALL_COLUMNS) - 4)
+                    for c in cells]
+    errors = render_errors(cells)
+    checks = render_checks(cells)
+    return PageData(
+        title=render_title(results).lstrip("# "),
+        subtitle=render_subtitle(results),
+        simulated=_is_simulated(results),
+        sim_profile=_sim_profile(results) if _is_simulated(results) else None,
+        byline=render_byline(results),
+        hardware=render_hardware(results),
+        engine=tuple(render_engine(results).split("\n\n")),
+        run=render_run(results, cells),
+        launch_command=str(results["launch_command"]) if results.get("launch_command") else None,
+        prefill=_table(_frame(prefill, PREFILL_COLUMNS),
+                       [[None, c.get("status"), None] for c in prefill]) if prefill else None,
+        decode=_table(decode_matrix_frame(cells), _decode_statuses(cells)) if has_decode else None,
+        decode_notes=tuple(decode_notes(results, cells)) if has_decode else (),
+        all_measurements=_table(_frame(cells, ALL_COLUMNS), all_statuses),
+        errors=tuple(errors.split("\n")) if errors else (),
+        checks=tuple(checks.split("\n")) if checks else (),
+        warning=render_simulation_warning(results),
+        extra=_extra_sections(results, cells),
+    )
 
 
 # --------------------------------------------------------------------------- HTML
 
-HTML_STYLE = """
-body { font: 15px/1.45 system-ui, sans-serif; max-width: 1200px; margin: 2em auto; padding: 0 1em; color: #222; }
-table { border-collapse: collapse; margin: 1em 0; font-variant-numeric: tabular-nums; }
-th, td { border: 1px solid #ccc; padding: 4px 8px; text-align: right; }
-th:first-child, td:first-child { text-align: left; }
-th { background: #f3f3f3; }
-blockquote { border-left: 4px solid #d33; margin: 1em 0; padding: 0.2em 1em; background: #fff4f4; }
-pre { background: #f6f6f6; padding: 0.6em; white-space: pre-wrap; }
-"""
-
 
 def render_html(results: dict[str, Any]) -> str:
-    """The same page as `render_markdown`, as a standalone HTML file (one rendering path:
-    the markdown is converted; it uses only headings, paragraphs, tables, a quote and an
-    indented code block)."""
-    body = _markdown_to_html(render_markdown(results))
-    title = html.escape(render_title(results).lstrip("# "))
-    return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{title}</title>"
-            f"<style>{HTML_STYLE}</style></head>\n<body>\n{body}</body></html>\n")
+    """The same page as `render_markdown`, standalone HTML (Jinja2 template
+    `templates/report.html.j2`) with the charts of `llmload.charts` as inline SVG: no
+    script, no external URL, so it opens from disk, prints and diffs."""
+    # Imported here: matplotlib is slow to import and only the HTML page needs it.
+    from llmload import charts
+    from llmload.templating import render_template
 
-
-def _inline(text: str) -> str:
-    out = html.escape(text)
-    out = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", out)
-    return re.sub(r"`(.+?)`", r"<code>\1</code>", out)
-
-
-def _markdown_to_html(md: str) -> str:
-    parts = []
-    for block in md.strip().split("\n\n"):
-        lines = block.split("\n")
-        if lines[0].startswith("#"):
-            level = len(lines[0]) - len(lines[0].lstrip("#"))
-            parts.append(f"<h{level}>{_inline(lines[0][level:].strip())}</h{level}>")
-            lines = lines[1:]
-            if not lines:
-                continue
-        if lines[0].startswith("|"):
-            parts.append(_table_html(lines))
-        elif lines[0].startswith("    "):
-            parts.append("<pre>" + html.escape("\n".join(ln[4:] for ln in lines)) + "</pre>")
-        elif lines[0].startswith("> "):
-            parts.append("<blockquote>" + _inline(" ".join(ln[2:] for ln in lines)) + "</blockquote>")
-        else:
-            parts.append("<p>" + "<br>".join(_inline(ln) for ln in lines) + "</p>")
-    return "\n".join(parts) + "\n"
-
-
-def _table_html(lines: list[str]) -> str:
-    rows = [[c.strip() for c in ln.strip().strip("|").split("|")] for ln in lines
-            if not set(ln.replace("|", "").strip()) <= {"-", ":"}]
-    head, body = rows[0], rows[1:]
-    out = ["<table><thead><tr>" + "".join(f"<th>{_inline(c)}</th>" for c in head) + "</tr></thead><tbody>"]
-    out += ["<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in row) + "</tr>" for row in body]
-    return "\n".join(out) + "</tbody></table>"
+    return render_template("report.html.j2", page=page_data(results), titles=SECTION_TITLES,
+                           charts=charts.report_charts(results),
+                           server_note=charts.server_note(page_cells(results)))
 
 
 # --------------------------------------------------------------------------- CSV

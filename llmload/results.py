@@ -1,4 +1,4 @@
-"""The results directory: results.json (the record), measurements.csv and report.md.
+"""The results directory: results.json (the record), measurements.csv, report.md and report.html.
 
 Files only; rendering is `llmload.report`'s. Every `ResultsWriter` call rewrites all three
 files, results.json first and atomically (temp file + os.replace), so a finished cell is on
@@ -276,13 +276,16 @@ class ResultsWriter:
         return any(_cell_key(c) == _cell_key(cell) for c in self._require()["cells"])
 
     def add_cell(self, cell: dict[str, Any]) -> None:
-        """Add a cell (missing keys become None) and write everything."""
+        """Add a cell (missing keys become None) and write everything. report.html (whose
+        charts take a moment to draw) is redrawn only for a cell with figures: a run lists
+        every planned cell first, and the page of a cell without figures can wait for the
+        next measured cell or `finish`."""
         doc = self._require()
         new = new_cell(**cell)
         if any(_cell_key(c) == _cell_key(new) for c in doc["cells"]):
             raise ValueError(f"cell {_cell_key(new)} is already in the results; update it")
         doc["cells"].append(new)
-        self._write()
+        self._write(html=any(new.get(k) is not None for k in _DRAWN_FIGURES))
 
     def update_cell(self, cell: dict[str, Any]) -> None:
         """Merge values into the cell with the same phase/context/concurrency and write."""
@@ -310,19 +313,19 @@ class ResultsWriter:
         doc["finished_at"] = finished_at or utc_now_iso()
         self._write()
 
-    def _write(self) -> None:
+    def _write(self, *, html: bool = True) -> None:
         text = _document_text(self._require())
         _atomic_write_text(self.out_dir / RESULTS_FILE, text)
-        self._write_renderings(json.loads(text))
+        self._write_renderings(json.loads(text), html=html)
 
-    def _write_renderings(self, clean: dict[str, Any]) -> None:
+    def _write_renderings(self, clean: dict[str, Any], *, html: bool) -> None:
         try:
-            write_renderings(clean, self.out_dir)
+            write_renderings(clean, self.out_dir, html=html)
             self.render_error = None
         except Exception as exc:
             self.render_error = f"{type(exc).__name__}: {exc}"
-            logger.error("could not render %s or %s (%s); %s is intact",
-                         CSV_FILE, REPORT_FILE, self.render_error, RESULTS_FILE)
+            logger.error("could not render %s, %s or %s (%s); %s is intact",
+                         CSV_FILE, REPORT_FILE, HTML_FILE, self.render_error, RESULTS_FILE)
             logger.debug("rendering failed", exc_info=True)
 
 
@@ -335,9 +338,14 @@ def write_document(doc: dict[str, Any], out_dir: str | os.PathLike[str]) -> Path
     return write_renderings(json.loads(text), out)
 
 
-def write_renderings(doc: dict[str, Any], out_dir: str | os.PathLike[str]) -> Path:
-    """Write measurements.csv, report.md and report.html of a results document into
-    out_dir (each atomically); returns the path of report.md."""
+#: A cell with any of these is drawn on report.html (see ResultsWriter.add_cell).
+_DRAWN_FIGURES = ("total_tok_s", "prompt_tok_s", "ttft_ms", "tbt_ms")
+
+
+def write_renderings(doc: dict[str, Any], out_dir: str | os.PathLike[str], *,
+                     html: bool = True) -> Path:
+    """Write measurements.csv, report.md and (unless html is False) report.html of a
+    results document into out_dir (each atomically); returns the path of report.md."""
     # Imported here: pandas is slow to import and results.json must not depend on it.
     from llmload import report
 
@@ -345,7 +353,8 @@ def write_renderings(doc: dict[str, Any], out_dir: str | os.PathLike[str]) -> Pa
     doc = scrub_obj(doc)  # also a file written by an older llmload, or edited by hand
     _atomic_write_text(out / CSV_FILE, report.measurements_frame(doc).to_csv(index=False))
     _atomic_write_text(out / REPORT_FILE, report.render_markdown(doc))
-    _atomic_write_text(out / HTML_FILE, report.render_html(doc))
+    if html:
+        _atomic_write_text(out / HTML_FILE, report.render_html(doc))
     return out / REPORT_FILE
 
 

@@ -452,6 +452,7 @@ def _run_matrix(scenario: Scenario, *, api_key: str | None, run_dir, master_bind
             echo(f"Report not rendered ({writer.render_error}); results: {os.path.join(out, 'results.json')}")
         else:
             echo(f"Report: {os.path.join(out, 'report.md')}")
+            echo(f"HTML report: {os.path.join(out, 'report.html')}")
         return out
 
 
@@ -651,17 +652,14 @@ def _remaining_s(cells: list[PlannedCell], duration_s: float, prefill_tok_s: flo
 
 
 def _echo_matrix(results: dict, echo: Callable[[str], None]) -> None:
-    """The page's two main tables, in the terminal."""
-    from llmload.report import decode_matrix_frame, markdown_table, page_cells, render_prefill
-    cells = page_cells(results)
-    prefill = render_prefill(cells)
-    if prefill:
-        echo("\nPrefill (prompt tok/s, TTFT):\n" + prefill)
-    if any(c["phase"] == "decode" for c in cells):
-        echo("\nSustained decode (total tok/s (TTFT); rows context, columns requests at once):\n"
-             + markdown_table(decode_matrix_frame(cells)) + "\n")
+    """The page's main tables, in the terminal (aligned text), and the SLO capacity."""
+    from llmload.report import page_cells
     from llmload.slo import render_capacity
-    slo_table = render_capacity(results, cells)
+    from llmload.terminal import run_summary
+    summary = run_summary(results)
+    if summary:
+        echo("\n" + summary + "\n")
+    slo_table = render_capacity(results, page_cells(results))
     if slo_table:
         echo("Capacity under SLO:\n" + slo_table + "\n")
 

@@ -344,30 +344,42 @@ def _context_label(tokens: int) -> str:
     return format_tokens(tokens)
 
 
-def render_capacity(results: Mapping[str, Any], cells: Iterable[Mapping[str, Any]]) -> str | None:
-    """The page's "Capacity under SLO" section body (markdown), or None without an SLO."""
+def capacity_parts(results: Mapping[str, Any], cells: Iterable[Mapping[str, Any]]
+                   ) -> tuple[str, list[str], list[list[str]], str] | None:
+    """The "Capacity under SLO" section as (intro, columns, rows, note), or None without an
+    SLO: report.md and report.html are both rendered from it."""
     slo = parse_slo((results.get("config") or {}).get("slo"))
     if not slo:
         return None
-    rows = capacity(cells, slo)
-    if not rows:
+    found = capacity(cells, slo)
+    if not found:
         return None
-    lines = [f"SLO: {describe_slo(slo)}.", "",
-             "| context | max users | total tok/s there | goodput tok/s there | binding limit "
-             "| first failing N | verdicts on few samples |",
-             "|---|---|---|---|---|---|---|"]
-    for r in rows:
+    columns = ["context", "max users", "total tok/s there", "goodput tok/s there", "binding limit",
+               "first failing N", "verdicts on few samples"]
+    rows = []
+    for r in found:
         users = "—" if r.max_users is None else f"{r.max_users:,}"
         if r.first_failing is None and r.max_users:
             users = f"≥ {users}"
-        lines.append(f"| {_context_label(r.context_tokens)} | {users} | {_fmt_rate(r.total_tok_s)} | "
-                     f"{_fmt_rate(r.goodput_tok_s)} | {r.binding} | "
-                     f"{'—' if r.first_failing is None else r.first_failing} | "
-                     f"{'; '.join(r.few_samples) or 'none'} |")
-    lines += ["", "Max users: the largest measured number of simultaneous requests whose cell met "
-              "every bound, with every smaller measured level meeting it too (≥: no measured level "
-              "failed). Binding limit: what the first failing level failed on. A percentile from "
-              "fewer samples than it needs (p99: 100, p90: 10) is listed: that verdict rests on "
-              "an extrapolated tail. Goodput: output tokens of the requests that each met the "
-              "SLO, per second of the window."]
-    return "\n".join(lines)
+        rows.append([_context_label(r.context_tokens), users, _fmt_rate(r.total_tok_s),
+                     _fmt_rate(r.goodput_tok_s), r.binding,
+                     "—" if r.first_failing is None else str(r.first_failing),
+                     "; ".join(r.few_samples) or "none"])
+    note = ("Max users: the largest measured number of simultaneous requests whose cell met "
+            "every bound, with every smaller measured level meeting it too (≥: no measured level "
+            "failed). Binding limit: what the first failing level failed on. A percentile from "
+            "fewer samples than it needs (p99: 100, p90: 10) is listed: that verdict rests on "
+            "an extrapolated tail. Goodput: output tokens of the requests that each met the "
+            "SLO, per second of the window.")
+    return f"SLO: {describe_slo(slo)}.", columns, rows, note
+
+
+def render_capacity(results: Mapping[str, Any], cells: Iterable[Mapping[str, Any]]) -> str | None:
+    """The page's "Capacity under SLO" section body (markdown), or None without an SLO."""
+    parts = capacity_parts(results, cells)
+    if parts is None:
+        return None
+    intro, columns, rows, note = parts
+    lines = [intro, "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines + ["", note])

@@ -468,16 +468,6 @@ def test_saved_file_renders_the_same_page(tmp_path):
     assert render_markdown(saved) == render_markdown(json.loads(json.dumps(results)))
 
 
-def test_html_page_is_the_markdown_page_as_html():
-    from llmload.report import render_html
-    page = render_html(seed_results())
-    assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
-    assert page.count("<table>") == 3  # prefill, decode matrix, all measurements
-    assert "<td>80.0 (39 ms)</td>" in page
-    assert "<h2>Hardware</h2>" in page
-    assert "<script" not in page
-
-
 def test_checks_section_flags_disagreement_with_both_numbers():
     from llmload.metrics import ServerCheck
     results = seed_results()
