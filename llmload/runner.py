@@ -494,14 +494,15 @@ def _decode_check(decode: list[RequestRecord], facts: dict) -> dict | None:
     return check.to_dict() if check is not None else None
 
 
-def prefill_cell(planned: PlannedCell, records: list[RequestRecord], *, source: str) -> dict:
+def prefill_cell(planned: PlannedCell, records: list[RequestRecord], *, source: str,
+                 text_prompt: bool = False) -> dict:
     cell = not_run_cell(planned)
     samples = [r for r in records if r.status == "ok"]
     failed = [r for r in records if r.status != "ok"]
     fig = median_prefill(samples)
     if fig.samples:
         cell.update({"prompt_tok_s": fig.prompt_tok_s, "ttft_ms": fig.ttft_ms, "completed_requests": len(samples)})
-    check = prefill_check(samples)
+    check = prefill_check(samples, text_prompt=text_prompt)
     cell.update({"status": "errors" if failed or not fig.samples else "valid", "prefill_source": source,
                  "errors": len(failed), "error_samples": list(dict.fromkeys(r.error for r in failed))[:3],
                  "server_prompt_tokens": _server_prompt_tokens(samples), "cached_tokens": fig.cached_tokens,
@@ -800,13 +801,14 @@ def _run_plan(ctx: RunContext, driver: LocustDriver, prompts, plan: list[Planned
         if timing:
             changes.append(timing["users_s"] + timing["overhead_s"])
         if planned.phase == "prefill":
-            cell = prefill_cell(planned, records, source="standalone")
+            cell = prefill_cell(planned, records, source="standalone", text_prompt=not prompts.pool_ids)
             cell["timing"] = facts.get("timing")
         else:
             cell = decode_cell(planned, records, facts, ctx.scenario.slo)
             if planned.concurrency == 1 and planned.context_tokens in deferred:
                 warm = [r for r in records if r.tag == "warmup"]
-                pre = prefill_cell(deferred.pop(planned.context_tokens), warm, source="decode_warmup")
+                pre = prefill_cell(deferred.pop(planned.context_tokens), warm, source="decode_warmup",
+                                   text_prompt=not prompts.pool_ids)
                 writer.update_cell(pre)
                 ctx.echo(f"    {_summary(pre)}")
                 prefill_tok_s = pre.get("prompt_tok_s") or prefill_tok_s
