@@ -8,6 +8,7 @@ with one find and one slice (`feed`'s fast path; the state machine takes everyth
 from __future__ import annotations
 
 _SIZE, _DATA, _DATA_END, _TRAILER, _DONE = range(5)
+_HEX = b"0123456789abcdefABCDEF"
 
 
 class ChunkedError(ValueError):
@@ -89,10 +90,11 @@ class ChunkedDecoder:
             if not line:
                 self._state = _DONE
             return
-        try:
-            size = int(line.split(b";", 1)[0].strip(), 16)
-        except ValueError:
-            raise ChunkedError(f"bad chunk size line {line[:40]!r}") from None
+        text = line.split(b";", 1)[0].strip()
+        # Hex digits only: int(..., 16) would also take "-1", "+a", "0x1a" and "1_0".
+        if not text or text.strip(_HEX):
+            raise ChunkedError(f"bad chunk size line {line[:40]!r}")
+        size = int(text, 16)
         if size == 0:
             self._state = _TRAILER
         else:

@@ -176,18 +176,33 @@ def _interrupt_on_signals() -> None:
 
 @main.command()
 @click.argument("results_dir", type=click.Path(exists=True))
-def report(results_dir: str) -> None:
-    """Re-render report.md, report.html and measurements.csv from RESULTS_DIR/results.json alone."""
+@click.option("--recompute", is_flag=True,
+              help="Derive every cell's figures and status again from the stored records (records/).")
+def report(results_dir: str, recompute: bool) -> None:
+    """Re-render report.md, report.html and measurements.csv from RESULTS_DIR/results.json alone;
+    with --recompute, first derive every cell again from RESULTS_DIR/records/ and rewrite results.json."""
     from pathlib import Path
 
-    from llmload.results import ResultsError, load_results, write_renderings
+    from llmload.results import ResultsError, load_results, write_document, write_renderings
     folder = Path(results_dir) if Path(results_dir).is_dir() else Path(results_dir).parent
     try:
         doc = load_results(results_dir)
     except ResultsError as exc:
         raise _Refused(str(exc)) from None
     try:
-        path = write_renderings(doc, folder)
+        if recompute:
+            from llmload.recompute import recompute as derive
+            from llmload.recordstore import RecordsError
+            try:
+                doc, n = derive(folder)
+            except RecordsError as exc:
+                raise _Refused(str(exc)) from None
+            path = write_document(doc, folder)
+            _echo(f"Recomputed {n} cell(s) from {folder / 'records'}")
+        else:
+            path = write_renderings(doc, folder)
+    except click.ClickException:
+        raise
     except OSError as exc:
         raise click.ClickException(f"cannot write into {folder}: {exc.strerror or exc}") from None
     except Exception as exc:  # a results.json damaged or edited by hand: say so, in one line
@@ -219,6 +234,28 @@ def compare(results_dirs, as_json, html_path, no_html) -> None:
     _echo(text)
     if page and not as_json:
         _echo(f"\nCompare page: {page}")
+
+
+@main.command()
+@click.argument("results_dir", type=click.Path(exists=True, file_okay=False))
+@click.option("--format", "fmt", type=click.Choice(["csv", "parquet", "jsonl"]), default="csv", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="File to write (default: standard output).")
+def export(results_dir: str, fmt: str, output: str | None) -> None:
+    """Every request of every cell of RESULTS_DIR, one row each (from RESULTS_DIR/records/)."""
+    from llmload.recompute import export_records
+    from llmload.recordstore import RecordsError
+    try:
+        if output:
+            with open(output, "wb") as f:
+                n = export_records(results_dir, fmt, f)
+            click.echo(f"{n} request(s) written to {output}", err=True)
+        else:
+            export_records(results_dir, fmt, sys.stdout.buffer)
+            sys.stdout.buffer.flush()
+    except RecordsError as exc:
+        raise _Refused(str(exc)) from None
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {output or 'standard output'}: {exc.strerror or exc}") from None
 
 
 @main.command()

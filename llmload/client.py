@@ -32,6 +32,7 @@ from gevent.hub import Waiter
 
 from llmload.chunked import ChunkedDecoder, ChunkedError
 from llmload.clock import now
+from llmload.httphead import ResponseHeadParser
 from llmload.records import RequestRecord
 from llmload.sse import SSEDecoder
 from llmload.stream import TokenTimeline, error_message_from_body
@@ -346,19 +347,20 @@ class _StreamReader:
     def read_response(self, sock, data: bytes, t: float) -> None:
         recv = sock.recv
         self.first_byte_s = t
-        while b"\r\n\r\n" not in data:
+        parser = ResponseHeadParser()
+        head = parser.feed(data)
+        while head is None:
             more = recv(READ_SIZE)
             if not more:
                 raise ConnectionError("server closed the connection before the headers ended")
-            data += more
-        head, _, rest = data.partition(b"\r\n\r\n")
-        status, headers = _parse_head(head)
+            head = parser.feed(more)
+        rest = parser.rest
+        status = head.status
         self.http_status = status
-        self.keep_alive = headers.get("connection", "").lower() != "close"
-        chunked = "chunked" in headers.get("transfer-encoding", "").lower()
-        length = int(headers["content-length"]) if "content-length" in headers else None
+        self.keep_alive = head.keep_alive
+        chunked, length = head.chunked, head.content_length
         if status != 200:
-            self.retry_after_s = _retry_after_s(headers.get("retry-after"))
+            self.retry_after_s = _retry_after_s(head.get("retry-after"))
             body = _read_body(recv, rest, chunked, length)
             self.end_s = now()
             self.fail(error_message_from_body(body, status), end=False)
@@ -469,18 +471,6 @@ def _int(value) -> int | None:
 
 def _float(value) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def _parse_head(head: bytes) -> tuple[int, dict[str, str]]:
-    lines = head.decode("latin-1").split("\r\n")
-    parts = lines[0].split(" ", 2)
-    if len(parts) < 2 or not parts[0].startswith("HTTP/"):
-        raise ValueError(f"not an HTTP response: {lines[0][:80]!r}")
-    headers = {}
-    for line in lines[1:]:
-        name, _, value = line.partition(":")
-        headers[name.strip().lower()] = value.strip()
-    return int(parts[1]), headers
 
 
 def _read_body(recv, data: bytes, chunked: bool, length: int | None) -> bytes:

@@ -48,6 +48,17 @@ class IntervalSample:
     """Histogram of backlog ages: bin index (age / ADDED_DELAY_BIN_MS, rounded up) -> sockets;
     bin 0 holds the empty queues."""
 
+    def to_wire(self) -> list:
+        """Plain values for a Locust message or a JSON file (the histogram as [bin, count] pairs)."""
+        return [self.t_s, self.reads, self.events, self.bytes_, self.streams,
+                [[b, n] for b, n in sorted(self.ages.items())]]
+
+    @classmethod
+    def from_wire(cls, data) -> "IntervalSample":
+        t_s, reads, events, bytes_, streams, ages = data
+        return cls(t_s=t_s, reads=reads, events=events, bytes_=bytes_, streams=streams,
+                   ages=Counter({int(b): int(n) for b, n in ages}))
+
 
 def backlog_ages_ms(queued: list[int], *, bytes_per_event: float | None = None, gap_ms: float,
                     events: list[int] | None = None) -> Counter:

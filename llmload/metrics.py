@@ -139,6 +139,16 @@ class WindowFigures:
         return d
 
 
+def quantile(values: Sequence[float] | np.ndarray, q: float) -> float | None:
+    """The q-quantile (0 ≤ q ≤ 1) of values with numpy's linear interpolation, the one
+    quantile convention of llmload (figures, the waiting-gauge median, client load); None
+    for no value."""
+    arr = np.asarray(values, dtype=np.float64)
+    if arr.size == 0:
+        return None
+    return float(np.percentile(arr, q * 100.0))
+
+
 def _percentiles_ms(samples_s: np.ndarray) -> tuple[float | None, float | None, float | None]:
     """(median, p90, p99) in ms, numpy's linear interpolation; Nones when there is no sample."""
     if samples_s.size == 0:

@@ -8,9 +8,8 @@
 - workers ship live-stat deltas to the master in `report_to_master` (every 3 s and at
   quit) and the master merges them, so its UI, console table and CSV show the whole run;
 - matrix cells travel as custom messages (also in a single process: a LocalRunner
-  delivers messages to itself), so one code path serves 1 or N processes:
-    controller -> workers: llmload_cell {cell}, llmload_go {id, t0, t1}, llmload_collect {id}
-    workers -> controller: llmload_ready {id, n}, llmload_records {id, records, load}
+  delivers messages to itself), so one code path serves 1 or N processes; their names
+  and typed payloads are `llmload.messages`'s;
 - a worker that `llmload run` started exits as soon as its controller is gone (EOF on the
   stdin pipe only the controller holds: SIGKILL included), so no load is left running;
 - every record's error text goes through the secret scrubber (`llmload.redact`) before it
@@ -37,6 +36,8 @@ import gevent.lock
 from gevent.event import Event
 from locust.runners import MasterRunner, WorkerRunner
 
+from llmload import messages
+from llmload.cells import CLIENT_CPU_BOUND_PCT, CLIENT_LAG_BOUND_MS, client_load, is_client_bound  # noqa: F401
 from llmload.clock import now
 from llmload.engines import ENDPOINT_PATHS, engine_caps, request_body
 from llmload.live import LiveStats, format_table
@@ -49,11 +50,6 @@ logger = logging.getLogger(__name__)
 console = logging.getLogger("locust.stats_logger")
 
 MONITOR_INTERVAL_S = 0.25
-CLIENT_CPU_BOUND_PCT = 90.0
-"""Mean CPU of a load-generator process over a window at or above this: client_bound."""
-CLIENT_LAG_BOUND_MS = 5.0
-"""Median event-loop lag over a window above this: client_bound. The median, not a high
-percentile: one garbage collection or a neighbour's burst is a hiccup, not a bottleneck."""
 COLLECT_WAIT_S = 10.0
 
 
@@ -104,7 +100,7 @@ class LLMState:
         self._adhoc: dict | None = None
         self._adhoc_lock = gevent.lock.Semaphore()
         # matrix mode (worker side)
-        self.cell: dict | None = None
+        self.cell: messages.CellSpec | None = None
         self._cell_changed = Event()
         self._go: dict[str, tuple[float, float]] = {}
         self._go_event = Event()
@@ -115,7 +111,7 @@ class LLMState:
         self.monitor = LoadMonitor()
         # controller side
         self.ready_counts: dict[str, int] = {}
-        self.collected: dict[str, list[dict]] = {}
+        self.collected: dict[str, list[messages.Records]] = {}
 
     # ---------------------------------------------------------------- records
 
@@ -190,22 +186,21 @@ class LLMState:
 
     # ---------------------------------------------------------------- matrix mode: worker side
 
-    def prompt_for(self, cell: dict, key: str) -> list[int] | str:
-        builder = self._prompts.get(cell["id"])
+    def prompt_for(self, cell: messages.CellSpec, key: str) -> list[int] | str:
+        builder = self._prompts.get(cell.id)
         if builder is None:
-            p = cell["prompt"]
-            builder = PromptBuilder(pool_ids=tuple(p["pool_ids"]), tokens_per_word=p["tokens_per_word"],
-                                    overhead_tokens=p["overhead_tokens"])
-            self._prompts = {cell["id"]: builder}
-        return builder.prompt(key, cell["prompt_tokens"])
+            builder = PromptBuilder(pool_ids=cell.pool_ids, tokens_per_word=cell.tokens_per_word,
+                                    overhead_tokens=cell.overhead_tokens)
+            self._prompts = {cell.id: builder}
+        return builder.prompt(key, cell.prompt_tokens)
 
-    def on_cell(self, cell: dict) -> None:
+    def on_cell(self, cell: messages.CellSpec) -> None:
         self.cell = cell
         self._cell_changed.set()
         self._cell_changed = Event()
 
     def wait_cell_change(self, cell_id: str) -> None:
-        while self.cell is not None and self.cell["id"] == cell_id:
+        while self.cell is not None and self.cell.id == cell_id:
             self._cell_changed.wait(timeout=1.0)
 
     def report_ready(self, cell_id: str, *, once_for: str) -> None:
@@ -215,7 +210,8 @@ class LLMState:
         if key in self._ready_sent:
             return
         self._ready_sent.add(key)
-        self.environment.runner.send_message("llmload_ready", {"id": cell_id, "n": 1})
+        msg = messages.Ready(id=cell_id, n=1)
+        self.environment.runner.send_message(msg.TYPE, msg.to_wire())
 
     def add_failure(self, cell_id: str, user_id: str, message: str) -> None:
         """A failure of llmload itself inside a cell, recorded like a failed warm-up, which
@@ -225,14 +221,14 @@ class LLMState:
             user_id=user_id, tag="warmup", send_s=t, end_s=t, status="error",
             error=scrub(f"llmload: {message}")[:500]))
 
-    def on_go(self, cell_id: str, t0: float, t1: float) -> None:
-        self._go[cell_id] = (t0, t1)
+    def on_go(self, msg: messages.Go) -> None:
+        self._go[msg.id] = (msg.t0_s, msg.t1_s)
         self._go_event.set()
         self._go_event = Event()
 
     def wait_go(self, cell_id: str) -> tuple[float, float] | None:
         while cell_id not in self._go:
-            if self.cell is None or self.cell["id"] != cell_id:
+            if self.cell is None or self.cell.id != cell_id:
                 return None
             self._go_event.wait(timeout=1.0)
         return self._go[cell_id]
@@ -249,16 +245,20 @@ class LLMState:
         deadline = time.monotonic() + COLLECT_WAIT_S
         while self._in_window.get(cell_id, 0) > 0 and time.monotonic() < deadline:
             gevent.sleep(0.02)
-        self._in_window.pop(cell_id, None)
+        stuck = self._in_window.pop(cell_id, 0)
+        if stuck > 0:
+            # Never partial records passed off as the whole: the cell says it (status errors).
+            self.add_failure(cell_id, "collect", f"{stuck} user(s) still in the window {COLLECT_WAIT_S:g} s "
+                             "after it ended; their last requests are missing from the records")
         return self._records.pop(cell_id, [])
 
     # ---------------------------------------------------------------- controller side
 
-    def on_ready(self, cell_id: str, n: int) -> None:
-        self.ready_counts[cell_id] = self.ready_counts.get(cell_id, 0) + n
+    def on_ready(self, msg: messages.Ready) -> None:
+        self.ready_counts[msg.id] = self.ready_counts.get(msg.id, 0) + msg.n
 
-    def on_records(self, data: dict) -> None:
-        self.collected.setdefault(data["id"], []).append(data)
+    def on_records(self, msg: messages.Records) -> None:
+        self.collected.setdefault(msg.id, []).append(msg)
 
 
 class LoadMonitor:
@@ -324,28 +324,17 @@ class LoadMonitor:
                 del self.reads[:10000]
             last_wall, last_cpu, last_counts = wall, cpu, counts
 
-    def window(self, t0: float, t1: float) -> dict[str, float | None]:
-        from llmload.clientload import window_estimate
-        inside = [(c, lag) for t, c, lag in self.samples if t0 <= t <= t1]
-        estimate = window_estimate([s for s in self.reads if t0 <= s.t_s <= t1])
-        if not inside:
-            return {"cpu_pct_mean": None, "cpu_pct_max": None, "lag_ms_p50": None, "lag_ms_p90": None,
-                    "lag_ms_max": None, **estimate}
-        cpus = sorted(c for c, _ in inside)
-        lags = sorted(lag for _, lag in inside)
-        return {"cpu_pct_mean": sum(cpus) / len(cpus), "cpu_pct_max": cpus[-1],
-                "lag_ms_p50": lags[len(lags) // 2],
-                "lag_ms_p90": lags[min(int(0.9 * len(lags)), len(lags) - 1)], "lag_ms_max": lags[-1],
-                **estimate}
+    def between(self, t0: float, t1: float) -> list[tuple[float, float, float]]:
+        """The (time, cpu %, lag ms) samples taken in [t0, t1]."""
+        return [s for s in self.samples if t0 <= s[0] <= t1]
 
+    def reads_between(self, t0: float, t1: float) -> list:
+        """The hot path's `clientload.IntervalSample`s taken in [t0, t1]."""
+        return [s for s in self.reads if t0 <= s.t_s <= t1]
 
-def is_client_bound(load: dict) -> bool:
-    """CPU at the bound, median loop lag over its bound, or an estimated added delay p99
-    over `clientload.ADDED_DELAY_BOUND_MS`."""
-    from llmload.clientload import delay_bound_exceeded
-    cpu, lag = load.get("cpu_pct_mean"), load.get("lag_ms_p50")
-    return ((cpu is not None and cpu >= CLIENT_CPU_BOUND_PCT) or (lag is not None and lag > CLIENT_LAG_BOUND_MS)
-            or delay_bound_exceeded(load))
+    def window(self, t0: float, t1: float) -> dict:
+        """This process's load over [t0, t1] (`cells.client_load`)."""
+        return client_load(self.between(t0, t1), self.reads_between(t0, t1))
 
 
 # -------------------------------------------------------------------- wiring
@@ -368,16 +357,18 @@ def _on_init(environment, runner=None, web_ui=None, **_kw) -> None:
         gevent.spawn(_exit_when_parent_goes)
     events = environment.events
     if not isinstance(runner, MasterRunner):
-        runner.register_message("llmload_cell", lambda environment, msg, **kw: state.on_cell(msg.data))
-        runner.register_message("llmload_go", lambda environment, msg, **kw: state.on_go(
-            msg.data["id"], msg.data["t0"], msg.data["t1"]))
-        runner.register_message("llmload_collect", lambda environment, msg, **kw: _send_records(state, msg.data),
-                                concurrent=True)
+        runner.register_message(messages.CELL, lambda environment, msg, **kw: state.on_cell(
+            messages.CellSpec.from_wire(msg.data)))
+        runner.register_message(messages.GO, lambda environment, msg, **kw: state.on_go(
+            messages.Go.from_wire(msg.data)))
+        runner.register_message(messages.COLLECT, lambda environment, msg, **kw: _send_records(
+            state, messages.Collect.from_wire(msg.data)), concurrent=True)
         state.monitor.start()
     if not isinstance(runner, WorkerRunner):
-        runner.register_message("llmload_ready", lambda environment, msg, **kw: state.on_ready(
-            msg.data["id"], msg.data["n"]))
-        runner.register_message("llmload_records", lambda environment, msg, **kw: state.on_records(msg.data))
+        runner.register_message(messages.READY, lambda environment, msg, **kw: state.on_ready(
+            messages.Ready.from_wire(msg.data)))
+        runner.register_message(messages.RECORDS, lambda environment, msg, **kw: state.on_records(
+            messages.Records.from_wire(msg.data)))
     # Options can change between tests (the web UI's form): set up again on each start.
     events.test_start.add_listener(lambda **kw: state.reset_adhoc())
     if isinstance(runner, WorkerRunner):
@@ -425,12 +416,14 @@ def _exit_when_parent_goes() -> None:
     os._exit(3)
 
 
-def _send_records(state: LLMState, data: dict) -> None:
-    cell_id, t0, t1 = data["id"], data.get("t0"), data.get("t1")
-    records = state.records_for(cell_id)
-    load = state.monitor.window(t0, t1) if t0 is not None and t1 is not None else {}
-    state.environment.runner.send_message("llmload_records", {
-        "id": cell_id, "records": [r.to_wire() for r in records], "load": load})
+def _send_records(state: LLMState, msg: messages.Collect) -> None:
+    records = state.records_for(msg.id)
+    windowed = msg.t0_s is not None and msg.t1_s is not None
+    samples = state.monitor.between(msg.t0_s, msg.t1_s) if windowed else []
+    reads = state.monitor.reads_between(msg.t0_s, msg.t1_s) if windowed else []
+    reply = messages.Records(id=msg.id, records=tuple(records), load_samples=tuple(samples),
+                             read_samples=tuple(reads))
+    state.environment.runner.send_message(reply.TYPE, reply.to_wire())
 
 
 def _report(state: LLMState, data: dict) -> None:

@@ -13,10 +13,17 @@ rendered, also when `llmload report` renders an older file. Names that contain "
 
 Files are written 0644 (umask permitting): a results directory is made to be shared.
 
-results.json, schema version 1
+results.json, schema version 2
 ------------------------------
+Version 2 (llmload with per-request records) adds the records/ directory (one Parquet file
+per cell, `llmload.recordstore`) and the cell keys records_file, and writes every cell key
+listed below (version 1 wrote some only where they applied: median_waiting, preemptions,
+token_source, ...); the waiting-gauge median and the client lag percentiles follow
+`metrics.quantile` (linear interpolation). Version-1 files still render; they cannot be
+recomputed (no records).
+
 Top level:
-- schema_version: 1 (int). A reader refuses a newer version.
+- schema_version: 2 (int). A reader refuses a newer version and reads version 1.
 - llmload_version: str — the llmload that wrote the file.
 - started_at, finished_at: ISO 8601 UTC strings; finished_at is null until `finish`
   (null in a saved file = the run was interrupted).
@@ -43,8 +50,8 @@ Top level:
 - plan: list of planned cells (`capacity.PlannedCell.to_dict()`): phase, context_tokens,
   concurrency, status ("run" | "over_capacity" | "exceeds_context"), reason,
   prompt_tokens, max_tokens, prefill_source.
-- cells: list of cell dicts, one per measured or skipped cell, keys CELL_KEYS (extra keys
-  are kept):
+- cells: list of cell dicts, one per measured or skipped cell, keys CELL_KEYS in that order
+  (`llmload.cellresult.CellResult.to_dict()`; extra keys are kept):
   - identity: phase ("prefill" | "decode"), context_tokens, concurrency (1 for prefill).
   - status: one of CELL_STATUSES.
   - figures (null where the cell did not run or the figure is undefined): prompt_tok_s,
@@ -52,14 +59,27 @@ Top level:
     tbt_p99_ms, avg_active, avg_streaming, completed_requests (prefill: requests that gave
     the sample), requests_sent, output_tokens, measured_s, errors, error_samples (list of
     str, ≤ 3).
-  - extras: prompt_tokens, reason, prefill_source, max_waiting (largest server queue seen),
-    client_cpu_pct_max, loop_lag_ms_max, client_added_delay_ms_p99 (the load generator's
-    own estimate of how late it read tokens, `llmload.clientload`; over 2 ms makes the cell
-    client_bound) with client_added_delay_ms_p50, client_added_delay_source and
-    client_events_per_read, warmup_cache_hit (bool or null), cached_tokens,
+  - extras: prompt_tokens, reason, prefill_source ("standalone" | "decode_warmup"),
+    max_waiting (largest server queue seen), median_waiting (median of the waiting gauge
+    over the window), preemptions (requests the server preempted in the window),
+    client_cpu_pct_max, client_cpu_pct_mean, loop_lag_ms_max, loop_lag_ms_p50,
+    loop_lag_ms_p90 (the load generator's worst process), client_events_per_read,
+    client_added_delay_ms_p50, client_added_delay_ms_p99 (the load generator's own estimate
+    of how late it read tokens, `llmload.clientload`; over 2 ms makes the cell
+    client_bound), client_added_delay_source, warmup_cache_hit (bool or null),
+    cached_tokens (prefill: the server's cached prompt tokens, 0 for a cold prefill),
     longest_stall_s (decode: the longest silence of a request after its first token inside
-    the window; the cell is "stalled" when it exceeds the bound, see metrics.stall_bound_s).
-  - decode cells also: ttft_samples, tbt_samples (percentile sample counts); with an SLO
+    the window; the cell is "stalled" when it exceeds the bound, see metrics.stall_bound_s),
+    token_source (how per-chunk token counts were obtained, records.TOKEN_SOURCES),
+    server_prompt_tokens (the server's count of the prompt), usage_mismatches (completed
+    requests whose chunk tokens differ from their usage), server_check (the server's own
+    figure against llmload's, metrics.ServerCheck.to_dict(), or null), prompt_length_note
+    (the server counted a different prompt length; else null), records_file (the cell's
+    records, relative to the results directory; null when it has none), timing (where the
+    cell's wall time went, in seconds: users_s, warmup_s, window_s, wall_s, overhead_s;
+    null where the cell did not run).
+  - SLO and energy (null where they do not apply): decode cells' ttft_samples, tbt_samples
+    (percentile sample counts); with an SLO
     (`config.slo`, llmload.slo) goodput_tok_s, slo_requests, slo_met_requests, and
     slo_search (true on a cell the SLO bisection added); with energy measured
     (llmload.energy) power_mean_w, power_max_w, energy_j, energy_source, power_samples,
@@ -81,11 +101,12 @@ from pathlib import Path
 from typing import Any
 
 from llmload import __version__
+from llmload.cellresult import CELL_KEYS
 from llmload.redact import scrub_obj
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 RESULTS_FILE = "results.json"
 CSV_FILE = "measurements.csv"
 REPORT_FILE = "report.md"
@@ -97,17 +118,9 @@ CELL_STATUSES = (
     "stalled", "not_run", "running",
 )
 CELL_IDENTITY = ("phase", "context_tokens", "concurrency")
-CELL_FIGURE_KEYS = (
-    "prompt_tok_s", "total_tok_s", "per_request_tok_s", "ttft_ms", "ttft_p90_ms",
-    "ttft_p99_ms", "tbt_ms", "tbt_p90_ms", "tbt_p99_ms", "avg_active", "avg_streaming",
-    "completed_requests", "requests_sent", "output_tokens", "measured_s", "errors",
-    "error_samples",
-)
-CELL_EXTRA_KEYS = (
-    "prompt_tokens", "reason", "prefill_source", "max_waiting", "client_cpu_pct_max",
-    "loop_lag_ms_max", "warmup_cache_hit", "cached_tokens", "longest_stall_s",
-)
-CELL_KEYS = (*CELL_IDENTITY, "status", *CELL_FIGURE_KEYS, *CELL_EXTRA_KEYS)
+# The keys come from the typed result's fields (`llmload.cellresult.CellResult`).
+CELL_FIGURE_KEYS = CELL_KEYS[CELL_KEYS.index("prompt_tok_s"):CELL_KEYS.index("error_samples") + 1]
+CELL_EXTRA_KEYS = CELL_KEYS[CELL_KEYS.index("error_samples") + 1:]
 
 
 
@@ -319,6 +332,15 @@ class ResultsWriter:
             logger.error("could not render %s, %s or %s (%s); %s is intact",
                          CSV_FILE, REPORT_FILE, HTML_FILE, self.render_error, RESULTS_FILE)
             logger.debug("rendering failed", exc_info=True)
+
+
+def write_document(doc: dict[str, Any], out_dir: str | os.PathLike[str]) -> Path:
+    """Rewrite a results directory's results.json (atomically, secrets masked) and its
+    renderings from `doc` (`llmload report --recompute`); returns the path of report.md."""
+    out = Path(out_dir)
+    text = _document_text(doc)
+    _atomic_write_text(out / RESULTS_FILE, text)
+    return write_renderings(json.loads(text), out)
 
 
 #: A cell with any of these is drawn on report.html (see ResultsWriter.add_cell).

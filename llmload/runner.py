@@ -25,7 +25,7 @@ import tempfile
 import time
 import uuid
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator
 
 import gevent
@@ -33,16 +33,15 @@ import gevent
 from llmload import __version__
 from llmload.capacity import PlannedCell, expected_duration_s, plan_matrix
 from llmload.clock import now
-from llmload.energy import cell_energy
 from llmload.engines import ENDPOINT_PATHS
 from llmload.hardware import host_facts
-from llmload.metrics import (classify_cell, counter_check, longest_stall, median_prefill, prefill_check,
-                             stall_bound_s, timing_check, usage_check, window_figures)
-from llmload.plugin import install, is_client_bound, state_of
+from llmload.cells import CellFacts, ServerSample, assemble_cell, not_run_cell
+from llmload.messages import CellSpec, Collect, Go
+from llmload.plugin import install, state_of
 from llmload.probe import ServerInfo, build_prompts, probe_server, server_load
 from llmload.records import RequestRecord
+from llmload.recordstore import RECORDS_DIR, write_cell
 from llmload.scenario import Scenario
-from llmload.slo import request_goodput
 from llmload.units import format_tokens
 
 logger = logging.getLogger(__name__)
@@ -211,8 +210,9 @@ class LocustDriver:
         if not self.distributed and self.runner.spawning_greenlet is not None:
             self.runner.spawning_greenlet.join()
 
-    def send(self, msg_type: str, data: dict) -> None:
-        self.runner.send_message(msg_type, data)
+    def send(self, msg) -> None:
+        """Send a `llmload.messages` message to every process that runs users."""
+        self.runner.send_message(msg.TYPE, msg.to_wire())
 
     def close(self) -> None:
         try:
@@ -252,19 +252,18 @@ for _name in ("locust.runners", "locust"):
 # ------------------------------------------------------------------------ cells
 
 
-def cell_message(ctx: RunContext, planned: PlannedCell, cell_id: str, prompts) -> dict:
+def cell_message(ctx: RunContext, planned: PlannedCell, cell_id: str, prompts) -> CellSpec:
     sc = ctx.scenario
-    return {
-        "id": cell_id, "run_id": ctx.run_id, "kind": planned.phase,
-        "name": f"{format_tokens(planned.context_tokens)} x{planned.concurrency}",
-        "context": planned.context_tokens, "prompt_tokens": planned.prompt_tokens,
-        "concurrency": planned.concurrency, "max_tokens": planned.max_tokens,
-        "endpoint": sc.endpoint, "path": ENDPOINT_PATHS[sc.endpoint], "model": ctx.info.model,
-        "engine": ctx.info.engine, "base_url": ctx.info.base_url, "timeout_s": sc.request_timeout_s,
-        "warmup": sc.warmup, "repeats": sc.prefill_repeats, "fixed_output": True, "temperature": 0.0,
-        "prompt": {"pool_ids": list(prompts.pool_ids), "tokens_per_word": prompts.tokens_per_word,
-                   "overhead_tokens": prompts.overhead_tokens},
-    }
+    return CellSpec(
+        id=cell_id, run_id=ctx.run_id, kind=planned.phase,
+        name=f"{format_tokens(planned.context_tokens)} x{planned.concurrency}",
+        context=planned.context_tokens, prompt_tokens=planned.prompt_tokens,
+        concurrency=planned.concurrency, max_tokens=planned.max_tokens,
+        endpoint=sc.endpoint, path=ENDPOINT_PATHS[sc.endpoint], model=ctx.info.model,
+        engine=ctx.info.engine, base_url=ctx.info.base_url, timeout_s=sc.request_timeout_s,
+        warmup=sc.warmup, repeats=sc.prefill_repeats, fixed_output=True, temperature=0.0,
+        pool_ids=tuple(prompts.pool_ids), tokens_per_word=prompts.tokens_per_word,
+        overhead_tokens=prompts.overhead_tokens)
 
 
 class CellRunner:
@@ -273,33 +272,34 @@ class CellRunner:
         self.state = driver.state
         self.seq = 0
 
-    def run(self, planned: PlannedCell) -> tuple[list[RequestRecord], dict]:
+    def run(self, planned: PlannedCell) -> tuple[list[RequestRecord], CellFacts]:
         """Run one cell; returns its records and facts about the run (window, load...)."""
         self.seq += 1
         cell_id = f"c{self.seq}"
         msg = cell_message(self.ctx, planned, cell_id, self.prompts)
         n = planned.concurrency
         started = now()
-        self.driver.send("llmload_cell", {"id": f"idle{self.seq}", "kind": "idle"})
+        self.driver.send(CellSpec.idle(f"idle{self.seq}"))
         self.driver.set_users(n)
-        self.driver.send("llmload_cell", msg)
+        self.driver.send(msg)
         users_set = now()
         timeout_s = self.ctx.scenario.request_timeout_s * (2 + planned.prompt_tokens * n / 200_000)
         self._wait_ready(cell_id, n, timeout_s)
         ready = now()
         users = self.driver.worker_users()
-        facts: dict = {}
+        facts = CellFacts(exact_prompt_length=bool(self.ctx.info.caps.token_id_prompts
+                                                    and self.ctx.scenario.endpoint == "completions"),
+                          slo=self.ctx.scenario.slo, text_prompt=not self.prompts.pool_ids)
         if planned.phase == "decode":
-            facts = self._window(cell_id, users)
-        records, load = self._collect(cell_id, facts.get("t0"), facts.get("t1"), users)
+            facts = self._window(cell_id, users, facts)
+        records, client_samples, client_reads = self._collect(cell_id, facts.t0_s, facts.t1_s, users)
         ended = now()
-        facts["load"] = load
-        window_s = facts["t1"] - facts["t0"] if "t1" in facts else 0.0
+        window_s = facts.t1_s - facts.t0_s if facts.t1_s is not None else 0.0
         # Where a cell's wall time went (the matrix-overhead benchmark reads these).
-        facts["timing"] = {"users_s": users_set - started, "warmup_s": ready - users_set,
-                           "window_s": window_s, "wall_s": ended - started,
-                           "overhead_s": max(ended - started - window_s - (ready - users_set), 0.0)}
-        return records, facts
+        timing = {"users_s": users_set - started, "warmup_s": ready - users_set, "window_s": window_s,
+                  "wall_s": ended - started,
+                  "overhead_s": max(ended - started - window_s - (ready - users_set), 0.0)}
+        return records, replace(facts, client_samples=client_samples, client_reads=client_reads, timing=timing)
 
     def _check_workers(self, users: dict[str, int] | None = None) -> None:
         lost = self.driver.lost_workers()
@@ -318,12 +318,12 @@ class CellRunner:
             self._check_workers()
             gevent.sleep(0.02)
 
-    def _window(self, cell_id: str, users: dict[str, int]) -> dict:
+    def _window(self, cell_id: str, users: dict[str, int], facts: CellFacts) -> CellFacts:
         d = self.ctx.scenario.duration_s
         lead = LEAD_DISTRIBUTED_S if self.driver.distributed else LEAD_LOCAL_S
         t0 = now() + lead
         t1 = t0 + d
-        self.driver.send("llmload_go", {"id": cell_id, "t0": t0, "t1": t1})
+        self.driver.send(Go(id=cell_id, t0_s=t0, t1_s=t1))
         poller = gevent.spawn(_poll_server_load, self.ctx, t0, t1) if self.ctx.info.metrics else None
         power = gevent.spawn(self.ctx.power.sample, t0, t1) if self.ctx.power is not None else None
         try:
@@ -335,15 +335,12 @@ class CellRunner:
                 if greenlet is not None:
                     greenlet.kill(block=False)
             raise
-        polled = poller.get() if poller is not None else {"waits": [], "preemptions": None, "generated": None}
-        waits = sorted(polled["waits"])
-        return {"t0": t0, "t1": t1, "max_waiting": waits[-1] if waits else None,
-                "median_waiting": waits[len(waits) // 2] if waits else None,
-                "preemptions": polled["preemptions"], "generated": polled["generated"],
-                "power": power.get() if power is not None else None, "idle_power_w": self.ctx.idle_power_w}
+        facts = replace(facts, t0_s=t0, t1_s=t1, power=power.get() if power is not None else None,
+                        idle_power_w=self.ctx.idle_power_w)
+        return replace(facts, **poller.get()) if poller is not None else facts
 
-    def _collect(self, cell_id: str, t0, t1, users: dict[str, int]) -> tuple[list[RequestRecord], dict]:
-        self.driver.send("llmload_collect", {"id": cell_id, "t0": t0, "t1": t1})
+    def _collect(self, cell_id: str, t0, t1, users: dict[str, int]) -> tuple[list[RequestRecord], tuple, tuple]:
+        self.driver.send(Collect(id=cell_id, t0_s=t0, t1_s=t1))
         expected = self.driver.processes
         started = time.monotonic()
         deadline = started + COLLECT_TIMEOUT_S
@@ -364,9 +361,9 @@ class CellRunner:
             missing = expected - len(replies)
             raise WorkerLost(f"worker lost: {missing} of {expected} process(es) sent no records within "
                              f"{COLLECT_TIMEOUT_S:.0f} s; their records are lost and the cell's are discarded")
-        records = [RequestRecord.from_wire(r) for reply in replies for r in reply["records"]]
-        loads = [reply.get("load") or {} for reply in replies]
-        return records, _combine_loads(loads)
+        records = [r for reply in replies for r in reply.records]
+        return (records, tuple(reply.load_samples for reply in replies),
+                tuple(reply.read_samples for reply in replies))
 
 
 class _CellTimeout(Exception):
@@ -374,188 +371,29 @@ class _CellTimeout(Exception):
 
 
 def _poll_server_load(ctx: RunContext, t0: float, t1: float) -> dict:
-    """The server's waiting gauge, sampled every LOAD_POLL_S during [t0, t1]; how many
-    requests it preempted in the window (None where it does not say); and its
-    generated-token counter at the first and the last sample, with their times."""
-    samples: list[float] = []
+    """The server's waiting gauge, sampled every LOAD_POLL_S during [t0, t1], and its
+    preemption and generated-token counters at the window's start and end (CellFacts
+    fields)."""
+    samples: list[tuple[float, float]] = []
     caps = ctx.info.caps
 
-    def sample() -> tuple[float, dict]:
+    def sample() -> ServerSample:
         t_before = now()
         load = server_load(ctx.info.base_url, api_key=ctx.api_key, caps=caps)
-        return (t_before + now()) / 2, load
+        return ServerSample(t_s=(t_before + now()) / 2, preemptions=load.get("preemptions"),
+                            generated=load.get("generated"))
 
     gevent.sleep(max(t0 - now(), 0))
-    ta, first = sample()
+    first = sample()
     gevent.sleep(LOAD_POLL_S / 2)
     while now() < t1:
+        t_before = now()
         waiting = server_load(ctx.info.base_url, api_key=ctx.api_key).get("waiting")
         if waiting is not None:
-            samples.append(waiting)
+            samples.append(((t_before + now()) / 2, waiting))
         gevent.sleep(min(LOAD_POLL_S, max(t1 - now(), 0)))
-    tb, last = sample()
-    preempted = (last["preemptions"] - first["preemptions"]
-                 if first["preemptions"] is not None and last["preemptions"] is not None else None)
-    generated = (ta, tb, last["generated"] - first["generated"]) \
-        if first["generated"] is not None and last["generated"] is not None else None
-    return {"waits": samples, "preemptions": preempted, "generated": generated}
-
-
-def _combine_loads(loads: list[dict]) -> dict:
-    out: dict = {"client_bound": any(is_client_bound(x) for x in loads if x)}
-    for key in ("cpu_pct_mean", "cpu_pct_max", "lag_ms_p50", "lag_ms_p90", "lag_ms_max",
-                "events_per_read", "added_delay_ms_p50", "added_delay_ms_p99"):
-        values = [x[key] for x in loads if x.get(key) is not None]
-        out[key] = max(values) if values else None
-    sources = [x["added_delay_source"] for x in loads if x.get("added_delay_source")]
-    out["added_delay_source"] = sources[0] if sources else None
-    return out
-
-
-# ------------------------------------------------------------------------ figures
-
-
-FIGURE_KEYS = ("prompt_tok_s", "total_tok_s", "per_request_tok_s", "ttft_ms", "ttft_p90_ms",
-               "ttft_p99_ms", "tbt_ms", "tbt_p90_ms", "tbt_p99_ms", "avg_active",
-               "completed_requests", "output_tokens", "measured_s")
-
-
-def not_run_cell(planned: PlannedCell) -> dict:
-    cell = {"phase": planned.phase, "context_tokens": planned.context_tokens,
-            "concurrency": planned.concurrency, "status": planned.status, "reason": planned.reason,
-            "prompt_tokens": planned.prompt_tokens, "prefill_source": planned.prefill_source,
-            "errors": 0, "error_samples": []}
-    cell.update({k: None for k in FIGURE_KEYS})
-    return cell
-
-
-def decode_cell(planned: PlannedCell, records: list[RequestRecord], facts: dict,
-                slo: dict | None = None) -> dict:
-    decode = [r for r in records if r.tag == "decode"]
-    warm = [r for r in records if r.tag == "warmup"]
-    fig = window_figures(decode, facts["t0"], facts["t1"], concurrency=planned.concurrency)
-    load = facts["load"]
-    stall = longest_stall(decode, facts["t0"], facts["t1"])
-    bound_s = stall_bound_s(fig.tbt_ms)
-    stalled = stall is not None and stall.gap_s > bound_s
-    status = classify_cell(figures=fig, concurrency=planned.concurrency,
-                           waiting=facts.get("median_waiting"), client_bound=load["client_bound"],
-                           preemptions=facts.get("preemptions"), stalled=stalled)
-    cell = not_run_cell(planned)
-    cell.update({k: v for k, v in fig.to_dict().items() if k in FIGURE_KEYS or k in (
-        "avg_streaming", "requests_sent", "errors", "error_samples")})
-    # A failed warm-up is a failed request of the cell, always counted the same way.
-    warm_errors = [r for r in warm if r.status == "error"]
-    if warm_errors:
-        status = "errors"
-        cell["errors"] = (cell.get("errors") or 0) + len(warm_errors)
-        samples = list(cell.get("error_samples") or [])
-        for r in warm_errors:
-            text = f"warm-up: {r.error or 'failed'}"
-            if text not in samples and len(samples) < 3:
-                samples.append(text)
-        cell["error_samples"] = samples
-    facts = {**facts, "stall": stall, "stall_bound_s": bound_s}
-    cell["longest_stall_s"] = stall.gap_s if stall is not None else None
-    cell.update({"status": status, "reason": _status_reason(status, fig, facts, planned, cell),
-                 "max_waiting": facts.get("max_waiting"), "median_waiting": facts.get("median_waiting"),
-                 "preemptions": facts.get("preemptions"),
-                 "client_cpu_pct_max": load.get("cpu_pct_max"),
-                 "client_cpu_pct_mean": load.get("cpu_pct_mean"), "loop_lag_ms_max": load.get("lag_ms_max"),
-                 "loop_lag_ms_p50": load.get("lag_ms_p50"), "loop_lag_ms_p90": load.get("lag_ms_p90"),
-                 "client_events_per_read": load.get("events_per_read"),
-                 "client_added_delay_ms_p50": load.get("added_delay_ms_p50"),
-                 "client_added_delay_ms_p99": load.get("added_delay_ms_p99"),
-                 "client_added_delay_source": load.get("added_delay_source"),
-                 "server_prompt_tokens": _server_prompt_tokens(decode + warm),
-                 "warmup_cache_hit": _warm_cache_hit(decode, planned),
-                 "token_source": _token_source(decode),
-                 "usage_mismatches": sum(1 for r in decode if r.status == "ok" and r.completion_tokens is not None
-                                         and r.finish_reason is not None and r.output_tokens != r.completion_tokens),
-                 "server_check": _decode_check(decode, facts), "timing": facts.get("timing")})
-    # Percentile sample counts always; goodput when the run has an SLO (llmload.slo).
-    cell.update(request_goodput(decode, facts["t0"], facts["t1"], slo).to_dict())
-    if facts.get("power") is not None:
-        cell.update(cell_energy(facts["power"], output_tokens=cell.get("output_tokens"),
-                                idle_power_w=facts.get("idle_power_w")))
-    return cell
-
-
-def _decode_check(decode: list[RequestRecord], facts: dict) -> dict | None:
-    """The server's own account of the window, where it gives one (metrics.ServerCheck):
-    per-request timings (llama.cpp), else a generated-token counter that moves every step
-    (vLLM, SGLang), else the final usage of chunk-counted requests."""
-    check = timing_check(decode, facts["t0"], facts["t1"])
-    if check is None and facts.get("generated") is not None:
-        ta, tb, delta = facts["generated"]
-        check = counter_check(decode, ta, tb, delta, source="generated-token counter delta")
-    if check is None:
-        check = usage_check(decode)
-    return check.to_dict() if check is not None else None
-
-
-def prefill_cell(planned: PlannedCell, records: list[RequestRecord], *, source: str,
-                 text_prompt: bool = False) -> dict:
-    cell = not_run_cell(planned)
-    samples = [r for r in records if r.status == "ok"]
-    failed = [r for r in records if r.status != "ok"]
-    fig = median_prefill(samples)
-    if fig.samples:
-        cell.update({"prompt_tok_s": fig.prompt_tok_s, "ttft_ms": fig.ttft_ms, "completed_requests": len(samples)})
-    check = prefill_check(samples, text_prompt=text_prompt)
-    cell.update({"status": "errors" if failed or not fig.samples else "valid", "prefill_source": source,
-                 "errors": len(failed), "error_samples": list(dict.fromkeys(r.error for r in failed))[:3],
-                 "server_prompt_tokens": _server_prompt_tokens(samples), "cached_tokens": fig.cached_tokens,
-                 "server_check": check.to_dict() if check is not None else None})
-    if failed or not fig.samples:
-        cell["reason"] = (f"{len(failed)} failed request(s)" if failed else "no token came back")
-    return cell
-
-
-def _status_reason(status: str, fig, facts: dict, planned: PlannedCell, cell: dict) -> str:
-    if status == "stalled":
-        stall = facts["stall"]
-        return (f"a request received no token for {stall.gap_s:.1f} s after its first one "
-                f"(bound {facts['stall_bound_s']:.1f} s)")
-    if status == "saturated" and facts.get("preemptions"):
-        return f"the server preempted {facts['preemptions']:g} request(s): N sequences did not fit its KV cache"
-    if status == "saturated":
-        return (f"server queue: median {facts['median_waiting']:g} waiting" if facts.get("median_waiting")
-                else f"average active {fig.avg_active:.2f} / streaming {fig.avg_streaming:.2f} of {planned.concurrency}")
-    if status == "client_bound":
-        load = facts.get("load") or {}
-        delay = load.get("added_delay_ms_p99")
-        from llmload.clientload import ADDED_DELAY_BOUND_MS
-        if delay is not None and delay > ADDED_DELAY_BOUND_MS:
-            return (f"the load generator was the bottleneck: it read tokens about {delay:.1f} ms late (p99, "
-                    f"estimated from its {load.get('added_delay_source') or 'read backlog'}; "
-                    f"bound {ADDED_DELAY_BOUND_MS:g} ms)")
-        return "the load generator was the bottleneck (CPU or event-loop lag)"
-    if status == "errors":
-        if fig.avg_active is None and not cell.get("errors"):
-            return "no request was in flight during the window"
-        return f"{cell.get('errors') or 0} failed request(s)"
-    return ""
-
-
-def _server_prompt_tokens(records: list[RequestRecord]) -> int | None:
-    counts = [r.prompt_tokens for r in records if r.prompt_tokens is not None]
-    return counts[0] if counts else None
-
-
-def _warm_cache_hit(decode: list[RequestRecord], planned: PlannedCell) -> bool | None:
-    cached = [r.cached_tokens for r in decode if r.cached_tokens is not None]
-    if not cached or planned.prompt_tokens < 32:
-        return None
-    return min(cached) >= planned.prompt_tokens // 2
-
-
-def _token_source(records: list[RequestRecord]) -> str | None:
-    sources = {r.token_source for r in records if r.chunk_times_s}
-    for s in ("chunks", "timings_per_token", "continuous_usage"):
-        if s in sources:
-            return s
-    return None
+    last = sample()
+    return {"waiting_samples": tuple(samples), "server_first": first, "server_last": last}
 
 
 # ------------------------------------------------------------------------ the run
@@ -783,39 +621,33 @@ def _run_plan(ctx: RunContext, driver: LocustDriver, prompts, plan: list[Planned
         try:
             records, facts = runner.run(planned)
         except WorkerLost as exc:
-            cell = {**not_run_cell(planned), "status": "errors", "reason": str(exc), "errors": 1,
-                    "error_samples": [str(exc)]}
-            writer.update_cell(cell)
+            cell = _keep(writer, planned, [], CellFacts(failure=str(exc)))
             ctx.echo(f"    errors: {exc}")
             raise RunError(f"stopping: {exc}") from None
         except _CellTimeout as exc:
-            cell = {**not_run_cell(planned), "status": "errors", "reason": str(exc), "errors": 1,
-                    "error_samples": [str(exc)]}
-            writer.update_cell(cell)
+            cell = _keep(writer, planned, [], CellFacts(failure=str(exc)))
             ctx.echo(f"    errors: {exc}")
             dead += 1
             if dead >= MAX_DEAD_CELLS:
                 raise RunError(f"stopping: {dead} cells in a row failed ({exc})") from None
             continue
-        timing = facts.get("timing") or {}
-        if timing:
-            changes.append(timing["users_s"] + timing["overhead_s"])
+        if facts.timing:
+            changes.append(facts.timing["users_s"] + facts.timing["overhead_s"])
         if planned.phase == "prefill":
-            cell = prefill_cell(planned, records, source="standalone", text_prompt=not prompts.pool_ids)
-            cell["timing"] = facts.get("timing")
-        else:
-            cell = decode_cell(planned, records, facts, ctx.scenario.slo)
-            if planned.concurrency == 1 and planned.context_tokens in deferred:
-                warm = [r for r in records if r.tag == "warmup"]
-                pre = prefill_cell(deferred.pop(planned.context_tokens), warm, source="decode_warmup",
-                                   text_prompt=not prompts.pool_ids)
-                writer.update_cell(pre)
-                ctx.echo(f"    {_summary(pre)}")
-                prefill_tok_s = pre.get("prompt_tok_s") or prefill_tok_s
+            facts = replace(facts, prefill_source="standalone")
+        elif planned.concurrency == 1 and planned.context_tokens in deferred:
+            warm = [r for r in records if r.tag == "warmup"]
+            pre = _keep(writer, deferred.pop(planned.context_tokens), warm,
+                        replace(facts, prefill_source="decode_warmup", t0_s=None, t1_s=None, waiting_samples=(),
+                                server_first=None, server_last=None, client_samples=(), client_reads=(),
+                                timing=None, power=None))
+            _echo_note(ctx, pre)
+            ctx.echo(f"    {_summary(pre)}")
+            prefill_tok_s = pre.get("prompt_tok_s") or prefill_tok_s
+        cell = _keep(writer, planned, records, facts)
+        _echo_note(ctx, cell)
         if cell.get("total_tok_s") and planned.phase == "decode":
             per_stream_rate = cell["total_tok_s"] / planned.concurrency
-        _check_prompt_length(ctx, planned, cell)
-        writer.update_cell(cell)
         ctx.echo(f"    {_summary(cell)}")
         prefill_tok_s = cell.get("prompt_tok_s") or prefill_tok_s
         all_failed = cell["status"] == "errors" and not cell.get("output_tokens") and not cell.get("prompt_tok_s")
@@ -823,6 +655,22 @@ def _run_plan(ctx: RunContext, driver: LocustDriver, prompts, plan: list[Planned
         if dead >= MAX_DEAD_CELLS:
             raise RunError(f"stopping: {dead} cells in a row had only failed requests "
                            f"({(cell.get('error_samples') or ['?'])[0]})")
+
+
+def _keep(writer, planned: PlannedCell, records: list[RequestRecord], facts: CellFacts, *,
+          add: bool = False) -> dict:
+    """A finished cell: its records on disk first, then its result (`cells.assemble_cell`,
+    the function `llmload report --recompute` calls too) into results.json (`add`: a cell
+    outside the plan, e.g. one the SLO search ran)."""
+    path = write_cell(writer.out_dir, planned, records, facts)
+    cell = replace(assemble_cell(planned, records, facts), records_file=f"{RECORDS_DIR}/{path.name}").to_dict()
+    (writer.add_cell if add else writer.update_cell)(cell)
+    return cell
+
+
+def _echo_note(ctx: RunContext, cell: dict) -> None:
+    if cell.get("prompt_length_note"):
+        ctx.echo(f"    warning: {cell['prompt_length_note']}")
 
 
 MAX_SLO_SEARCH_CELLS = 6
@@ -851,19 +699,16 @@ def _slo_search(ctx: RunContext, driver: LocustDriver, prompts, writer) -> None:
                                   max_sequences=info.max_sequences)[0]
             ctx.echo(f"[SLO search] {_label(planned)} (between {caps[0].max_users} and "
                      f"{caps[0].first_failing})")
-            cell = not_run_cell(planned)
             if planned.runs:
                 try:
                     records, facts = runner.run(planned)
                 except (_CellTimeout, WorkerLost) as exc:
-                    cell.update(status="errors", reason=str(exc), errors=1, error_samples=[str(exc)],
-                                slo_search=True)
-                    writer.add_cell(cell)
+                    _keep(writer, planned, [], CellFacts(failure=str(exc), slo_search=True), add=True)
                     raise RunError(f"SLO search stopped: {exc}") from None
-                else:
-                    cell = decode_cell(planned, records, facts, sc.slo)
-            cell["slo_search"] = True
-            writer.add_cell(cell)
+                cell = _keep(writer, planned, records, replace(facts, slo_search=True), add=True)
+            else:
+                cell = {**not_run_cell(planned), "slo_search": True}
+                writer.add_cell(cell)
             ctx.echo(f"    {_summary(cell)}")
 
 
@@ -894,7 +739,7 @@ def _open_power(ctx: RunContext, echo: Callable[[str], None]) -> dict:
 def _standalone(cell: PlannedCell) -> PlannedCell:
     if cell.prefill_source != "decode_warmup":
         return cell
-    return PlannedCell(**{**cell.to_dict(), "prefill_source": "standalone"})
+    return replace(cell, prefill_source="standalone")
 
 
 CELL_CHANGE_S = 0.5
@@ -917,19 +762,6 @@ def _remaining_s(cells: list[PlannedCell], duration_s: float, prefill_tok_s: flo
         warm = c.concurrency * c.prompt_tokens / prefill_tok_s
         total += warm + change + (duration_s if c.phase == "decode" else 0.0)
     return total
-
-
-def _check_prompt_length(ctx: RunContext, planned: PlannedCell, cell: dict) -> None:
-    """The server's count of the prompt against the plan: exact for token IDs, ±0.5% text."""
-    counted = cell.get("server_prompt_tokens")
-    if counted is None or planned.context_tokens == 0:
-        return
-    exact = ctx.info.caps.token_id_prompts and ctx.scenario.endpoint == "completions"
-    off = abs(counted - planned.prompt_tokens)
-    if off > (0 if exact else max(1, 0.005 * planned.prompt_tokens)):
-        note = f"the server counted {counted:,} prompt tokens, not {planned.prompt_tokens:,}"
-        cell["prompt_length_note"] = note
-        ctx.echo(f"    warning: {note}")
 
 
 def _echo_matrix(results: dict, echo: Callable[[str], None]) -> None:

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from llmload.capacity import PlannedCell, plan_matrix
+from llmload.cells import CellFacts, ServerSample, assemble_cell, not_run_cell
 from llmload.records import RequestRecord
 from llmload.sim.calibration import unique_prompt
 from llmload.sim.engine import EngineRequest
@@ -93,7 +94,7 @@ def virtual_prefill(profile: Profile, prompt_tokens: int) -> list[RequestRecord]
 
 
 def virtual_decode(profile: Profile, *, prompt_tokens: int, concurrency: int, max_tokens: int,
-                   window_s: float) -> tuple[list[RequestRecord], dict[str, Any]]:
+                   window_s: float) -> tuple[list[RequestRecord], CellFacts]:
     """The runner's decode cell in virtual time: records (warm-up and window) and the facts
     the runner would have gathered (window, waiting samples, preemptions)."""
     run = VirtualRun(profile)
@@ -115,11 +116,11 @@ def virtual_decode(profile: Profile, *, prompt_tokens: int, concurrency: int, ma
                  if r.now_s < t1 else None)
     run.run_until(t0)
     preempt0 = run.engine.stats().num_preemptions
-    waits: list[float] = []
+    waits: list[tuple[float, float]] = []
     poll = t0 + WAIT_POLL_S / 2
     while poll < t1:
         run.run_until(poll, on_finish=on_finish)
-        waits.append(float(run.engine.stats().num_waiting))
+        waits.append((poll, float(run.engine.stats().num_waiting)))
         poll += WAIT_POLL_S
     run.run_until(t1, on_finish=on_finish)
     preempted = run.engine.stats().num_preemptions - preempt0
@@ -128,26 +129,28 @@ def virtual_decode(profile: Profile, *, prompt_tokens: int, concurrency: int, ma
     records = [_record(t, tag="warmup" if t.request_id in warm_ids else "decode",
                        prompt_tokens=prompt_tokens, t1=None if t.request_id in warm_ids else t1)
                for t in run.traces.values()]
-    waits.sort()
-    facts = {"t0": t0, "t1": t1, "load": {"client_bound": False},
-             "max_waiting": waits[-1] if waits else None,
-             "median_waiting": waits[len(waits) // 2] if waits else None, "preemptions": preempted}
+    # No load-generator samples: a virtual client is never the bottleneck.
+    facts = CellFacts(t0_s=t0, t1_s=t1, waiting_samples=tuple(waits),
+                      server_first=ServerSample(t_s=t0, preemptions=float(preempt0)),
+                      server_last=ServerSample(t_s=t1, preemptions=float(preempt0 + preempted)))
     return records, facts
 
 
 def predict_cell(profile: Profile, planned: PlannedCell, *, window_s: float,
                  slo: Mapping[str, float] | None = None) -> dict[str, Any]:
     """The results-file cell the runner would have written for `planned`, in virtual time."""
-    from llmload import runner  # the cell dicts are the runner's own
+    # The cells are the runner's own: the one assembly function (llmload.cells).
     if not planned.runs:
-        return runner.not_run_cell(planned)
+        return not_run_cell(planned)
     if planned.phase == "prefill":
         records = virtual_prefill(profile, planned.prompt_tokens)
-        return runner.prefill_cell(planned, records, source=planned.prefill_source or "standalone")
-    records, facts = virtual_decode(profile, prompt_tokens=planned.prompt_tokens,
-                                    concurrency=planned.concurrency, max_tokens=planned.max_tokens,
-                                    window_s=window_s)
-    return runner.decode_cell(planned, records, facts, dict(slo) if slo else None)
+        facts = CellFacts(prefill_source=planned.prefill_source or "standalone")
+    else:
+        records, facts = virtual_decode(profile, prompt_tokens=planned.prompt_tokens,
+                                        concurrency=planned.concurrency, max_tokens=planned.max_tokens,
+                                        window_s=window_s)
+        facts = dataclasses.replace(facts, slo=dict(slo) if slo else None)
+    return assemble_cell(planned, records, facts).to_dict()
 
 
 def plan_for(profile: Profile, *, contexts: Sequence[int], prefill_contexts: Sequence[int],
@@ -218,8 +221,8 @@ def _slo_search(profile: Profile, cells: list[dict[str, Any]], *, contexts: Sequ
             tried.add(n)
             [planned] = plan_for(profile, contexts=[context], prefill_contexts=[], concurrency=[n],
                                  max_tokens=max_tokens)
-            cell = new_cell(**predict_cell(profile, planned, window_s=duration_s, slo=slo),
-                            slo_search=True)
+            cell = new_cell(**{**predict_cell(profile, planned, window_s=duration_s, slo=slo),
+                               "slo_search": True})
             extra.append(cell)
             if on_cell is not None:
                 on_cell(cell)
@@ -357,7 +360,7 @@ def _simulate(profile: Profile, o: _Obs) -> dict[str, float | None]:
     from llmload.metrics import window_figures
     records, facts = virtual_decode(profile, prompt_tokens=o.prompt_tokens, concurrency=o.concurrency,
                                     max_tokens=o.max_tokens, window_s=o.window_s)
-    fig = window_figures([r for r in records if r.tag == "decode"], facts["t0"], facts["t1"],
+    fig = window_figures([r for r in records if r.tag == "decode"], facts.t0_s, facts.t1_s,
                          concurrency=o.concurrency)
     return {"tbt_ms": fig.tbt_ms, "ttft_ms": fig.ttft_ms, "total_tok_s": fig.total_tok_s}
 

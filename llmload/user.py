@@ -23,6 +23,7 @@ from locust import User, constant, task
 from llmload.client import StreamingClient
 from llmload.clock import now
 from llmload.engines import engine_caps, request_body
+from llmload.messages import CellSpec
 
 logger = logging.getLogger(__name__)
 
@@ -69,10 +70,10 @@ class LLMUser(User):
         cell = self.llm.cell
         if cell is None:
             self._adhoc()
-        elif cell["kind"] == "idle" or cell["id"] == self.done_cell:
-            self.llm.wait_cell_change(cell["id"])
+        elif cell.kind == "idle" or cell.id == self.done_cell:
+            self.llm.wait_cell_change(cell.id)
         else:
-            self.done_cell = cell["id"]
+            self.done_cell = cell.id
             self._run_cell(cell)
 
     # ---------------------------------------------------------------- ad hoc
@@ -92,57 +93,57 @@ class LLMUser(User):
 
     # ---------------------------------------------------------------- matrix cells
 
-    def _run_cell(self, cell: dict) -> None:
+    def _run_cell(self, cell: CellSpec) -> None:
         try:
             self._cell_steps(cell)
         except Exception as exc:  # a bug must not leave the controller waiting for this user
-            logger.exception("llmload user %s failed in cell %s", self.user_id, cell["id"])
-            self.llm.add_failure(cell["id"], self.user_id, f"{type(exc).__name__}: {exc}")
-            self.llm.report_ready(cell["id"], once_for=self.user_id)
+            logger.exception("llmload user %s failed in cell %s", self.user_id, cell.id)
+            self.llm.add_failure(cell.id, self.user_id, f"{type(exc).__name__}: {exc}")
+            self.llm.report_ready(cell.id, once_for=self.user_id)
 
-    def _cell_steps(self, cell: dict) -> None:
-        client = self._client(cell["base_url"], cell["timeout_s"])
-        key = f"{cell['run_id']}/{cell['id']}/{self.user_id}"
-        name = cell["name"]
-        count_key = engine_caps(cell["engine"]).count_key
-        if cell["kind"] == "prefill":
-            for i in range(cell["repeats"]):
-                rec = client.stream(cell["path"], self._body(cell, f"{key}/{i}", 1, cold=True),
+    def _cell_steps(self, cell: CellSpec) -> None:
+        client = self._client(cell.base_url, cell.timeout_s)
+        key = f"{cell.run_id}/{cell.id}/{self.user_id}"
+        name = cell.name
+        count_key = engine_caps(cell.engine).count_key
+        if cell.kind == "prefill":
+            for i in range(cell.repeats):
+                rec = client.stream(cell.path, self._body(cell, f"{key}/{i}", 1, cold=True),
                                     user_id=self.user_id, tag="prefill", count_key=count_key)
-                self.llm.add(rec, name=f"prefill {name}", cell_id=cell["id"])
-            self.llm.report_ready(cell["id"], once_for=self.user_id)
+                self.llm.add(rec, name=f"prefill {name}", cell_id=cell.id)
+            self.llm.report_ready(cell.id, once_for=self.user_id)
             return
-        if cell["warmup"]:
+        if cell.warmup:
             # Cold by construction (the user's own nonce), and told so where the engine can
             # be (llama.cpp cache_prompt: false): it may serve as the prefill sample. The
             # window's requests then find this prompt cached.
-            rec = client.stream(cell["path"], self._body(cell, key, 1, cold=True), user_id=self.user_id,
+            rec = client.stream(cell.path, self._body(cell, key, 1, cold=True), user_id=self.user_id,
                                 tag="warmup", count_key=count_key)
-            self.llm.add(rec, name=f"warm-up {name}", cell_id=cell["id"])
-        self.llm.report_ready(cell["id"], once_for=self.user_id)
-        window = self.llm.wait_go(cell["id"])
+            self.llm.add(rec, name=f"warm-up {name}", cell_id=cell.id)
+        self.llm.report_ready(cell.id, once_for=self.user_id)
+        window = self.llm.wait_go(cell.id)
         if window is None:
             return
         t0, t1 = window
         delay = t0 - now()
         if delay > 0:
             gevent.sleep(delay)
-        body = self._body(cell, key, cell["max_tokens"])
-        self.llm.enter_window(cell["id"])
+        body = self._body(cell, key, cell.max_tokens)
+        self.llm.enter_window(cell.id)
         try:
             while now() < t1:
-                rec = client.stream(cell["path"], body, user_id=self.user_id, tag="decode",
+                rec = client.stream(cell.path, body, user_id=self.user_id, tag="decode",
                                     deadline_s=t1, count_key=count_key)
-                self.llm.add(rec, name=f"decode {name}", cell_id=cell["id"])
+                self.llm.add(rec, name=f"decode {name}", cell_id=cell.id)
                 if rec.status == "error":
                     # Retry-After is honoured within the window (never past its end).
                     gevent.sleep(min(backoff_s(rec), max(t1 - now(), 0)))
         finally:
-            self.llm.leave_window(cell["id"])
+            self.llm.leave_window(cell.id)
 
-    def _body(self, cell: dict, key: str, max_tokens: int, *, cold: bool = False) -> bytes:
+    def _body(self, cell: CellSpec, key: str, max_tokens: int, *, cold: bool = False) -> bytes:
         prompt = self.llm.prompt_for(cell, key)
-        return request_body(engine_caps(cell["engine"]), endpoint=cell["endpoint"], model=cell["model"],
-                            prompt=prompt, max_tokens=max_tokens, fixed_output=cell["fixed_output"],
-                            temperature=cell["temperature"], cold=cold)
+        return request_body(engine_caps(cell.engine), endpoint=cell.endpoint, model=cell.model,
+                            prompt=prompt, max_tokens=max_tokens, fixed_output=cell.fixed_output,
+                            temperature=cell.temperature, cold=cold)
 

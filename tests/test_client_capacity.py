@@ -135,11 +135,12 @@ def test_spawn_rate_follows_the_change():
 
 
 def test_users_change_in_one_step_not_one_per_second():
+    from llmload.messages import CellSpec
     from llmload.runner import LocustDriver
     driver = LocustDriver(host="http://127.0.0.1:9", workers=0, master_bind=None, expect_workers=None,
                           api_key=None)
     try:
-        driver.send("llmload_cell", {"id": "idle", "kind": "idle"})  # users wait, send nothing
+        driver.send(CellSpec.idle("idle"))  # users wait, send nothing
         for target in (16, 1, 8):
             t = time.monotonic()
             driver.set_users(target)

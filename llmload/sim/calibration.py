@@ -5,14 +5,21 @@ against it reproduces the seed page (shared/reference/seed-speed-test-matrix.md)
 module holds the seed's numbers as data and replays the seed's procedure (measurement.md:
 warm-up, N requests at once, a fixed window) on a `VirtualRun`, so the benchmark can print
 the comparison instantly and a test can pin the profile to the seed.
+
+No figure is defined here: the virtual traces become `RequestRecord`s and go through
+`llmload.metrics` (the definitions `llmload run` uses), and over capacity is the capacity
+planner's verdict (`llmload.capacity.plan_matrix`).
 """
 
 from __future__ import annotations
 
 import math
-import statistics
+from array import array
 from dataclasses import dataclass
 
+from llmload.capacity import plan_matrix
+from llmload.metrics import prefill_figures, window_figures
+from llmload.records import RequestRecord
 from llmload.sim.engine import EngineRequest
 from llmload.sim.profiles import Profile
 from llmload.sim.tokenizer import NUM_SPECIAL
@@ -86,9 +93,12 @@ def prompt_tokens(context: int) -> int:
 
 def is_over_capacity(profile: Profile, context: int, concurrency: int,
                      max_output_tokens: int = SEED_MAX_OUTPUT_TOKENS) -> bool:
-    """measurement.md: N × blocks(C + M) > KV cache blocks."""
-    blocks = math.ceil((prompt_tokens(context) + max_output_tokens) / profile.block_size)
-    return concurrency * blocks > profile.num_gpu_blocks
+    """The capacity planner's verdict for the profile's server (measurement.md:
+    N × blocks(C + M) > KV cache blocks)."""
+    [cell] = plan_matrix(contexts=[context], prefill_contexts=[], concurrency=[concurrency],
+                         max_tokens=max_output_tokens, kv_cache_tokens=profile.num_gpu_blocks * profile.block_size,
+                         block_size=profile.block_size, max_model_len=None)
+    return cell.status == "over_capacity"
 
 
 def unique_prompt(profile: Profile, nonce: int, length: int) -> list[int]:
@@ -105,9 +115,9 @@ def prefill_cell(profile: Profile, context: int, *, nonce: int = 1) -> PrefillFi
         request_id="prefill", prompt_ids=unique_prompt(profile, nonce, context),
         num_output_tokens=1))
     run.run_until_idle()
-    ttft_s = trace.ttft_s
-    assert ttft_s is not None
-    return PrefillFigures(context=context, prompt_tok_s=context / ttft_s, ttft_ms=ttft_s * 1e3)
+    fig = prefill_figures(trace_record(trace), prompt_tokens=context)
+    assert fig.prompt_tok_s is not None and fig.ttft_ms is not None
+    return PrefillFigures(context=context, prompt_tok_s=fig.prompt_tok_s, ttft_ms=fig.ttft_ms)
 
 
 def decode_cell(profile: Profile, context: int, concurrency: int, *,
@@ -138,33 +148,29 @@ def decode_cell(profile: Profile, context: int, concurrency: int, *,
     return decode_figures(traces, context, concurrency, start_s, start_s + window_s)
 
 
+def trace_record(trace: VirtualTrace) -> RequestRecord:
+    """What `llmload.client` would have recorded of a virtual request."""
+    end_s = trace.chunk_times_s[-1] if trace.chunk_times_s else trace.send_s
+    return RequestRecord(user_id=trace.request_id.split("-")[0], tag="decode", send_s=trace.send_s,
+                         chunk_times_s=array("d", trace.chunk_times_s),
+                         chunk_tokens=array("I", trace.chunk_tokens), end_s=end_s,
+                         status="cancelled" if trace.aborted else "ok",
+                         cached_tokens=trace.num_cached_tokens)
+
+
 def decode_figures(traces: list[VirtualTrace], context: int, concurrency: int,
                    start_s: float, end_s: float) -> DecodeFigures:
-    """measurement.md's decode-cell figures from per-chunk arrival times in [start_s, end_s].
+    """measurement.md's decode-cell figures (`metrics.window_figures`) of the traces'
+    requests in [start_s, end_s]."""
+    fig = window_figures([trace_record(t) for t in traces], start_s, end_s, concurrency=concurrency)
 
-    The traces may come from a `VirtualRun` or from a real client (same fields, any clock).
-    """
-    output_tokens = 0
-    per_request, ttfts, gaps = [], [], []
-    for trace in traces:
-        inside = [(t, k) for t, k in zip(trace.chunk_times_s, trace.chunk_tokens)
-                  if start_s <= t <= end_s]
-        tokens = sum(k for _, k in inside)
-        output_tokens += tokens
-        if trace.ttft_s is not None and start_s <= trace.send_s <= end_s:
-            ttfts.append(trace.ttft_s)
-        if len(inside) > 1:
-            per_request.append((tokens - 1) / (inside[-1][0] - inside[0][0]))
-        for (t0, _), (t1, k) in zip(inside, inside[1:]):
-            gaps.extend([(t1 - t0) / k] * k)
-    window_s = end_s - start_s
+    def value(x: float | None) -> float:
+        return math.nan if x is None else x
+
     return DecodeFigures(
-        context=context, concurrency=concurrency,
-        total_tok_s=output_tokens / window_s,
-        per_request_tok_s=statistics.median(per_request) if per_request else math.nan,
-        ttft_ms=statistics.median(ttfts) * 1e3 if ttfts else math.nan,
-        tbt_ms=statistics.median(gaps) * 1e3 if gaps else math.nan,
-        output_tokens=output_tokens,
+        context=context, concurrency=concurrency, total_tok_s=value(fig.total_tok_s),
+        per_request_tok_s=value(fig.per_request_tok_s), ttft_ms=value(fig.ttft_ms),
+        tbt_ms=value(fig.tbt_ms), output_tokens=fig.output_tokens or 0,
     )
 
 
