@@ -5,7 +5,7 @@ version) and, per level (streams × tick) and per number of client processes, st
 and streams from it with llmload's own `StreamingClient` (one greenlet and one keep-alive
 connection per stream, as in `llmload run`; each process runs llmload's `LoadMonitor`).
 The server writes one OpenAI-shaped chunk per stream per tick and logs each chunk's
-CLOCK_MONOTONIC send time; each token's arrival time in the client's record (llmload.clock,
+CLOCK_MONOTONIC send time; each token's arrival time in the client's record (llmload.core.clock,
 i.e. perf_counter + a per-process offset, undone here: perf_counter *is* CLOCK_MONOTONIC on
 Linux) is matched to the send time of that token. Over the steady part (every stream
 running) it prints, as a Markdown table:
@@ -68,10 +68,10 @@ def child(args) -> None:
     gevent.monkey.patch_all()
     import gevent
 
-    from llmload import clock
-    from llmload.client import StreamingClient
-    from llmload.limits import raise_open_files
-    from llmload.plugin import LoadMonitor
+    from llmload.core import clock
+    from llmload.io.client import StreamingClient
+    from llmload.io.limits import raise_open_files
+    from llmload.loadgen.plugin import LoadMonitor
 
     raise_open_files()
     monitor = LoadMonitor()
@@ -134,8 +134,8 @@ def _cpu_ticks(pid: int) -> int:
 def run_level(exe: Path, streams: int, tick_ms: float, procs: int, seconds: float) -> dict:
     import numpy as np
 
-    from llmload.plugin import LoadMonitor, is_client_bound
-    from llmload.runner import _combine_loads
+    from llmload.loadgen.plugin import LoadMonitor, is_client_bound
+    from llmload.matrix.runner import _combine_loads
 
     tokens = max(int(seconds * 1000.0 / tick_ms), 20)
     with tempfile.TemporaryDirectory(prefix="llmload-capacity-") as tmp:
@@ -299,7 +299,7 @@ def main() -> None:
         child(args)
         return
     sys.path.insert(0, str(HERE.parent))
-    from llmload.limits import raise_open_files
+    from llmload.io.limits import raise_open_files
     soft, _hard = raise_open_files()
     exe = build_server()
     levels = [(int(n), float(t)) for n, t in (x.split(":") for x in args.levels.split(","))]

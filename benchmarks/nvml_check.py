@@ -6,7 +6,7 @@ Prints the GPUs NVML sees, their idle power (mean over 3 s), whether each has th
 total-energy counter (nvmlDeviceGetTotalEnergyConsumption), then samples power for
 --seconds with nothing else running and compares the two ways llmload gets energy: the
 trapezoid integral of the power trace and the counter's difference. Uses
-llmload.hardware.PowerMonitor (the one module that talks to NVML) and llmload.energy.
+llmload.io.hardware.PowerMonitor (the one module that talks to NVML) and llmload.core.energy.
 Exit status 1 when NVML or a GPU is missing.
 """
 
@@ -17,8 +17,8 @@ import statistics
 import sys
 import time
 
-from llmload.energy import total_watts, trapezoid_j, window_energy_j
-from llmload.hardware import PowerMonitor, gpu_facts
+from llmload.core.energy import total_watts, trapezoid_j, window_energy_j
+from llmload.io.hardware import PowerMonitor, gpu_facts
 
 
 def main() -> int:
@@ -44,7 +44,7 @@ def main() -> int:
         print(f"Idle power (mean over 3 s, all GPUs): {monitor.idle_power_w(3.0):,.2f} W")
 
         t0 = time.perf_counter()
-        from llmload.clock import now
+        from llmload.core.clock import now
         start = now()
         window = monitor.sample(start, start + args.seconds, interval_s=args.interval)
         took = time.perf_counter() - t0

@@ -13,8 +13,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from llmload.results import ResultsWriter
-from llmload.twin import seed_results
+from llmload.output.results import ResultsWriter
+from llmload.matrix.twin import seed_results
 
 
 def main() -> int:

@@ -29,8 +29,8 @@ from pathlib import Path  # noqa: E402
 import gevent  # noqa: E402
 import numpy as np  # noqa: E402
 
-from llmload import clock  # noqa: E402
-from llmload.client import StreamingClient  # noqa: E402
+from llmload.core import clock  # noqa: E402
+from llmload.io.client import StreamingClient  # noqa: E402
 
 SERVER = Path(__file__).resolve().parent.parent / "tests" / "stream_server.py"
 

@@ -1,7 +1,7 @@
 """The `llmload` command: thin click commands that parse, build a config and call one
 library function. Bad input and unusable servers end with one line and a non-zero exit
-(`llmload.exitcodes`). Everything printed, and every log line, goes through the secret
-scrubber (`llmload.redact`), which is told the run's API key before anything runs.
+(`llmload.core.exitcodes`). Everything printed, and every log line, goes through the secret
+scrubber (`llmload.core.redact`), which is told the run's API key before anything runs.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ SCENARIO_OPTIONS = {
 @click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
 def main(verbose: int) -> None:
     """Speed-test matrices for OpenAI-compatible LLM servers, built on Locust."""
-    from llmload.redact import install_log_filter, remember_secrets
+    from llmload.core.redact import install_log_filter, remember_secrets
     level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     remember_secrets()  # secret-looking environment variables (OPENAI_API_KEY, HF_TOKEN...)
@@ -48,7 +48,7 @@ class _Refused(click.ClickException):
 
 
 def _echo(text: str = "") -> None:
-    from llmload.redact import scrub
+    from llmload.core.redact import scrub
     click.echo(scrub(text))
 
 
@@ -93,13 +93,13 @@ def run(scenario_file, out_dir, resume_dir, force, max_error_rate, master_bind, 
 
     Exit status: 0 clean; 1 a cell's error rate above --max-error-rate, or the run stopped
     early; 2 bad input; 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP (measured cells are kept)."""
-    from llmload import exitcodes
-    from llmload.probe import ProbeError
-    from llmload.redact import remember_secrets, scrub
-    from llmload.results import ResultsError, load_results
-    from llmload.rundir import RunDirError
-    from llmload.runner import RunError, run_matrix
-    from llmload.scenario import Scenario, ScenarioError, load_scenario, resolve
+    from llmload.core import exitcodes
+    from llmload.io.probe import ProbeError
+    from llmload.core.redact import remember_secrets, scrub
+    from llmload.output.results import ResultsError, load_results
+    from llmload.output.rundir import RunDirError
+    from llmload.matrix.runner import RunError, run_matrix
+    from llmload.core.scenario import Scenario, ScenarioError, load_scenario, resolve
     remember_secrets(api_key=api_key, host=options.get("host"))
     if resume_dir and out_dir and os.path.abspath(resume_dir) != os.path.abspath(out_dir):
         raise _Refused("--resume DIR writes into DIR: leave out --out, or give the same directory")
@@ -183,7 +183,7 @@ def report(results_dir: str, recompute: bool) -> None:
     with --recompute, first derive every cell again from RESULTS_DIR/records/ and rewrite results.json."""
     from pathlib import Path
 
-    from llmload.results import ResultsError, load_results, write_document, write_renderings
+    from llmload.output.results import ResultsError, load_results, write_document, write_renderings
     folder = Path(results_dir) if Path(results_dir).is_dir() else Path(results_dir).parent
     try:
         doc = load_results(results_dir)
@@ -191,8 +191,8 @@ def report(results_dir: str, recompute: bool) -> None:
         raise _Refused(str(exc)) from None
     try:
         if recompute:
-            from llmload.recompute import recompute as derive
-            from llmload.recordstore import RecordsError
+            from llmload.output.recompute import recompute as derive
+            from llmload.output.recordstore import RecordsError
             try:
                 doc, n = derive(folder)
             except RecordsError as exc:
@@ -220,7 +220,7 @@ def report(results_dir: str, recompute: bool) -> None:
 @click.option("--no-html", is_flag=True, help="Do not write the compare page.")
 def compare(results_dirs, as_json, html_path, no_html) -> None:
     """Compare results directories: DIR_A DIR_B [DIR_C ...] (ratios are each run / A)."""
-    from llmload.compare import CompareError, compare_dirs
+    from llmload.output.compare import CompareError, compare_dirs
     try:
         if no_html or (as_json and not html_path):
             html_path = None  # --json alone prints JSON and nothing else
@@ -242,8 +242,8 @@ def compare(results_dirs, as_json, html_path, no_html) -> None:
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="File to write (default: standard output).")
 def export(results_dir: str, fmt: str, output: str | None) -> None:
     """Every request of every cell of RESULTS_DIR, one row each (from RESULTS_DIR/records/)."""
-    from llmload.recompute import export_records
-    from llmload.recordstore import RecordsError
+    from llmload.output.recompute import export_records
+    from llmload.output.recordstore import RecordsError
     try:
         if output:
             with open(output, "wb") as f:
@@ -269,9 +269,9 @@ def fit(results_dir: str, out_path: str | None, base: str | None) -> None:
     import json
     from pathlib import Path
 
-    from llmload.results import ResultsError, load_results
+    from llmload.output.results import ResultsError, load_results
     from llmload.sim.profiles import load_profile
-    from llmload.twin import FitError, fit_profile, profile_json
+    from llmload.matrix.twin import FitError, fit_profile, profile_json
     folder = Path(results_dir) if Path(results_dir).is_dir() else Path(results_dir).parent
     try:
         doc = load_results(results_dir)
@@ -288,8 +288,8 @@ def fit(results_dir: str, out_path: str | None, base: str | None) -> None:
 
 
 def _echo_fit(result) -> None:
-    from llmload.twin import FRONTEND_PARAMS, PREFILL_PARAMS, STEP_PARAMS
-    from llmload.units import format_tokens
+    from llmload.matrix.twin import FRONTEND_PARAMS, PREFILL_PARAMS, STEP_PARAMS
+    from llmload.core.units import format_tokens
     prof = result.profile
     click.echo("Fitted: " + ", ".join(f"{k} {getattr(prof, k):.4g}"
                                      for k in STEP_PARAMS + PREFILL_PARAMS + FRONTEND_PARAMS))
@@ -320,11 +320,11 @@ def predict(profile, contexts, concurrency, prefill_contexts, max_tokens, durati
     """Predict a speed test matrix from a (fitted) simulator PROFILE, in virtual time."""
     import time
 
-    from llmload.results import ResultsWriter
-    from llmload.runner import _echo_matrix
-    from llmload.scenario import ScenarioError, resolve
+    from llmload.output.results import ResultsWriter
+    from llmload.matrix.runner import _echo_matrix
+    from llmload.core.scenario import ScenarioError, resolve
     from llmload.sim.profiles import load_profile, parse_overrides
-    from llmload.twin import predict_results
+    from llmload.matrix.twin import predict_results
     try:
         prof = load_profile(profile, parse_overrides(list(overrides)) or None)
         cli = {"contexts": contexts, "concurrency": concurrency, "max_tokens": max_tokens,

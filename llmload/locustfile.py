@@ -7,8 +7,8 @@ processes with it.
 
 from locust import events
 
-from llmload.plugin import install
-from llmload.user import LLMUser
+from llmload.loadgen.plugin import install
+from llmload.loadgen.user import LLMUser
 
 install(events)
 

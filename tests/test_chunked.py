@@ -1,11 +1,11 @@
-"""Chunked transfer decoding (llmload.chunked), byte by byte: whole, one byte at a time,
+"""Chunked transfer decoding (llmload.wire.chunked), byte by byte: whole, one byte at a time,
 random splits; extensions, trailers, bare LF, data after the last chunk, bad framing."""
 
 import random
 
 import pytest
 
-from llmload.chunked import ChunkedDecoder, ChunkedError
+from llmload.wire.chunked import ChunkedDecoder, ChunkedError
 
 CASES = [
     # (encoded body, decoded body)

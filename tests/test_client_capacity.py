@@ -13,15 +13,15 @@ from collections import Counter
 import gevent
 import pytest
 
-from llmload import clientload
-from llmload.autoworkers import EVENTS_PER_PROCESS, sim_events_per_s, workers_for
-from llmload.capacity import PlannedCell
-from llmload.clientload import (ADDED_DELAY_BOUND_MS, IntervalSample, backlog_ages_ms, histogram_percentile,
+from llmload.core import clientload
+from llmload.core.autoworkers import EVENTS_PER_PROCESS, sim_events_per_s, workers_for
+from llmload.core.capacity import PlannedCell
+from llmload.core.clientload import (ADDED_DELAY_BOUND_MS, IntervalSample, backlog_ages_ms, histogram_percentile,
                                 window_estimate)
-from llmload.limits import FD_RESERVE, fd_shortfall, raise_open_files
-from llmload.plugin import LoadMonitor, is_client_bound
-from llmload.runner import CELL_CHANGE_S, _remaining_s, spawn_rate_for
-from llmload.scenario import Scenario, ScenarioError
+from llmload.io.limits import FD_RESERVE, fd_shortfall, raise_open_files
+from llmload.loadgen.plugin import LoadMonitor, is_client_bound
+from llmload.matrix.runner import CELL_CHANGE_S, _remaining_s, spawn_rate_for
+from llmload.core.scenario import Scenario, ScenarioError
 from tests_helpers import StreamServer
 
 
@@ -55,7 +55,7 @@ def test_window_estimate_needs_enough_samples_and_fires_over_the_bound():
 
 
 def test_queued_bytes_reads_the_kernel_receive_queue():
-    from llmload.client import _OPEN, _PlainSocket, open_streams, queued_bytes
+    from llmload.io.client import _OPEN, _PlainSocket, open_streams, queued_bytes
     from gevent import socket as gsocket
     listener = pysocket.socket()
     listener.bind(("127.0.0.1", 0))
@@ -80,8 +80,8 @@ def test_queued_bytes_reads_the_kernel_receive_queue():
 def _stream_with_monitor(hog_ms: float) -> dict:
     """16 streams at 2 ms per token from the stream server; the loop is hogged for hog_ms
     every 50 ms (0: not at all). Returns the monitor's window."""
-    from llmload.client import StreamingClient
-    from llmload.clock import now
+    from llmload.io.client import StreamingClient
+    from llmload.core.clock import now
     server = StreamServer("--port", "0", "--interval-ms", "2", "--tokens", "5000")
     mon = LoadMonitor()
     mon.start()
@@ -135,8 +135,8 @@ def test_spawn_rate_follows_the_change():
 
 
 def test_users_change_in_one_step_not_one_per_second():
-    from llmload.messages import CellSpec
-    from llmload.runner import LocustDriver
+    from llmload.loadgen.messages import CellSpec
+    from llmload.matrix.runner import LocustDriver
     driver = LocustDriver(host="http://127.0.0.1:9", workers=0, master_bind=None, expect_workers=None,
                           api_key=None)
     try:
@@ -226,7 +226,7 @@ def test_workers_auto_grows_from_the_measured_rate_against_a_server(tmp_path):
 
 def test_chunked_fast_path_decodes_every_split_like_the_state_machine():
     import random
-    from llmload.chunked import ChunkedDecoder
+    from llmload.wire.chunked import ChunkedDecoder
     events = [b"data: {\"n\": %d}\n\n" % i for i in range(30)]
     wire = b"".join(b"%x%s\r\n%s\r\n" % (len(e), b";ext=1" if i % 7 == 3 else b"", e)
                     for i, e in enumerate(events)) + b"0\r\n\r\n"

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from html_check import external_urls, parse
-from llmload.compare import NOISE_DEFAULT_REL, compare, fmt_ratio, render_text
+from llmload.output.compare import NOISE_DEFAULT_REL, compare, fmt_ratio, render_text
 from test_report import seed_results
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from llmload.energy import PowerWindow, cell_energy, render_energy, trapezoid_j, window_energy_j
-from llmload.hardware import PowerMonitor
+from llmload.core.energy import PowerWindow, cell_energy, render_energy, trapezoid_j, window_energy_j
+from llmload.io.hardware import PowerMonitor
 
 
 class Clock:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from llmload.capacity import find_limits, plan_matrix, read_source
-from llmload.engines import ENGINES, Source, engine_caps
+from llmload.core.capacity import find_limits, plan_matrix, read_source
+from llmload.core.engines import ENGINES, Source, engine_caps
 
 FIXTURES = Path(__file__).parent / "fixtures" / "engines"
 K = 1024

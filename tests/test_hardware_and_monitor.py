@@ -5,8 +5,8 @@ import types
 
 import gevent
 
-from llmload import hardware
-from llmload.plugin import LoadMonitor, is_client_bound
+from llmload.io import hardware
+from llmload.loadgen.plugin import LoadMonitor, is_client_bound
 
 
 def fake_pynvml(fail_init=False):
@@ -53,7 +53,7 @@ def test_load_monitor_sees_a_busy_loop():
     mon.start()
     try:
         gevent.sleep(0.6)
-        from llmload.clock import now
+        from llmload.core.clock import now
         t0 = now()
         end = t0 + 0.8
         while now() < end:  # hog the loop: lag and CPU both climb

@@ -1,11 +1,11 @@
-"""The HTTP response head parser (llmload.httphead), byte by byte: whole, one byte at a time,
+"""The HTTP response head parser (llmload.wire.httphead), byte by byte: whole, one byte at a time,
 random splits, with the body's first bytes after it; interim 1xx, framing, keep-alive, errors."""
 
 import random
 
 import pytest
 
-from llmload.httphead import MAX_HEAD_BYTES, HeadError, ResponseHeadParser
+from llmload.wire.httphead import MAX_HEAD_BYTES, HeadError, ResponseHeadParser
 
 SSE_HEAD = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
             b"Connection: keep-alive\r\n\r\n")

@@ -5,10 +5,10 @@ from array import array
 import numpy as np
 import pytest
 
-from llmload.live import LiveStats
-from llmload.livehistory import HISTORY_WINDOW_S, LiveHistory
-from llmload.records import RequestRecord
-from llmload.webui import companion_path
+from llmload.core.live import LiveStats
+from llmload.core.livehistory import HISTORY_WINDOW_S, LiveHistory
+from llmload.core.records import RequestRecord
+from llmload.loadgen.webui import companion_path
 
 
 def rec(send, ttft, gap, n, status="ok"):

@@ -17,11 +17,11 @@ import sys
 
 import pytest
 
-from llmload.capacity import plan_matrix
-from llmload.client import StreamingClient
-from llmload.engines import engine_caps, request_body
-from llmload.metrics import server_stream_rate_tok_s
-from llmload.probe import build_prompts, probe_server
+from llmload.core.capacity import plan_matrix
+from llmload.io.client import StreamingClient
+from llmload.core.engines import engine_caps, request_body
+from llmload.core.metrics import server_stream_rate_tok_s
+from llmload.io.probe import build_prompts, probe_server
 from llama_server import LlamaServer, llama_server_binary, no_compiler_reason, tiny_model
 
 K = 1024

@@ -1,4 +1,4 @@
-"""The cell protocol's typed messages (llmload.messages) survive Locust's wire (msgpack)."""
+"""The cell protocol's typed messages (llmload.loadgen.messages) survive Locust's wire (msgpack)."""
 
 import dataclasses
 from array import array
@@ -6,8 +6,8 @@ from array import array
 import msgpack
 import pytest
 
-from llmload import messages
-from llmload.records import RequestRecord
+from llmload.loadgen import messages
+from llmload.core.records import RequestRecord
 
 
 def _wire(msg):
@@ -53,7 +53,7 @@ def test_an_unknown_field_is_refused():
 def test_a_collect_with_users_still_in_the_window_marks_the_cell(monkeypatch):
     from types import SimpleNamespace
 
-    import llmload.plugin as plugin
+    import llmload.loadgen.plugin as plugin
     monkeypatch.setattr(plugin, "COLLECT_WAIT_S", 0.1)
     state = plugin.LLMState(SimpleNamespace())
     state.enter_window("c1")

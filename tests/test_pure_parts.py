@@ -5,11 +5,11 @@ from array import array
 
 import pytest
 
-from llmload.engines import engine_caps, request_body
-from llmload.live import LiveStats, format_table
-from llmload.probe import metric_sum, parse_prometheus
-from llmload.prompts import NONCE_TOKENS, PromptBuilder
-from llmload.records import RequestRecord
+from llmload.core.engines import engine_caps, request_body
+from llmload.core.live import LiveStats, format_table
+from llmload.io.probe import metric_sum, parse_prometheus
+from llmload.core.prompts import NONCE_TOKENS, PromptBuilder
+from llmload.core.records import RequestRecord
 
 POOL = tuple(range(100, 190))
 

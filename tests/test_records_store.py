@@ -1,5 +1,5 @@
-"""Per-request records on disk (llmload.recordstore), `llmload report --recompute` and
-`llmload export` (llmload.recompute), and the results.json schema as documented."""
+"""Per-request records on disk (llmload.output.recordstore), `llmload report --recompute` and
+`llmload export` (llmload.output.recompute), and the results.json schema as documented."""
 
 import dataclasses
 import json
@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-import llmload.results as results_module
-from llmload.capacity import PlannedCell
-from llmload.cells import CellFacts, ServerSample, assemble_cell
-from llmload.recompute import read_export
-from llmload.records import RequestRecord
-from llmload.recordstore import RECORD_COLUMNS, cell_files, export_table, read_cell, write_cell
-from llmload.results import CELL_KEYS
+import llmload.output.results as results_module
+from llmload.core.capacity import PlannedCell
+from llmload.core.cells import CellFacts, ServerSample, assemble_cell
+from llmload.output.recompute import read_export
+from llmload.core.records import RequestRecord
+from llmload.output.recordstore import RECORD_COLUMNS, cell_files, export_table, read_cell, write_cell
+from llmload.output.results import CELL_KEYS
 from llmload.sim.launcher import SimProcess
 
 RUN = ["--contexts", "0,1K", "--prefill-contexts", "1K", "--concurrency", "1,2",
@@ -156,7 +156,7 @@ def test_written_cells_have_exactly_the_documented_keys(run_dir):
     assert doc["schema_version"] == results_module.SCHEMA_VERSION == 2
     documented = results_module.__doc__
     for key in CELL_KEYS:
-        assert key in documented, f"{key} is written but not documented in llmload/results.py"
+        assert key in documented, f"{key} is written but not documented in llmload/output/results.py"
     for cell in doc["cells"]:
         assert list(cell) == list(CELL_KEYS), set(cell) ^ set(CELL_KEYS)
 
@@ -179,7 +179,7 @@ def test_a_schema_1_directory_renders_but_cannot_be_recomputed(run_dir, tmp_path
 
 
 def test_the_cell_result_is_typed_and_its_keys_are_its_fields():
-    from llmload.cellresult import CellResult, ClientLoad, ServerLoad
+    from llmload.core.cellresult import CellResult, ClientLoad, ServerLoad
     result = CellResult(phase="decode", context_tokens=0, concurrency=2, status="valid", total_tok_s=150.5,
                         error_samples=("x",), server_load=ServerLoad(median_waiting=0.5),
                         client_load=ClientLoad(loop_lag_ms_p50=0.2))

@@ -5,11 +5,11 @@ from array import array
 
 import pytest
 
-from llmload.exitcodes import cell_error_rate, cells_over_error_rate
-from llmload.metrics import STALL_MIN_S, longest_stall, stall_bound_s
-from llmload.records import RequestRecord
-from llmload.redact import MASK, Scrubber, SecretFilter
-from llmload.runner import _clock
+from llmload.core.exitcodes import cell_error_rate, cells_over_error_rate
+from llmload.core.metrics import STALL_MIN_S, longest_stall, stall_bound_s
+from llmload.core.records import RequestRecord
+from llmload.core.redact import MASK, Scrubber, SecretFilter
+from llmload.matrix.runner import _clock
 
 KEY = "sk-abcdefghijklmnopqrstuvwx"
 
@@ -116,7 +116,7 @@ def test_eta_clock_shows_hours_past_an_hour():
 
 
 def test_prose_that_mentions_tokens_is_not_masked():
-    from llmload.redact import scrub
+    from llmload.core.redact import scrub
     for text in ("generated-token counter delta", "Token source: chunks", "max_tokens=256",
                  "server timings (predicted_n, predicted_ms)"):
         assert scrub(text) == text

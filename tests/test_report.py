@@ -8,10 +8,10 @@ import os
 import pandas as pd
 import pytest
 
-from llmload import report
-from llmload.capacity import plan_matrix
-from llmload.report import CSV_COLUMNS, measurements_frame, render_markdown, write_csv
-from llmload.results import (
+from llmload.output import report
+from llmload.core.capacity import plan_matrix
+from llmload.output.report import CSV_COLUMNS, measurements_frame, render_markdown, write_csv
+from llmload.output.results import (
     CELL_KEYS,
     SCHEMA_VERSION,
     ResultsError,
@@ -19,7 +19,7 @@ from llmload.results import (
     load_results,
     new_cell,
 )
-from llmload.scenario import Scenario
+from llmload.core.scenario import Scenario
 
 K = 1024
 LAUNCH = (
@@ -469,7 +469,7 @@ def test_saved_file_renders_the_same_page(tmp_path):
 
 
 def test_checks_section_flags_disagreement_with_both_numbers():
-    from llmload.metrics import ServerCheck
+    from llmload.core.metrics import ServerCheck
     results = seed_results()
     by_key = {(c["phase"], c["context_tokens"], c["concurrency"]): c for c in results["cells"]}
     by_key[("decode", 0, 1)]["server_check"] = ServerCheck(

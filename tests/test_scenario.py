@@ -2,7 +2,7 @@ import textwrap
 
 import pytest
 
-from llmload.scenario import Scenario, ScenarioError, load_scenario, resolve
+from llmload.core.scenario import Scenario, ScenarioError, load_scenario, resolve
 
 K = 1024
 
@@ -156,7 +156,7 @@ def test_direct_construction_validates():
 
 
 def test_server_hardware_and_info_from_the_command_line_or_a_file(tmp_path):
-    from llmload.scenario import load_scenario, resolve
+    from llmload.core.scenario import load_scenario, resolve
     f = tmp_path / "s.yaml"
     f.write_text("server_hardware:\n  gpu: RTX 3090\n  vram_gb: 24\nserver_info:\n  quantization: AWQ\n")
     sc = resolve(None, load_scenario(f), {"server_info": "backend=cuda,build=v0.32"})

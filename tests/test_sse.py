@@ -6,7 +6,7 @@ import random
 import pytest
 import sseclient
 
-from llmload.sse import SSEDecoder
+from llmload.wire.sse import SSEDecoder
 
 CASES = [
     # (stream bytes, expected data payloads)

@@ -2,7 +2,7 @@
 
 import json
 
-from llmload.stream import TokenTimeline, error_message_from_body
+from llmload.wire.stream import TokenTimeline, error_message_from_body
 
 
 def chunk(text="x", n=None, finish=None, prompt=5, chat=False, role=False):

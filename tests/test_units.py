@@ -1,6 +1,6 @@
 import pytest
 
-from llmload.units import (
+from llmload.core.units import (
     format_duration_s,
     format_tokens,
     parse_duration,

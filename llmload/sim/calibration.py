@@ -7,8 +7,8 @@ warm-up, N requests at once, a fixed window) on a `VirtualRun`, so the benchmark
 the comparison instantly and a test can pin the profile to the seed.
 
 No figure is defined here: the virtual traces become `RequestRecord`s and go through
-`llmload.metrics` (the definitions `llmload run` uses), and over capacity is the capacity
-planner's verdict (`llmload.capacity.plan_matrix`).
+`llmload.core.metrics` (the definitions `llmload run` uses), and over capacity is the capacity
+planner's verdict (`llmload.core.capacity.plan_matrix`).
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import math
 from array import array
 from dataclasses import dataclass
 
-from llmload.capacity import plan_matrix
-from llmload.metrics import prefill_figures, window_figures
-from llmload.records import RequestRecord
+from llmload.core.capacity import plan_matrix
+from llmload.core.metrics import prefill_figures, window_figures
+from llmload.core.records import RequestRecord
 from llmload.sim.engine import EngineRequest
 from llmload.sim.profiles import Profile
 from llmload.sim.tokenizer import NUM_SPECIAL
@@ -149,7 +149,7 @@ def decode_cell(profile: Profile, context: int, concurrency: int, *,
 
 
 def trace_record(trace: VirtualTrace) -> RequestRecord:
-    """What `llmload.client` would have recorded of a virtual request."""
+    """What `llmload.io.client` would have recorded of a virtual request."""
     end_s = trace.chunk_times_s[-1] if trace.chunk_times_s else trace.send_s
     return RequestRecord(user_id=trace.request_id.split("-")[0], tag="decode", send_s=trace.send_s,
                          chunk_times_s=array("d", trace.chunk_times_s),

@@ -1,0 +1,1 @@
+"""The pure core: request records, the one definition of every figure (metrics), capacity planning, prompts, the engine table, scenarios, SLOs, energy figures, a cell's result. No sockets, no files, no Locust."""

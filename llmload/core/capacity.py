@@ -1,0 +1,334 @@
+"""Which cells of the matrix can run: the plan, decided before any request is sent.
+
+Pure. A server has three capacity limits (measurement.md, "Capacity"), found by
+`find_limits` from the probe's documents through the engine table (`engines.EngineCaps`):
+the per-sequence limit (max model length, llama.cpp's per-slot n_ctx, TGI's
+max_total_tokens), the shared KV pool (vLLM/SGLang/TRT-LLM blocks, TGI's
+max_batch_total_tokens, llama.cpp's unified KV only when given) and the sequence-count
+limit (llama.cpp slots, vLLM max_num_seqs when known). Rules, checked in this order:
+- exceeds_context: prompt + M > the per-sequence limit (prefill cells use M = 1).
+- over_capacity: S × blocks(prompt + M) > KV cache blocks, where S = min(N, sequence-count
+  limit) are the sequences held at once, blocks(x) = ceil(x / block_size) and KV blocks =
+  kv_cache_tokens // block_size; when the block size is unknown, S × (prompt + M) > KV
+  cache tokens.
+- queued: N > the sequence-count limit: run, the rest wait in the server's queue, and the
+  cell is expected to come out saturated.
+- run: otherwise, and always when the KV pool is unknown or absent ("saturated" will then
+  show what did not fit).
+The prompt of context 0 is the shortest the endpoint accepts (min_prompt_tokens).
+
+A prefill cell is served by the cold warm-up request of the decode cell at the same context
+with N = 1 when that cell runs ("decode_warmup"), so a context is never prefilled twice.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from llmload.core.engines import EngineCaps, Source
+from llmload.wire.prometheus import parse_prometheus
+
+#: Seconds assumed per cell for warm-up when estimating how long a plan takes.
+WARMUP_ESTIMATE_S = 5.0
+
+PHASES = ("prefill", "decode")
+PLAN_STATUSES = ("run", "queued", "over_capacity", "exceeds_context")
+RUN_STATUSES = ("run", "queued")
+PREFILL_SOURCES = ("decode_warmup", "standalone")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlannedCell:
+    """One cell of the plan and whether it will run."""
+
+    phase: str
+    """"prefill" or "decode"."""
+    context_tokens: int
+    """C, the nominal context (0 = shortest prompt)."""
+    concurrency: int
+    """N; always 1 for prefill cells."""
+    status: str
+    """One of PLAN_STATUSES."""
+    reason: str
+    """One line explaining the status, with the numbers that decided it."""
+    prompt_tokens: int
+    """Tokens the prompt will have: C, or min_prompt_tokens for context 0."""
+    max_tokens: int
+    """Output tokens each request asks for: M for decode, 1 for prefill."""
+    prefill_source: str | None = None
+    """Prefill cells that run: "decode_warmup" or "standalone"; None otherwise."""
+
+    @property
+    def runs(self) -> bool:
+        return self.status in RUN_STATUSES
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def blocks(x: int, block_size: int) -> int:
+    """KV cache blocks that x tokens occupy: ceil(x / block_size)."""
+    if block_size <= 0:
+        raise ValueError(f"block size must be positive, got {block_size!r}")
+    return -(-x // block_size)
+
+
+def _capacity_verdict(
+    *,
+    concurrency: int,
+    sequence_tokens: int,
+    kv_cache_tokens: int | None,
+    block_size: int | None,
+    max_sequences: int | None,
+) -> tuple[str, str]:
+    """("run" | "queued" | "over_capacity", reason) for N sequences of sequence_tokens each."""
+    held = min(concurrency, max_sequences) if max_sequences else concurrency
+    queued = held < concurrency
+    queue_reason = (f"{concurrency} > {max_sequences} sequences at once: "
+                    f"{concurrency - held} wait (expected saturated)") if queued else ""
+    if kv_cache_tokens is None:
+        return ("queued", queue_reason) if queued else ("run", "KV cache size unknown: run, saturation will show")
+    if block_size:
+        kv_blocks = kv_cache_tokens // block_size
+        per_sequence = blocks(sequence_tokens, block_size)
+        need, have, unit = held * per_sequence, kv_blocks, "blocks"
+    else:
+        per_sequence = sequence_tokens
+        need, have, unit = held * sequence_tokens, kv_cache_tokens, "tokens"
+    fits = need <= have
+    relation = "≤" if fits else ">"
+    reason = f"{held} × {per_sequence:,} {unit} = {need:,} {relation} {have:,} KV {unit}"
+    if not fits:
+        return "over_capacity", reason
+    return ("queued", f"{queue_reason}; {reason}") if queued else ("run", reason)
+
+
+def _plan_cell(
+    *,
+    phase: str,
+    context_tokens: int,
+    concurrency: int,
+    max_tokens: int,
+    kv_cache_tokens: int | None,
+    block_size: int | None,
+    max_model_len: int | None,
+    max_sequences: int | None,
+    min_prompt_tokens: int,
+) -> PlannedCell:
+    prompt_tokens = context_tokens if context_tokens > 0 else min_prompt_tokens
+    sequence_tokens = prompt_tokens + max_tokens
+    if max_model_len is not None and sequence_tokens > max_model_len:
+        status = "exceeds_context"
+        reason = (
+            f"{prompt_tokens:,} + {max_tokens:,} = {sequence_tokens:,} tokens > "
+            f"max model length {max_model_len:,}"
+        )
+    else:
+        status, reason = _capacity_verdict(
+            concurrency=concurrency,
+            sequence_tokens=sequence_tokens,
+            kv_cache_tokens=kv_cache_tokens,
+            block_size=block_size,
+            max_sequences=max_sequences,
+        )
+    return PlannedCell(
+        phase=phase,
+        context_tokens=context_tokens,
+        concurrency=concurrency,
+        status=status,
+        reason=reason,
+        prompt_tokens=prompt_tokens,
+        max_tokens=max_tokens,
+    )
+
+
+def _check_inputs(contexts: Iterable[int], concurrency: Iterable[int], max_tokens: int) -> None:
+    if any(c < 0 for c in contexts):
+        raise ValueError(f"contexts must not be negative: {sorted(contexts)}")
+    if any(n < 1 for n in concurrency):
+        raise ValueError(f"concurrency levels must be at least 1: {sorted(concurrency)}")
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
+
+
+def plan_matrix(
+    *,
+    contexts: Sequence[int],
+    prefill_contexts: Sequence[int],
+    concurrency: Sequence[int],
+    max_tokens: int,
+    kv_cache_tokens: int | None,
+    block_size: int | None,
+    max_model_len: int | None,
+    max_sequences: int | None = None,
+    min_prompt_tokens: int = 1,
+) -> list[PlannedCell]:
+    """Every cell of the matrix with its status: prefill cells (context ascending) first,
+    then decode cells by context ascending, then N ascending (the seed page's order).
+
+    Duplicate contexts or levels are planned once.
+    """
+    _check_inputs([*contexts, *prefill_contexts], concurrency, max_tokens)
+    limits = dict(
+        kv_cache_tokens=kv_cache_tokens,
+        block_size=block_size,
+        max_model_len=max_model_len,
+        max_sequences=max_sequences,
+        min_prompt_tokens=min_prompt_tokens,
+    )
+    decode = [
+        _plan_cell(phase="decode", context_tokens=c, concurrency=n, max_tokens=max_tokens, **limits)
+        for c in sorted(set(contexts))
+        for n in sorted(set(concurrency))
+    ]
+    warmup_contexts = {
+        cell.context_tokens for cell in decode if cell.concurrency == 1 and cell.runs
+    }
+    prefill = []
+    for c in sorted(set(prefill_contexts)):
+        cell = _plan_cell(phase="prefill", context_tokens=c, concurrency=1, max_tokens=1, **limits)
+        if cell.runs:
+            source = "decode_warmup" if c in warmup_contexts else "standalone"
+            cell = _replace_source(cell, source)
+        prefill.append(cell)
+    return prefill + decode
+
+
+def _replace_source(cell: PlannedCell, source: str) -> PlannedCell:
+    return replace(cell, prefill_source=source)
+
+
+def expected_duration_s(
+    plan: Iterable[PlannedCell],
+    *,
+    duration_s: float,
+    warmup_estimate_s: float = WARMUP_ESTIMATE_S,
+) -> float:
+    """A rough estimate of the plan's wall time, for printing it before a run.
+
+    Each decode cell that runs costs its warm-up plus the window; a standalone prefill costs
+    one warm-up-sized estimate; a prefill served by a decode warm-up costs nothing extra.
+    """
+    total_s = 0.0
+    for cell in plan:
+        if not cell.runs:
+            continue
+        if cell.phase == "decode":
+            total_s += warmup_estimate_s + duration_s
+        elif cell.prefill_source == "standalone":
+            total_s += warmup_estimate_s
+    return total_s
+
+
+# --------------------------------------------------------------------------- limits
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerLimits:
+    """A server's three capacity limits and where each was found (None: not reported)."""
+
+    max_model_len: int | None
+    """Per-sequence limit: prompt + output tokens of one request."""
+    max_model_len_source: str
+    kv_cache_tokens: int | None
+    """The shared KV pool in tokens; None when unknown or when there is no shared pool."""
+    block_size: int | None
+    kv_cache_source: str
+    max_sequences: int | None
+    """Sequences served at once; beyond them requests wait."""
+    max_sequences_source: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def find_limits(caps: EngineCaps, docs: Mapping[str, Any], *, kv_cache_tokens: int | None = None,
+                launch_command: str | None = None) -> ServerLimits:
+    """The limits the engine table says where to read, from the probe's documents.
+
+    docs maps a document name (engines.DOC_PATHS) to its parsed JSON, or to the text of
+    /metrics; "models" is the served model's own entry. `kv_cache_tokens` is the user's
+    word (--kv-cache-tokens): trusted above anything the server says.
+    """
+    docs = dict(docs)
+    if isinstance(docs.get("metrics"), str):
+        docs["metrics"] = parse_prometheus(docs["metrics"])
+    if launch_command:
+        docs["launch"] = launch_command
+    seq, seq_src = _first(caps.sequence_limit, docs)
+    block, _ = _first(caps.block_size, docs)
+    if kv_cache_tokens:
+        pool, pool_src = kv_cache_tokens, "--kv-cache-tokens"
+    else:
+        pool, pool_src = _first(caps.pool_limit, docs)
+        pool_src = pool_src if pool is not None else caps.pool_note or "unknown"
+    count, count_src = _first(caps.count_limit, docs)
+    return ServerLimits(
+        max_model_len=seq, max_model_len_source=seq_src if seq is not None else "unknown",
+        kv_cache_tokens=pool, block_size=block, kv_cache_source=pool_src,
+        max_sequences=count, max_sequences_source=count_src if count is not None else "unknown")
+
+
+def _first(sources: Sequence[Source], docs: Mapping[str, Any]) -> tuple[int | None, str]:
+    for source in sources:
+        value = read_source(source, docs)
+        if value is not None:
+            return value, source.describe()
+    return None, ""
+
+
+def read_source(source: Source, docs: Mapping[str, Any]) -> int | None:
+    """One positive integer from a probe document, or None where it is not there."""
+    doc = docs.get(source.doc)
+    if doc is None:
+        return None
+    if source.doc == "metrics":
+        return _read_metric(source, doc)
+    if source.doc == "launch":
+        return _read_flag(source.path.split("|"), doc)
+    value: Any = doc
+    for part in source.path.split("."):
+        if isinstance(value, list):
+            value = value[0] if value else None
+        value = value.get(part) if isinstance(value, dict) else None
+    return _positive_int(value)
+
+
+def _read_metric(source: Source, samples: Mapping[str, Any]) -> int | None:
+    for labels, value in samples.get(source.path, ()):
+        if source.label is None:
+            return _positive_int(value)
+        got = _positive_int(labels.get(source.label))
+        if got is not None and source.times:
+            factor = _positive_int(labels.get(source.times))
+            got = got * factor if factor is not None else None
+        if got is not None:
+            return got
+    return None
+
+
+def _read_flag(flags: Sequence[str], command: str) -> int | None:
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        words = command.split()
+    for i, word in enumerate(words):
+        for flag in flags:
+            if word == flag and i + 1 < len(words):
+                return _positive_int(words[i + 1])
+            if word.startswith(flag + "="):
+                return _positive_int(word[len(flag) + 1:])
+    return None
+
+
+def _positive_int(value: Any) -> int | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        number = int(float(value))
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return number if number > 0 else None

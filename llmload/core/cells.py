@@ -1,0 +1,347 @@
+"""One cell's result from what was measured: the single function from (planned cell,
+records, facts) to the cell written to results.json.
+
+Pure (no I/O, no Locust). `llmload run` calls `assemble_cell` the moment a cell ends, and
+`llmload report --recompute` calls it again with the records and facts read back from the
+results directory's records/ files (`llmload.output.recordstore`), so a recomputed cell equals the
+cell the run wrote. Every figure comes from `llmload.core.metrics`; nothing here is a figure of
+its own, only the choice of records, the status and its reason.
+
+`CellFacts` holds what a cell's status needs besides its requests: the window, the server's
+load samples (waiting gauge, preemption and generated-token counters) and the load
+generator's own samples (CPU, event-loop lag, and what its hot path read per interval, from
+which `llmload.core.clientload` estimates the delay it added) per process. These are raw
+samples, never summaries, so a different definition can be applied to them later.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from llmload.core.capacity import PlannedCell
+from llmload.core.cellresult import CellResult
+from llmload.core.clientload import ADDED_DELAY_BOUND_MS, IntervalSample, delay_bound_exceeded, window_estimate
+from llmload.core.metrics import (MAX_ERROR_SAMPLES, classify_cell, counter_check, longest_stall, median_prefill,
+                             prefill_check, quantile, stall_bound_s, timing_check, usage_check, window_figures)
+from llmload.core.energy import PowerWindow, cell_energy
+from llmload.core.records import RequestRecord
+from llmload.core.slo import request_goodput
+
+CLIENT_CPU_BOUND_PCT = 90.0
+"""Mean CPU of a load-generator process over a window at or above this: client_bound."""
+CLIENT_LAG_BOUND_MS = 5.0
+"""Median event-loop lag over a window above this: client_bound. The median, not a high
+percentile: one garbage collection or a neighbour's burst is a hiccup, not a bottleneck."""
+
+#: Figures every cell carries (None where it did not run or the figure is undefined).
+FIGURE_KEYS = ("prompt_tok_s", "total_tok_s", "per_request_tok_s", "ttft_ms", "ttft_p90_ms",
+               "ttft_p99_ms", "tbt_ms", "tbt_p90_ms", "tbt_p99_ms", "avg_active",
+               "completed_requests", "output_tokens", "measured_s")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerSample:
+    """One read of the server's /metrics counters (None: the server does not expose it)."""
+
+    t_s: float
+    """Midpoint of the request that read them."""
+    preemptions: float | None = None
+    generated: float | None = None
+    """The generated-token counter."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CellFacts:
+    """What a cell's result needs besides its request records."""
+
+    t0_s: float | None = None
+    """Window start (decode cells)."""
+    t1_s: float | None = None
+    """Window end."""
+    waiting_samples: tuple[tuple[float, float], ...] = ()
+    """(time, server waiting gauge) sampled during the window."""
+    server_first: ServerSample | None = None
+    """The server's counters at the window's start and end (None: no /metrics)."""
+    server_last: ServerSample | None = None
+    client_samples: tuple[tuple[tuple[float, float, float], ...], ...] = ()
+    """Per load-generator process: (time, CPU %, event-loop lag ms) samples in the window."""
+    client_reads: tuple[tuple[IntervalSample, ...], ...] = ()
+    """Per load-generator process: its hot path's reads, events and read backlog per monitor
+    interval in the window (`clientload.IntervalSample`)."""
+    text_prompt: bool = False
+    """Prompts were sent as text (the server templates and tokenizes them inside the TTFT:
+    the prefill check's tolerance is wider, `metrics.prefill_check`)."""
+    timing: dict[str, float] | None = None
+    """Where the cell's wall time went (users changed, warm-up, window, wall, the rest), as
+    the run measured it; kept as measured, never recomputed."""
+    prefill_source: str | None = None
+    """Prefill cells: "standalone" or "decode_warmup" (the cold warm-up of the N=1 cell)."""
+    exact_prompt_length: bool = False
+    """The prompt is sent as token IDs: the server's count must equal the plan's exactly."""
+    failure: str | None = None
+    """Why the cell has no figures (a lost worker, users that never got ready)."""
+    slo: dict[str, float] | None = None
+    """The run's service-level objective (`llmload.core.slo`), for the cell's goodput."""
+    slo_search: bool = False
+    """The cell was added by the SLO bisection."""
+    power: PowerWindow | None = None
+    """The GPUs' power readings during the window (`llmload.core.energy`), where measured."""
+    idle_power_w: float | None = None
+
+    def to_json(self) -> str:
+        d = asdict(self)
+        d["client_reads"] = [[s.to_wire() for s in proc] for proc in self.client_reads]
+        return json.dumps(d, allow_nan=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "CellFacts":
+        d = json.loads(text)
+        for key in ("server_first", "server_last"):
+            if d.get(key) is not None:
+                d[key] = ServerSample(**d[key])
+        if d.get("power") is not None:
+            p = d["power"]
+            d["power"] = PowerWindow(t0=p["t0"], t1=p["t1"], times_s=tuple(p["times_s"]),
+                                     watts=tuple(tuple(w) for w in p["watts"]),
+                                     counter_j=tuple(p["counter_j"]) if p.get("counter_j") is not None else None)
+        d["waiting_samples"] = tuple(tuple(s) for s in d.get("waiting_samples") or ())
+        d["client_samples"] = tuple(tuple(tuple(s) for s in proc) for proc in d.get("client_samples") or ())
+        d["client_reads"] = tuple(tuple(IntervalSample.from_wire(s) for s in proc)
+                                  for proc in d.get("client_reads") or ())
+        return cls(**d)
+
+
+# ------------------------------------------------------------------------ client and server load
+
+
+def client_load(samples, reads=()) -> dict:
+    """One process's load over a window from its (time, CPU %, lag ms) samples (the
+    percentiles follow `metrics.quantile`) and its hot path's interval samples (the
+    added-delay estimate, `clientload.window_estimate`)."""
+    estimate = window_estimate(list(reads))
+    if not samples:
+        return {"cpu_pct_mean": None, "cpu_pct_max": None, "lag_ms_p50": None, "lag_ms_p90": None,
+                "lag_ms_max": None, **estimate}
+    cpus = [s[1] for s in samples]
+    lags = [s[2] for s in samples]
+    return {"cpu_pct_mean": sum(cpus) / len(cpus), "cpu_pct_max": max(cpus),
+            "lag_ms_p50": quantile(lags, 0.5), "lag_ms_p90": quantile(lags, 0.9), "lag_ms_max": max(lags),
+            **estimate}
+
+
+def is_client_bound(load: dict) -> bool:
+    """CPU at the bound, median loop lag over its bound, or an estimated added delay p99
+    over `clientload.ADDED_DELAY_BOUND_MS`."""
+    cpu, lag = load.get("cpu_pct_mean"), load.get("lag_ms_p50")
+    return ((cpu is not None and cpu >= CLIENT_CPU_BOUND_PCT) or (lag is not None and lag > CLIENT_LAG_BOUND_MS)
+            or delay_bound_exceeded(load))
+
+
+def combined_client_load(per_process, reads_per_process=()) -> dict:
+    """The cell's client load: the worst process for each figure; client_bound if any
+    process was."""
+    reads = list(reads_per_process) + [()] * (len(per_process) - len(reads_per_process))
+    loads = [client_load(samples, r) for samples, r in zip(per_process, reads)]
+    out: dict = {"client_bound": any(is_client_bound(x) for x in loads)}
+    for key in ("cpu_pct_mean", "cpu_pct_max", "lag_ms_p50", "lag_ms_p90", "lag_ms_max",
+                "events_per_read", "added_delay_ms_p50", "added_delay_ms_p99"):
+        values = [x[key] for x in loads if x.get(key) is not None]
+        out[key] = max(values) if values else None
+    sources = [x["added_delay_source"] for x in loads if x.get("added_delay_source")]
+    out["added_delay_source"] = sources[0] if sources else None
+    return out
+
+
+def _counter_delta(facts: CellFacts, name: str) -> float | None:
+    a, b = facts.server_first, facts.server_last
+    if a is None or b is None or getattr(a, name) is None or getattr(b, name) is None:
+        return None
+    return getattr(b, name) - getattr(a, name)
+
+
+# ------------------------------------------------------------------------ cells
+
+
+def not_run_cell(planned: PlannedCell) -> dict:
+    cell = {"phase": planned.phase, "context_tokens": planned.context_tokens,
+            "concurrency": planned.concurrency, "status": planned.status, "reason": planned.reason,
+            "prompt_tokens": planned.prompt_tokens, "prefill_source": planned.prefill_source,
+            "errors": 0, "error_samples": []}
+    cell.update({k: None for k in FIGURE_KEYS})
+    return cell
+
+
+def assemble_cell(planned: PlannedCell, records: list[RequestRecord], facts: CellFacts) -> CellResult:
+    """The cell's result (figures, status and reason): the one definition, for the run and
+    for `llmload report --recompute`. `CellResult.to_dict()` is what results.json holds."""
+    return CellResult.from_dict(_assemble(planned, records, facts))
+
+
+def _assemble(planned: PlannedCell, records: list[RequestRecord], facts: CellFacts) -> dict:
+    if facts.failure is not None:
+        cell = {**not_run_cell(planned), "status": "errors", "reason": facts.failure, "errors": 1,
+                "error_samples": [facts.failure]}
+    elif planned.phase == "prefill":
+        cell = prefill_cell(planned, records, source=facts.prefill_source or "standalone",
+                            text_prompt=facts.text_prompt)
+    else:
+        cell = decode_cell(planned, records, facts)
+    note = _prompt_length_note(planned, cell, exact=facts.exact_prompt_length)
+    if note:
+        cell["prompt_length_note"] = note
+    if facts.slo_search:
+        cell["slo_search"] = True
+    if facts.timing is not None:
+        cell["timing"] = facts.timing
+    return cell
+
+
+def decode_cell(planned: PlannedCell, records: list[RequestRecord], facts: CellFacts) -> dict:
+    t0, t1 = facts.t0_s, facts.t1_s
+    decode = [r for r in records if r.tag == "decode"]
+    warm = [r for r in records if r.tag == "warmup"]
+    fig = window_figures(decode, t0, t1, concurrency=planned.concurrency)
+    load = combined_client_load(facts.client_samples, facts.client_reads)
+    waits = [w for _, w in facts.waiting_samples]
+    median_waiting = quantile(waits, 0.5) if waits else None
+    max_waiting = max(waits) if waits else None
+    preemptions = _counter_delta(facts, "preemptions")
+    stall = longest_stall(decode, t0, t1)
+    bound_s = stall_bound_s(fig.tbt_ms)
+    stalled = stall is not None and stall.gap_s > bound_s
+    status = classify_cell(figures=fig, concurrency=planned.concurrency, waiting=median_waiting,
+                           client_bound=load["client_bound"], preemptions=preemptions, stalled=stalled)
+    cell = not_run_cell(planned)
+    cell.update({k: v for k, v in fig.to_dict().items() if k in FIGURE_KEYS or k in (
+        "avg_streaming", "requests_sent", "errors", "error_samples")})
+    # A failed warm-up is a failed request of the cell, always counted the same way.
+    warm_errors = [r for r in warm if r.status == "error"]
+    if warm_errors:
+        status = "errors"
+        cell["errors"] = (cell.get("errors") or 0) + len(warm_errors)
+        samples = list(cell.get("error_samples") or [])
+        for r in warm_errors:
+            text = f"warm-up: {r.error or 'failed'}"
+            if text not in samples and len(samples) < MAX_ERROR_SAMPLES:
+                samples.append(text)
+        cell["error_samples"] = samples
+    cell["longest_stall_s"] = stall.gap_s if stall is not None else None
+    if status == "stalled":
+        reason = (f"a request received no token for {stall.gap_s:.1f} s after its first one "
+                  f"(bound {bound_s:.1f} s)")
+    else:
+        reason = _status_reason(status, fig, planned, cell, median_waiting=median_waiting,
+                                preemptions=preemptions, load=load)
+    cell.update({"status": status, "reason": reason,
+                 "max_waiting": max_waiting, "median_waiting": median_waiting, "preemptions": preemptions,
+                 "client_cpu_pct_max": load.get("cpu_pct_max"),
+                 "client_cpu_pct_mean": load.get("cpu_pct_mean"), "loop_lag_ms_max": load.get("lag_ms_max"),
+                 "loop_lag_ms_p50": load.get("lag_ms_p50"), "loop_lag_ms_p90": load.get("lag_ms_p90"),
+                 "client_events_per_read": load.get("events_per_read"),
+                 "client_added_delay_ms_p50": load.get("added_delay_ms_p50"),
+                 "client_added_delay_ms_p99": load.get("added_delay_ms_p99"),
+                 "client_added_delay_source": load.get("added_delay_source"),
+                 "server_prompt_tokens": _server_prompt_tokens(decode + warm),
+                 "warmup_cache_hit": _warm_cache_hit(decode, planned),
+                 "token_source": _token_source(decode),
+                 "usage_mismatches": sum(1 for r in decode if r.status == "ok" and r.completion_tokens is not None
+                                         and r.finish_reason is not None and r.output_tokens != r.completion_tokens),
+                 "server_check": _decode_check(decode, facts)})
+    # Percentile sample counts always; goodput when the run has an SLO (llmload.core.slo).
+    cell.update(request_goodput(decode, t0, t1, facts.slo).to_dict())
+    if facts.power is not None:
+        cell.update(cell_energy(facts.power, output_tokens=cell.get("output_tokens"),
+                                idle_power_w=facts.idle_power_w))
+    return cell
+
+
+def _decode_check(decode: list[RequestRecord], facts: CellFacts) -> dict | None:
+    """The server's own account of the window, where it gives one (metrics.ServerCheck):
+    per-request timings (llama.cpp), else a generated-token counter that moves every step
+    (vLLM, SGLang), else the final usage of chunk-counted requests."""
+    check = timing_check(decode, facts.t0_s, facts.t1_s)
+    generated = _counter_delta(facts, "generated")
+    if check is None and generated is not None:
+        check = counter_check(decode, facts.server_first.t_s, facts.server_last.t_s, generated,
+                              source="generated-token counter delta")
+    if check is None:
+        check = usage_check(decode)
+    return check.to_dict() if check is not None else None
+
+
+def prefill_cell(planned: PlannedCell, records: list[RequestRecord], *, source: str,
+                 text_prompt: bool = False) -> dict:
+    cell = not_run_cell(planned)
+    samples = [r for r in records if r.status == "ok"]
+    failed = [r for r in records if r.status != "ok"]
+    fig = median_prefill(samples)
+    if fig.samples:
+        cell.update({"prompt_tok_s": fig.prompt_tok_s, "ttft_ms": fig.ttft_ms, "completed_requests": len(samples)})
+    check = prefill_check(samples, text_prompt=text_prompt)
+    cell.update({"status": "errors" if failed or not fig.samples else "valid", "prefill_source": source,
+                 "errors": len(failed),
+                 "error_samples": list(dict.fromkeys(r.error for r in failed))[:MAX_ERROR_SAMPLES],
+                 "server_prompt_tokens": _server_prompt_tokens(samples), "cached_tokens": fig.cached_tokens,
+                 "server_check": check.to_dict() if check is not None else None})
+    if failed or not fig.samples:
+        cell["reason"] = (f"{len(failed)} failed request(s)" if failed else "no token came back")
+    return cell
+
+
+def _status_reason(status: str, fig, planned: PlannedCell, cell: dict, *, median_waiting, preemptions,
+                   load: dict) -> str:
+    if status == "saturated" and preemptions:
+        return f"the server preempted {preemptions:g} request(s): N sequences did not fit its KV cache"
+    if status == "saturated":
+        return (f"server queue: median {median_waiting:g} waiting" if median_waiting
+                else f"average active {fig.avg_active:.2f} / streaming {fig.avg_streaming:.2f} of {planned.concurrency}")
+    if status == "client_bound":
+        delay = load.get("added_delay_ms_p99")
+        if delay is not None and delay > ADDED_DELAY_BOUND_MS:
+            return (f"the load generator was the bottleneck: it read tokens about {delay:.1f} ms late (p99, "
+                    f"estimated from its {load.get('added_delay_source') or 'read backlog'}; "
+                    f"bound {ADDED_DELAY_BOUND_MS:g} ms)")
+        return "the load generator was the bottleneck (CPU or event-loop lag)"
+    if status == "errors":
+        if fig.avg_active is None and not cell.get("errors"):
+            return "no request was in flight during the window"
+        return f"{cell.get('errors') or 0} failed request(s)"
+    return ""
+
+
+def _prompt_length_note(planned: PlannedCell, cell: dict, *, exact: bool) -> str | None:
+    """The server's count of the prompt against the plan: exact for token IDs, ±0.5% text."""
+    counted = cell.get("server_prompt_tokens")
+    if counted is None or planned.context_tokens == 0:
+        return None
+    off = abs(counted - planned.prompt_tokens)
+    if off > (0 if exact else max(1, 0.005 * planned.prompt_tokens)):
+        return f"the server counted {counted:,} prompt tokens, not {planned.prompt_tokens:,}"
+    return None
+
+
+def _server_prompt_tokens(records: list[RequestRecord]) -> int | None:
+    counts = [r.prompt_tokens for r in records if r.prompt_tokens is not None]
+    return counts[0] if counts else None
+
+
+def _warm_cache_hit(decode: list[RequestRecord], planned: PlannedCell) -> bool | None:
+    cached = [r.cached_tokens for r in decode if r.cached_tokens is not None]
+    if not cached or planned.prompt_tokens < 32:
+        return None
+    return min(cached) >= planned.prompt_tokens // 2
+
+
+def _token_source(records: list[RequestRecord]) -> str | None:
+    sources = {r.token_source for r in records if r.chunk_times_s}
+    for s in ("chunks", "timings_per_token", "continuous_usage"):
+        if s in sources:
+            return s
+    return None
+
+
+def planned_from_dict(d: dict[str, Any]) -> PlannedCell:
+    return PlannedCell(**{k: d.get(k) for k in PlannedCell.__dataclass_fields__})
+

@@ -1,0 +1,97 @@
+"""Per-request records: the raw facts every figure is derived from.
+
+A `RequestRecord` is immutable and holds timestamps and counts only; metrics are computed
+from records by `llmload.core.metrics`, never stored in them. All times are `llmload.core.clock.now()`
+seconds (epoch-based, perf_counter resolution), so records from several Locust worker
+processes share one time axis.
+
+Token arrivals are kept compactly: one entry per *token-carrying* chunk (role-only and
+empty chunks are not tokens), with the chunk's arrival time and how many tokens it carried
+(a chunk can carry several: speculative decoding, --stream-interval > 1).
+"""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass, field
+from typing import Any
+
+#: How the per-chunk token counts were obtained, best first (see measurement.md).
+TOKEN_SOURCES = ("continuous_usage", "timings_per_token", "chunks")
+
+#: Request outcomes. "cancelled" = closed by llmload at the end of a window: not a failure.
+STATUSES = ("ok", "cancelled", "error")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestRecord:
+    """One streamed request, from send to its end."""
+
+    user_id: str
+    """Which Locust user sent it (unique within a run, across worker processes)."""
+    tag: str = ""
+    """What the request was for, e.g. "warmup", "decode", "prefill", "adhoc"."""
+    send_s: float
+    """Time the request was written to the socket."""
+    first_byte_s: float | None = None
+    """Time the first byte of the response (status line) arrived."""
+    chunk_times_s: array = field(default_factory=lambda: array("d"))
+    """Arrival time of each token-carrying chunk, ascending."""
+    chunk_tokens: array = field(default_factory=lambda: array("I"))
+    """Tokens carried by each chunk in `chunk_times_s` (same length)."""
+    end_s: float
+    """Time the request ended: last byte read, cancellation or error."""
+    status: str = "ok"
+    """One of STATUSES."""
+    finish_reason: str | None = None
+    """The server's finish_reason ("length", "stop", ...); None if it never said."""
+    prompt_tokens: int | None = None
+    """usage.prompt_tokens as the server reported it."""
+    completion_tokens: int | None = None
+    """usage.completion_tokens as the server reported it (final usage)."""
+    cached_tokens: int | None = None
+    """usage.prompt_tokens_details.cached_tokens, where the server reports it."""
+    token_source: str = "continuous_usage"
+    """One of TOKEN_SOURCES: how chunk_tokens was obtained."""
+    http_status: int | None = None
+    error: str | None = None
+    """First line of the error, for status "error"."""
+    server_output_tokens: int | None = None
+    """The server's own count of tokens generated, as of the last chunk read (llama.cpp
+    timings.predicted_n); None where the server does not report timings."""
+    server_decode_ms: float | None = None
+    """The server's own time from the first to that last generated token (predicted_ms)."""
+    server_prefill_tokens: int | None = None
+    """Prompt tokens the server computed, cache hits excluded (llama.cpp prompt_n)."""
+    server_prefill_ms: float | None = None
+    """The server's own prefill time (llama.cpp prompt_ms)."""
+    retry_after_s: float | None = None
+    """The server's Retry-After (seconds) on a refused request (429/503), where it sent one."""
+
+    @property
+    def first_token_s(self) -> float | None:
+        return self.chunk_times_s[0] if self.chunk_times_s else None
+
+    @property
+    def ttft_s(self) -> float | None:
+        return self.chunk_times_s[0] - self.send_s if self.chunk_times_s else None
+
+    @property
+    def output_tokens(self) -> int:
+        return sum(self.chunk_tokens)
+
+    def to_wire(self) -> dict[str, Any]:
+        """Compact plain data for Locust messages (msgpack): token arrays as raw bytes."""
+        d = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        d["chunk_times_s"] = self.chunk_times_s.tobytes()
+        d["chunk_tokens"] = self.chunk_tokens.tobytes()
+        return d
+
+    @classmethod
+    def from_wire(cls, d: dict[str, Any]) -> "RequestRecord":
+        d = dict(d)
+        times, tokens = array("d"), array("I")
+        times.frombytes(d["chunk_times_s"])
+        tokens.frombytes(d["chunk_tokens"])
+        d["chunk_times_s"], d["chunk_tokens"] = times, tokens
+        return cls(**d)

@@ -1,0 +1,362 @@
+"""Scenario files: every run option in one YAML file, resolved with the command line.
+
+A scenario file is a YAML mapping of option: value, with the keys of `Scenario` (hyphens or
+underscores; "duration" and "request_timeout" also name the `_s` fields). Values take the
+same forms as the command line: "16K" token counts, "30s"/"2m" durations, lists as YAML
+lists or comma strings ("0,16K,32K").
+
+Rules:
+- Precedence: command line > scenario file > defaults (`resolve`). The defaults are the
+  seed page's run (`Scenario()`).
+- Secrets never live in a scenario file: an API key or header is rejected with an error
+  that says where it belongs (environment or flag). `Scenario` has no field for one.
+- Unknown keys are errors naming the key and the valid ones; every error is a
+  `ScenarioError` with one line: source (file name or "command line"), key, problem.
+- `host` None means the embedded simulator (profile `sim_profile`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+import yaml
+
+from llmload.core.units import parse_duration, parse_int_list, parse_token_list, parse_tokens
+
+K = 1024
+ENDPOINTS = ("completions", "chat")
+#: Keys that would carry a secret: rejected in files, never fields of Scenario.
+SECRET_KEYS = frozenset(
+    {"api_key", "openai_api_key", "authorization", "headers", "api_token", "bearer_token"}
+)
+#: Other spellings accepted for a field.
+KEY_ALIASES = {"duration": "duration_s", "request_timeout": "request_timeout_s"}
+_TRUE = {"true", "yes", "on", "1"}
+_FALSE = {"false", "no", "off", "0"}
+
+
+class ScenarioError(ValueError):
+    """A bad scenario value or file; the message is one line: source, key, problem."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Scenario:
+    """Every option of a run, resolved. Defaults reproduce the seed page's run."""
+
+    name: str = "speed-test-matrix"
+    description: str = ""
+    host: str | None = None
+    """Base URL of the server (http://host:port); None = the embedded simulator."""
+    sim_profile: str = "rtx3090-r1-qwen14b-awq"
+    """Simulator profile used when host is None."""
+    model: str | None = None
+    """Served model name; None = the server's first model."""
+    endpoint: str = "completions"
+    """"completions" (/v1/completions) or "chat" (/v1/chat/completions)."""
+    contexts: tuple[int, ...] = (0, 16 * K, 32 * K, 48 * K)
+    """Decode contexts C in tokens."""
+    prefill_contexts: tuple[int, ...] = (8 * K, 16 * K, 32 * K, 48 * K)
+    """Prefill contexts in tokens."""
+    concurrency: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128)
+    """Concurrency levels N."""
+    duration_s: float = 30.0
+    """D: length of each decode window, seconds."""
+    max_tokens: int = 8192
+    """M: output tokens per decode request."""
+    kv_cache_tokens: int | None = None
+    """KV cache size in tokens, overriding what the server reports; None = ask the server."""
+    warmup: bool = True
+    """Send each user's prompt once before the window so the prefix cache holds it."""
+    prefill_repeats: int = 1
+    """Cold prefill requests per prefill context (the median is reported)."""
+    request_timeout_s: float = 600.0
+    """Per-read network timeout of a request, seconds (a 48K prefill takes ~26 s)."""
+    launch_command: str | None = None
+    """The server's launch command, shown on the page; None = not known."""
+    workers: int | str = 0
+    """Locust worker processes; 0 = generate load in the controller process; "auto" =
+    chosen from the expected token-event rate (`llmload.core.autoworkers`)."""
+    server_hardware: dict[str, Any] | None = None
+    """What the server runs on, for the page's Hardware section (name, type, gpu, vram_gb,
+    cpu, cpu_cores, ram_gb, os, or any other key): llmload cannot see a remote machine."""
+    server_info: dict[str, Any] | None = None
+    """Engine facts the server does not report (quantization, backend, build, revision)."""
+    slo: dict[str, float] | None = None
+    """Service-level objective (`llmload.core.slo`): normalised bounds, e.g. {"ttft_p99_ms": 2000.0};
+    None = no SLO. Given as "ttft_p99=2s,tbt_p99=50ms,per_request_tok_s=20"."""
+    energy: str = "auto"
+    """GPU power and energy per token through NVML: "on", "off", or "auto" (on when the server
+    runs on this machine and is not the simulator)."""
+    slo_search: bool = False
+    """After the matrix, bisect N between the last level meeting the SLO and the first failing
+    one, per context, as extra cells."""
+
+    def __post_init__(self) -> None:
+        # Constructing a Scenario directly validates it the same way files and flags are.
+        for f in fields(self):
+            try:
+                value = _PARSERS[f.name](getattr(self, f.name))
+            except ValueError as e:
+                raise ScenarioError(f"key {f.name!r}: {e}") from None
+            object.__setattr__(self, f.name, value)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (lists, not tuples) for results.json; holds no secret by construction."""
+        return {
+            f.name: list(v) if isinstance(v := getattr(self, f.name), tuple)
+            else dict(v) if isinstance(v, dict) else v
+            for f in fields(self)
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Scenario:
+        """A Scenario from `to_dict` output (e.g. a results file's config); unknown keys are
+        errors."""
+        return cls(**_normalize_mapping(d, source="config"))
+
+
+# --------------------------------------------------------------------------- value parsers
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise ValueError(f"expected text, got {value!r}")
+    return str(value).strip()
+
+
+def _optional_text(value: Any) -> str | None:
+    if value is None:
+        return None
+    return _text(value) or None
+
+
+def _nonempty_text(value: Any) -> str:
+    text = _text(value)
+    if not text:
+        raise ValueError("must not be empty")
+    return text
+
+
+def _host(value: Any) -> str | None:
+    host = _optional_text(value)
+    if host is None:
+        return None
+    if not host.startswith(("http://", "https://")):
+        raise ValueError(f"host {host!r} must start with http:// or https://")
+    if "@" in host.split("//", 1)[1].split("/", 1)[0]:
+        # user:password@host would put a secret into results.json
+        raise ValueError("host must not contain credentials; use --api-key or the environment")
+    return host.rstrip("/")
+
+
+def _endpoint(value: Any) -> str:
+    endpoint = _text(value).lower()
+    if endpoint not in ENDPOINTS:
+        raise ValueError(f"endpoint {value!r} must be one of {', '.join(ENDPOINTS)}")
+    return endpoint
+
+
+def _tokens_at_least_1(value: Any) -> int:
+    n = parse_tokens(value)
+    if n < 1:
+        raise ValueError(f"{value!r} must be at least 1 token")
+    return n
+
+
+def _optional_tokens(value: Any) -> int | None:
+    return None if value is None or value == "" else _tokens_at_least_1(value)
+
+
+def _int_at_least(minimum: int, maximum: int | None = None) -> Callable[[Any], int]:
+    def parse(value: Any) -> int:
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, float):
+            raise ValueError(f"invalid integer {value!r}")
+        values = parse_int_list([value], minimum=minimum)
+        if maximum is not None and values[0] > maximum:
+            raise ValueError(f"{values[0]:,} is more than {maximum:,}")
+        return values[0]
+
+    return parse
+
+
+def _workers(value: Any) -> int | str:
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return "auto"
+    try:
+        return _int_at_least(0, 256)(value)
+    except ValueError as exc:
+        raise ValueError(f"{exc} (a number of processes, or auto)") from None
+
+
+def _bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise ValueError(f"expected true or false, got {value!r}")
+
+
+def _nonempty_list(value: Any) -> tuple[int, ...]:
+    levels = tuple(parse_int_list(value, minimum=1))
+    if not levels:
+        raise ValueError("needs at least one concurrency level")
+    return levels
+
+
+def _number_or_text(text: str) -> int | float | str:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _facts(value: Any) -> dict[str, Any] | None:
+    """A flat mapping of name -> text or number ("k=v,k=v" on the command line)."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        pairs = [item.partition("=") for item in value.split(",") if item.strip()]
+        if any(not sep for _, sep, _ in pairs):
+            raise ValueError(f"expected key=value pairs separated by commas, got {value!r}")
+        value = {k.strip(): _number_or_text(v.strip()) for k, _, v in pairs}
+    if not isinstance(value, Mapping):
+        raise ValueError(f"expected a mapping of name: value, got {value!r}")
+    out = {}
+    for k, v in value.items():
+        if not isinstance(k, str) or isinstance(v, (Mapping, list, tuple)) or v is None:
+            raise ValueError(f"{k!r}: expected a name and a plain value, got {v!r}")
+        out[k] = v
+    return out
+
+
+def _energy(value: Any) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    text = _text(value).lower()
+    if text in ("auto", "on", "off"):
+        return text
+    if text in _TRUE | _FALSE:
+        return "on" if text in _TRUE else "off"
+    raise ValueError(f"energy {value!r} must be auto, on or off")
+
+
+def _slo(value: Any) -> dict[str, float] | None:
+    from llmload.core.slo import parse_slo
+    return parse_slo(value)
+
+
+def _token_tuple(value: Any) -> tuple[int, ...]:
+    return tuple(parse_token_list(value))
+
+
+_PARSERS: dict[str, Callable[[Any], Any]] = {
+    "name": _nonempty_text,
+    "description": lambda v: "" if v is None else _text(v),
+    "host": _host,
+    "sim_profile": _nonempty_text,
+    "model": _optional_text,
+    "endpoint": _endpoint,
+    "contexts": _token_tuple,
+    "prefill_contexts": _token_tuple,
+    "concurrency": _nonempty_list,
+    "duration_s": parse_duration,
+    "max_tokens": _tokens_at_least_1,
+    "kv_cache_tokens": _optional_tokens,
+    "warmup": _bool,
+    "prefill_repeats": _int_at_least(1),
+    "request_timeout_s": parse_duration,
+    "launch_command": _optional_text,
+    "workers": _workers,
+    "server_hardware": lambda v: _facts(v),
+    "server_info": lambda v: _facts(v),
+    "slo": lambda v: _slo(v),
+    "slo_search": _bool,
+    "energy": lambda v: _energy(v),
+}
+
+
+# --------------------------------------------------------------------------- mappings
+
+
+def _canonical_key(key: Any, source: str) -> str:
+    if not isinstance(key, str):
+        raise ScenarioError(f"{source}: key {key!r} is not a name")
+    name = key.strip().lower().replace("-", "_")
+    if name in SECRET_KEYS:
+        raise ScenarioError(
+            f"{source}: key {key!r} is a secret and is not accepted here; "
+            "pass it with --api-key or the environment"
+        )
+    name = KEY_ALIASES.get(name, name)
+    if name not in _PARSERS:
+        raise ScenarioError(
+            f"{source}: unknown key {key!r}; valid keys: {', '.join(_PARSERS)}"
+        )
+    return name
+
+
+def _normalize_mapping(values: Mapping[Any, Any], *, source: str) -> dict[str, Any]:
+    """Canonical keys and parsed values; ScenarioError names the source and the key."""
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        name = _canonical_key(key, source)
+        if name in out:
+            raise ScenarioError(f"{source}: key {key!r} is given twice (as {name!r})")
+        try:
+            out[name] = _PARSERS[name](value)
+        except ValueError as e:
+            raise ScenarioError(f"{source}: key {key!r}: {e}") from None
+    return out
+
+
+def load_scenario(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The validated options a scenario file sets (only those), keyed by Scenario field."""
+    source = os.fspath(path)
+    try:
+        with open(source, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except OSError as e:
+        raise ScenarioError(f"{source}: cannot read the file: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise ScenarioError(f"{source}: not UTF-8 text (byte {e.start}): save the file as UTF-8") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        raise ScenarioError(f"{source}: not valid YAML{where}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, Mapping):
+        raise ScenarioError(f"{source}: the top level must be a mapping of option: value")
+    return _normalize_mapping(data, source=source)
+
+
+def resolve(
+    defaults: Scenario | Mapping[str, Any] | None,
+    file_values: Mapping[str, Any] | None,
+    cli_values: Mapping[str, Any] | None,
+) -> Scenario:
+    """The run's Scenario: command line > file > defaults.
+
+    A None value in cli_values means "not given on the command line" (click's default for an
+    option that was not passed), so it does not override the file.
+    """
+    if defaults is None:
+        base = Scenario().to_dict()
+    elif isinstance(defaults, Scenario):
+        base = defaults.to_dict()
+    else:
+        base = {**Scenario().to_dict(), **_normalize_mapping(defaults, source="defaults")}
+    from_file = _normalize_mapping(file_values or {}, source="scenario file")
+    given = {k: v for k, v in (cli_values or {}).items() if v is not None}
+    from_cli = _normalize_mapping(given, source="command line")
+    return Scenario(**{**base, **from_file, **from_cli})

@@ -1,0 +1,385 @@
+"""Capacity under a service-level objective (SLO): how many users per context meet it.
+
+Pure (no I/O). An SLO is a set of bounds on a decode cell's figures, given as
+`ttft_p99=2s,tbt_p99=50ms,per_request_tok_s=20` (`--slo`, scenario key `slo`). Rules:
+
+- Bounds: `ttft_p50|p90|p99` and `tbt_p50|p90|p99` are upper bounds on the cell's TTFT and
+  time-between-tokens percentiles (a unit is required: `2s`, `50ms`); `per_request_tok_s`
+  is a lower bound on the cell's per-request tok/s (the median stream rate, the page's
+  figure). Normalised form (results.json `config.slo`): `{"ttft_p99_ms": 2000.0, ...}`.
+- A cell *meets* the SLO when it is `valid` and every bounded figure is within its bound.
+  Other statuses fail with their own limit: over_capacity → "KV capacity",
+  exceeds_context → "context length", saturated → "saturation", errors → "errors",
+  stalled → "stalls";
+  client_bound and not-run cells cannot be judged (verdict None).
+- A percentile pXX needs at least 1 / (1 − XX/100) samples (p99: 100, p90: 10); a verdict
+  that rests on one taken from fewer is listed as weak (`few_samples`). TTFT samples are the
+  requests sent inside the window that got a first token; TBT samples are token gaps.
+- Capacity at a context: the largest measured N whose cell meets the SLO with every smaller
+  measured N meeting it too (the first failing level ends the walk); the binding limit is
+  what the first failing level failed on. No failure: the limit is "not reached".
+- Goodput of a cell (computed from the request records, `request_goodput`): output tokens,
+  inside the window, of the requests that each met the SLO on their own, divided by the
+  window. Per request: TTFT ≤ the TTFT bound (a request still without a first token at the
+  window's end fails only once it has waited longer than the bound); the request's own
+  percentile of its token gaps inside the window ≤ the TBT bound; its own stream rate
+  ((tokens − 1) / (last − first token) inside the window) ≥ the rate bound; a failed request
+  never meets it. A check with nothing to judge (no gap yet, one token) passes.
+- `next_search_level` bisects N between the last passing and the first failing level.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from llmload.core.metrics import tbt_samples_s
+from llmload.core.records import RequestRecord
+
+#: Bound name as written by users → (normalised key, cell figure, kind, percentile).
+BOUNDS: dict[str, tuple[str, str, str, float]] = {
+    "ttft_p50": ("ttft_p50_ms", "ttft_ms", "TTFT", 50.0),
+    "ttft_p90": ("ttft_p90_ms", "ttft_p90_ms", "TTFT", 90.0),
+    "ttft_p99": ("ttft_p99_ms", "ttft_p99_ms", "TTFT", 99.0),
+    "tbt_p50": ("tbt_p50_ms", "tbt_ms", "TBT", 50.0),
+    "tbt_p90": ("tbt_p90_ms", "tbt_p90_ms", "TBT", 90.0),
+    "tbt_p99": ("tbt_p99_ms", "tbt_p99_ms", "TBT", 99.0),
+    "per_request_tok_s": ("per_request_tok_s", "per_request_tok_s", "per-request rate", 50.0),
+}
+_BY_NORMAL = {v[0]: (k, *v[1:]) for k, v in BOUNDS.items()}
+_DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?|\.\d+)\s*(ms|s|us|µs)$", re.I)
+_UNIT_MS = {"ms": 1.0, "s": 1000.0, "us": 0.001, "µs": 0.001}
+
+#: Limits named after a cell status that fails the SLO by itself.
+STATUS_LIMITS = {"over_capacity": "KV capacity", "exceeds_context": "context length",
+                 "saturated": "saturation", "errors": "errors", "stalled": "stalls"}
+#: Statuses whose figures cannot be judged at all.
+UNJUDGED = ("client_bound", "not_run", "running")
+
+
+class SLOError(ValueError):
+    """A malformed SLO; the message is one line."""
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def _latency_ms(key: str, value: Any) -> float:
+    if isinstance(value, bool):
+        raise SLOError(f"slo {key}: expected a duration like 2s or 50ms, got {value!r}")
+    m = _DURATION_RE.match(str(value).strip())
+    if m is None:
+        raise SLOError(f"slo {key}: expected a duration with its unit (2s, 50ms), got {value!r}")
+    ms = float(m.group(1)) * _UNIT_MS[m.group(2).lower()]
+    if ms <= 0:
+        raise SLOError(f"slo {key}: must be greater than zero")
+    return ms
+
+
+def _rate(key: str, value: Any) -> float:
+    try:
+        rate = float(str(value).strip().removesuffix("tok/s").strip())
+    except ValueError:
+        raise SLOError(f"slo {key}: expected tokens per second (e.g. 20), got {value!r}") from None
+    if not math.isfinite(rate) or rate <= 0:
+        raise SLOError(f"slo {key}: must be a positive number")
+    return rate
+
+
+def parse_slo(value: Any) -> dict[str, float] | None:
+    """The normalised SLO from `ttft_p99=2s,tbt_p99=50ms`, a mapping of the same names, or
+    an already normalised mapping (`{"ttft_p99_ms": 2000.0}`); None/"" → None."""
+    if value is None or value == "" or value == {}:
+        return None
+    if isinstance(value, str):
+        pairs = [item.partition("=") for item in value.split(",") if item.strip()]
+        if any(not sep for _, sep, _ in pairs):
+            raise SLOError(f"slo: expected name=value pairs separated by commas, got {value!r}")
+        items = [(k.strip(), v.strip()) for k, _, v in pairs]
+    elif isinstance(value, Mapping):
+        items = list(value.items())
+    else:
+        raise SLOError(f"slo: expected name=value pairs, got {value!r}")
+    out: dict[str, float] = {}
+    for raw_key, raw in items:
+        key = str(raw_key).strip().lower().replace("-", "_")
+        if key in _BY_NORMAL and key not in BOUNDS:
+            key, raw = _BY_NORMAL[key][0], (f"{raw}ms" if key.endswith("_ms") else raw)
+        if key not in BOUNDS:
+            raise SLOError(f"slo: unknown bound {raw_key!r}; known: {', '.join(BOUNDS)}")
+        normal = BOUNDS[key][0]
+        if normal in out:
+            raise SLOError(f"slo: bound {raw_key!r} is given twice")
+        out[normal] = _rate(key, raw) if key == "per_request_tok_s" else _latency_ms(key, raw)
+    return out or None
+
+
+def describe_slo(slo: Mapping[str, float]) -> str:
+    """`TTFT p99 ≤ 2,000 ms · TBT p99 ≤ 50 ms · per-request ≥ 20 tok/s`."""
+    parts = []
+    for normal, bound in slo.items():
+        name, _, kind, q = _BY_NORMAL[normal]
+        if name == "per_request_tok_s":
+            parts.append(f"per-request rate ≥ {bound:g} tok/s")
+        else:
+            parts.append(f"{kind} p{q:g} ≤ {bound:,.0f} ms" if bound >= 10 else
+                         f"{kind} p{q:g} ≤ {bound:g} ms")
+    return " · ".join(parts)
+
+
+def min_samples(percentile: float) -> int:
+    """Samples a percentile needs to be more than an extrapolation: 1 / (1 − q)."""
+    return 1 if percentile <= 50 else math.ceil(round(1.0 / (1.0 - percentile / 100.0), 6))
+
+
+# --------------------------------------------------------------------------- cells
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CellVerdict:
+    """Whether one decode cell meets the SLO, and on what the answer rests."""
+
+    context_tokens: int
+    concurrency: int
+    meets: bool | None
+    """True/False; None when the cell cannot be judged (client bound, not run)."""
+    failed: tuple[str, ...]
+    """Limits the cell fails on: "TTFT", "TBT", "per-request rate", "KV capacity", ..."""
+    few_samples: tuple[str, ...]
+    """Percentiles in the verdict taken from fewer samples than they need, e.g. "TTFT p99 (4)"."""
+
+
+def _samples(cell: Mapping[str, Any], kind: str) -> int | None:
+    if kind == "TTFT":
+        return cell.get("ttft_samples", cell.get("requests_sent"))
+    return cell.get("tbt_samples")
+
+
+def judge_cell(cell: Mapping[str, Any], slo: Mapping[str, float]) -> CellVerdict:
+    """The verdict on one decode cell from its figures in results.json."""
+    status = cell.get("status")
+    base = {"context_tokens": int(cell["context_tokens"]), "concurrency": int(cell["concurrency"])}
+    if status in UNJUDGED or status is None:
+        return CellVerdict(**base, meets=None, failed=(), few_samples=())
+    failed: list[str] = []
+    if status in STATUS_LIMITS:
+        failed.append(STATUS_LIMITS[status])
+    few: list[str] = []
+    if status not in ("over_capacity", "exceeds_context"):
+        for normal, bound in slo.items():
+            name, figure, kind, q = _BY_NORMAL[normal]
+            value = cell.get(figure)
+            if value is None:
+                continue  # undefined figure (no sample): nothing measured to exceed the bound
+            over = value < bound if name == "per_request_tok_s" else value > bound
+            if over and kind not in failed:
+                failed.append(kind)
+            n = _samples(cell, kind)
+            if name != "per_request_tok_s" and n is not None and n < min_samples(q):
+                few.append(f"{kind} p{q:g} ({n:,} sample{'' if n == 1 else 's'})")
+    return CellVerdict(**base, meets=not failed, failed=tuple(failed), few_samples=tuple(few))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContextCapacity:
+    """The answer for one context: how many users meet the SLO."""
+
+    context_tokens: int
+    max_users: int | None
+    """Largest measured N meeting the SLO (every smaller measured N too); 0 if N=1 fails;
+    None if no level could be judged."""
+    total_tok_s: float | None
+    """The total tok/s of the max_users cell."""
+    goodput_tok_s: float | None
+    binding: str
+    """What stopped it: the first failing level's limits, or "not reached"."""
+    first_failing: int | None
+    """The first measured N that fails (None: none does)."""
+    few_samples: tuple[str, ...]
+    """Weak percentiles in the two verdicts the answer rests on (max_users and first failing),
+    e.g. "N=4: TTFT p99 (4 samples)"."""
+    unjudged: tuple[int, ...]
+    """Levels below the answer that could not be judged (skipped in the walk)."""
+
+
+def capacity(cells: Iterable[Mapping[str, Any]], slo: Mapping[str, float]) -> list[ContextCapacity]:
+    """Capacity under the SLO per decode context, from a results document's cells."""
+    by_context: dict[int, list[Mapping[str, Any]]] = {}
+    for cell in cells:
+        if cell.get("phase") == "decode":
+            by_context.setdefault(int(cell["context_tokens"]), []).append(cell)
+    return [_context_capacity(ctx, sorted(cs, key=lambda c: int(c["concurrency"])), slo)
+            for ctx, cs in sorted(by_context.items())]
+
+
+def _context_capacity(context: int, cells: list[Mapping[str, Any]],
+                      slo: Mapping[str, float]) -> ContextCapacity:
+    best: tuple[Mapping[str, Any], CellVerdict] | None = None
+    failing: CellVerdict | None = None
+    judged = False
+    unjudged: list[int] = []
+    for cell in cells:
+        verdict = judge_cell(cell, slo)
+        if verdict.meets is None:
+            unjudged.append(verdict.concurrency)
+            continue
+        judged = True
+        if not verdict.meets:
+            failing = verdict
+            break
+        best = (cell, verdict)
+    few = tuple(f"N={v.concurrency}: {text}" for v in (best[1] if best else None, failing)
+                if v is not None for text in v.few_samples)
+    return ContextCapacity(
+        context_tokens=context,
+        max_users=best[1].concurrency if best else (0 if judged else None),
+        total_tok_s=best[0].get("total_tok_s") if best else None,
+        goodput_tok_s=best[0].get("goodput_tok_s") if best else None,
+        binding=", ".join(failing.failed) if failing else "not reached",
+        first_failing=failing.concurrency if failing else None,
+        few_samples=tuple(dict.fromkeys(few)),
+        unjudged=tuple(n for n in unjudged if best is None or n < best[1].concurrency),
+    )
+
+
+def next_search_level(cap: ContextCapacity, *, tried: Iterable[int] = ()) -> int | None:
+    """The next N to try for a context's bisection: the midpoint between the last passing
+    and the first failing level; None when they are adjacent (or nothing to bisect)."""
+    if cap.first_failing is None or cap.max_users is None:
+        return None
+    lo = max(cap.max_users, 0)
+    hi = cap.first_failing
+    if hi - lo <= 1:
+        return None
+    mid = (lo + hi) // 2
+    return None if mid in set(tried) or mid < 1 else mid
+
+
+# --------------------------------------------------------------------------- goodput
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestChecks:
+    """A window's per-request SLO accounting (see the module docstring)."""
+
+    ttft_samples: int
+    """Requests sent inside the window that got a first token (TTFT percentile samples)."""
+    tbt_samples: int
+    """Token gaps inside the window (TBT percentile samples)."""
+    goodput_tok_s: float | None
+    """Tokens inside the window of requests that met the SLO, per second; None without SLO."""
+    slo_requests: int | None
+    """Requests in flight during the window that were judged."""
+    slo_met_requests: int | None
+    """... of which met the SLO."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+
+def _request_meets(record: RequestRecord, t0: float, t1: float, slo: Mapping[str, float]) -> bool:
+    if record.status == "error":
+        return False
+    times = np.asarray(record.chunk_times_s, dtype=np.float64)
+    tokens = np.asarray(record.chunk_tokens, dtype=np.int64)
+    keep = tokens > 0
+    times, tokens = times[keep], tokens[keep]
+    inside = (times >= t0) & (times <= t1)
+    gaps_ms = tbt_samples_s(record, t0, t1) * 1000.0
+    for normal, bound in slo.items():
+        name, _, kind, q = _BY_NORMAL[normal]
+        if kind == "TTFT":
+            if record.send_s < t0:
+                continue  # sent before the window: its TTFT is not the window's
+            first = float(times[0]) if times.size else None
+            waited_ms = ((first if first is not None else max(min(record.end_s, t1), record.send_s))
+                         - record.send_s) * 1000.0
+            if waited_ms > bound:
+                return False
+        elif kind == "TBT":
+            if gaps_ms.size and float(np.percentile(gaps_ms, q)) > bound:
+                return False
+        else:
+            t, k = times[inside], tokens[inside]
+            if t.size >= 2 and t[-1] > t[0] and (k.sum() - 1) / (t[-1] - t[0]) < bound:
+                return False
+    return True
+
+
+def request_goodput(records: Iterable[RequestRecord], t0: float, t1: float,
+                    slo: Mapping[str, float] | None) -> RequestChecks:
+    """Sample counts and (with an SLO) goodput of the decode window [t0, t1]."""
+    records = [r for r in records if r.send_s <= t1 and r.end_s >= t0]
+    ttft_samples = sum(1 for r in records if t0 <= r.send_s <= t1 and r.first_token_s is not None)
+    tbt_samples = sum(int(tbt_samples_s(r, t0, t1).size) for r in records)
+    if not slo:
+        return RequestChecks(ttft_samples=ttft_samples, tbt_samples=tbt_samples,
+                             goodput_tok_s=None, slo_requests=None, slo_met_requests=None)
+    good_tokens = met = 0
+    for record in records:
+        if _request_meets(record, t0, t1, slo):
+            met += 1
+            times = np.asarray(record.chunk_times_s, dtype=np.float64)
+            tokens = np.asarray(record.chunk_tokens, dtype=np.int64)
+            good_tokens += int(tokens[(times >= t0) & (times <= t1)].sum())
+    return RequestChecks(ttft_samples=ttft_samples, tbt_samples=tbt_samples,
+                         goodput_tok_s=good_tokens / (t1 - t0), slo_requests=len(records),
+                         slo_met_requests=met)
+
+
+# --------------------------------------------------------------------------- page
+
+
+def _fmt_rate(value: float | None) -> str:
+    return "—" if value is None else f"{value:,.1f}"
+
+
+def _context_label(tokens: int) -> str:
+    from llmload.core.units import format_tokens
+    return format_tokens(tokens)
+
+
+def capacity_parts(results: Mapping[str, Any], cells: Iterable[Mapping[str, Any]]
+                   ) -> tuple[str, list[str], list[list[str]], str] | None:
+    """The "Capacity under SLO" section as (intro, columns, rows, note), or None without an
+    SLO: report.md and report.html are both rendered from it."""
+    slo = parse_slo((results.get("config") or {}).get("slo"))
+    if not slo:
+        return None
+    found = capacity(cells, slo)
+    if not found:
+        return None
+    columns = ["context", "max users", "total tok/s there", "goodput tok/s there", "binding limit",
+               "first failing N", "verdicts on few samples"]
+    rows = []
+    for r in found:
+        users = "—" if r.max_users is None else f"{r.max_users:,}"
+        if r.first_failing is None and r.max_users:
+            users = f"≥ {users}"
+        rows.append([_context_label(r.context_tokens), users, _fmt_rate(r.total_tok_s),
+                     _fmt_rate(r.goodput_tok_s), r.binding,
+                     "—" if r.first_failing is None else str(r.first_failing),
+                     "; ".join(r.few_samples) or "none"])
+    note = ("Max users: the largest measured number of simultaneous requests whose cell met "
+            "every bound, with every smaller measured level meeting it too (≥: no measured level "
+            "failed). Binding limit: what the first failing level failed on. A percentile from "
+            "fewer samples than it needs (p99: 100, p90: 10) is listed: that verdict rests on "
+            "an extrapolated tail. Goodput: output tokens of the requests that each met the "
+            "SLO, per second of the window.")
+    return f"SLO: {describe_slo(slo)}.", columns, rows, note
+
+
+def render_capacity(results: Mapping[str, Any], cells: Iterable[Mapping[str, Any]]) -> str | None:
+    """The page's "Capacity under SLO" section body (markdown), or None without an SLO."""
+    parts = capacity_parts(results, cells)
+    if parts is None:
+        return None
+    intro, columns, rows, note = parts
+    lines = [intro, "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines + ["", note])

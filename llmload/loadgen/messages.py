@@ -1,0 +1,141 @@
+"""The matrix cell protocol between the controller (`llmload.matrix.runner`) and the Locust
+processes that run users (`llmload.loadgen.plugin`, `llmload.loadgen.user`): message names and their typed,
+frozen payloads, each with the one place that turns it into Locust message data
+(`to_wire`, plain msgpack-able values) and back (`from_wire`).
+
+    controller -> processes: CELL CellSpec, GO Go, COLLECT Collect
+    processes -> controller: READY Ready, RECORDS Records
+
+The same messages travel in one process (a LocalRunner delivers messages to itself) and
+between a master and its workers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any, ClassVar
+
+from llmload.core.clientload import IntervalSample
+from llmload.core.records import RequestRecord
+
+CELL = "llmload_cell"
+GO = "llmload_go"
+COLLECT = "llmload_collect"
+READY = "llmload_ready"
+RECORDS = "llmload_records"
+MESSAGE_TYPES = (CELL, GO, COLLECT, READY, RECORDS)
+
+
+class _Message:
+    __slots__ = ()
+    TYPE: ClassVar[str]
+
+    def to_wire(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}  # type: ignore[arg-type]
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]):
+        return _from_fields(cls, data)
+
+
+def _from_fields(cls, data: dict[str, Any]):
+    unknown = set(data) - {f.name for f in fields(cls)}
+    if unknown:
+        raise ValueError(f"{cls.TYPE}: unknown fields {sorted(unknown)}")
+    return cls(**data)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CellSpec(_Message):
+    """What every user of a cell needs to run it ("idle": park until the next cell)."""
+
+    TYPE: ClassVar[str] = CELL
+    id: str
+    kind: str
+    """"idle", "prefill" or "decode"."""
+    run_id: str = ""
+    name: str = ""
+    context: int = 0
+    prompt_tokens: int = 0
+    concurrency: int = 0
+    max_tokens: int = 0
+    endpoint: str = "completions"
+    path: str = ""
+    model: str = ""
+    engine: str = ""
+    base_url: str = ""
+    timeout_s: float = 600.0
+    warmup: bool = True
+    repeats: int = 1
+    fixed_output: bool = True
+    temperature: float = 0.0
+    pool_ids: tuple[int, ...] = ()
+    """The prompt builder's token-ID pool (empty: text prompts)."""
+    tokens_per_word: float = 1.0
+    overhead_tokens: int = 0
+
+    @classmethod
+    def idle(cls, cell_id: str) -> "CellSpec":
+        return cls(id=cell_id, kind="idle")
+
+    def to_wire(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["pool_ids"] = list(self.pool_ids)
+        return d
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> "CellSpec":
+        return _from_fields(cls, {**data, "pool_ids": tuple(data.get("pool_ids") or ())})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Go(_Message):
+    """The common window [t0_s, t1_s] of a decode cell (`llmload.core.clock` seconds)."""
+
+    TYPE: ClassVar[str] = GO
+    id: str
+    t0_s: float
+    t1_s: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Collect(_Message):
+    """Send the cell's records; t0_s/t1_s (None for prefill) bound the load samples."""
+
+    TYPE: ClassVar[str] = COLLECT
+    id: str
+    t0_s: float | None = None
+    t1_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Ready(_Message):
+    """n users of the process warmed up (or finished a prefill cell)."""
+
+    TYPE: ClassVar[str] = READY
+    id: str
+    n: int = 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Records(_Message):
+    """One process's records of a cell, its (time, CPU %, lag ms) samples in the window and
+    what its hot path saw per monitor interval (reads, events, read backlog:
+    `clientload.IntervalSample`), from which the added-delay estimate is made."""
+
+    TYPE: ClassVar[str] = RECORDS
+    id: str
+    records: tuple[RequestRecord, ...] = ()
+    load_samples: tuple[tuple[float, float, float], ...] = ()
+    read_samples: tuple[IntervalSample, ...] = ()
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"id": self.id, "records": [r.to_wire() for r in self.records],
+                "load_samples": [list(s) for s in self.load_samples],
+                "read_samples": [s.to_wire() for s in self.read_samples]}
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> "Records":
+        return cls(id=data["id"], records=tuple(RequestRecord.from_wire(r) for r in data.get("records") or ()),
+                   load_samples=tuple(tuple(s) for s in data.get("load_samples") or ()),
+                   read_samples=tuple(IntervalSample.from_wire(s) for s in data.get("read_samples") or ()))

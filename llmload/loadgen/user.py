@@ -1,0 +1,149 @@
+"""The Locust user that streams completions: `LLMUser`.
+
+One user = one request in flight at a time (closed loop, no wait), on its own keep-alive
+connection (`client.StreamingClient`). It has two modes:
+- ad hoc (plain `locust -f locustfiles/llm.py`): every iteration streams one request
+  shaped by the `--llm-*` options; the prompt is the user's own (a warm prefix cache after
+  its first request), or a fresh one per request with `--llm-cold`;
+- matrix (`llmload run`): the process has a current *cell* (sent by the controller as a
+  Locust message, see `plugin`); the user warms its prompt, waits for the common start
+  t0, streams until t0 + D (the last request is cancelled at the deadline), then idles
+  until the next cell.
+Records go to the process's `plugin.LLMState`, which feeds the live tables, Locust's
+request event (true end-to-end time) and, in matrix mode, the controller.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import gevent
+from locust import User, constant, task
+
+from llmload.io.client import StreamingClient
+from llmload.core.clock import now
+from llmload.core.engines import engine_caps, request_body
+from llmload.loadgen.messages import CellSpec
+
+logger = logging.getLogger(__name__)
+
+ERROR_BACKOFF_S = 0.2
+"""Pause after a failed request, so a dead server is not hammered in a tight loop."""
+MAX_RETRY_AFTER_S = 300.0
+"""The longest Retry-After honoured (a server asking for more is waited for this long)."""
+
+
+def backoff_s(record) -> float:
+    """How long to wait after a failed request: the server's Retry-After where it sent one
+    (at most MAX_RETRY_AFTER_S), else ERROR_BACKOFF_S."""
+    if record.retry_after_s is not None:
+        return min(max(record.retry_after_s, ERROR_BACKOFF_S), MAX_RETRY_AFTER_S)
+    return ERROR_BACKOFF_S
+
+
+class LLMUser(User):
+    """Streams completions from an OpenAI-compatible server and times every token."""
+
+    wait_time = constant(0)
+
+    def on_start(self) -> None:
+        from llmload.loadgen.plugin import state_of  # the plugin imports this module
+        self.llm = state_of(self.environment)
+        self.user_id = self.llm.new_user_id()
+        self.client: StreamingClient | None = None
+        self.request_no = 0
+        self.done_cell: str | None = None
+
+    def on_stop(self) -> None:
+        if self.client is not None:
+            self.client.close()
+
+    def _client(self, base_url: str, timeout_s: float) -> StreamingClient:
+        if self.client is None or self.client.timeout_s != timeout_s:
+            if self.client is not None:
+                self.client.close()
+            self.client = StreamingClient(base_url, timeout_s=timeout_s, api_key=self.llm.api_key)
+        return self.client
+
+    @task
+    def generate(self) -> None:
+        cell = self.llm.cell
+        if cell is None:
+            self._adhoc()
+        elif cell.kind == "idle" or cell.id == self.done_cell:
+            self.llm.wait_cell_change(cell.id)
+        else:
+            self.done_cell = cell.id
+            self._run_cell(cell)
+
+    # ---------------------------------------------------------------- ad hoc
+
+    def _adhoc(self) -> None:
+        setup = self.llm.adhoc_setup(self.host)
+        opts = setup["options"]
+        self.request_no += 1
+        key = f"{self.llm.run_id}/{self.user_id}" + (f"/{self.request_no}" if opts["cold"] else "")
+        body = setup["body"](key)
+        client = self._client(setup["base_url"], opts["timeout_s"])
+        record = client.stream(setup["path"], body, user_id=self.user_id, tag="adhoc",
+                               count_key=setup["count_key"])
+        self.llm.add(record, name=setup["path"])
+        if record.status == "error":
+            gevent.sleep(backoff_s(record))
+
+    # ---------------------------------------------------------------- matrix cells
+
+    def _run_cell(self, cell: CellSpec) -> None:
+        try:
+            self._cell_steps(cell)
+        except Exception as exc:  # a bug must not leave the controller waiting for this user
+            logger.exception("llmload user %s failed in cell %s", self.user_id, cell.id)
+            self.llm.add_failure(cell.id, self.user_id, f"{type(exc).__name__}: {exc}")
+            self.llm.report_ready(cell.id, once_for=self.user_id)
+
+    def _cell_steps(self, cell: CellSpec) -> None:
+        client = self._client(cell.base_url, cell.timeout_s)
+        key = f"{cell.run_id}/{cell.id}/{self.user_id}"
+        name = cell.name
+        count_key = engine_caps(cell.engine).count_key
+        if cell.kind == "prefill":
+            for i in range(cell.repeats):
+                rec = client.stream(cell.path, self._body(cell, f"{key}/{i}", 1, cold=True),
+                                    user_id=self.user_id, tag="prefill", count_key=count_key)
+                self.llm.add(rec, name=f"prefill {name}", cell_id=cell.id)
+            self.llm.report_ready(cell.id, once_for=self.user_id)
+            return
+        if cell.warmup:
+            # Cold by construction (the user's own nonce), and told so where the engine can
+            # be (llama.cpp cache_prompt: false): it may serve as the prefill sample. The
+            # window's requests then find this prompt cached.
+            rec = client.stream(cell.path, self._body(cell, key, 1, cold=True), user_id=self.user_id,
+                                tag="warmup", count_key=count_key)
+            self.llm.add(rec, name=f"warm-up {name}", cell_id=cell.id)
+        self.llm.report_ready(cell.id, once_for=self.user_id)
+        window = self.llm.wait_go(cell.id)
+        if window is None:
+            return
+        t0, t1 = window
+        delay = t0 - now()
+        if delay > 0:
+            gevent.sleep(delay)
+        body = self._body(cell, key, cell.max_tokens)
+        self.llm.enter_window(cell.id)
+        try:
+            while now() < t1:
+                rec = client.stream(cell.path, body, user_id=self.user_id, tag="decode",
+                                    deadline_s=t1, count_key=count_key)
+                self.llm.add(rec, name=f"decode {name}", cell_id=cell.id)
+                if rec.status == "error":
+                    # Retry-After is honoured within the window (never past its end).
+                    gevent.sleep(min(backoff_s(rec), max(t1 - now(), 0)))
+        finally:
+            self.llm.leave_window(cell.id)
+
+    def _body(self, cell: CellSpec, key: str, max_tokens: int, *, cold: bool = False) -> bytes:
+        prompt = self.llm.prompt_for(cell, key)
+        return request_body(engine_caps(cell.engine), endpoint=cell.endpoint, model=cell.model,
+                            prompt=prompt, max_tokens=max_tokens, fixed_output=cell.fixed_output,
+                            temperature=cell.temperature, cold=cold)
+

@@ -1,0 +1,119 @@
+"""`llmload report --recompute` and `llmload export`: a results directory's cells again
+from its stored records, and its per-request table for other tools.
+
+`recompute(dir)` reads every records/ file (`llmload.output.recordstore`), derives its cell with
+`llmload.core.cells.assemble_cell` (the function the run used, so through `llmload.core.metrics`),
+and returns the results document with those cells in place of the written ones. A cell
+without a records file (planned but not run, over capacity, or a schema-1 directory) is
+kept as written: it has no figures to derive.
+
+`export_records(dir, fmt, out)` writes the per-request table (`recordstore.export_table`)
+as csv, parquet or jsonl. In csv, the list columns (chunk_times_s, chunk_tokens) are JSON
+arrays in one field; times keep full float64 precision in every format (shortest repr).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from llmload.core.cells import assemble_cell
+from llmload.output.recordstore import RECORDS_DIR, RecordsError, cell_files, export_table, read_cell
+from llmload.output.results import ResultsWriter, load_results, new_cell
+
+EXPORT_FORMATS = ("csv", "parquet", "jsonl")
+LIST_COLUMNS = ("chunk_times_s", "chunk_tokens")
+
+
+def _key(cell: dict[str, Any]) -> tuple:
+    return (cell.get("phase"), cell.get("context_tokens"), cell.get("concurrency"))
+
+
+def recompute(results_dir: str | os.PathLike[str]) -> tuple[dict[str, Any], int]:
+    """The results document with every cell that has records derived again; and how many
+    cells were. Raises RecordsError when the directory keeps no records."""
+    doc = load_results(results_dir)
+    files = cell_files(results_dir)
+    if not files:
+        raise RecordsError(f"{results_dir}: no {RECORDS_DIR}/ files to recompute from (a results directory "
+                           f"written before llmload kept its records, schema {doc.get('schema_version')})")
+    cells = list(doc.get("cells") or [])
+    index = {_key(c): i for i, c in enumerate(cells)}
+    for path in files:
+        planned, records, facts = read_cell(path)
+        cell = replace(assemble_cell(planned, records, facts), records_file=f"{RECORDS_DIR}/{path.name}").to_dict()
+        key = _key(cell)
+        if key in index:  # replaced whole: nothing of the written cell is kept
+            cells[index[key]] = new_cell(**cell)
+        else:
+            index[key] = len(cells)
+            cells.append(new_cell(**cell))
+    doc = {**doc, "cells": cells}
+    return ResultsWriter.cleaned(doc), len(files)
+
+
+def export_records(results_dir: str | os.PathLike[str], fmt: str, out: BinaryIO) -> int:
+    """Write the per-request table to `out` in `fmt`; returns the number of rows."""
+    import pyarrow.parquet as pq
+
+    if fmt not in EXPORT_FORMATS:
+        raise ValueError(f"format {fmt!r} must be one of {', '.join(EXPORT_FORMATS)}")
+    if not cell_files(results_dir):
+        raise RecordsError(f"{results_dir}: no {RECORDS_DIR}/ files (nothing to export)")
+    table = export_table(results_dir)
+    if fmt == "parquet":
+        pq.write_table(table, out, compression="zstd")
+        return table.num_rows
+    rows = table.to_pylist()
+    if fmt == "jsonl":
+        for row in rows:
+            out.write((json.dumps(row, ensure_ascii=False, allow_nan=False) + "\n").encode())
+        return len(rows)
+    import csv
+    import io
+    text = io.TextIOWrapper(out, encoding="utf-8", newline="", write_through=True)
+    writer = csv.DictWriter(text, fieldnames=table.column_names)
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: json.dumps(v) if k in LIST_COLUMNS else ("" if v is None else repr(v)
+                                                                      if isinstance(v, float) else v)
+                         for k, v in row.items()})
+    text.detach()
+    return len(rows)
+
+
+def read_export(path: str | os.PathLike[str], fmt: str) -> list[dict[str, Any]]:
+    """An export read back as rows (the round-trip test's reader; also an example)."""
+    import pyarrow.parquet as pq
+
+    from llmload.output.recordstore import CELL_COLUMNS, RECORD_COLUMNS
+    if fmt == "parquet":
+        return pq.read_table(path).to_pylist()
+    if fmt == "jsonl":
+        return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line]
+    import csv
+
+    import pyarrow as pa
+
+    types = {**CELL_COLUMNS, **RECORD_COLUMNS}
+    rows = []
+    with open(path, encoding="utf-8", newline="") as f:
+        for raw in csv.DictReader(f):
+            row: dict[str, Any] = {}
+            for k, v in raw.items():
+                t = types[k]
+                if k in LIST_COLUMNS:
+                    row[k] = json.loads(v)
+                elif v == "":
+                    row[k] = "" if k in ("user_id", "tag") else None
+                elif pa.types.is_floating(t):
+                    row[k] = float(v)
+                elif pa.types.is_integer(t):
+                    row[k] = int(v)
+                else:
+                    row[k] = v
+            rows.append(row)
+    return rows

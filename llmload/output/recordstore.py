@@ -1,0 +1,173 @@
+"""Every request of every cell, on disk: one Parquet file per cell under records/.
+
+`write_cell(out_dir, planned, records, facts)` writes records/<phase>-<context>-x<N>.parquet
+when the cell ends, atomically (temp file + os.replace), before the cell's result is put
+into results.json; so every measured cell in results.json has its records on disk, and
+`llmload report --recompute` can derive every figure again (`llmload.core.cells`).
+
+One row per request; the columns are `RequestRecord`'s fields (RECORD_COLUMNS, checked
+against the dataclass by the tests), with full float64 times (seconds, `llmload.core.clock`):
+chunk_times_s is a list<float64> and chunk_tokens a list<uint32> per request. Which worker
+process sent a request is the `w<index>.` prefix of its user_id. The file's key-value
+metadata holds, as JSON, the planned cell (`llmload.core.capacity.PlannedCell`) under
+"llmload.planned" and what the cell's status needs besides the requests
+(`llmload.core.cells.CellFacts`: window, server and client load samples) under "llmload.facts",
+plus "llmload.records_version".
+
+Error texts were scrubbed of secrets when the record was kept (`llmload.loadgen.plugin`); they are
+scrubbed again here before writing, as everything written is.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from array import array
+from dataclasses import fields
+from pathlib import Path
+from typing import Any, Iterable
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from llmload.core.capacity import PlannedCell
+from llmload.core.cells import CellFacts, planned_from_dict
+from llmload.core.records import RequestRecord
+from llmload.core.redact import scrub
+
+logger = logging.getLogger(__name__)
+
+RECORDS_DIR = "records"
+RECORDS_VERSION = 1
+
+#: Arrow type of every RequestRecord field (a field missing here fails the tests).
+RECORD_COLUMNS: dict[str, pa.DataType] = {
+    "user_id": pa.string(),
+    "tag": pa.string(),
+    "send_s": pa.float64(),
+    "first_byte_s": pa.float64(),
+    "chunk_times_s": pa.list_(pa.float64()),
+    "chunk_tokens": pa.list_(pa.uint32()),
+    "end_s": pa.float64(),
+    "status": pa.string(),
+    "finish_reason": pa.string(),
+    "prompt_tokens": pa.int64(),
+    "completion_tokens": pa.int64(),
+    "cached_tokens": pa.int64(),
+    "token_source": pa.string(),
+    "http_status": pa.int64(),
+    "error": pa.string(),
+    "server_output_tokens": pa.int64(),
+    "server_decode_ms": pa.float64(),
+    "server_prefill_tokens": pa.int64(),
+    "server_prefill_ms": pa.float64(),
+    "retry_after_s": pa.float64(),
+}
+RECORD_SCHEMA = pa.schema([pa.field(name, t) for name, t in RECORD_COLUMNS.items()])
+#: Cell identity columns the export puts before the record columns.
+CELL_COLUMNS = {"phase": pa.string(), "context_tokens": pa.int64(), "concurrency": pa.int64()}
+
+_ARRAY_COLUMNS = {"chunk_times_s": "d", "chunk_tokens": "I"}
+
+
+class RecordsError(ValueError):
+    """A records file that cannot be read (one line for the user)."""
+
+
+def cell_file_name(planned: PlannedCell) -> str:
+    return f"{planned.phase}-{planned.context_tokens}-x{planned.concurrency}.parquet"
+
+
+def records_table(records: Iterable[RequestRecord]) -> pa.Table:
+    records = list(records)
+    columns: dict[str, list[Any]] = {name: [] for name in RECORD_COLUMNS}
+    for r in records:
+        for name in RECORD_COLUMNS:
+            value = getattr(r, name)
+            if name in _ARRAY_COLUMNS:
+                value = value.tolist()
+            elif name == "error" and value is not None:
+                value = scrub(value)
+            columns[name].append(value)
+    return pa.Table.from_pydict(columns, schema=RECORD_SCHEMA)
+
+
+def records_from_table(table: pa.Table) -> list[RequestRecord]:
+    names = [f.name for f in fields(RequestRecord)]
+    data = {name: table.column(name).to_pylist() for name in names if name in table.column_names}
+    out = []
+    for i in range(table.num_rows):
+        kw = {name: values[i] for name, values in data.items()}
+        for name, code in _ARRAY_COLUMNS.items():
+            kw[name] = array(code, kw.get(name) or [])
+        out.append(RequestRecord(**kw))
+    return out
+
+
+def write_cell(out_dir: str | os.PathLike[str], planned: PlannedCell, records: list[RequestRecord],
+               facts: CellFacts) -> Path:
+    """Write one cell's records and facts atomically; returns the file's path."""
+    folder = Path(out_dir) / RECORDS_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / cell_file_name(planned)
+    table = records_table(records)
+    table = table.replace_schema_metadata({
+        "llmload.records_version": str(RECORDS_VERSION),
+        "llmload.planned": json.dumps(planned.to_dict()),
+        "llmload.facts": scrub(facts.to_json()),
+    })
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        # Floats split by byte before zstd: the high bytes of nearby times compress well.
+        pq.write_table(table, tmp, compression="zstd",
+                       use_byte_stream_split=["send_s", "first_byte_s", "end_s", "chunk_times_s.list.element"])
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return path
+
+
+def read_cell(path: str | os.PathLike[str]) -> tuple[PlannedCell, list[RequestRecord], CellFacts]:
+    """One cell file back: its planned cell, records and facts."""
+    try:
+        table = pq.read_table(path)
+    except (OSError, pa.ArrowException) as exc:
+        raise RecordsError(f"{path}: not a readable records file ({exc})") from None
+    meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
+    if "llmload.planned" not in meta or "llmload.facts" not in meta:
+        raise RecordsError(f"{path}: not an llmload records file (no planned cell or facts)")
+    version = int(meta.get("llmload.records_version", "0"))
+    if version > RECORDS_VERSION:
+        raise RecordsError(f"{path}: records version {version} is newer than this llmload reads")
+    planned = planned_from_dict(json.loads(meta["llmload.planned"]))
+    return planned, records_from_table(table), CellFacts.from_json(meta["llmload.facts"])
+
+
+def cell_files(out_dir: str | os.PathLike[str]) -> list[Path]:
+    folder = Path(out_dir) / RECORDS_DIR
+    return sorted(folder.glob("*.parquet")) if folder.is_dir() else []
+
+
+def export_table(out_dir: str | os.PathLike[str]) -> pa.Table:
+    """Every request of every cell of a results directory, one row each: the cell's
+    phase, context_tokens and concurrency, then RECORD_COLUMNS."""
+    tables = []
+    for path in cell_files(out_dir):
+        planned, records, _ = read_cell(path)
+        table = records_table(records)
+        n = table.num_rows
+        for i, (name, t) in enumerate(CELL_COLUMNS.items()):
+            table = table.add_column(i, pa.field(name, t), pa.array([getattr(planned, name)] * n, type=t))
+        tables.append(table)
+    schema = pa.schema([*(pa.field(n, t) for n, t in CELL_COLUMNS.items()), *RECORD_SCHEMA])
+    if not tables:
+        return schema.empty_table()
+    return pa.concat_tables(tables)

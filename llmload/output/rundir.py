@@ -1,0 +1,153 @@
+"""The results directory a run writes into: claimed, locked, refused or resumed.
+
+Rules:
+- A directory that already holds a run (a results.json) is refused with one line, unless
+  the run is resumed (`--resume DIR`) or replaced (`--force`).
+- Two runs never write into one directory at once: the run holds an exclusive lock
+  (`flock` on DIR/.llmload.lock) until it ends; the kernel drops it when the process dies,
+  however it dies, so a crashed run never leaves the directory locked.
+- A directory that cannot be created or written is refused before anything runs.
+- A resumed run keeps the finished cells and runs the rest with the same resolved
+  configuration on the same server: `differences` names what changed (the embedded
+  simulator's new port is not a difference).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from llmload.output.results import RESULTS_FILE, ResultsError, load_results
+
+LOCK_FILE = ".llmload.lock"
+#: Cell statuses of a cell that still has to run when a run is resumed.
+UNFINISHED = frozenset({"not_run", "running", "interrupted"})
+#: Server facts that do not make a resumed run a different measurement.
+_SERVER_IGNORED = frozenset({"base_url"})
+
+
+class RunDirError(Exception):
+    """The results directory cannot be used; the message is one line for the user."""
+
+
+@dataclass
+class RunDir:
+    path: Path
+    previous: dict[str, Any] | None
+    """The results document of the run being resumed, or None for a new run."""
+    _fd: int | None = None
+
+    def release(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            finally:
+                os.close(fd)
+
+
+def claim(path: str | os.PathLike[str], *, force: bool = False, resume: bool = False) -> RunDir:
+    """Create (if needed) and lock the results directory; refuse one that holds a run unless
+    resume or force. Raises RunDirError."""
+    folder = Path(path)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise RunDirError(f"--out {folder}: exists and is not a directory") from None
+    except OSError as e:
+        raise RunDirError(f"--out {folder}: cannot create the results directory: {e.strerror or e}") from None
+    fd = _lock(folder)
+    try:
+        previous = _previous_run(folder, force=force, resume=resume)
+    except BaseException:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+        raise
+    return RunDir(folder, previous, fd)
+
+
+def _lock(folder: Path) -> int:
+    lock_path = folder / LOCK_FILE
+    for _ in range(5):
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise RunDirError(f"--out {folder}: cannot write into the results directory: "
+                              f"{e.strerror or e}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            holder = os.read(fd, 64).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise RunDirError(f"--out {folder}: another llmload run (pid {holder}) is writing "
+                                  "into this directory") from None
+            raise RunDirError(f"--out {folder}: cannot lock the results directory: {e.strerror or e}") from None
+        try:
+            same = os.fstat(fd).st_ino == os.stat(lock_path).st_ino
+        except FileNotFoundError:
+            same = False
+        if not same:  # the holder removed it between our open and our lock: try again
+            os.close(fd)
+            continue
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        return fd
+    raise RunDirError(f"--out {folder}: could not lock the results directory")
+
+
+def _previous_run(folder: Path, *, force: bool, resume: bool) -> dict[str, Any] | None:
+    has_run = (folder / RESULTS_FILE).exists()
+    if resume:
+        if not has_run:
+            raise RunDirError(f"--resume {folder}: no run to resume there (no {RESULTS_FILE})")
+        try:
+            return load_results(folder)
+        except ResultsError as e:
+            raise RunDirError(f"--resume: {e}") from None
+    if has_run and not force:
+        try:
+            doc = load_results(folder)
+            what = (f"a run ({doc.get('status') or 'unfinished'}, started {doc.get('started_at') or '?'})")
+        except ResultsError:
+            what = f"a {RESULTS_FILE} that cannot be read"
+        raise RunDirError(f"--out {folder} already holds {what}: --resume {folder} continues it, "
+                          "--force replaces it, or choose another --out")
+    return None
+
+
+def differences(old: Any, new: Any, *, where: str = "") -> list[str]:
+    """What differs between two JSON-like values, one "key: old → new" text per leaf."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out: list[str] = []
+        for key in sorted(set(old) | set(new), key=str):
+            out += differences(old.get(key), new.get(key), where=f"{where}.{key}" if where else str(key))
+        return out
+    if old != new:
+        return [f"{where or 'value'}: {old!r} → {new!r}"]
+    return []
+
+
+def resume_differences(previous: dict[str, Any], *, config: dict[str, Any], server: dict[str, Any],
+                       plan: list[dict[str, Any]]) -> list[str]:
+    """Why a run cannot be resumed with this configuration and server ([] = it can)."""
+    diffs = [f"config.{d}" for d in differences(previous.get("config") or {}, config)]
+    old_server = {k: v for k, v in (previous.get("server") or {}).items() if k not in _SERVER_IGNORED}
+    new_server = {k: v for k, v in server.items() if k not in _SERVER_IGNORED}
+    if config.get("host"):
+        old_server["base_url"] = (previous.get("server") or {}).get("base_url")
+        new_server["base_url"] = server.get("base_url")
+    diffs += [f"server.{d}" for d in differences(old_server, new_server)]
+    if not diffs and (previous.get("plan") or []) != plan:
+        diffs.append("plan: the cells to run differ")
+    return diffs
+
+
+def finished_cells(previous: dict[str, Any]) -> dict[tuple, dict[str, Any]]:
+    """The cells of a previous run that ran (or were planned out), by identity."""
+    return {(c.get("phase"), c.get("context_tokens"), c.get("concurrency")): c
+            for c in previous.get("cells") or [] if c.get("status") not in UNFINISHED}

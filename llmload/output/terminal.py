@@ -1,0 +1,63 @@
+"""Aligned plain-text tables for the terminal (`llmload run`'s summary, `llmload compare`).
+
+Plain text, not a terminal library: the output is read in terminals, CI logs and pasted
+into tickets alike, so it carries no colour codes and no box-drawing, only columns padded
+to their widest cell (by display width, so "—" and "×" count as one).
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Sequence
+from typing import Any
+
+
+def display_width(text: str) -> int:
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 0 if unicodedata.combining(ch) else 1
+               for ch in text)
+
+
+def _pad(text: str, width: int, align: str) -> str:
+    gap = " " * (width - display_width(text))
+    return gap + text if align == "r" else text + gap
+
+
+def _clip(text: str, max_width: int | None) -> str:
+    if max_width is None or display_width(text) <= max_width:
+        return text
+    return text[: max_width - 1] + "…"
+
+
+def aligned_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, indent: int = 0,
+                  align: str | None = None, max_width: int | None = None) -> str:
+    """Columns padded to their widest cell, two spaces apart, a rule under the header.
+    `align` is one letter per column, "l" or "r" (default: first column left, the rest
+    right); `max_width` clips any cell longer than that with "…"."""
+    cells = [[_clip(str(v), max_width) for v in row] for row in rows]
+    head = [str(h) for h in headers]
+    align = align or "l" + "r" * (len(head) - 1)
+    widths = [max([display_width(h)] + [display_width(r[i]) for r in cells if i < len(r)])
+              for i, h in enumerate(head)]
+    pad = " " * indent
+
+    def line(values: Sequence[str]) -> str:
+        return pad + "  ".join(_pad(v, w, a) for v, w, a in zip(values, widths, align)).rstrip()
+
+    out = [line(head), pad + "  ".join("-" * w for w in widths)]
+    out += [line(r) for r in cells]
+    return "\n".join(out)
+
+
+def run_summary(results: dict[str, Any]) -> str:
+    """The page's two main tables (prefill, decode matrix) as aligned text."""
+    from llmload.output import report
+
+    data = report.page_data(results)
+    parts = []
+    if data.prefill:
+        parts.append("Prefill (prompt tok/s, TTFT):\n" + aligned_table(data.prefill.columns,
+                                                                         data.prefill.rows, indent=2))
+    if data.decode:
+        parts.append("Sustained decode (total tok/s (TTFT); rows context, columns requests at once):\n"
+                     + aligned_table(data.decode.columns, data.decode.rows, indent=2))
+    return "\n\n".join(parts)
