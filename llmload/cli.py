@@ -183,7 +183,8 @@ def report(results_dir: str, recompute: bool) -> None:
     with --recompute, first derive every cell again from RESULTS_DIR/records/ and rewrite results.json."""
     from pathlib import Path
 
-    from llmload.output.results import ResultsError, load_results, write_document, write_renderings
+    from llmload.output.results import ResultsError, load_results
+    from llmload.output.resultswriter import write_document, write_renderings
     folder = Path(results_dir) if Path(results_dir).is_dir() else Path(results_dir).parent
     try:
         doc = load_results(results_dir)
@@ -320,7 +321,7 @@ def predict(profile, contexts, concurrency, prefill_contexts, max_tokens, durati
     """Predict a speed test matrix from a (fitted) simulator PROFILE, in virtual time."""
     import time
 
-    from llmload.output.results import ResultsWriter
+    from llmload.output.resultswriter import ResultsWriter
     from llmload.matrix.runner import _echo_matrix
     from llmload.core.scenario import ScenarioError, resolve
     from llmload.sim.profiles import load_profile, parse_overrides

@@ -421,7 +421,7 @@ def _run_matrix(scenario: Scenario, *, api_key: str | None, run_dir, master_bind
     from llmload.output.rundir import RunDirError, claim, differences, finished_cells, resume_differences
     if run_dir is not None and run_dir.previous is not None:
         # A changed configuration is refused before anything starts.
-        from llmload.output.results import ResultsWriter
+        from llmload.output.resultswriter import ResultsWriter
         config = ResultsWriter.cleaned({"config": scenario.to_dict()})["config"]
         diffs = [f"config.{d}" for d in differences(run_dir.previous.get("config") or {}, config)]
         if diffs:
@@ -441,7 +441,7 @@ def _run_matrix(scenario: Scenario, *, api_key: str | None, run_dir, master_bind
         if not scenario.warmup or scenario.prefill_repeats > 1:
             # No cold warm-up to borrow (or several samples wanted): prefill on its own.
             plan = [_standalone(c) for c in plan]
-        from llmload.output.results import ResultsWriter
+        from llmload.output.resultswriter import ResultsWriter
         meta = _meta(ctx, plan, prompts)
         if run_dir is None:
             run_dir = claim(default_out_dir(info.model))

@@ -354,7 +354,8 @@ def compare_dirs(paths: list[str], *, as_json: bool = False, html_path: str | No
     from pathlib import Path
 
     from llmload.core.redact import scrub_obj
-    from llmload.output.results import ResultsError, _atomic_write_text, load_results
+    from llmload.output.results import ResultsError, load_results
+    from llmload.output.resultswriter import atomic_write_text
 
     try:
         # Scrubbed like every page llmload writes (a file from an older llmload may hold a key).
@@ -369,5 +370,5 @@ def compare_dirs(paths: list[str], *, as_json: bool = False, html_path: str | No
     page = Path(html_path)
     if page.parent and not page.parent.exists():
         page.parent.mkdir(parents=True, exist_ok=True)
-    _atomic_write_text(page, render_html(comparison, docs))
+    atomic_write_text(page, render_html(comparison, docs))
     return text, str(page)
