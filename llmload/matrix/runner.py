@@ -766,7 +766,7 @@ def _remaining_s(cells: list[PlannedCell], duration_s: float, prefill_tok_s: flo
 
 def _echo_matrix(results: dict, echo: Callable[[str], None]) -> None:
     """The page's main tables, in the terminal (aligned text), and the SLO capacity."""
-    from llmload.output.report import page_cells
+    from llmload.output.pageformat import page_cells
     from llmload.core.slo import render_capacity
     from llmload.output.terminal import run_summary
     summary = run_summary(results)
@@ -812,7 +812,7 @@ def _echo_server(info: ServerInfo, echo: Callable[[str], None]) -> None:
     echo(f"Server: {info.base_url} · {what} {info.version or ''}".rstrip())
     echo(f"  model {info.model} · prefix caching "
          f"{'on' if info.prefix_caching else 'off' if info.prefix_caching is False else 'unknown'}")
-    from llmload.output.report import limit_lines
+    from llmload.output.pagetext import limit_lines
     for line in limit_lines(info.to_dict()):
         echo(f"  {line}")
 

@@ -9,7 +9,7 @@ is an `<svg>` element ready to be put inside an HTML page. Rules:
   marker per series; the heat map uses cividis (monotonic lightness, readable in grey);
   cells that are not valid are hatched and carry their status word, so status never rests
   on colour alone.
-- Numbers are formatted as on the page (`llmload.output.report`'s formatters: 3,188.0 / 39 ms /
+- Numbers are formatted as on the page (`llmload.output.pageformat`: 3,188.0 / 39 ms /
   16K).
 - Deterministic output (fixed hash salt per chart, no date) so a page re-rendered from the
   same results.json is byte-identical and diffs cleanly; SVG text is text (searchable,
@@ -37,7 +37,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: E402
 
-from llmload.output import report  # noqa: E402
+from llmload.output.pageformat import MISSING, fmt_ms, fmt_rate, page_cells, status_label  # noqa: E402
 from llmload.core.units import format_tokens  # noqa: E402
 
 #: Okabe & Ito (2008), the colour-blind safe qualitative palette (black last).
@@ -172,15 +172,15 @@ def _mark_invalid(ax, xs, ys, colour) -> None:
 def _heat_label(cell: dict[str, Any] | None) -> tuple[str, bool]:
     """The text of a heat-map cell and whether it has a figure."""
     if cell is None:
-        return report.MISSING, False
+        return MISSING, False
     status = cell.get("status") or "not_run"
-    word = report.STATUS_LABELS.get(status, status.replace("_", " ").capitalize())
+    word = status_label(cell)
     total = cell.get("total_tok_s")
     if not _finite(total):
         return "\n".join(textwrap.wrap(word, 9)), False
-    lines = [report.fmt_rate(total)]
+    lines = [fmt_rate(total)]
     if _finite(cell.get("ttft_ms")):
-        lines.append(report.fmt_ms(cell["ttft_ms"]))
+        lines.append(fmt_ms(cell["ttft_ms"]))
     if status != "valid":
         lines.append(word)
     return "\n".join(lines), True
@@ -454,7 +454,7 @@ def server_note(cells: Sequence[dict[str, Any]]) -> str | None:
 def report_charts(results: dict[str, Any]) -> dict[str, Chart]:
     """The report page's charts by key (heatmap, scaling, latency, prefill, server); a chart
     with nothing to draw is left out."""
-    cells = report.page_cells(results)
+    cells = page_cells(results)
     made = {
         "heatmap": decode_heatmap(cells),
         "scaling": scaling_chart(cells),

@@ -24,8 +24,17 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from llmload.output import report
 from llmload.core.units import format_tokens
+from llmload.output.pageformat import (
+    MISSING,
+    PHASE_ORDER,
+    STATUS_LABELS,
+    fmt_ms,
+    fmt_rate,
+    fmt_tbt_ms,
+    page_cells,
+)
+from llmload.output.pagetext import render_title
 
 NOISE_DEFAULT_REL = 0.05
 """The noise assumed for a figure whose runs do not say theirs."""
@@ -41,8 +50,8 @@ PREFILL_FIGURES = (
     ("prompt_tok_s", "prompt tok/s", True),
     ("ttft_ms", "TTFT", False),
 )
-_FORMATS = {"total_tok_s": report.fmt_rate, "per_request_tok_s": report.fmt_rate,
-            "prompt_tok_s": report.fmt_rate, "ttft_ms": report.fmt_ms, "tbt_ms": report.fmt_tbt_ms}
+_FORMATS = {"total_tok_s": fmt_rate, "per_request_tok_s": fmt_rate,
+            "prompt_tok_s": fmt_rate, "ttft_ms": fmt_ms, "tbt_ms": fmt_tbt_ms}
 #: Top-level sections whose differences are listed, and keys that differ between any two
 #: runs without meaning anything.
 DIFF_SECTIONS = ("config", "server", "hardware")
@@ -191,7 +200,7 @@ def _flatten(doc: dict[str, Any]) -> dict[str, str]:
 
 def _text(value: Any) -> str:
     if value is None:
-        return report.MISSING
+        return MISSING
     if isinstance(value, (list, tuple)):
         return ", ".join(_text(v) for v in value) or "(none)"
     if isinstance(value, dict):
@@ -206,7 +215,7 @@ def differences(docs: list[dict[str, Any]]) -> tuple[Difference, ...]:
     keys = sorted({k for f in flats for k in f}, key=lambda k: (k.count("."), k))
     out = []
     for key in keys:
-        values = tuple(f.get(key, report.MISSING) for f in flats)
+        values = tuple(f.get(key, MISSING) for f in flats)
         if len(set(values)) > 1:
             out.append(Difference(key=key, values=values))
     return tuple(out)
@@ -220,9 +229,9 @@ def compare(docs: list[dict[str, Any]], paths: list[str]) -> Comparison:
     """The comparison of results documents (the first is the reference)."""
     if len(docs) < 2:
         raise CompareError("compare needs at least two results directories")
-    by_run = [{_key(c): c for c in report.page_cells(d)} for d in docs]
+    by_run = [{_key(c): c for c in page_cells(d)} for d in docs]
     common = set(by_run[0]).intersection(*by_run[1:])
-    every = sorted(set().union(*by_run), key=lambda k: (report.PHASE_ORDER.get(k[0], 9), k[1], k[2]))
+    every = sorted(set().union(*by_run), key=lambda k: (PHASE_ORDER.get(k[0], 9), k[1], k[2]))
     rows: dict[str, list[CellRow]] = {"decode": [], "prefill": []}
     unmatched = []
     for key in every:
@@ -237,7 +246,7 @@ def compare(docs: list[dict[str, Any]], paths: list[str]) -> Comparison:
             phase=phase, context_tokens=ctx, concurrency=n,
             statuses=tuple(c.get("status") or "not_run" for c in cells),
             figures=tuple(_figure_row(cells, *f) for f in spec)))
-    runs = tuple(Run(label=_run_label(i), path=p, title=report.render_title(d).lstrip("# "),
+    runs = tuple(Run(label=_run_label(i), path=p, title=render_title(d).lstrip("# "),
                      simulated=d.get("provenance") == "simulated")
                  for i, (d, p) in enumerate(zip(docs, paths)))
     return Comparison(runs=runs, differences=differences(docs), decode=tuple(rows["decode"]),
@@ -253,19 +262,19 @@ def _run_label(i: int) -> str:
 
 def fmt_ratio(ratio: float | None, beyond: bool) -> str:
     if ratio is None:
-        return report.MISSING
+        return MISSING
     # Unmarked ratios keep the mark's room, so right-aligned columns line up on the digits.
     return f"{ratio:.2f}" + (" *" if beyond else "  ")
 
 
 def fmt_value(figure: str, value: float | None) -> str:
-    return _FORMATS.get(figure, report.fmt_rate)(value)
+    return _FORMATS.get(figure, fmt_rate)(value)
 
 
 def status_word(status: str | None) -> str:
     if status is None:
         return "(absent)"
-    return report.STATUS_LABELS.get(status, status.replace("_", " "))
+    return STATUS_LABELS.get(status, status.replace("_", " "))
 
 
 def render_text(c: Comparison) -> str:
@@ -332,7 +341,7 @@ def render_html(c: Comparison, docs: list[dict[str, Any]]) -> str:
     from llmload.output import charts
     from llmload.output.templating import render_template
 
-    runs = [(r.label, report.page_cells(d)) for r, d in zip(c.runs, docs)]
+    runs = [(r.label, page_cells(d)) for r, d in zip(c.runs, docs)]
     made = {
         "ratio": charts.ratio_heatmap(c),
         "curves": charts.compare_curves(runs),
