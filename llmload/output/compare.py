@@ -338,14 +338,15 @@ def without_figures(rows: tuple[CellRow, ...]) -> list[tuple[tuple[str, ...], li
 
 def render_html(c: Comparison, docs: list[dict[str, Any]]) -> str:
     """The self-contained compare page: tables and the curves of every run overlaid."""
-    from llmload.output import charts
+    from llmload.output.comparecharts import compare_curves, compare_prefill
+    from llmload.output.heatmaps import ratio_heatmap
     from llmload.output.templating import render_template
 
     runs = [(r.label, page_cells(d)) for r, d in zip(c.runs, docs)]
     made = {
-        "ratio": charts.ratio_heatmap(c),
-        "curves": charts.compare_curves(runs),
-        "prefill": charts.compare_prefill(runs),
+        "ratio": ratio_heatmap(c),
+        "curves": compare_curves(runs),
+        "prefill": compare_prefill(runs),
     }
     return render_template("compare.html.j2", c=c, charts={k: v for k, v in made.items() if v},
                            fmt_value=fmt_value, fmt_ratio=fmt_ratio, status_word=status_word,
