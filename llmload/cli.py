@@ -221,7 +221,8 @@ def report(results_dir: str, recompute: bool) -> None:
 @click.option("--no-html", is_flag=True, help="Do not write the compare page.")
 def compare(results_dirs, as_json, html_path, no_html) -> None:
     """Compare results directories: DIR_A DIR_B [DIR_C ...] (ratios are each run / A)."""
-    from llmload.output.compare import CompareError, compare_dirs
+    from llmload.output.compare import CompareError
+    from llmload.output.comparereport import compare_dirs
     try:
         if no_html or (as_json and not html_path):
             html_path = None  # --json alone prints JSON and nothing else
