@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from llmload.output.results import ResultsWriter
+from llmload.output.resultswriter import ResultsWriter
 from llmload.matrix.twin import seed_results
 
 

@@ -183,7 +183,8 @@ def report(results_dir: str, recompute: bool) -> None:
     with --recompute, first derive every cell again from RESULTS_DIR/records/ and rewrite results.json."""
     from pathlib import Path
 
-    from llmload.output.results import ResultsError, load_results, write_document, write_renderings
+    from llmload.output.results import ResultsError, load_results
+    from llmload.output.resultswriter import write_document, write_renderings
     folder = Path(results_dir) if Path(results_dir).is_dir() else Path(results_dir).parent
     try:
         doc = load_results(results_dir)
@@ -220,7 +221,8 @@ def report(results_dir: str, recompute: bool) -> None:
 @click.option("--no-html", is_flag=True, help="Do not write the compare page.")
 def compare(results_dirs, as_json, html_path, no_html) -> None:
     """Compare results directories: DIR_A DIR_B [DIR_C ...] (ratios are each run / A)."""
-    from llmload.output.compare import CompareError, compare_dirs
+    from llmload.output.compare import CompareError
+    from llmload.output.comparereport import compare_dirs
     try:
         if no_html or (as_json and not html_path):
             html_path = None  # --json alone prints JSON and nothing else
@@ -320,7 +322,7 @@ def predict(profile, contexts, concurrency, prefill_contexts, max_tokens, durati
     """Predict a speed test matrix from a (fitted) simulator PROFILE, in virtual time."""
     import time
 
-    from llmload.output.results import ResultsWriter
+    from llmload.output.resultswriter import ResultsWriter
     from llmload.matrix.runner import _echo_matrix
     from llmload.core.scenario import ScenarioError, resolve
     from llmload.sim.profiles import load_profile, parse_overrides

@@ -7,7 +7,8 @@ import sys
 import pytest
 
 from html_check import external_urls, parse
-from llmload.output.compare import NOISE_DEFAULT_REL, compare, fmt_ratio, render_text
+from llmload.output.compare import NOISE_DEFAULT_REL, compare
+from llmload.output.comparereport import fmt_ratio, render_text
 from test_report import seed_results
 
 

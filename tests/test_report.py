@@ -11,14 +11,9 @@ import pytest
 from llmload.output import report
 from llmload.core.capacity import plan_matrix
 from llmload.output.report import CSV_COLUMNS, measurements_frame, render_markdown, write_csv
-from llmload.output.results import (
-    CELL_KEYS,
-    SCHEMA_VERSION,
-    ResultsError,
-    ResultsWriter,
-    load_results,
-    new_cell,
-)
+from llmload.core.cellresult import CELL_KEYS
+from llmload.output.results import SCHEMA_VERSION, ResultsError, load_results, new_cell
+from llmload.output.resultswriter import ResultsWriter
 from llmload.core.scenario import Scenario
 
 K = 1024

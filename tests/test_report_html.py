@@ -6,7 +6,9 @@ import pytest
 
 from html_check import external_urls, parse
 from llmload.output import report
-from llmload.output.report import ALL_COLUMNS, matrix_cell_text, page_cells, render_html
+from llmload.output.pageformat import page_cells
+from llmload.output.pagetables import ALL_COLUMNS, matrix_cell_text
+from llmload.output.report import render_html
 from test_report import seed_results
 
 CHARTS = ("heatmap", "scaling", "latency", "prefill")

@@ -139,7 +139,7 @@ def companion_path(html_file: str) -> str:
 
 def live_page(environment, state) -> str:
     """The LLM table and the charts over time as one self-contained page (no script)."""
-    from llmload.output import charts
+    from llmload.output.livechart import live_chart
     from llmload.core.live import RATE_WINDOW_S
     from llmload.core.redact import scrub
     from llmload.output.templating import render_template
@@ -149,7 +149,7 @@ def live_page(environment, state) -> str:
     users = runner.user_count if runner else 0
     history = (state.history.to_dict(state.live) if state.history is not None
                else {"points": [], "window_s": None})
-    chart = charts.live_chart(history)
+    chart = live_chart(history)
     return render_template(
         "llm_live.html.j2", host=scrub(environment.host or ""), rows=ui_rows(state.live, users),
         summary=state.live.summary(t, users=users), rate_window_s=RATE_WINDOW_S,

@@ -421,7 +421,7 @@ def _run_matrix(scenario: Scenario, *, api_key: str | None, run_dir, master_bind
     from llmload.output.rundir import RunDirError, claim, differences, finished_cells, resume_differences
     if run_dir is not None and run_dir.previous is not None:
         # A changed configuration is refused before anything starts.
-        from llmload.output.results import ResultsWriter
+        from llmload.output.resultswriter import ResultsWriter
         config = ResultsWriter.cleaned({"config": scenario.to_dict()})["config"]
         diffs = [f"config.{d}" for d in differences(run_dir.previous.get("config") or {}, config)]
         if diffs:
@@ -441,7 +441,7 @@ def _run_matrix(scenario: Scenario, *, api_key: str | None, run_dir, master_bind
         if not scenario.warmup or scenario.prefill_repeats > 1:
             # No cold warm-up to borrow (or several samples wanted): prefill on its own.
             plan = [_standalone(c) for c in plan]
-        from llmload.output.results import ResultsWriter
+        from llmload.output.resultswriter import ResultsWriter
         meta = _meta(ctx, plan, prompts)
         if run_dir is None:
             run_dir = claim(default_out_dir(info.model))
@@ -766,7 +766,7 @@ def _remaining_s(cells: list[PlannedCell], duration_s: float, prefill_tok_s: flo
 
 def _echo_matrix(results: dict, echo: Callable[[str], None]) -> None:
     """The page's main tables, in the terminal (aligned text), and the SLO capacity."""
-    from llmload.output.report import page_cells
+    from llmload.output.pageformat import page_cells
     from llmload.core.slo import render_capacity
     from llmload.output.terminal import run_summary
     summary = run_summary(results)
@@ -812,7 +812,7 @@ def _echo_server(info: ServerInfo, echo: Callable[[str], None]) -> None:
     echo(f"Server: {info.base_url} · {what} {info.version or ''}".rstrip())
     echo(f"  model {info.model} · prefix caching "
          f"{'on' if info.prefix_caching else 'off' if info.prefix_caching is False else 'unknown'}")
-    from llmload.output.report import limit_lines
+    from llmload.output.pagetext import limit_lines
     for line in limit_lines(info.to_dict()):
         echo(f"  {line}")
 

@@ -1,9 +1,9 @@
 """Two or more results directories side by side: `llmload compare DIR_A DIR_B [DIR_C ...]`.
 
-Pure over results documents (`llmload.output.results`); the command reads the files, this module
-compares, and renders the comparison three ways: aligned text for the terminal, JSON
-(`Comparison.to_dict`), and a self-contained HTML page (Jinja2 `templates/compare.html.j2`,
-charts from `llmload.output.charts`). Rules:
+Pure over results documents (`llmload.output.results`): this module compares them
+(`compare` → `Comparison`); `llmload.output.comparereport` reads the files and renders the
+comparison three ways: aligned text for the terminal, JSON (`Comparison.to_dict`), and a
+self-contained HTML page. Rules:
 - The first run is the reference: every ratio is run / first (B / A, C / A), printed to two
   decimals; a ratio is None when either figure is missing or the reference is 0.
 - A ratio is marked when it differs from 1 by more than the two runs' own noise: the
@@ -24,8 +24,9 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from llmload.output import report
 from llmload.core.units import format_tokens
+from llmload.output.pageformat import MISSING, PHASE_ORDER, page_cells
+from llmload.output.pagetext import render_title
 
 NOISE_DEFAULT_REL = 0.05
 """The noise assumed for a figure whose runs do not say theirs."""
@@ -41,8 +42,6 @@ PREFILL_FIGURES = (
     ("prompt_tok_s", "prompt tok/s", True),
     ("ttft_ms", "TTFT", False),
 )
-_FORMATS = {"total_tok_s": report.fmt_rate, "per_request_tok_s": report.fmt_rate,
-            "prompt_tok_s": report.fmt_rate, "ttft_ms": report.fmt_ms, "tbt_ms": report.fmt_tbt_ms}
 #: Top-level sections whose differences are listed, and keys that differ between any two
 #: runs without meaning anything.
 DIFF_SECTIONS = ("config", "server", "hardware")
@@ -191,7 +190,7 @@ def _flatten(doc: dict[str, Any]) -> dict[str, str]:
 
 def _text(value: Any) -> str:
     if value is None:
-        return report.MISSING
+        return MISSING
     if isinstance(value, (list, tuple)):
         return ", ".join(_text(v) for v in value) or "(none)"
     if isinstance(value, dict):
@@ -206,7 +205,7 @@ def differences(docs: list[dict[str, Any]]) -> tuple[Difference, ...]:
     keys = sorted({k for f in flats for k in f}, key=lambda k: (k.count("."), k))
     out = []
     for key in keys:
-        values = tuple(f.get(key, report.MISSING) for f in flats)
+        values = tuple(f.get(key, MISSING) for f in flats)
         if len(set(values)) > 1:
             out.append(Difference(key=key, values=values))
     return tuple(out)
@@ -220,9 +219,9 @@ def compare(docs: list[dict[str, Any]], paths: list[str]) -> Comparison:
     """The comparison of results documents (the first is the reference)."""
     if len(docs) < 2:
         raise CompareError("compare needs at least two results directories")
-    by_run = [{_key(c): c for c in report.page_cells(d)} for d in docs]
+    by_run = [{_key(c): c for c in page_cells(d)} for d in docs]
     common = set(by_run[0]).intersection(*by_run[1:])
-    every = sorted(set().union(*by_run), key=lambda k: (report.PHASE_ORDER.get(k[0], 9), k[1], k[2]))
+    every = sorted(set().union(*by_run), key=lambda k: (PHASE_ORDER.get(k[0], 9), k[1], k[2]))
     rows: dict[str, list[CellRow]] = {"decode": [], "prefill": []}
     unmatched = []
     for key in every:
@@ -237,7 +236,7 @@ def compare(docs: list[dict[str, Any]], paths: list[str]) -> Comparison:
             phase=phase, context_tokens=ctx, concurrency=n,
             statuses=tuple(c.get("status") or "not_run" for c in cells),
             figures=tuple(_figure_row(cells, *f) for f in spec)))
-    runs = tuple(Run(label=_run_label(i), path=p, title=report.render_title(d).lstrip("# "),
+    runs = tuple(Run(label=_run_label(i), path=p, title=render_title(d).lstrip("# "),
                      simulated=d.get("provenance") == "simulated")
                  for i, (d, p) in enumerate(zip(docs, paths)))
     return Comparison(runs=runs, differences=differences(docs), decode=tuple(rows["decode"]),
@@ -246,128 +245,3 @@ def compare(docs: list[dict[str, Any]], paths: list[str]) -> Comparison:
 
 def _run_label(i: int) -> str:
     return chr(ord("A") + i) if i < 26 else f"R{i + 1}"
-
-
-# --------------------------------------------------------------------------- text
-
-
-def fmt_ratio(ratio: float | None, beyond: bool) -> str:
-    if ratio is None:
-        return report.MISSING
-    # Unmarked ratios keep the mark's room, so right-aligned columns line up on the digits.
-    return f"{ratio:.2f}" + (" *" if beyond else "  ")
-
-
-def fmt_value(figure: str, value: float | None) -> str:
-    return _FORMATS.get(figure, report.fmt_rate)(value)
-
-
-def status_word(status: str | None) -> str:
-    if status is None:
-        return "(absent)"
-    return report.STATUS_LABELS.get(status, status.replace("_", " "))
-
-
-def render_text(c: Comparison) -> str:
-    """The comparison as aligned text tables, for the terminal."""
-    from llmload.output.terminal import aligned_table
-
-    labels = [r.label for r in c.runs]
-    ref = labels[0]
-    out = [f"Comparing {len(c.runs)} runs; ratios are each run / {ref} ("
-           + ", ".join(f"{lab} / {ref}" for lab in labels[1:]) + ")"]
-    out += [f"  {r.label}  {r.path} — {r.title}" for r in c.runs]
-    out.append("")
-    out.append("Configuration and hardware differences:")
-    if c.differences:
-        out.append(aligned_table(["setting", *labels], [[d.key, *d.values] for d in c.differences],
-                                 indent=2, max_width=48))
-    else:
-        out.append("  none")
-    ratio_heads = [f"{lab}/{ref}" for lab in labels[1:]]
-    for title, rows in (("Sustained decode", c.decode), ("Prefill", c.prefill)):
-        if not rows:
-            continue
-        out.append("")
-        out.append(f"{title} (cells every run has):")
-        table = []
-        for row in (r for r in rows if r.has_figures):
-            table.append([row.label, "status", *[status_word(s) for s in row.statuses],
-                          *[""] * len(ratio_heads)])
-            for f in row.figures:
-                table.append(["", f.label, *[fmt_value(f.figure, v) for v in f.values],
-                              *[fmt_ratio(r, b) for r, b in zip(f.ratios[1:], f.beyond_noise[1:])]])
-        out.append(aligned_table(["cell", "figure", *labels, *ratio_heads], table, indent=2,
-                                 align="ll" + "r" * (len(labels) + len(ratio_heads))))
-        for statuses, cells in without_figures(rows):
-            out.append(f"  No figure in any run ({' / '.join(status_word(s) for s in statuses)}): "
-                       + ", ".join(cells))
-    if c.unmatched:
-        out.append("")
-        out.append("Cells not in every run (not compared):")
-        out.append(aligned_table(["cell", *labels],
-                                 [[u.label, *[status_word(s) for s in u.statuses]] for u in c.unmatched],
-                                 indent=2))
-    out.append("")
-    out.append(f"* the ratio differs from 1 by more than the runs' noise (±{c.noise_default_rel:.0%} "
-               "where the runs do not carry their own).")
-    return "\n".join(out)
-
-
-def without_figures(rows: tuple[CellRow, ...]) -> list[tuple[tuple[str, ...], list[str]]]:
-    """Common cells where no run has a figure, grouped by their statuses (e.g. over
-    capacity in every run), for one line each instead of a table row each."""
-    groups: dict[tuple[str, ...], list[str]] = {}
-    for row in rows:
-        if not row.has_figures:
-            groups.setdefault(row.statuses, []).append(row.label.split(" ", 1)[1])
-    return list(groups.items())
-
-
-# --------------------------------------------------------------------------- HTML
-
-
-def render_html(c: Comparison, docs: list[dict[str, Any]]) -> str:
-    """The self-contained compare page: tables and the curves of every run overlaid."""
-    from llmload.output import charts
-    from llmload.output.templating import render_template
-
-    runs = [(r.label, report.page_cells(d)) for r, d in zip(c.runs, docs)]
-    made = {
-        "ratio": charts.ratio_heatmap(c),
-        "curves": charts.compare_curves(runs),
-        "prefill": charts.compare_prefill(runs),
-    }
-    return render_template("compare.html.j2", c=c, charts={k: v for k, v in made.items() if v},
-                           fmt_value=fmt_value, fmt_ratio=fmt_ratio, status_word=status_word,
-                           without_figures=without_figures)
-
-
-# --------------------------------------------------------------------------- the command
-
-
-def compare_dirs(paths: list[str], *, as_json: bool = False, html_path: str | None = None
-                 ) -> tuple[str, str | None]:
-    """What `llmload compare` does: load each results directory, compare, and return the
-    text to print (aligned tables, or JSON) and the path of the page written (or None).
-    Raises CompareError with one line for unreadable results."""
-    from pathlib import Path
-
-    from llmload.core.redact import scrub_obj
-    from llmload.output.results import ResultsError, _atomic_write_text, load_results
-
-    try:
-        # Scrubbed like every page llmload writes (a file from an older llmload may hold a key).
-        docs = [scrub_obj(load_results(p)) for p in paths]
-    except ResultsError as exc:
-        raise CompareError(str(exc)) from None
-    comparison = compare(docs, paths)
-    text = (json.dumps(comparison.to_dict(), indent=2, ensure_ascii=False) if as_json
-            else render_text(comparison))
-    if html_path is None:
-        return text, None
-    page = Path(html_path)
-    if page.parent and not page.parent.exists():
-        page.parent.mkdir(parents=True, exist_ok=True)
-    _atomic_write_text(page, render_html(comparison, docs))
-    return text, str(page)

@@ -22,7 +22,8 @@ from typing import Any, BinaryIO
 
 from llmload.core.cells import assemble_cell
 from llmload.output.recordstore import RECORDS_DIR, RecordsError, cell_files, export_table, read_cell
-from llmload.output.results import ResultsWriter, load_results, new_cell
+from llmload.output.results import load_results, new_cell
+from llmload.output.resultswriter import ResultsWriter
 
 EXPORT_FORMATS = ("csv", "parquet", "jsonl")
 LIST_COLUMNS = ("chunk_times_s", "chunk_tokens")

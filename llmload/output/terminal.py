@@ -50,9 +50,9 @@ def aligned_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, inde
 
 def run_summary(results: dict[str, Any]) -> str:
     """The page's two main tables (prefill, decode matrix) as aligned text."""
-    from llmload.output import report
+    from llmload.output.pagedata import page_data
 
-    data = report.page_data(results)
+    data = page_data(results)
     parts = []
     if data.prefill:
         parts.append("Prefill (prompt tok/s, TTFT):\n" + aligned_table(data.prefill.columns,

@@ -1,0 +1,145 @@
+"""A comparison (`llmload.output.compare`) rendered: aligned text for the terminal (`render_text`),
+the self-contained HTML page (Jinja2 `templates/compare.html.j2`, charts from
+`llmload.output.heatmaps` and `llmload.output.comparecharts`), and the command itself
+(`compare_dirs`: read the results directories, compare, print or write).
+
+Ratios are printed to two decimals; a ratio beyond the runs' noise is marked " *".
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from llmload.output.compare import CellRow, CompareError, Comparison, compare
+from llmload.output.pageformat import MISSING, STATUS_LABELS, fmt_ms, fmt_rate, fmt_tbt_ms, page_cells
+
+_FORMATS = {"total_tok_s": fmt_rate, "per_request_tok_s": fmt_rate,
+            "prompt_tok_s": fmt_rate, "ttft_ms": fmt_ms, "tbt_ms": fmt_tbt_ms}
+
+
+# --------------------------------------------------------------------------- text
+
+
+def fmt_ratio(ratio: float | None, beyond: bool) -> str:
+    if ratio is None:
+        return MISSING
+    # Unmarked ratios keep the mark's room, so right-aligned columns line up on the digits.
+    return f"{ratio:.2f}" + (" *" if beyond else "  ")
+
+
+def fmt_value(figure: str, value: float | None) -> str:
+    return _FORMATS.get(figure, fmt_rate)(value)
+
+
+def status_word(status: str | None) -> str:
+    if status is None:
+        return "(absent)"
+    return STATUS_LABELS.get(status, status.replace("_", " "))
+
+
+def render_text(c: Comparison) -> str:
+    """The comparison as aligned text tables, for the terminal."""
+    from llmload.output.terminal import aligned_table
+
+    labels = [r.label for r in c.runs]
+    ref = labels[0]
+    out = [f"Comparing {len(c.runs)} runs; ratios are each run / {ref} ("
+           + ", ".join(f"{lab} / {ref}" for lab in labels[1:]) + ")"]
+    out += [f"  {r.label}  {r.path} — {r.title}" for r in c.runs]
+    out.append("")
+    out.append("Configuration and hardware differences:")
+    if c.differences:
+        out.append(aligned_table(["setting", *labels], [[d.key, *d.values] for d in c.differences],
+                                 indent=2, max_width=48))
+    else:
+        out.append("  none")
+    ratio_heads = [f"{lab}/{ref}" for lab in labels[1:]]
+    for title, rows in (("Sustained decode", c.decode), ("Prefill", c.prefill)):
+        if not rows:
+            continue
+        out.append("")
+        out.append(f"{title} (cells every run has):")
+        table = []
+        for row in (r for r in rows if r.has_figures):
+            table.append([row.label, "status", *[status_word(s) for s in row.statuses],
+                          *[""] * len(ratio_heads)])
+            for f in row.figures:
+                table.append(["", f.label, *[fmt_value(f.figure, v) for v in f.values],
+                              *[fmt_ratio(r, b) for r, b in zip(f.ratios[1:], f.beyond_noise[1:])]])
+        out.append(aligned_table(["cell", "figure", *labels, *ratio_heads], table, indent=2,
+                                 align="ll" + "r" * (len(labels) + len(ratio_heads))))
+        for statuses, cells in without_figures(rows):
+            out.append(f"  No figure in any run ({' / '.join(status_word(s) for s in statuses)}): "
+                       + ", ".join(cells))
+    if c.unmatched:
+        out.append("")
+        out.append("Cells not in every run (not compared):")
+        out.append(aligned_table(["cell", *labels],
+                                 [[u.label, *[status_word(s) for s in u.statuses]] for u in c.unmatched],
+                                 indent=2))
+    out.append("")
+    out.append(f"* the ratio differs from 1 by more than the runs' noise (±{c.noise_default_rel:.0%} "
+               "where the runs do not carry their own).")
+    return "\n".join(out)
+
+
+def without_figures(rows: tuple[CellRow, ...]) -> list[tuple[tuple[str, ...], list[str]]]:
+    """Common cells where no run has a figure, grouped by their statuses (e.g. over
+    capacity in every run), for one line each instead of a table row each."""
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for row in rows:
+        if not row.has_figures:
+            groups.setdefault(row.statuses, []).append(row.label.split(" ", 1)[1])
+    return list(groups.items())
+
+
+# --------------------------------------------------------------------------- HTML
+
+
+def render_html(c: Comparison, docs: list[dict[str, Any]]) -> str:
+    """The self-contained compare page: tables and the curves of every run overlaid."""
+    from llmload.output.comparecharts import compare_curves, compare_prefill
+    from llmload.output.heatmaps import ratio_heatmap
+    from llmload.output.templating import render_template
+
+    runs = [(r.label, page_cells(d)) for r, d in zip(c.runs, docs)]
+    made = {
+        "ratio": ratio_heatmap(c),
+        "curves": compare_curves(runs),
+        "prefill": compare_prefill(runs),
+    }
+    return render_template("compare.html.j2", c=c, charts={k: v for k, v in made.items() if v},
+                           fmt_value=fmt_value, fmt_ratio=fmt_ratio, status_word=status_word,
+                           without_figures=without_figures)
+
+
+# --------------------------------------------------------------------------- the command
+
+
+def compare_dirs(paths: list[str], *, as_json: bool = False, html_path: str | None = None
+                 ) -> tuple[str, str | None]:
+    """What `llmload compare` does: load each results directory, compare, and return the
+    text to print (aligned tables, or JSON) and the path of the page written (or None).
+    Raises CompareError with one line for unreadable results."""
+    from pathlib import Path
+
+    from llmload.core.redact import scrub_obj
+    from llmload.output.results import ResultsError, load_results
+    from llmload.output.resultswriter import atomic_write_text
+
+    try:
+        # Scrubbed like every page llmload writes (a file from an older llmload may hold a key).
+        docs = [scrub_obj(load_results(p)) for p in paths]
+    except ResultsError as exc:
+        raise CompareError(str(exc)) from None
+    comparison = compare(docs, paths)
+    text = (json.dumps(comparison.to_dict(), indent=2, ensure_ascii=False) if as_json
+            else render_text(comparison))
+    if html_path is None:
+        return text, None
+    page = Path(html_path)
+    if page.parent and not page.parent.exists():
+        page.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(page, render_html(comparison, docs))
+    return text, str(page)
