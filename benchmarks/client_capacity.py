@@ -71,7 +71,7 @@ def child(args) -> None:
     from llmload.core import clock
     from llmload.io.client import StreamingClient
     from llmload.io.limits import raise_open_files
-    from llmload.loadgen.plugin import LoadMonitor
+    from llmload.loadgen.monitor import LoadMonitor
 
     raise_open_files()
     monitor = LoadMonitor()
@@ -135,7 +135,7 @@ def run_level(exe: Path, streams: int, tick_ms: float, procs: int, seconds: floa
     import numpy as np
 
     from llmload.core.cells import combined_client_load, is_client_bound
-    from llmload.loadgen.plugin import LoadMonitor
+    from llmload.loadgen.monitor import LoadMonitor
 
     tokens = max(int(seconds * 1000.0 / tick_ms), 20)
     with tempfile.TemporaryDirectory(prefix="llmload-capacity-") as tmp:
@@ -203,7 +203,7 @@ def run_level(exe: Path, streams: int, tick_ms: float, procs: int, seconds: floa
         mon.samples, mon.reads = r["samples"], r["reads"]
         samples.append(mon.between(a + r["offset"], b + r["offset"]))
         reads.append(mon.reads_between(a + r["offset"], b + r["offset"]))
-    load = combined_client_load(samples, reads)
+    load = combined_client_load(samples, reads)  # the worst process, as a cell's client load
     span = b - a
     p99 = float(np.percentile(d, 99)) if d.size else float("nan")
     return {

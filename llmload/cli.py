@@ -98,7 +98,8 @@ def run(scenario_file, out_dir, resume_dir, force, max_error_rate, master_bind, 
     from llmload.core.redact import remember_secrets, scrub
     from llmload.output.results import ResultsError, load_results
     from llmload.output.rundir import RunDirError
-    from llmload.matrix.runner import RunError, run_matrix
+    from llmload.matrix.context import RunError
+    from llmload.matrix.runner import run_matrix
     from llmload.core.scenario import Scenario, ScenarioError, load_scenario, resolve
     remember_secrets(api_key=api_key, host=options.get("host"))
     if resume_dir and out_dir and os.path.abspath(resume_dir) != os.path.abspath(out_dir):
@@ -323,7 +324,7 @@ def predict(profile, contexts, concurrency, prefill_contexts, max_tokens, durati
     import time
 
     from llmload.output.resultswriter import ResultsWriter
-    from llmload.matrix.runner import _echo_matrix
+    from llmload.matrix.console import _echo_matrix
     from llmload.core.scenario import ScenarioError, resolve
     from llmload.sim.profiles import load_profile, parse_overrides
     from llmload.matrix.twin import predict_results

@@ -19,8 +19,10 @@ from llmload.core.capacity import PlannedCell
 from llmload.core.clientload import (ADDED_DELAY_BOUND_MS, IntervalSample, backlog_ages_ms, histogram_percentile,
                                 window_estimate)
 from llmload.io.limits import FD_RESERVE, fd_shortfall, raise_open_files
-from llmload.loadgen.plugin import LoadMonitor, is_client_bound
-from llmload.matrix.runner import CELL_CHANGE_S, _remaining_s, spawn_rate_for
+from llmload.core.cells import is_client_bound
+from llmload.loadgen.monitor import LoadMonitor
+from llmload.matrix.driver import spawn_rate_for
+from llmload.matrix.loop import CELL_CHANGE_S, _remaining_s
 from llmload.core.scenario import Scenario, ScenarioError
 from tests_helpers import StreamServer
 
@@ -136,7 +138,7 @@ def test_spawn_rate_follows_the_change():
 
 def test_users_change_in_one_step_not_one_per_second():
     from llmload.loadgen.messages import CellSpec
-    from llmload.matrix.runner import LocustDriver
+    from llmload.matrix.driver import LocustDriver
     driver = LocustDriver(host="http://127.0.0.1:9", workers=0, master_bind=None, expect_workers=None,
                           api_key=None)
     try:

@@ -6,7 +6,8 @@ import types
 import gevent
 
 from llmload.io import hardware
-from llmload.loadgen.plugin import LoadMonitor, is_client_bound
+from llmload.core.cells import is_client_bound
+from llmload.loadgen.monitor import LoadMonitor
 
 
 def fake_pynvml(fail_init=False):

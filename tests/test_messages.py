@@ -53,9 +53,9 @@ def test_an_unknown_field_is_refused():
 def test_a_collect_with_users_still_in_the_window_marks_the_cell(monkeypatch):
     from types import SimpleNamespace
 
-    import llmload.loadgen.plugin as plugin
-    monkeypatch.setattr(plugin, "COLLECT_WAIT_S", 0.1)
-    state = plugin.LLMState(SimpleNamespace())
+    import llmload.loadgen.cellworker as cellworker
+    monkeypatch.setattr(cellworker, "COLLECT_WAIT_S", 0.1)
+    state = cellworker.CellWorker(SimpleNamespace())
     state.enter_window("c1")
     state._records["c1"] = [RECORD]
     records = state.records_for("c1")

@@ -1,1 +1,1 @@
-"""The Locust load generator: the streaming user, the plugin (the worker side of the cell protocol, the load monitor), the typed cell messages, the web UI tab."""
+"""The Locust load generator: the streaming user, the plugin's wiring, the per-process state and its record hook, the live figures, the ad-hoc request factory, the worker and controller sides of the cell protocol, the load monitor, the typed cell messages, the web UI tab."""

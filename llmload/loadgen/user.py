@@ -6,11 +6,12 @@ connection (`client.StreamingClient`). It has two modes:
   shaped by the `--llm-*` options; the prompt is the user's own (a warm prefix cache after
   its first request), or a fresh one per request with `--llm-cold`;
 - matrix (`llmload run`): the process has a current *cell* (sent by the controller as a
-  Locust message, see `plugin`); the user warms its prompt, waits for the common start
+  Locust message, see `cellworker`); the user warms its prompt, waits for the common start
   t0, streams until t0 + D (the last request is cancelled at the deadline), then idles
   until the next cell.
-Records go to the process's `plugin.LLMState`, which feeds the live tables, Locust's
-request event (true end-to-end time) and, in matrix mode, the controller.
+Records are published through the process's record hook (`state.LLMState.publish`), to
+which the live tables, Locust's request event (true end-to-end time) and, in matrix mode,
+the cell's records (`cellworker.CellWorker`, collected by the controller) subscribe.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from llmload.io.client import StreamingClient
 from llmload.core.clock import now
 from llmload.core.engines import engine_caps, request_body
 from llmload.loadgen.messages import CellSpec
+from llmload.loadgen.state import state_of
 
 logger = logging.getLogger(__name__)
 
@@ -47,8 +49,8 @@ class LLMUser(User):
     wait_time = constant(0)
 
     def on_start(self) -> None:
-        from llmload.loadgen.plugin import state_of  # the plugin imports this module
         self.llm = state_of(self.environment)
+        self.cells = self.llm.cells
         self.user_id = self.llm.new_user_id()
         self.client: StreamingClient | None = None
         self.request_no = 0
@@ -67,11 +69,11 @@ class LLMUser(User):
 
     @task
     def generate(self) -> None:
-        cell = self.llm.cell
+        cell = self.cells.cell
         if cell is None:
             self._adhoc()
         elif cell.kind == "idle" or cell.id == self.done_cell:
-            self.llm.wait_cell_change(cell.id)
+            self.cells.wait_cell_change(cell.id)
         else:
             self.done_cell = cell.id
             self._run_cell(cell)
@@ -79,7 +81,7 @@ class LLMUser(User):
     # ---------------------------------------------------------------- ad hoc
 
     def _adhoc(self) -> None:
-        setup = self.llm.adhoc_setup(self.host)
+        setup = self.llm.adhoc.setup(self.host, self.llm.api_key)
         opts = setup["options"]
         self.request_no += 1
         key = f"{self.llm.run_id}/{self.user_id}" + (f"/{self.request_no}" if opts["cold"] else "")
@@ -87,7 +89,7 @@ class LLMUser(User):
         client = self._client(setup["base_url"], opts["timeout_s"])
         record = client.stream(setup["path"], body, user_id=self.user_id, tag="adhoc",
                                count_key=setup["count_key"])
-        self.llm.add(record, name=setup["path"])
+        self.llm.publish(record, name=setup["path"])
         if record.status == "error":
             gevent.sleep(backoff_s(record))
 
@@ -98,8 +100,8 @@ class LLMUser(User):
             self._cell_steps(cell)
         except Exception as exc:  # a bug must not leave the controller waiting for this user
             logger.exception("llmload user %s failed in cell %s", self.user_id, cell.id)
-            self.llm.add_failure(cell.id, self.user_id, f"{type(exc).__name__}: {exc}")
-            self.llm.report_ready(cell.id, once_for=self.user_id)
+            self.cells.add_failure(cell.id, self.user_id, f"{type(exc).__name__}: {exc}")
+            self.cells.report_ready(cell.id, once_for=self.user_id)
 
     def _cell_steps(self, cell: CellSpec) -> None:
         client = self._client(cell.base_url, cell.timeout_s)
@@ -110,8 +112,8 @@ class LLMUser(User):
             for i in range(cell.repeats):
                 rec = client.stream(cell.path, self._body(cell, f"{key}/{i}", 1, cold=True),
                                     user_id=self.user_id, tag="prefill", count_key=count_key)
-                self.llm.add(rec, name=f"prefill {name}", cell_id=cell.id)
-            self.llm.report_ready(cell.id, once_for=self.user_id)
+                self.llm.publish(rec, name=f"prefill {name}", cell_id=cell.id)
+            self.cells.report_ready(cell.id, once_for=self.user_id)
             return
         if cell.warmup:
             # Cold by construction (the user's own nonce), and told so where the engine can
@@ -119,9 +121,9 @@ class LLMUser(User):
             # window's requests then find this prompt cached.
             rec = client.stream(cell.path, self._body(cell, key, 1, cold=True), user_id=self.user_id,
                                 tag="warmup", count_key=count_key)
-            self.llm.add(rec, name=f"warm-up {name}", cell_id=cell.id)
-        self.llm.report_ready(cell.id, once_for=self.user_id)
-        window = self.llm.wait_go(cell.id)
+            self.llm.publish(rec, name=f"warm-up {name}", cell_id=cell.id)
+        self.cells.report_ready(cell.id, once_for=self.user_id)
+        window = self.cells.wait_go(cell.id)
         if window is None:
             return
         t0, t1 = window
@@ -129,20 +131,20 @@ class LLMUser(User):
         if delay > 0:
             gevent.sleep(delay)
         body = self._body(cell, key, cell.max_tokens)
-        self.llm.enter_window(cell.id)
+        self.cells.enter_window(cell.id)
         try:
             while now() < t1:
                 rec = client.stream(cell.path, body, user_id=self.user_id, tag="decode",
                                     deadline_s=t1, count_key=count_key)
-                self.llm.add(rec, name=f"decode {name}", cell_id=cell.id)
+                self.llm.publish(rec, name=f"decode {name}", cell_id=cell.id)
                 if rec.status == "error":
                     # Retry-After is honoured within the window (never past its end).
                     gevent.sleep(min(backoff_s(rec), max(t1 - now(), 0)))
         finally:
-            self.llm.leave_window(cell.id)
+            self.cells.leave_window(cell.id)
 
     def _body(self, cell: CellSpec, key: str, max_tokens: int, *, cold: bool = False) -> bytes:
-        prompt = self.llm.prompt_for(cell, key)
+        prompt = self.cells.prompt_for(cell, key)
         return request_body(engine_caps(cell.engine), endpoint=cell.endpoint, model=cell.model,
                             prompt=prompt, max_tokens=max_tokens, fixed_output=cell.fixed_output,
                             temperature=cell.temperature, cold=cold)

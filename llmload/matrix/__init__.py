@@ -1,1 +1,1 @@
-"""The matrix orchestration: the controller that steps Locust through the planned cells, and the capacity twin that predicts in virtual time."""
+"""The matrix orchestration: the controller that steps Locust through the planned cells (runner, loop, cellrun, driver, server, console, context), and the capacity twin that predicts in virtual time."""

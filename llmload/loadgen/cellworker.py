@@ -1,0 +1,122 @@
+"""The worker side of the matrix cell protocol (`llmload.loadgen.messages`), in every process
+that runs users.
+
+`CellWorker` (at `environment.llmload.cells`) holds the current cell the controller sent,
+the common window [t0, t1] of its go message, and the cell's records: it subscribes to the
+process's record hook (`llmload.loadgen.state`) and keeps those of the current cell. Users
+ask it for their prompt, report ready (once per user and cell), wait for the go, enter and
+leave the window; a collect message is answered with the cell's records and the load
+monitor's samples over the window (`send_records`).
+"""
+
+from __future__ import annotations
+
+import time
+
+import gevent
+from gevent.event import Event
+
+from llmload.core.clock import now
+from llmload.core.prompts import PromptBuilder
+from llmload.core.records import RequestRecord
+from llmload.core.redact import scrub
+from llmload.loadgen import messages
+
+COLLECT_WAIT_S = 10.0
+
+
+class CellWorker:
+    """This process's part of the current cell."""
+
+    def __init__(self, environment) -> None:
+        self.environment = environment
+        self.cell: messages.CellSpec | None = None
+        self._cell_changed = Event()
+        self._go: dict[str, tuple[float, float]] = {}
+        self._go_event = Event()
+        self._records: dict[str, list[RequestRecord]] = {}
+        self._in_window: dict[str, int] = {}
+        self._ready_sent: set[tuple[str, str]] = set()
+        self._prompts: dict[str, PromptBuilder] = {}
+
+    def on_record(self, record: RequestRecord, cell_id: str | None = None, **_kw) -> None:
+        """The record hook's listener: a cell's records are kept until they are collected."""
+        if cell_id is not None:
+            self._records.setdefault(cell_id, []).append(record)
+
+    def prompt_for(self, cell: messages.CellSpec, key: str) -> list[int] | str:
+        builder = self._prompts.get(cell.id)
+        if builder is None:
+            builder = PromptBuilder(pool_ids=cell.pool_ids, tokens_per_word=cell.tokens_per_word,
+                                    overhead_tokens=cell.overhead_tokens)
+            self._prompts = {cell.id: builder}
+        return builder.prompt(key, cell.prompt_tokens)
+
+    def on_cell(self, cell: messages.CellSpec) -> None:
+        self.cell = cell
+        self._cell_changed.set()
+        self._cell_changed = Event()
+
+    def wait_cell_change(self, cell_id: str) -> None:
+        while self.cell is not None and self.cell.id == cell_id:
+            self._cell_changed.wait(timeout=1.0)
+
+    def report_ready(self, cell_id: str, *, once_for: str) -> None:
+        """Tell the controller this user is ready (warmed up, or done with a prefill cell);
+        at most once per user and cell."""
+        key = (cell_id, once_for)
+        if key in self._ready_sent:
+            return
+        self._ready_sent.add(key)
+        msg = messages.Ready(id=cell_id, n=1)
+        self.environment.runner.send_message(msg.TYPE, msg.to_wire())
+
+    def add_failure(self, cell_id: str, user_id: str, message: str) -> None:
+        """A failure of llmload itself inside a cell, recorded like a failed warm-up, which
+        makes the cell's status "errors" whenever it happened."""
+        t = now()
+        self._records.setdefault(cell_id, []).append(RequestRecord(
+            user_id=user_id, tag="warmup", send_s=t, end_s=t, status="error",
+            error=scrub(f"llmload: {message}")[:500]))
+
+    def on_go(self, msg: messages.Go) -> None:
+        self._go[msg.id] = (msg.t0_s, msg.t1_s)
+        self._go_event.set()
+        self._go_event = Event()
+
+    def wait_go(self, cell_id: str) -> tuple[float, float] | None:
+        while cell_id not in self._go:
+            if self.cell is None or self.cell.id != cell_id:
+                return None
+            self._go_event.wait(timeout=1.0)
+        return self._go[cell_id]
+
+    def enter_window(self, cell_id: str) -> None:
+        self._in_window[cell_id] = self._in_window.get(cell_id, 0) + 1
+
+    def leave_window(self, cell_id: str) -> None:
+        self._in_window[cell_id] -= 1
+
+    def records_for(self, cell_id: str) -> list[RequestRecord]:
+        """The cell's records, once every user has left the window (its last request is
+        cancelled at the window's end, so this takes a few milliseconds past it)."""
+        deadline = time.monotonic() + COLLECT_WAIT_S
+        while self._in_window.get(cell_id, 0) > 0 and time.monotonic() < deadline:
+            gevent.sleep(0.02)
+        stuck = self._in_window.pop(cell_id, 0)
+        if stuck > 0:
+            # Never partial records passed off as the whole: the cell says it (status errors).
+            self.add_failure(cell_id, "collect", f"{stuck} user(s) still in the window {COLLECT_WAIT_S:g} s "
+                             "after it ended; their last requests are missing from the records")
+        return self._records.pop(cell_id, [])
+
+    def send_records(self, msg: messages.Collect, monitor) -> None:
+        """Answer a collect message: the cell's records and this process's load samples
+        (`monitor`, a `LoadMonitor`) over the window."""
+        records = self.records_for(msg.id)
+        windowed = msg.t0_s is not None and msg.t1_s is not None
+        samples = monitor.between(msg.t0_s, msg.t1_s) if windowed else []
+        reads = monitor.reads_between(msg.t0_s, msg.t1_s) if windowed else []
+        reply = messages.Records(id=msg.id, records=tuple(records), load_samples=tuple(samples),
+                                 read_samples=tuple(reads))
+        self.environment.runner.send_message(reply.TYPE, reply.to_wire())

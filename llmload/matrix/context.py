@@ -1,0 +1,35 @@
+"""What every part of a matrix run shares: the run's context and the two ways it stops.
+
+`RunContext` carries the scenario, the probed server, the echo function, the API key, the
+run id and the power monitor; `RunError` ends the run with a one-line message;
+`WorkerLost` ends a cell whose worker process died or went silent.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Callable
+
+from llmload.core.scenario import Scenario
+from llmload.io.probe import ServerInfo
+
+
+class RunError(Exception):
+    """The run cannot go on; the message is one line for the user."""
+
+
+class WorkerLost(Exception):
+    """A worker process died or went silent during a cell; its records are lost."""
+
+
+@dataclass
+class RunContext:
+    scenario: Scenario
+    info: ServerInfo
+    echo: Callable[[str], None]
+    api_key: str | None = None
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:10])
+    power: object | None = None
+    """A `hardware.PowerMonitor` when energy is measured (llmload.core.energy), else None."""
+    idle_power_w: float | None = None

@@ -1,0 +1,195 @@
+"""The run loop: the plan's cells one after another, each kept as it finishes; the SLO search; the ETA.
+
+`_run_plan` runs the cells a run has not finished yet (growing the worker processes under
+`--workers auto`), borrows a decode cell's cold warm-up as its context's prefill sample
+where the plan says so, and stops after MAX_DEAD_CELLS cells in a row with only failures.
+`_keep` writes a finished cell's records, then its result. `_slo_search` bisects the
+concurrency per context around the SLO's limit; `_remaining_s` is the ETA.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Callable
+
+from llmload.core.capacity import PlannedCell, expected_duration_s, plan_matrix
+from llmload.core.cells import CellFacts, assemble_cell, not_run_cell
+from llmload.core.records import RequestRecord
+from llmload.matrix.cellrun import CellRunner, _CellTimeout
+from llmload.matrix.console import _clock, _echo_note, _label, _summary
+from llmload.matrix.context import RunContext, RunError, WorkerLost
+from llmload.matrix.driver import LocustDriver
+from llmload.output.recordstore import RECORDS_DIR, write_cell
+
+MAX_DEAD_CELLS = 2
+"""Stop the run after this many consecutive cells in which every request failed."""
+
+
+def _key(c: PlannedCell) -> tuple:
+    return (c.phase, c.context_tokens, c.concurrency)
+
+
+def _run_plan(ctx: RunContext, driver: LocustDriver, prompts, plan: list[PlannedCell], writer,
+              done: dict | None = None, *, regrow: Callable[[int], LocustDriver] | None = None,
+              workers: int = 0) -> None:
+    """Run the plan's cells that are not in `done` (the finished cells of a resumed run).
+    With `regrow` (`--workers auto` against a real server), a decode cell whose projected
+    event rate needs more worker processes than run now gets them first."""
+    from llmload.core.autoworkers import describe, workers_for
+    done = done or {}
+    per_stream_rate: float | None = None
+    runner = CellRunner(ctx, driver, prompts)
+    pending = [c for c in plan if c.runs and _key(c) not in done]
+    deferred = {c.context_tokens: c for c in pending if c.phase == "prefill"
+                and c.prefill_source == "decode_warmup"}
+    for context, c in list(deferred.items()):
+        if ("decode", context, 1) in done:  # its decode warm-up already ran: on its own now
+            pending[pending.index(c)] = _standalone(c)
+            del deferred[context]
+    to_run = [c for c in pending if not (c.phase == "prefill" and c.prefill_source == "decode_warmup")]
+    # Every planned cell is on disk from the start, in plan order; a measured cell replaces
+    # its "not_run" entry, so an interrupted run shows exactly what is missing.
+    for planned in plan:
+        cell = not_run_cell(planned)
+        if planned.runs:
+            cell.update(status="not_run", reason="measured during the decode warm-up at N=1"
+                        if planned in deferred.values() else "not run yet")
+        if writer.has_cell(cell):
+            if _key(planned) not in done:
+                writer.update_cell(cell)
+        else:
+            writer.add_cell(cell)
+    started = time.monotonic()
+    dead = 0
+    prefill_tok_s: float | None = None
+    changes: list[float] = []
+    for i, planned in enumerate(to_run, 1):
+        eta = _remaining_s(to_run[i - 1:], ctx.scenario.duration_s, prefill_tok_s,
+                           sum(changes) / len(changes) if changes else None)
+        ctx.echo(f"[{i}/{len(to_run)}] {_label(planned)} · elapsed {_clock(time.monotonic() - started)}"
+                 f" · about {_clock(eta)} left")
+        if regrow is not None and planned.phase == "decode" and per_stream_rate:
+            rate = per_stream_rate * planned.concurrency
+            need = workers_for(rate)
+            if need > workers:
+                ctx.echo("    " + describe(rate, planned.concurrency, need,
+                                           f"{per_stream_rate:,.0f} tokens/s per stream at the previous cell"))
+                driver = regrow(need)
+                workers = need
+                runner.driver, runner.mailboxes = driver, driver.state.mailboxes
+        try:
+            records, facts = runner.run(planned)
+        except WorkerLost as exc:
+            cell = _keep(writer, planned, [], CellFacts(failure=str(exc)))
+            ctx.echo(f"    errors: {exc}")
+            raise RunError(f"stopping: {exc}") from None
+        except _CellTimeout as exc:
+            cell = _keep(writer, planned, [], CellFacts(failure=str(exc)))
+            ctx.echo(f"    errors: {exc}")
+            dead += 1
+            if dead >= MAX_DEAD_CELLS:
+                raise RunError(f"stopping: {dead} cells in a row failed ({exc})") from None
+            continue
+        if facts.timing:
+            changes.append(facts.timing["users_s"] + facts.timing["overhead_s"])
+        if planned.phase == "prefill":
+            facts = replace(facts, prefill_source="standalone")
+        elif planned.concurrency == 1 and planned.context_tokens in deferred:
+            warm = [r for r in records if r.tag == "warmup"]
+            pre = _keep(writer, deferred.pop(planned.context_tokens), warm,
+                        replace(facts, prefill_source="decode_warmup", t0_s=None, t1_s=None, waiting_samples=(),
+                                server_first=None, server_last=None, client_samples=(), client_reads=(),
+                                timing=None, power=None))
+            _echo_note(ctx, pre)
+            ctx.echo(f"    {_summary(pre)}")
+            prefill_tok_s = pre.get("prompt_tok_s") or prefill_tok_s
+        cell = _keep(writer, planned, records, facts)
+        _echo_note(ctx, cell)
+        if cell.get("total_tok_s") and planned.phase == "decode":
+            per_stream_rate = cell["total_tok_s"] / planned.concurrency
+        ctx.echo(f"    {_summary(cell)}")
+        prefill_tok_s = cell.get("prompt_tok_s") or prefill_tok_s
+        all_failed = cell["status"] == "errors" and not cell.get("output_tokens") and not cell.get("prompt_tok_s")
+        dead = dead + 1 if all_failed else 0
+        if dead >= MAX_DEAD_CELLS:
+            raise RunError(f"stopping: {dead} cells in a row had only failed requests "
+                           f"({(cell.get('error_samples') or ['?'])[0]})")
+
+
+def _keep(writer, planned: PlannedCell, records: list[RequestRecord], facts: CellFacts, *,
+          add: bool = False) -> dict:
+    """A finished cell: its records on disk first, then its result (`cells.assemble_cell`,
+    the function `llmload report --recompute` calls too) into results.json (`add`: a cell
+    outside the plan, e.g. one the SLO search ran)."""
+    path = write_cell(writer.out_dir, planned, records, facts)
+    cell = replace(assemble_cell(planned, records, facts), records_file=f"{RECORDS_DIR}/{path.name}").to_dict()
+    (writer.add_cell if add else writer.update_cell)(cell)
+    return cell
+
+
+MAX_SLO_SEARCH_CELLS = 6
+"""Most extra cells the SLO bisection runs per context."""
+
+
+def _slo_search(ctx: RunContext, driver: LocustDriver, prompts, writer) -> None:
+    """Bisect N per context between the last level meeting the SLO and the first failing
+    one (llmload.core.slo.next_search_level), each probe an extra decode cell in the results."""
+    from llmload.core.slo import capacity, next_search_level
+    sc, info = ctx.scenario, ctx.info
+    runner = CellRunner(ctx, driver, prompts)
+    runner.seq = 1000  # cell ids apart from the matrix's
+    for context in sc.contexts:
+        tried: set[int] = set()
+        for _ in range(MAX_SLO_SEARCH_CELLS):
+            cells = [c for c in writer.results["cells"] if c["context_tokens"] == context]
+            caps = capacity(cells, sc.slo)
+            n = next_search_level(caps[0], tried=tried) if caps else None
+            if n is None:
+                break
+            tried.add(n)
+            planned = plan_matrix(contexts=[context], prefill_contexts=[], concurrency=[n],
+                                  max_tokens=sc.max_tokens, kv_cache_tokens=info.kv_cache_tokens,
+                                  block_size=info.block_size, max_model_len=info.max_model_len,
+                                  max_sequences=info.max_sequences)[0]
+            ctx.echo(f"[SLO search] {_label(planned)} (between {caps[0].max_users} and "
+                     f"{caps[0].first_failing})")
+            if planned.runs:
+                try:
+                    records, facts = runner.run(planned)
+                except (_CellTimeout, WorkerLost) as exc:
+                    _keep(writer, planned, [], CellFacts(failure=str(exc), slo_search=True), add=True)
+                    raise RunError(f"SLO search stopped: {exc}") from None
+                cell = _keep(writer, planned, records, replace(facts, slo_search=True), add=True)
+            else:
+                cell = {**not_run_cell(planned), "slo_search": True}
+                writer.add_cell(cell)
+            ctx.echo(f"    {_summary(cell)}")
+
+
+def _standalone(cell: PlannedCell) -> PlannedCell:
+    if cell.prefill_source != "decode_warmup":
+        return cell
+    return replace(cell, prefill_source="standalone")
+
+
+CELL_CHANGE_S = 0.5
+"""Expected time per cell besides its window and warm-up (users changed, records collected)
+until one has been measured."""
+
+
+def _remaining_s(cells: list[PlannedCell], duration_s: float, prefill_tok_s: float | None,
+                 change_s: float | None = None) -> float:
+    """Expected time left: windows, warm-ups and the change between cells. Warm-ups come
+    from the last measured prefill rate once there is one (cold prefills of one cell's users
+    queue one after another); the change from the cells run so far (`change_s`, the mean of
+    their `timing.overhead_s` plus user changes), else CELL_CHANGE_S."""
+    change = CELL_CHANGE_S if change_s is None else change_s
+    runs = [c for c in cells if c.runs]
+    if prefill_tok_s is None:
+        return expected_duration_s(runs, duration_s=duration_s) + change * len(runs)
+    total = 0.0
+    for c in runs:
+        warm = c.concurrency * c.prompt_tokens / prefill_tok_s
+        total += warm + change + (duration_s if c.phase == "decode" else 0.0)
+    return total

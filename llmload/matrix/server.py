@@ -1,0 +1,67 @@
+"""The server side of a run: the embedded simulator's lifecycle, and /metrics polling.
+
+`server_for` yields the scenario's server URL, starting and stopping an embedded
+`llmload sim` when the scenario names no host; `_poll_server_load` samples the server's
+waiting gauge and its preemption and generated-token counters during a cell's window.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
+import gevent
+
+from llmload.core.cells import ServerSample
+from llmload.core.clock import now
+from llmload.core.scenario import Scenario
+from llmload.io.probe import server_load
+from llmload.matrix.context import RunContext, RunError
+
+LOAD_POLL_S = 1.0
+"""How often server /metrics (running, waiting) are sampled during a window."""
+
+
+@contextmanager
+def server_for(scenario: Scenario, echo: Callable[[str], None]) -> Iterator[str]:
+    """The scenario's server URL; with no host, an embedded `llmload sim` for the run."""
+    if scenario.host:
+        yield scenario.host
+        return
+    from llmload.sim.launcher import SimProcess
+    echo(f"No --host: starting the embedded simulator (profile {scenario.sim_profile}).")
+    sim = SimProcess(profile=scenario.sim_profile)
+    try:
+        sim.start()
+    except Exception as exc:  # a bad profile name or a child that died: one line
+        raise RunError(f"could not start the simulator: {exc}") from None
+    try:
+        yield sim.url
+    finally:
+        sim.stop()
+
+
+def _poll_server_load(ctx: RunContext, t0: float, t1: float) -> dict:
+    """The server's waiting gauge, sampled every LOAD_POLL_S during [t0, t1], and its
+    preemption and generated-token counters at the window's start and end (CellFacts
+    fields)."""
+    samples: list[tuple[float, float]] = []
+    caps = ctx.info.caps
+
+    def sample() -> ServerSample:
+        t_before = now()
+        load = server_load(ctx.info.base_url, api_key=ctx.api_key, caps=caps)
+        return ServerSample(t_s=(t_before + now()) / 2, preemptions=load.get("preemptions"),
+                            generated=load.get("generated"))
+
+    gevent.sleep(max(t0 - now(), 0))
+    first = sample()
+    gevent.sleep(LOAD_POLL_S / 2)
+    while now() < t1:
+        t_before = now()
+        waiting = server_load(ctx.info.base_url, api_key=ctx.api_key).get("waiting")
+        if waiting is not None:
+            samples.append(((t_before + now()) / 2, waiting))
+        gevent.sleep(min(LOAD_POLL_S, max(t1 - now(), 0)))
+    last = sample()
+    return {"waiting_samples": tuple(samples), "server_first": first, "server_last": last}
