@@ -26,9 +26,9 @@ from llmload.core.cellstatus import classify_cell, longest_stall, stall_bound_s
 from llmload.core.clientload import ADDED_DELAY_BOUND_MS, IntervalSample, delay_bound_exceeded, window_estimate
 from llmload.core.metrics import MAX_ERROR_SAMPLES, median_prefill, quantile, window_figures
 from llmload.core.energy import PowerWindow, cell_energy
+from llmload.core.goodput import request_goodput
 from llmload.core.records import RequestRecord
 from llmload.core.servercheck import counter_check, prefill_check, timing_check, usage_check
-from llmload.core.slo import request_goodput
 
 CLIENT_CPU_BOUND_PCT = 90.0
 """Mean CPU of a load-generator process over a window at or above this: client_bound."""
