@@ -271,7 +271,7 @@ def fit(results_dir: str, out_path: str | None, base: str | None) -> None:
 
     from llmload.output.results import ResultsError, load_results
     from llmload.sim.profiles import load_profile
-    from llmload.matrix.twin import FitError, fit_profile, profile_json
+    from llmload.matrix.twinfit import FitError, fit_profile, profile_json
     folder = Path(results_dir) if Path(results_dir).is_dir() else Path(results_dir).parent
     try:
         doc = load_results(results_dir)
@@ -288,7 +288,7 @@ def fit(results_dir: str, out_path: str | None, base: str | None) -> None:
 
 
 def _echo_fit(result) -> None:
-    from llmload.matrix.twin import FRONTEND_PARAMS, PREFILL_PARAMS, STEP_PARAMS
+    from llmload.matrix.twinfit import FRONTEND_PARAMS, PREFILL_PARAMS, STEP_PARAMS
     from llmload.core.units import format_tokens
     prof = result.profile
     click.echo("Fitted: " + ", ".join(f"{k} {getattr(prof, k):.4g}"
