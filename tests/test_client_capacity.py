@@ -57,7 +57,8 @@ def test_window_estimate_needs_enough_samples_and_fires_over_the_bound():
 
 
 def test_queued_bytes_reads_the_kernel_receive_queue():
-    from llmload.io.client import _OPEN, _PlainSocket, open_streams, queued_bytes
+    from llmload.io.client import open_streams, queued_bytes
+    from llmload.io.plainsocket import _OPEN, _PlainSocket
     from gevent import socket as gsocket
     listener = pysocket.socket()
     listener.bind(("127.0.0.1", 0))

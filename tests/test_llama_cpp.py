@@ -20,7 +20,7 @@ import pytest
 from llmload.core.capacity import plan_matrix
 from llmload.io.client import StreamingClient
 from llmload.core.engines import engine_caps, request_body
-from llmload.core.metrics import server_stream_rate_tok_s
+from llmload.core.servercheck import server_stream_rate_tok_s
 from llmload.io.probe import build_prompts, probe_server
 from llama_server import LlamaServer, llama_server_binary, no_compiler_reason, tiny_model
 

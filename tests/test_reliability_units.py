@@ -5,8 +5,8 @@ from array import array
 
 import pytest
 
+from llmload.core.cellstatus import STALL_MIN_S, longest_stall, stall_bound_s
 from llmload.core.exitcodes import cell_error_rate, cells_over_error_rate
-from llmload.core.metrics import STALL_MIN_S, longest_stall, stall_bound_s
 from llmload.core.records import RequestRecord
 from llmload.core.redact import MASK, Scrubber, SecretFilter
 from llmload.matrix.console import _clock

@@ -464,7 +464,7 @@ def test_saved_file_renders_the_same_page(tmp_path):
 
 
 def test_checks_section_flags_disagreement_with_both_numbers():
-    from llmload.core.metrics import ServerCheck
+    from llmload.core.servercheck import ServerCheck
     results = seed_results()
     by_key = {(c["phase"], c["context_tokens"], c["concurrency"]): c for c in results["cells"]}
     by_key[("decode", 0, 1)]["server_check"] = ServerCheck(

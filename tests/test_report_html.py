@@ -166,7 +166,7 @@ def test_server_figures_that_are_zero_everywhere_are_one_sentence_not_a_chart():
 
 
 def test_checks_against_the_server_are_on_the_html_page_too():
-    from llmload.core.metrics import ServerCheck
+    from llmload.core.servercheck import ServerCheck
     results = seed_results()
     by_key = {(c["phase"], c["context_tokens"], c["concurrency"]): c for c in results["cells"]}
     by_key[("decode", 0, 1)]["server_check"] = ServerCheck(

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from llmload.core.goodput import request_goodput
 from llmload.core.records import RequestRecord
 from llmload.core.scenario import ScenarioError, resolve
+from llmload.core.slo import SLOError, capacity, judge_cell, min_samples, next_search_level, parse_slo, render_capacity
 from llmload.sim.launcher import SimProcess
-from llmload.core.slo import (SLOError, capacity, judge_cell, min_samples, next_search_level, parse_slo,
-                         render_capacity, request_goodput)
 
 
 def test_parse_slo_forms_and_errors():

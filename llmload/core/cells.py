@@ -22,12 +22,13 @@ from typing import Any
 
 from llmload.core.capacity import PlannedCell
 from llmload.core.cellresult import CellResult
+from llmload.core.cellstatus import classify_cell, longest_stall, stall_bound_s
 from llmload.core.clientload import ADDED_DELAY_BOUND_MS, IntervalSample, delay_bound_exceeded, window_estimate
-from llmload.core.metrics import (MAX_ERROR_SAMPLES, classify_cell, counter_check, longest_stall, median_prefill,
-                             prefill_check, quantile, stall_bound_s, timing_check, usage_check, window_figures)
+from llmload.core.metrics import MAX_ERROR_SAMPLES, median_prefill, quantile, window_figures
 from llmload.core.energy import PowerWindow, cell_energy
+from llmload.core.goodput import request_goodput
 from llmload.core.records import RequestRecord
-from llmload.core.slo import request_goodput
+from llmload.core.servercheck import counter_check, prefill_check, timing_check, usage_check
 
 CLIENT_CPU_BOUND_PCT = 90.0
 """Mean CPU of a load-generator process over a window at or above this: client_bound."""
@@ -72,7 +73,7 @@ class CellFacts:
     interval in the window (`clientload.IntervalSample`)."""
     text_prompt: bool = False
     """Prompts were sent as text (the server templates and tokenizes them inside the TTFT:
-    the prefill check's tolerance is wider, `metrics.prefill_check`)."""
+    the prefill check's tolerance is wider, `servercheck.prefill_check`)."""
     timing: dict[str, float] | None = None
     """Where the cell's wall time went (users changed, warm-up, window, wall, the rest), as
     the run measured it; kept as measured, never recomputed."""
@@ -258,7 +259,7 @@ def decode_cell(planned: PlannedCell, records: list[RequestRecord], facts: CellF
 
 
 def _decode_check(decode: list[RequestRecord], facts: CellFacts) -> dict | None:
-    """The server's own account of the window, where it gives one (metrics.ServerCheck):
+    """The server's own account of the window, where it gives one (servercheck.ServerCheck):
     per-request timings (llama.cpp), else a generated-token counter that moves every step
     (vLLM, SGLang), else the final usage of chunk-counted requests."""
     check = timing_check(decode, facts.t0_s, facts.t1_s)

@@ -2,7 +2,7 @@
 
 Each process keeps a `LiveStats`; a Locust worker ships the part gathered since its last
 report to the master (`take_delta`), which merges them (`merge`), so the master's table
-shows the whole run. TTFT and TBT go into `metrics.Histogram` (0.1% buckets), never into
+shows the whole run. TTFT and TBT go into `histogram.Histogram` (0.1% buckets), never into
 Locust's own request stats, whose histograms round to two digits and whose "Aggregated"
 row they would pollute. Per-token gaps come from `metrics.tbt_samples_s`, the same
 function the matrix report uses.
@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from llmload.core.metrics import Histogram, tbt_samples_s
+from llmload.core.histogram import Histogram
+from llmload.core.metrics import tbt_samples_s
 from llmload.core.records import RequestRecord
 
 RATE_WINDOW_S = 10

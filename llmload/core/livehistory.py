@@ -5,7 +5,7 @@ distributed mode) feeds it the same records or worker deltas as its `live.LiveSt
 calls `tick` every HISTORY_INTERVAL_S; each tick appends one point. Rules:
 - TTFT and time-between-token percentiles of a point are over the requests that *ended* in
   the last HISTORY_WINDOW_S seconds (records reach llmload when a request ends), merged
-  from per-tick `metrics.Histogram`s, so a point is as exact as the LLM table (0.1%).
+  from per-tick `histogram.Histogram`s, so a point is as exact as the LLM table (0.1%).
 - Output tok/s is by token *arrival* second, from the totals' `tokens_by_s`, computed when
   the series is read: a long request's tokens are filled in, at the seconds they arrived,
   once it ends. The newest seconds of a run of long requests therefore read low at first.
@@ -19,7 +19,7 @@ from collections import deque
 from typing import Any
 
 from llmload.core.live import LiveStats
-from llmload.core.metrics import Histogram
+from llmload.core.histogram import Histogram
 from llmload.core.records import RequestRecord
 
 HISTORY_INTERVAL_S = 2.0

@@ -3,7 +3,7 @@
 A scenario file is a YAML mapping of option: value, with the keys of `Scenario` (hyphens or
 underscores; "duration" and "request_timeout" also name the `_s` fields). Values take the
 same forms as the command line: "16K" token counts, "30s"/"2m" durations, lists as YAML
-lists or comma strings ("0,16K,32K").
+lists or comma strings ("0,16K,32K"); each field's parser is in `llmload.core.scenariovalues`.
 
 Rules:
 - Precedence: command line > scenario file > defaults (`resolve`). The defaults are the
@@ -18,24 +18,21 @@ Rules:
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
 import yaml
 
-from llmload.core.units import parse_duration, parse_int_list, parse_token_list, parse_tokens
+from llmload.core.scenariovalues import _PARSERS
 
 K = 1024
-ENDPOINTS = ("completions", "chat")
 #: Keys that would carry a secret: rejected in files, never fields of Scenario.
 SECRET_KEYS = frozenset(
     {"api_key", "openai_api_key", "authorization", "headers", "api_token", "bearer_token"}
 )
 #: Other spellings accepted for a field.
 KEY_ALIASES = {"duration": "duration_s", "request_timeout": "request_timeout_s"}
-_TRUE = {"true", "yes", "on", "1"}
-_FALSE = {"false", "no", "off", "0"}
 
 
 class ScenarioError(ValueError):
@@ -116,173 +113,6 @@ class Scenario:
         """A Scenario from `to_dict` output (e.g. a results file's config); unknown keys are
         errors."""
         return cls(**_normalize_mapping(d, source="config"))
-
-
-# --------------------------------------------------------------------------- value parsers
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise ValueError(f"expected text, got {value!r}")
-    return str(value).strip()
-
-
-def _optional_text(value: Any) -> str | None:
-    if value is None:
-        return None
-    return _text(value) or None
-
-
-def _nonempty_text(value: Any) -> str:
-    text = _text(value)
-    if not text:
-        raise ValueError("must not be empty")
-    return text
-
-
-def _host(value: Any) -> str | None:
-    host = _optional_text(value)
-    if host is None:
-        return None
-    if not host.startswith(("http://", "https://")):
-        raise ValueError(f"host {host!r} must start with http:// or https://")
-    if "@" in host.split("//", 1)[1].split("/", 1)[0]:
-        # user:password@host would put a secret into results.json
-        raise ValueError("host must not contain credentials; use --api-key or the environment")
-    return host.rstrip("/")
-
-
-def _endpoint(value: Any) -> str:
-    endpoint = _text(value).lower()
-    if endpoint not in ENDPOINTS:
-        raise ValueError(f"endpoint {value!r} must be one of {', '.join(ENDPOINTS)}")
-    return endpoint
-
-
-def _tokens_at_least_1(value: Any) -> int:
-    n = parse_tokens(value)
-    if n < 1:
-        raise ValueError(f"{value!r} must be at least 1 token")
-    return n
-
-
-def _optional_tokens(value: Any) -> int | None:
-    return None if value is None or value == "" else _tokens_at_least_1(value)
-
-
-def _int_at_least(minimum: int, maximum: int | None = None) -> Callable[[Any], int]:
-    def parse(value: Any) -> int:
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        if isinstance(value, float):
-            raise ValueError(f"invalid integer {value!r}")
-        values = parse_int_list([value], minimum=minimum)
-        if maximum is not None and values[0] > maximum:
-            raise ValueError(f"{values[0]:,} is more than {maximum:,}")
-        return values[0]
-
-    return parse
-
-
-def _workers(value: Any) -> int | str:
-    if isinstance(value, str) and value.strip().lower() == "auto":
-        return "auto"
-    try:
-        return _int_at_least(0, 256)(value)
-    except ValueError as exc:
-        raise ValueError(f"{exc} (a number of processes, or auto)") from None
-
-
-def _bool(value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in _TRUE:
-        return True
-    if text in _FALSE:
-        return False
-    raise ValueError(f"expected true or false, got {value!r}")
-
-
-def _nonempty_list(value: Any) -> tuple[int, ...]:
-    levels = tuple(parse_int_list(value, minimum=1))
-    if not levels:
-        raise ValueError("needs at least one concurrency level")
-    return levels
-
-
-def _number_or_text(text: str) -> int | float | str:
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
-
-
-def _facts(value: Any) -> dict[str, Any] | None:
-    """A flat mapping of name -> text or number ("k=v,k=v" on the command line)."""
-    if value is None or value == "":
-        return None
-    if isinstance(value, str):
-        pairs = [item.partition("=") for item in value.split(",") if item.strip()]
-        if any(not sep for _, sep, _ in pairs):
-            raise ValueError(f"expected key=value pairs separated by commas, got {value!r}")
-        value = {k.strip(): _number_or_text(v.strip()) for k, _, v in pairs}
-    if not isinstance(value, Mapping):
-        raise ValueError(f"expected a mapping of name: value, got {value!r}")
-    out = {}
-    for k, v in value.items():
-        if not isinstance(k, str) or isinstance(v, (Mapping, list, tuple)) or v is None:
-            raise ValueError(f"{k!r}: expected a name and a plain value, got {v!r}")
-        out[k] = v
-    return out
-
-
-def _energy(value: Any) -> str:
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    text = _text(value).lower()
-    if text in ("auto", "on", "off"):
-        return text
-    if text in _TRUE | _FALSE:
-        return "on" if text in _TRUE else "off"
-    raise ValueError(f"energy {value!r} must be auto, on or off")
-
-
-def _slo(value: Any) -> dict[str, float] | None:
-    from llmload.core.slo import parse_slo
-    return parse_slo(value)
-
-
-def _token_tuple(value: Any) -> tuple[int, ...]:
-    return tuple(parse_token_list(value))
-
-
-_PARSERS: dict[str, Callable[[Any], Any]] = {
-    "name": _nonempty_text,
-    "description": lambda v: "" if v is None else _text(v),
-    "host": _host,
-    "sim_profile": _nonempty_text,
-    "model": _optional_text,
-    "endpoint": _endpoint,
-    "contexts": _token_tuple,
-    "prefill_contexts": _token_tuple,
-    "concurrency": _nonempty_list,
-    "duration_s": parse_duration,
-    "max_tokens": _tokens_at_least_1,
-    "kv_cache_tokens": _optional_tokens,
-    "warmup": _bool,
-    "prefill_repeats": _int_at_least(1),
-    "request_timeout_s": parse_duration,
-    "launch_command": _optional_text,
-    "workers": _workers,
-    "server_hardware": lambda v: _facts(v),
-    "server_info": lambda v: _facts(v),
-    "slo": lambda v: _slo(v),
-    "slo_search": _bool,
-    "energy": lambda v: _energy(v),
-}
 
 
 # --------------------------------------------------------------------------- mappings

@@ -5,7 +5,8 @@ iter_content waits for full 1 KiB blocks) or add tens of microseconds per chunk,
 makes TTFT late and collapses inter-token gaps to zero (../shared/reference/locust.md).
 This client reads the gevent socket directly and takes `clock.now()` as soon as a read
 returns, before any parsing; the bytes then go through the sans-I/O layers
-(`chunked` -> `sse` -> `stream.TokenTimeline`).
+(`chunked` -> `sse` -> `stream.TokenTimeline`). The plain-TCP socket it reads is
+`llmload.io.plainsocket`; a failed answer is read and told by `llmload.io.failures`.
 
 Rules:
 - One write per request (headers and body together); TCP_NODELAY.
@@ -21,27 +22,23 @@ from __future__ import annotations
 import fcntl
 import logging
 import termios
-import time
 from array import array
-from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 import gevent
 from gevent import socket
-from gevent.hub import Waiter
 
 from llmload.wire.chunked import ChunkedDecoder, ChunkedError
 from llmload.core.clock import now
+from llmload.io.endpoint import Endpoint
+from llmload.io.failures import _describe, _read_body, _retry_after_s
+from llmload.io.plainsocket import _OPEN, READ_SIZE, _PlainSocket
 from llmload.wire.httphead import ResponseHeadParser
 from llmload.core.records import RequestRecord
 from llmload.wire.sse import SSEDecoder
 from llmload.wire.stream import TokenTimeline, error_message_from_body
 
 logger = logging.getLogger(__name__)
-_monotonic = time.monotonic
 
-READ_SIZE = 65536
-"""Bytes asked of the socket per read; a read returns whatever has arrived."""
 AFTER_DONE_TIMEOUT_S = 2.0
 """How long to wait for the end of the HTTP body after `[DONE]` before dropping the connection."""
 CONNECT_TIMEOUT_S = 10.0
@@ -60,8 +57,6 @@ class ReadCounters:
 
 
 COUNTERS = ReadCounters()
-_OPEN: dict[int, "_PlainSocket"] = {}
-"""Open plain-TCP streaming sockets by file descriptor, for `queued_bytes`."""
 
 
 def queued_bytes() -> list[int]:
@@ -106,30 +101,6 @@ class _Deadline(Exception):
 
 class ServerError(Exception):
     """A non-streaming call failed; the message is one line for the user."""
-
-
-@dataclass(frozen=True, slots=True)
-class Endpoint:
-    scheme: str
-    host: str
-    port: int
-    prefix: str
-    """Path prefix before /v1/..., without a trailing slash ("" for most servers)."""
-
-    @classmethod
-    def parse(cls, base_url: str) -> "Endpoint":
-        parts = urlsplit(base_url if "://" in base_url else f"http://{base_url}")
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"not an http(s) URL: {base_url!r}")
-        prefix = parts.path.rstrip("/")
-        if prefix.endswith("/v1"):
-            prefix = prefix[:-3]
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-        return cls(parts.scheme, parts.hostname, port, prefix)
-
-    @property
-    def base_url(self) -> str:
-        return f"{self.scheme}://{self.host}:{self.port}{self.prefix}"
 
 
 class StreamingClient:
@@ -219,114 +190,6 @@ class StreamingClient:
                 raise ConnectionError("server closed the connection without answering")
         t = now()
         reader.read_response(sock, first, t)
-
-
-class _PlainSocket:
-    """A plain-TCP gevent socket, read the cheap way.
-
-    gevent's socket.recv tries a read (EAGAIN between tokens), then waits on a new timeout
-    object, then reads again. Here one persistent read watcher is waited on first and the
-    underlying socket read once per arrival; "no data for timeout_s" is watched by one
-    repeating timer per connection instead of a timeout object per read. This halves the
-    syscalls and the allocations per token event on the hot path.
-    """
-
-    __slots__ = ("sock", "_raw", "_hub", "_io", "_timer", "_timeout_s", "_last", "_fd", "_waiter", "__weakref__")
-
-    def __init__(self, sock) -> None:
-        self.sock = sock
-        self._fd = sock.fileno()
-        _OPEN[self._fd] = self
-        self._raw = sock._sock  # the real socket under gevent's wrapper (non-blocking)
-        self._hub = gevent.get_hub()
-        self._io = self._hub.loop.io(sock.fileno(), 1)
-        self._timer = None
-        self._timeout_s: float | None = None
-        self._last = 0.0
-        self._waiter: Waiter | None = None
-
-    def settimeout(self, timeout_s: float | None) -> None:
-        self._timeout_s = timeout_s
-        self.sock.settimeout(timeout_s)  # for sendall
-        if self._timer is not None:
-            self._timer.stop()
-            self._timer = None
-        if timeout_s is not None:
-            every = min(1.0, timeout_s / 4)
-            self._timer = self._hub.loop.timer(every, every)
-            self._timer.start(self._check_idle)
-
-    def _check_idle(self) -> None:
-        if _monotonic() - self._last > self._timeout_s:
-            waiter = self._waiter
-            if waiter is not None:  # in `pump`: the loop's callback holds the watcher
-                self._io.stop()
-                waiter.throw(socket.timeout("timed out"))
-            else:
-                self._hub.cancel_wait(self._io, socket.timeout("timed out"))
-
-    def pump(self, consume) -> None:
-        """Read every arrival inside the event loop's own I/O callback and hand it to
-        `consume(t, data)` until that returns True (or raises); the calling greenlet sleeps
-        meanwhile. Per read this saves two greenlet switches, a Waiter and a watcher
-        start/stop against `recv` (benchmarks/client_capacity.py, CPU µs per event), and
-        the arrival time is taken the moment the loop sees the socket readable."""
-        raw, io = self._raw, self._io
-        waiter = Waiter(self._hub)
-
-        def readable() -> None:
-            try:
-                data = raw.recv(READ_SIZE)
-            except BlockingIOError:
-                return
-            except BaseException as exc:  # noqa: BLE001 - handed to the waiting greenlet
-                io.stop()
-                waiter.throw(exc)
-                return
-            t = now()
-            self._last = _monotonic()
-            try:
-                over = consume(t, data)
-            except BaseException as exc:  # noqa: BLE001 - a protocol error: the greenlet's to raise
-                io.stop()
-                waiter.throw(exc)
-                return
-            if over:
-                io.stop()
-                waiter.switch(None)
-
-        self._waiter = waiter
-        io.start(readable)
-        try:
-            waiter.get()
-        finally:
-            io.stop()
-            self._waiter = None
-
-    def sendall(self, data: bytes) -> None:
-        self._last = _monotonic()
-        self.sock.sendall(data)
-
-    def recv(self, n: int) -> bytes:
-        raw = self._raw
-        while True:
-            # Wait first: between tokens the socket is empty, so reading first would fail.
-            self._hub.wait(self._io)
-            try:
-                data = raw.recv(n)
-            except BlockingIOError:
-                continue
-            self._last = _monotonic()
-            return data
-
-    def close(self) -> None:
-        if self._timer is not None:
-            self._timer.stop()
-            self._timer = None
-        if _OPEN.get(self._fd) is self:
-            del _OPEN[self._fd]
-        self._io.close()
-        self.sock.close()
 
 
 class _StreamReader:
@@ -471,49 +334,3 @@ def _int(value) -> int | None:
 
 def _float(value) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def _read_body(recv, data: bytes, chunked: bool, length: int | None) -> bytes:
-    """The whole (small) body of an error response."""
-    if chunked:
-        dechunk = ChunkedDecoder()
-        out = [dechunk.feed(data)]
-        while not dechunk.finished:
-            more = recv(READ_SIZE)
-            if not more:
-                break
-            out.append(dechunk.feed(more))
-        return b"".join(out)
-    out = [data]
-    got = len(data)
-    while length is None or got < length:
-        more = recv(READ_SIZE)
-        if not more:
-            break
-        out.append(more)
-        got += len(more)
-    return b"".join(out)
-
-
-def _retry_after_s(value: str | None) -> float | None:
-    """Retry-After as seconds: a number, or an HTTP date (seconds from now)."""
-    if not value:
-        return None
-    try:
-        return max(float(value), 0.0)
-    except ValueError:
-        pass
-    from email.utils import parsedate_to_datetime
-    try:
-        return max(parsedate_to_datetime(value).timestamp() - time.time(), 0.0)
-    except (TypeError, ValueError):
-        return None
-
-
-def _describe(exc: BaseException, timeout_s: float) -> str:
-    if isinstance(exc, (socket.timeout, gevent.Timeout, TimeoutError)):
-        return f"no data from the server for {timeout_s:g} s (request timeout)"
-    if isinstance(exc, ConnectionRefusedError):
-        return "connection refused"
-    text = str(exc) or type(exc).__name__
-    return f"{type(exc).__name__}: {text}"

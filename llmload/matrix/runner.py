@@ -261,5 +261,5 @@ def default_out_dir(model: str) -> str:
 
 
 def _is_local(url: str) -> bool:
-    from llmload.io.client import Endpoint
+    from llmload.io.endpoint import Endpoint
     return Endpoint.parse(url).host in ("127.0.0.1", "localhost", "::1")

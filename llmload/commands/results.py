@@ -1,0 +1,95 @@
+"""`llmload report`, `compare` and `export`: commands on results directories already written."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from llmload.commands.common import _echo, _Refused
+
+
+@click.command()
+@click.argument("results_dir", type=click.Path(exists=True))
+@click.option("--recompute", is_flag=True,
+              help="Derive every cell's figures and status again from the stored records (records/).")
+def report(results_dir: str, recompute: bool) -> None:
+    """Re-render report.md, report.html and measurements.csv from RESULTS_DIR/results.json alone;
+    with --recompute, first derive every cell again from RESULTS_DIR/records/ and rewrite results.json."""
+    from pathlib import Path
+
+    from llmload.output.results import ResultsError, load_results
+    from llmload.output.resultswriter import write_document, write_renderings
+    folder = Path(results_dir) if Path(results_dir).is_dir() else Path(results_dir).parent
+    try:
+        doc = load_results(results_dir)
+    except ResultsError as exc:
+        raise _Refused(str(exc)) from None
+    try:
+        if recompute:
+            from llmload.output.recompute import recompute as derive
+            from llmload.output.recordstore import RecordsError
+            try:
+                doc, n = derive(folder)
+            except RecordsError as exc:
+                raise _Refused(str(exc)) from None
+            path = write_document(doc, folder)
+            _echo(f"Recomputed {n} cell(s) from {folder / 'records'}")
+        else:
+            path = write_renderings(doc, folder)
+    except click.ClickException:
+        raise
+    except OSError as exc:
+        raise click.ClickException(f"cannot write into {folder}: {exc.strerror or exc}") from None
+    except Exception as exc:  # a results.json damaged or edited by hand: say so, in one line
+        raise _Refused(f"{folder}: results.json is not a well-formed llmload results file "
+                       f"({type(exc).__name__}: {exc})") from None
+    _echo(f"Report: {path}")
+    _echo(f"HTML report: {path.with_name('report.html')}")
+
+
+@click.command()
+@click.argument("results_dirs", nargs=-1, required=True, type=click.Path(exists=True))
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False),
+              help="Where to write the compare page (default: compare.html here; with --json: none).")
+@click.option("--no-html", is_flag=True, help="Do not write the compare page.")
+def compare(results_dirs, as_json, html_path, no_html) -> None:
+    """Compare results directories: DIR_A DIR_B [DIR_C ...] (ratios are each run / A)."""
+    from llmload.output.compare import CompareError
+    from llmload.output.comparereport import compare_dirs
+    try:
+        if no_html or (as_json and not html_path):
+            html_path = None  # --json alone prints JSON and nothing else
+        else:
+            html_path = html_path or "compare.html"
+        text, page = compare_dirs(list(results_dirs), as_json=as_json, html_path=html_path)
+    except CompareError as exc:
+        raise _Refused(str(exc)) from None
+    except OSError as exc:
+        raise click.ClickException(f"cannot write the compare page: {exc.strerror or exc}") from None
+    _echo(text)
+    if page and not as_json:
+        _echo(f"\nCompare page: {page}")
+
+
+@click.command()
+@click.argument("results_dir", type=click.Path(exists=True, file_okay=False))
+@click.option("--format", "fmt", type=click.Choice(["csv", "parquet", "jsonl"]), default="csv", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="File to write (default: standard output).")
+def export(results_dir: str, fmt: str, output: str | None) -> None:
+    """Every request of every cell of RESULTS_DIR, one row each (from RESULTS_DIR/records/)."""
+    from llmload.output.recompute import export_records
+    from llmload.output.recordstore import RecordsError
+    try:
+        if output:
+            with open(output, "wb") as f:
+                n = export_records(results_dir, fmt, f)
+            click.echo(f"{n} request(s) written to {output}", err=True)
+        else:
+            export_records(results_dir, fmt, sys.stdout.buffer)
+            sys.stdout.buffer.flush()
+    except RecordsError as exc:
+        raise _Refused(str(exc)) from None
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {output or 'standard output'}: {exc.strerror or exc}") from None

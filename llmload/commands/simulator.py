@@ -1,0 +1,132 @@
+"""`llmload fit`, `predict` and `sim`: commands on simulator profiles (fit one to a run,
+predict a matrix from one in virtual time, serve one)."""
+
+from __future__ import annotations
+
+import click
+
+
+@click.command()
+@click.argument("results_dir", type=click.Path(exists=True))
+@click.option("-o", "--out", "out_path", type=click.Path(dir_okay=False),
+              help="Profile JSON to write (default: RESULTS_DIR/fitted-profile.json).")
+@click.option("--base", default=None,
+              help="Profile (name or file) whose values are kept where the cells cannot identify them.")
+def fit(results_dir: str, out_path: str | None, base: str | None) -> None:
+    """Fit a simulator profile to a measured run (RESULTS_DIR) and print the residuals."""
+    import json
+    from pathlib import Path
+
+    from llmload.output.results import ResultsError, load_results
+    from llmload.sim.profiles import load_profile
+    from llmload.matrix.twinfit import FitError, fit_profile, profile_json
+    folder = Path(results_dir) if Path(results_dir).is_dir() else Path(results_dir).parent
+    try:
+        doc = load_results(results_dir)
+        result = fit_profile(doc, base=load_profile(base) if base else None, source=str(folder))
+    except (ResultsError, FitError, ValueError, OSError) as exc:
+        raise click.ClickException(str(exc)) from None
+    out = Path(out_path) if out_path else folder / "fitted-profile.json"
+    try:
+        out.write_text(json.dumps(profile_json(result.profile), indent=2) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {out}: {exc.strerror or exc}") from None
+    _echo_fit(result)
+    click.echo(f"Profile: {out}")
+
+
+def _echo_fit(result) -> None:
+    from llmload.matrix.twinfit import FRONTEND_PARAMS, PREFILL_PARAMS, STEP_PARAMS
+    from llmload.core.units import format_tokens
+    prof = result.profile
+    click.echo("Fitted: " + ", ".join(f"{k} {getattr(prof, k):.4g}"
+                                     for k in STEP_PARAMS + PREFILL_PARAMS + FRONTEND_PARAMS))
+    click.echo(f"  KV cache {prof.num_gpu_blocks:,} blocks × {prof.block_size} tokens · "
+               f"max model length {prof.max_model_len:,} · max sequences {prof.max_num_seqs}")
+    for note in result.notes:
+        click.echo(f"  note: {note}")
+    click.echo("\n| cell | figure | measured | fitted | residual |\n|---|---|---|---|---|")
+    for r in result.residuals:
+        cell = (f"prefill {format_tokens(r.context_tokens)}" if r.phase == "prefill"
+                else f"decode {format_tokens(r.context_tokens)} × {r.concurrency}")
+        click.echo(f"| {cell} | {r.figure} | {r.measured:,.1f} | {r.fitted:,.1f} | {r.relative:+.1%} |")
+
+
+@click.command()
+@click.argument("profile")
+@click.option("--contexts", required=True, help="Decode contexts, e.g. 0,16K,32K.")
+@click.option("--concurrency", required=True, help="Simultaneous requests, e.g. 1,2,4,8.")
+@click.option("--prefill-contexts", default=None, help="Prefill contexts (default: the decode contexts above 0).")
+@click.option("--max-tokens", default="8192", show_default=True, help="Output tokens per request.")
+@click.option("--duration", default="30s", show_default=True, help="Window per decode cell (virtual time).")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a profile field (what-if).")
+@click.option("--slo", default=None, help="Service-level objective, as for llmload run.")
+@click.option("--slo-search", is_flag=True, help="Bisect N towards the SLO's limit, as for llmload run.")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Results directory.")
+def predict(profile, contexts, concurrency, prefill_contexts, max_tokens, duration, overrides, slo,
+            slo_search, out_dir) -> None:
+    """Predict a speed test matrix from a (fitted) simulator PROFILE, in virtual time."""
+    import time
+
+    from llmload.output.resultswriter import ResultsWriter
+    from llmload.matrix.console import _echo_matrix
+    from llmload.core.scenario import ScenarioError, resolve
+    from llmload.sim.profiles import load_profile, parse_overrides
+    from llmload.matrix.twin import predict_results
+    try:
+        prof = load_profile(profile, parse_overrides(list(overrides)) or None)
+        cli = {"contexts": contexts, "concurrency": concurrency, "max_tokens": max_tokens,
+               "duration_s": duration, "slo": slo}
+        if prefill_contexts is not None:
+            cli["prefill_contexts"] = prefill_contexts
+        sc = resolve(None, {}, cli)
+    except (ScenarioError, ValueError, OSError) as exc:
+        raise click.UsageError(str(exc)) from None
+    prefill = sc.prefill_contexts if prefill_contexts is not None else tuple(c for c in sc.contexts if c > 0)
+    started = time.monotonic()
+    try:
+        doc = predict_results(prof, contexts=sc.contexts, prefill_contexts=prefill,
+                              concurrency=sc.concurrency, max_tokens=sc.max_tokens,
+                              duration_s=sc.duration_s, slo=sc.slo, slo_search=slo_search,
+                              profile_source=profile)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    writer = ResultsWriter(out_dir)
+    try:
+        writer.start(doc)
+        writer.finish(finished_at=doc["finished_at"])
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {out_dir}: {exc.strerror or exc}") from None
+    click.echo(f"Predicted {len(doc['cells'])} cells in "
+               f"{time.monotonic() - started:.1f} s (virtual time; profile {prof.name}"
+               + (f", fitted from {prof.fitted_from}" if prof.fitted_from else "") + ")")
+    _echo_matrix(writer.results, click.echo)
+    click.echo(f"Report: {out_dir}/report.md")
+
+
+@click.command()
+@click.option("--profile", default="rtx3090-r1-qwen14b-awq", show_default=True,
+              help="Profile name or path to a profile JSON file.")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8000, show_default=True, type=int, help="0 = any free port.")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a profile field.")
+@click.option("--api-key", default=None, help="Require this Bearer key on /v1/* (like vllm serve --api-key).")
+@click.option("--list-profiles", is_flag=True, help="List the built-in profiles and exit.")
+def sim(profile, host, port, overrides, api_key, list_profiles) -> None:
+    """Serve a simulated vLLM server until stopped (Ctrl-C)."""
+    from llmload.sim.profiles import list_profiles as names, load_profile, parse_overrides
+    from llmload.sim.server import serve
+    if list_profiles:
+        for name in names():
+            click.echo(name)
+        return
+    try:
+        prof = load_profile(profile, parse_overrides(list(overrides)) or None)
+    except (ValueError, OSError) as exc:
+        raise click.UsageError(str(exc)) from None
+    try:
+        serve(prof, host=host, port=port, api_key=api_key)
+    except OSError as exc:
+        raise click.ClickException(f"cannot listen on {host}:{port}: {exc}") from None
+    except KeyboardInterrupt:
+        pass

@@ -1,0 +1,129 @@
+"""Server-side truth: figures llmload measured next to the server's own account of them.
+
+Pure (numpy only). Each check compares one of llmload's figures (`llmload.core.metrics`)
+with what the server reports: its per-request timings (llama.cpp predicted_n/predicted_ms,
+prompt_n/prompt_ms), its generated-token counter, or the final usage of chunk-counted
+requests; a difference above the tolerance is flagged on the page.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from llmload.core.metrics import _inside, _stream_rate_tok_s, _token_chunks, prefill_figures
+from llmload.core.records import RequestRecord
+
+#: Client and server figures that differ by more than this fraction are flagged.
+SERVER_AGREEMENT = 0.03
+#: ... for a cold prefill's prompt tok/s: llmload's TTFT also holds the request's HTTP
+#: round trip, which the server's prompt time does not.
+PREFILL_AGREEMENT = 0.10
+#: ... and for a text prompt (the chat endpoint), whose TTFT also holds the server's
+#: templating and tokenizing of the text: 13% of a 1K chat prefill on llama.cpp here.
+PREFILL_TEXT_AGREEMENT = 0.25
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerCheck:
+    """One figure as llmload measured it next to the server's own account of it."""
+
+    figure: str
+    """What is compared, e.g. "per_request_tok_s"."""
+    client: float
+    server: float
+    source: str
+    """Where the server's number comes from."""
+    tolerance: float = SERVER_AGREEMENT
+    """The relative difference above which the two disagree."""
+
+    @property
+    def diff_pct(self) -> float:
+        return (self.client / self.server - 1.0) * 100.0 if self.server else math.inf
+
+    @property
+    def agrees(self) -> bool:
+        return abs(self.diff_pct) <= self.tolerance * 100.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "diff_pct": self.diff_pct, "agrees": self.agrees}
+
+
+def server_stream_rate_tok_s(record: RequestRecord) -> float | None:
+    """The server's own decode rate of one request: (tokens − 1) / (time from the first to
+    the last generated token), from its timings (llama.cpp predicted_n / predicted_ms)."""
+    n, ms = record.server_output_tokens, record.server_decode_ms
+    if n is None or ms is None or n < 2 or ms <= 0:
+        return None
+    return (n - 1) / (ms / 1000.0)
+
+
+def timing_check(records: Iterable[RequestRecord], t0: float, t1: float) -> ServerCheck | None:
+    """Median per-request tok/s of the window's requests, llmload's against the server's
+    own timings, over the requests that have both."""
+    client, server = [], []
+    for record in records:
+        if record.send_s > t1 or record.end_s < t0:
+            continue
+        theirs = server_stream_rate_tok_s(record)
+        times, tokens = _token_chunks(record)
+        inside = _inside(times, t0, t1)
+        ours = _stream_rate_tok_s(times[inside], tokens[inside])
+        if theirs is not None and ours is not None:
+            client.append(ours)
+            server.append(theirs)
+    if not client:
+        return None
+    return ServerCheck(figure="per_request_tok_s", client=float(np.median(client)),
+                       server=float(np.median(server)), source="server timings (predicted_n, predicted_ms)")
+
+
+def tokens_between(records: Iterable[RequestRecord], t0: float, t1: float) -> int:
+    """Tokens of the chunks that arrived in [t0, t1]."""
+    total = 0
+    for record in records:
+        times, tokens = _token_chunks(record)
+        total += int(tokens[_inside(times, t0, t1)].sum())
+    return total
+
+
+def counter_check(records: Iterable[RequestRecord], t0: float, t1: float, generated: float,
+                  source: str) -> ServerCheck | None:
+    """Tokens llmload received in [t0, t1] against the server's generated-token counter
+    delta over the same interval (a counter that moves every decode step)."""
+    if generated <= 0:
+        return None
+    return ServerCheck(figure="output_tokens", client=float(tokens_between(records, t0, t1)),
+                       server=float(generated), source=source)
+
+
+def usage_check(records: Iterable[RequestRecord]) -> ServerCheck | None:
+    """For chunk-counted requests (no per-chunk count from the server): the chunks of the
+    completed requests against the server's final usage.completion_tokens of them."""
+    done = [r for r in records if r.status == "ok" and r.token_source == "chunks"
+            and r.completion_tokens is not None and r.chunk_times_s]
+    if not done:
+        return None
+    return ServerCheck(figure="output_tokens_completed", client=float(sum(r.output_tokens for r in done)),
+                       server=float(sum(r.completion_tokens for r in done)), source="final usage.completion_tokens")
+
+
+def prefill_check(records: Iterable[RequestRecord], *, text_prompt: bool = False) -> ServerCheck | None:
+    """Cold-prefill prompt tok/s (prompt tokens / TTFT) against the server's own prefill
+    rate (llama.cpp prompt_n / prompt_ms), medians over the requests that have both."""
+    client, server = [], []
+    for record in records:
+        ours = prefill_figures(record).prompt_tok_s
+        n, ms = record.server_prefill_tokens, record.server_prefill_ms
+        if ours is not None and n and ms:
+            client.append(ours)
+            server.append(n / (ms / 1000.0))
+    if not client:
+        return None
+    return ServerCheck(figure="prompt_tok_s", client=float(np.median(client)), server=float(np.median(server)),
+                       source="server timings (prompt_n, prompt_ms)",
+                       tolerance=PREFILL_TEXT_AGREEMENT if text_prompt else PREFILL_AGREEMENT)
