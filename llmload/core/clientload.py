@@ -2,7 +2,7 @@
 
 The `client_bound` status needs the delay llmload itself adds between a token's arrival at
 this host and its timestamp, but the process cannot time bytes it has not read yet. What
-it can see, every monitor interval (`plugin.LoadMonitor`):
+it can see, every monitor interval (`loadgen.monitor.LoadMonitor`):
 - coalescing: events per read (`client.COUNTERS`), and so bytes per event and the rate of
   events that arrived (read, plus the growth of the unread backlog); with S open streams,
   one stream's gap between events is S / that rate;

@@ -46,7 +46,7 @@ CONNECT_TIMEOUT_S = 10.0
 
 class ReadCounters:
     """Process-wide counts of the streaming hot path, read by the load monitor
-    (`plugin.LoadMonitor`): reads that carried events, and the events they carried."""
+    (`loadgen.monitor.LoadMonitor`): reads that carried events, and the events they carried."""
 
     __slots__ = ("reads", "events", "bytes")
 

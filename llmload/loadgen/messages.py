@@ -1,5 +1,5 @@
 """The matrix cell protocol between the controller (`llmload.matrix.runner`) and the Locust
-processes that run users (`llmload.loadgen.plugin`, `llmload.loadgen.user`): message names and their typed,
+processes that run users (`llmload.loadgen.cellworker`, `llmload.loadgen.user`): message names and their typed,
 frozen payloads, each with the one place that turns it into Locust message data
 (`to_wire`, plain msgpack-able values) and back (`from_wire`).
 

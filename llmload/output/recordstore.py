@@ -14,7 +14,7 @@ metadata holds, as JSON, the planned cell (`llmload.core.capacity.PlannedCell`) 
 (`llmload.core.cells.CellFacts`: window, server and client load samples) under "llmload.facts",
 plus "llmload.records_version".
 
-Error texts were scrubbed of secrets when the record was kept (`llmload.loadgen.plugin`); they are
+Error texts were scrubbed of secrets when the record was kept (`llmload.loadgen.state.publish`); they are
 scrubbed again here before writing, as everything written is.
 """
 

@@ -59,11 +59,11 @@ Top level:
     client_bound), client_added_delay_source, warmup_cache_hit (bool or null),
     cached_tokens (prefill: the server's cached prompt tokens, 0 for a cold prefill),
     longest_stall_s (decode: the longest silence of a request after its first token inside
-    the window; the cell is "stalled" when it exceeds the bound, see metrics.stall_bound_s),
+    the window; the cell is "stalled" when it exceeds the bound, see cellstatus.stall_bound_s),
     token_source (how per-chunk token counts were obtained, records.TOKEN_SOURCES),
     server_prompt_tokens (the server's count of the prompt), usage_mismatches (completed
     requests whose chunk tokens differ from their usage), server_check (the server's own
-    figure against llmload's, metrics.ServerCheck.to_dict(), or null), prompt_length_note
+    figure against llmload's, servercheck.ServerCheck.to_dict(), or null), prompt_length_note
     (the server counted a different prompt length; else null), records_file (the cell's
     records, relative to the results directory; null when it has none), timing (where the
     cell's wall time went, in seconds: users_s, warmup_s, window_s, wall_s, overhead_s;
