@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import tempfile
 from array import array
 from dataclasses import fields
 from pathlib import Path
@@ -36,6 +35,7 @@ from llmload.core.capacity import PlannedCell
 from llmload.core.cells import CellFacts, planned_from_dict
 from llmload.core.records import RequestRecord
 from llmload.core.redact import scrub
+from llmload.output.resultswriter import atomic_file
 
 logger = logging.getLogger(__name__)
 
@@ -118,20 +118,10 @@ def write_cell(out_dir: str | os.PathLike[str], planned: PlannedCell, records: l
         "llmload.planned": json.dumps(planned.to_dict()),
         "llmload.facts": scrub(facts.to_json()),
     })
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
+    with atomic_file(path) as tmp:
         # Floats split by byte before zstd: the high bytes of nearby times compress well.
         pq.write_table(table, tmp, compression="zstd",
                        use_byte_stream_split=["send_s", "first_byte_s", "end_s", "chunk_times_s.list.element"])
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
     return path
 
 

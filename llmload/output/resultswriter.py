@@ -22,8 +22,9 @@ import logging
 import math
 import os
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from llmload import __version__
 from llmload.core.redact import scrub_obj
@@ -78,14 +79,16 @@ def _document_text(doc: dict[str, Any]) -> str:
                       default=_json_fallback) + "\n"
 
 
-def atomic_write_text(path: Path, text: str) -> None:
+@contextmanager
+def atomic_file(path: Path) -> Iterator[str]:
+    """A temporary file beside `path` to write, which replaces `path` in one step when the
+    block ends, and is removed if it raises: readers never see a half-written file. It is
+    made readable as the umask allows (mkstemp makes 0600; results are made to be shared)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; results are made to be shared
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
+        os.fchmod(fd, 0o666 & ~_umask())
+        os.close(fd)
+        yield tmp
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -93,6 +96,13 @@ def atomic_write_text(path: Path, text: str) -> None:
         except FileNotFoundError:
             pass
         raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    with atomic_file(path) as tmp, open(tmp, "w", encoding="utf-8", newline="") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def _umask() -> int:
