@@ -116,19 +116,8 @@ def _exit_when_parent_goes() -> None:
     """`llmload run` holds the worker's stdin open and never writes; EOF means it has gone,
     however it went (SIGKILL included). The worker then exits at once: the kernel closes its
     connections, so no load is left running against the server."""
-    import sys
-
-    import gevent.os
-    try:
-        fd = sys.stdin.fileno()
-        os.set_blocking(fd, False)
-    except (OSError, ValueError):
+    from llmload.io.parentwatch import wait_for_parent_exit
+    if not wait_for_parent_exit():
         return
-    while True:
-        try:
-            if not gevent.os.nb_read(fd, 4096):
-                break
-        except OSError:
-            break
     logger.warning("llmload run (the controller) is gone: worker exiting")
     os._exit(3)

@@ -537,17 +537,10 @@ def _url(host: str, port: int) -> str:
 def _stop_when_parent_goes(stop: gevent.event.Event) -> None:
     """The launcher holds our stdin open and never writes; EOF means it has gone, even if
     it was killed outright, so a simulator is never left behind."""
-    import gevent.os
-    fd = sys.stdin.fileno()
-    os.set_blocking(fd, False)
-    while True:
-        try:
-            if not gevent.os.nb_read(fd, 4096):
-                break
-        except OSError:
-            break
-    logger.warning("parent process gone: stopping")
-    stop.set()
+    from llmload.io.parentwatch import wait_for_parent_exit
+    if wait_for_parent_exit():
+        logger.warning("parent process gone: stopping")
+        stop.set()
 
 
 def serve(profile: Profile, *, host: str = "127.0.0.1", port: int = 8000,
