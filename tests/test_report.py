@@ -358,6 +358,31 @@ def test_writer_rewrites_every_file_on_each_call(tmp_path):
                                                     "results.json"]
 
 
+def test_writer_draws_the_html_page_at_most_once_a_minute_and_at_the_end(tmp_path, monkeypatch):
+    """Drawing report.html takes a second or two, between cells: during a run it is redrawn
+    at most every HTML_EVERY_S; report.md and results.json follow every cell; finish draws it."""
+    from llmload.output import resultswriter
+    clock = [1000.0]
+    monkeypatch.setattr(resultswriter.time, "monotonic", lambda: clock[0])
+    writer = ResultsWriter(tmp_path)
+    writer.start(meta())
+    cells = seed_results()["cells"]
+    writer.add_cell(cells[0])
+    first = (tmp_path / "report.html").read_text()
+    clock[0] += resultswriter.HTML_EVERY_S / 2
+    writer.add_cell(cells[1])
+    assert (tmp_path / "report.html").read_text() == first  # not redrawn yet
+    assert len(load_results(tmp_path)["cells"]) == 2
+    clock[0] += resultswriter.HTML_EVERY_S
+    writer.add_cell(cells[2])
+    second = (tmp_path / "report.html").read_text()
+    assert second != first  # a minute on: redrawn
+    writer.add_cell(cells[3])
+    assert (tmp_path / "report.html").read_text() == second
+    writer.finish(status="complete")
+    assert (tmp_path / "report.html").read_text() != second  # the end: always drawn
+
+
 def test_writer_keeps_previous_file_when_a_write_fails(tmp_path, monkeypatch):
     writer = ResultsWriter(tmp_path)
     writer.start(meta())

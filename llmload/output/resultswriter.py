@@ -22,6 +22,7 @@ import logging
 import math
 import os
 import tempfile
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
@@ -114,14 +115,23 @@ def _umask() -> int:
 # --------------------------------------------------------------------------- writer
 
 
+HTML_EVERY_S = 60.0
+"""During a run, report.html is redrawn at most this often: its charts take a second or two
+to draw, in the run's own event loop, between cells. results.json, report.md and the CSV are
+written on every call; `finish` always draws the page."""
+
+
 class ResultsWriter:
-    """Keeps one run's results document and rewrites the results directory on every call."""
+    """Keeps one run's results document and rewrites the results directory on every call
+    (report.html at most every HTML_EVERY_S, and at the end)."""
 
     def __init__(self, out_dir: str | os.PathLike[str]) -> None:
         self.out_dir = Path(out_dir)
         self._doc: dict[str, Any] | None = None
         self.render_error: str | None = None
         """Why the page/CSV could not be rendered last time (None: they were)."""
+        self._html_at: float | None = None
+        """When report.html was last drawn (time.monotonic)."""
 
     @property
     def results(self) -> dict[str, Any]:
@@ -220,12 +230,16 @@ class ResultsWriter:
         doc = self._require()
         doc.update(top_level)
         doc["finished_at"] = finished_at or utc_now_iso()
-        self._write()
+        self._write(final=True)
 
-    def _write(self, *, html: bool = True) -> None:
+    def _write(self, *, html: bool = True, final: bool = False) -> None:
         text = _document_text(self._require())
         atomic_write_text(self.out_dir / RESULTS_FILE, text)
+        if html and not final and self._html_at is not None and time.monotonic() - self._html_at < HTML_EVERY_S:
+            html = False
         self._write_renderings(json.loads(text), html=html)
+        if html:
+            self._html_at = time.monotonic()
 
     def _write_renderings(self, clean: dict[str, Any], *, html: bool) -> None:
         try:
