@@ -40,6 +40,20 @@ def test_backlog_age_is_queued_events_times_the_gap():
     assert backlog_ages_ms([200], bytes_per_event=200, gap_ms=100.0) == {0: 1}
 
 
+def test_the_gap_between_events_counts_the_backlog_but_never_stretches_past_the_read_rate():
+    from llmload.core.clientload import stream_gap_ms
+    # 100 streams, 10,000 events (200 B each) read in 1 s: one event per stream every 10 ms
+    assert stream_gap_ms(streams=100, events=10_000, nbytes=2_000_000, backlog_growth_bytes=0,
+                         elapsed_s=1.0) == pytest.approx(10.0)
+    # the backlog grew by 10,000 events: 20,000 arrived, a 5 ms gap
+    assert stream_gap_ms(streams=100, events=10_000, nbytes=2_000_000, backlog_growth_bytes=2_000_000,
+                         elapsed_s=1.0) == pytest.approx(5.0)
+    # the backlog shrank by nearly what was read (the client caught up): still the read rate,
+    # not 1 arrival in the second (a 100 s gap made the estimate 100 times the real delay)
+    assert stream_gap_ms(streams=100, events=10_000, nbytes=2_000_000, backlog_growth_bytes=-1_999_800,
+                         elapsed_s=1.0) == pytest.approx(10.0)
+
+
 def test_window_estimate_needs_enough_samples_and_fires_over_the_bound():
     def interval(ages, t):
         return IntervalSample(t_s=t, reads=100, events=120, bytes_=24000, streams=10, ages=Counter(ages))

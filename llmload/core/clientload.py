@@ -60,6 +60,16 @@ class IntervalSample:
                    ages=Counter({int(b): int(n) for b, n in ages}))
 
 
+def stream_gap_ms(*, streams: int, events: int, nbytes: int, backlog_growth_bytes: int, elapsed_s: float) -> float:
+    """One stream's gap between events over an interval, in ms: S streams / the rate events
+    arrived. Arrived: read, plus the growth of the unread backlog (in events of this
+    interval's mean size) — a client that fell behind reads fewer than arrive. Never fewer
+    than were read: a backlog that shrank says the client caught up, not that the server
+    slowed down (a near-zero rate made the gap, and the estimate, 100 times too large)."""
+    arrived = max(events + backlog_growth_bytes / (nbytes / events), events)
+    return streams / (arrived / elapsed_s) * 1000.0
+
+
 def backlog_ages_ms(queued: list[int], *, bytes_per_event: float | None = None, gap_ms: float,
                     events: list[int] | None = None) -> Counter:
     """Histogram of the age of the oldest unread event per socket (see the module doc):

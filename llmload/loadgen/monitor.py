@@ -44,7 +44,7 @@ class LoadMonitor:
 
     def _run(self) -> None:
         from llmload.io import client
-        from llmload.core.clientload import IntervalSample, backlog_ages_ms
+        from llmload.core.clientload import IntervalSample, backlog_ages_ms, stream_gap_ms
         counters = client.COUNTERS
         last_wall, last_cpu = time.monotonic(), time.process_time()
         last_counts = (counters.reads, counters.events, counters.bytes)
@@ -63,13 +63,8 @@ class LoadMonitor:
             if events and streams and elapsed > 0:
                 peeked = client.queued_events()
                 queued = [b for b, _ in peeked]
-                per_event = nbytes / events
-                # Events that arrived (not only those read): a client that fell behind reads
-                # fewer than arrive, and its read rate would stretch the gap.
-                arrived = events + (sum(queued) - last_queued) / per_event
-                if arrived <= 0:
-                    arrived = events
-                gap_ms = streams / (arrived / elapsed) * 1000.0
+                gap_ms = stream_gap_ms(streams=streams, events=events, nbytes=nbytes,
+                                       backlog_growth_bytes=sum(queued) - last_queued, elapsed_s=elapsed)
                 ages = backlog_ages_ms(queued, gap_ms=gap_ms, events=[e for _, e in peeked])
                 last_queued = sum(queued)
             self.samples.append((t, cpu_pct, lag_ms))
