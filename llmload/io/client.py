@@ -99,10 +99,6 @@ class _Deadline(Exception):
     """Raised inside a read when the measurement window ends."""
 
 
-class ServerError(Exception):
-    """A non-streaming call failed; the message is one line for the user."""
-
-
 class StreamingClient:
     """A keep-alive connection that streams completions and times every token."""
 

@@ -102,9 +102,6 @@ CELL_STATUSES = (
     "stalled", "not_run", "running",
 )
 CELL_IDENTITY = ("phase", "context_tokens", "concurrency")
-# The keys come from the typed result's fields (`llmload.core.cellresult.CellResult`).
-CELL_FIGURE_KEYS = CELL_KEYS[CELL_KEYS.index("prompt_tok_s"):CELL_KEYS.index("error_samples") + 1]
-CELL_EXTRA_KEYS = CELL_KEYS[CELL_KEYS.index("error_samples") + 1:]
 
 
 class ResultsError(ValueError):
