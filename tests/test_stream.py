@@ -112,6 +112,31 @@ def test_llama_cpp_final_chunk_timings_are_read():
     assert tl.timings["predicted_ms"] == 9.5
 
 
+def test_llama_cpp_chat_count_that_grows_only_in_the_final_chunk_is_counted():
+    # As recorded from llama-server (chat, timings_per_token): the last content chunk says
+    # 255, the finish chunk has no timings, and the choices-less final chunk says 256 (the
+    # output parser held the last token's text back). The usage says 256 too.
+    tl = TokenTimeline(count_key="predicted_n")
+    tl.feed(1.00, [llama_chunk("a", 254, 900.0, chat=True)])
+    tl.feed(1.01, [llama_chunk("b", 255, 905.0, chat=True)])
+    finish = json.dumps({"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]}).encode()
+    final = json.loads(llama_chunk("", 256, 910.0))
+    final["choices"] = []
+    final["usage"] = {"prompt_tokens": 40, "completion_tokens": 256, "total_tokens": 296}
+    tl.feed(1.02, [finish, json.dumps(final).encode(), b"[DONE]"])
+    tl.finish()
+    assert tl.output_tokens == 256 == tl.completion_tokens
+    assert list(tl.chunk_tokens)[-1] == 1 and list(tl.chunk_times_s)[-1] == 1.02
+
+
+def test_a_final_total_is_not_counted_again_on_a_stream_counted_by_chunks():
+    tl = TokenTimeline()
+    tl.feed(1.0, [chunk("a")])
+    tl.feed(1.1, [chunk("b", finish="length")])
+    tl.feed(1.1, [final_usage(2), b"[DONE]"])
+    assert tl.finish() == "chunks" and tl.output_tokens == 2
+
+
 def test_no_usage_at_all_counts_content_chunks_and_says_so():
     tl = TokenTimeline()
     tl.feed(1.0, [chunk("a")])

@@ -176,10 +176,16 @@ class TokenTimeline:
         if isinstance(timings, dict):
             self.timings = timings
             self._last = None
-        if not choices:
-            return 0  # the final usage chunk: facts, no new tokens
         holder = obj.get(self._container)
         n = holder.get(self._key) if isinstance(holder, dict) else None
+        if not choices:
+            # The final chunk: facts. Its count is new tokens only on a stream counted all
+            # along (llama.cpp chat can end 255 -> finish chunk without timings -> final chunk
+            # at 256: a token whose text the parser held back); else it is a total. Nothing
+            # is counted after an in-stream error.
+            if self.continuous and self.error is None and isinstance(n, int) and not isinstance(n, bool):
+                return self._counted(n)
+            return 0
         # A final usage on the finishing chunk of a server without continuous usage is a
         # total, not a cumulative count: only a stream that counted all along is trusted.
         if isinstance(n, int) and not isinstance(n, bool) and (
