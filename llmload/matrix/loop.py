@@ -97,10 +97,11 @@ def _run_plan(ctx: RunContext, driver: LocustDriver, prompts, plan: list[Planned
             facts = replace(facts, prefill_source="standalone")
         elif planned.concurrency == 1 and planned.context_tokens in deferred:
             warm = [r for r in records if r.tag == "warmup"]
+            # The prefill is the decode cell's cold warm-up: of that cell's facts it needs only
+            # how the prompt was sent (the window, loads and timing are the decode's).
             pre = _keep(writer, deferred.pop(planned.context_tokens), warm,
-                        replace(facts, prefill_source="decode_warmup", t0_s=None, t1_s=None, waiting_samples=(),
-                                server_first=None, server_last=None, client_samples=(), client_reads=(),
-                                timing=None, power=None))
+                        CellFacts(prefill_source="decode_warmup", exact_prompt_length=facts.exact_prompt_length,
+                                  text_prompt=facts.text_prompt))
             _echo_note(ctx, pre)
             ctx.echo(f"    {_summary(pre)}")
             prefill_tok_s = pre.get("prompt_tok_s") or prefill_tok_s
