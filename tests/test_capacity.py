@@ -63,7 +63,7 @@ def test_reasons_carry_the_numbers():
     assert fits.reason == "1 × 3,584 blocks = 3,584 ≤ 3,700 KV blocks"
     zero = plan[("decode", 0, 4)]
     assert zero.prompt_tokens == 1
-    assert zero.reason == "4 × 513 blocks = 2,052 ≤ 3,700 KV blocks"
+    assert zero.reason == "4 × 512 blocks = 2,048 ≤ 3,700 KV blocks"  # 1 + 8,192 − 1 tokens of KV
 
 
 def test_exceeds_context_comes_before_capacity():
@@ -107,7 +107,7 @@ def test_block_size_unknown_counts_tokens():
         (0, 1), (0, 2), (0, 4), (16 * K, 1), (16 * K, 2), (32 * K, 1), (48 * K, 1)
     ]
     over = next(c for c in plan if (c.context_tokens, c.concurrency) == (32 * K, 2))
-    assert over.reason == "2 × 40,960 tokens = 81,920 > 59,200 KV tokens"
+    assert over.reason == "2 × 40,959 tokens = 81,918 > 59,200 KV tokens"  # 32K + 8K − 1 of KV
 
 
 def test_block_rounding_matters():

@@ -42,9 +42,11 @@ def test_every_fixture_names_its_engine_version_and_origin():
 
 def test_vllm_limits_from_cache_config_models_and_launch_command():
     lim = limits_of("vllm-0.11.0")
-    assert (lim.max_model_len, lim.kv_cache_tokens, lim.block_size, lim.max_sequences) == (57_344, 59_200, 16, 128)
+    # 3,700 blocks of 16 reported; one is V1's null block, which no sequence gets.
+    assert (lim.max_model_len, lim.kv_cache_tokens, lim.block_size, lim.max_sequences) == (57_344, 59_184, 16, 128)
     assert lim.max_model_len_source == "/v1/models max_model_len"
-    assert lim.kv_cache_source == "/metrics vllm:cache_config_info num_gpu_blocks × block_size"
+    assert lim.kv_cache_source == ("/metrics vllm:cache_config_info num_gpu_blocks × block_size, "
+                                   "less 1 null block (16 tokens) the engine keeps")
     assert lim.max_sequences_source == "launch command --max-num-seqs"
 
 

@@ -63,8 +63,10 @@ def test_max_num_seqs_caps_the_running_batch():
 
 
 def test_a_request_waits_until_its_blocks_fit():
-    # 64 blocks of 16 tokens; each request holds 25 blocks of prompt, growing to 32.
-    engine = Engine(profile(num_gpu_blocks=64, max_model_len=1024))
+    # 65 blocks of 16 tokens, one of them the null block (like vLLM V1's, in no sequence and
+    # not counted in the usage): 64 usable; each request holds 25 blocks of prompt, growing
+    # to 32 (400 + 100 − 1 tokens of KV), so two fit at once and the third waits.
+    engine = Engine(profile(num_gpu_blocks=65, max_model_len=1024))
     for i in range(3):
         engine.add(req(f"r{i}", 400, 100, start=1000 * i))
     engine.step()
@@ -168,3 +170,16 @@ def test_requests_sent_together_share_the_first_step_and_decode_in_lockstep():
     assert len({t.chunk_times_s[0] for t in traces}) == 1
     assert all(t.num_tokens == 20 and t.finished for t in traces)
     assert run.steps[0][1].num_scheduled == 4
+
+
+def test_the_null_block_is_no_sequences():
+    # Like vLLM V1, one block of the pool is the null block: two sequences of 32 blocks fit
+    # 65 blocks (the test above) but not 64, where one of them is preempted.
+    engine = Engine(profile(num_gpu_blocks=64, max_model_len=1024))
+    for i in range(2):
+        engine.add(req(f"r{i}", 400, 100, start=1000 * i))
+    for _ in range(500):
+        engine.step()
+        if not engine.has_work:
+            break
+    assert engine.stats().num_preemptions >= 1

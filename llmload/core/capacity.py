@@ -7,10 +7,12 @@ max_total_tokens), the shared KV pool (vLLM/SGLang/TRT-LLM blocks, TGI's
 max_batch_total_tokens, llama.cpp's unified KV only when given) and the sequence-count
 limit (llama.cpp slots, vLLM max_num_seqs when known). Rules, checked in this order:
 - exceeds_context: prompt + M > the per-sequence limit (prefill cells use M = 1).
-- over_capacity: S × blocks(prompt + M) > KV cache blocks, where S = min(N, sequence-count
-  limit) are the sequences held at once, blocks(x) = ceil(x / block_size) and KV blocks =
-  kv_cache_tokens // block_size; when the block size is unknown, S × (prompt + M) > KV
-  cache tokens.
+- over_capacity: S × blocks(prompt + M − 1) > KV cache blocks, where S = min(N,
+  sequence-count limit) are the sequences held at once, blocks(x) = ceil(x / block_size),
+  prompt + M − 1 the tokens whose KV a sequence writes (the last token's never is) and KV
+  blocks = kv_cache_tokens // block_size, the blocks sequences can use (`find_limits` takes
+  the engine's null blocks off what the server reports); when the block size is unknown,
+  S × (prompt + M − 1) > KV cache tokens.
 - queued: N > the sequence-count limit: run, the rest wait in the server's queue, and the
   cell is expected to come out saturated.
 - run: otherwise, and always when the KV pool is unknown or absent ("saturated" will then
@@ -76,6 +78,12 @@ def blocks(x: int, block_size: int) -> int:
     return -(-x // block_size)
 
 
+def kv_tokens_held(prompt_tokens: int, max_tokens: int) -> int:
+    """Tokens whose KV one sequence of prompt_tokens + max_tokens holds at its longest: the
+    last output token is sampled but never fed back, so its KV is never written."""
+    return prompt_tokens + max_tokens - 1
+
+
 def _capacity_verdict(
     *,
     concurrency: int,
@@ -129,7 +137,7 @@ def _plan_cell(
     else:
         status, reason = _capacity_verdict(
             concurrency=concurrency,
-            sequence_tokens=sequence_tokens,
+            sequence_tokens=kv_tokens_held(prompt_tokens, max_tokens),
             kv_cache_tokens=kv_cache_tokens,
             block_size=block_size,
             max_sequences=max_sequences,
@@ -234,7 +242,8 @@ class ServerLimits:
     """Per-sequence limit: prompt + output tokens of one request."""
     max_model_len_source: str
     kv_cache_tokens: int | None
-    """The shared KV pool in tokens; None when unknown or when there is no shared pool."""
+    """The shared KV pool in tokens that sequences can use (the engine's null blocks taken
+    off what it reports); None when unknown or when there is no shared pool."""
     block_size: int | None
     kv_cache_source: str
     max_sequences: int | None
@@ -265,6 +274,11 @@ def find_limits(caps: EngineCaps, docs: Mapping[str, Any], *, kv_cache_tokens: i
     else:
         pool, pool_src = _first(caps.pool_limit, docs)
         pool_src = pool_src if pool is not None else caps.pool_note or "unknown"
+        if pool is not None and block and caps.null_blocks:
+            # The reported pool holds blocks no sequence gets: plan with the usable ones.
+            pool -= caps.null_blocks * block
+            pool_src += (f", less {caps.null_blocks} null block{'s' if caps.null_blocks > 1 else ''}"
+                         f" ({caps.null_blocks * block:,} tokens) the engine keeps")
     count, count_src = _first(caps.count_limit, docs)
     return ServerLimits(
         max_model_len=seq, max_model_len_source=seq_src if seq is not None else "unknown",

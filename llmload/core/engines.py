@@ -95,6 +95,9 @@ class EngineCaps:
     """Where the limit on sequences served at once is reported."""
     pool_note: str = ""
     """What to say when no pool is reported (how this engine shares, or not, its KV)."""
+    null_blocks: int = 0
+    """KV blocks of the reported pool that no sequence can use (vLLM V1 keeps one block as
+    its null block: a pool of 40 blocks holds 39 blocks of sequences)."""
 
     @property
     def exact_counts(self) -> bool:
@@ -116,7 +119,7 @@ ENGINES: dict[str, EngineCaps] = {
                    tokenize_path="/tokenize", tokenize_messages=True,
                    generated_counter=("vllm:generation_tokens_total",),
                    sequence_limit=(_MODELS_LEN,), pool_limit=_VLLM_POOL, block_size=_VLLM_BLOCK,
-                   count_limit=_VLLM_SEQS,
+                   count_limit=_VLLM_SEQS, null_blocks=1,
                    pool_note="unknown (no vllm:cache_config_info on /metrics): every cell runs "
                              "and queueing marks what did not fit"),
         EngineCaps(name="llmload-sim", token_id_prompts=True, ignore_eos=True, min_tokens=True,
@@ -124,7 +127,7 @@ ENGINES: dict[str, EngineCaps] = {
                    tokenize_path="/tokenize", tokenize_messages=True,
                    generated_counter=("vllm:generation_tokens_total",),
                    sequence_limit=(_MODELS_LEN,), pool_limit=_VLLM_POOL, block_size=_VLLM_BLOCK,
-                   count_limit=_VLLM_SEQS, pool_note=_UNKNOWN_POOL),
+                   count_limit=_VLLM_SEQS, null_blocks=1, pool_note=_UNKNOWN_POOL),
         EngineCaps(name="sglang", token_id_prompts=True, ignore_eos=True, min_tokens=True,
                    include_usage=True, continuous_usage=True, cache_salt=True,
                    tokenize_path="/tokenize", tokenize_messages=True,

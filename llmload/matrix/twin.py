@@ -129,7 +129,7 @@ def plan_for(profile: Profile, *, contexts: Sequence[int], prefill_contexts: Seq
              concurrency: Sequence[int], max_tokens: int) -> list[PlannedCell]:
     return plan_matrix(contexts=list(contexts), prefill_contexts=list(prefill_contexts),
                        concurrency=list(concurrency), max_tokens=max_tokens,
-                       kv_cache_tokens=profile.kv_cache_tokens, block_size=profile.block_size,
+                       kv_cache_tokens=profile.usable_kv_tokens, block_size=profile.block_size,
                        max_model_len=profile.max_model_len, max_sequences=profile.max_num_seqs)
 
 
@@ -164,8 +164,8 @@ def predict_results(profile: Profile, *, contexts: Sequence[int], prefill_contex
         "config": scenario.to_dict(),
         "server": {"model": profile.served_model_name, "model_root": profile.model,
                    "engine": "vllm", "version": profile.engine_version,
-                   "max_model_len": profile.max_model_len, "kv_cache_tokens": profile.kv_cache_tokens,
-                   "block_size": profile.block_size, "kv_cache_source": "profile",
+                   "max_model_len": profile.max_model_len, "kv_cache_tokens": profile.usable_kv_tokens,
+                   "block_size": profile.block_size, "kv_cache_source": "profile, less 1 null block",
                    "max_sequences": profile.max_num_seqs, "max_sequences_source": "profile",
                    "prefix_caching": profile.enable_prefix_caching, "fixed_output_length": True},
         "hardware": {}, "launch_command": None,
@@ -204,6 +204,11 @@ def _slo_search(profile: Profile, cells: list[dict[str, Any]], *, contexts: Sequ
 # --------------------------------------------------------------------------- the seed page
 
 
+#: The seed server's KV pool that sequences can use: 3,700 blocks of 16 tokens, one of them
+#: vLLM V1's null block.
+SEED_USABLE_KV_TOKENS = (3700 - 1) * 16
+
+
 def seed_results() -> dict[str, Any]:
     """The seed page (shared/reference/seed-speed-test-matrix.md) as a results document:
     its published figures (`llmload.sim.calibration`) in the run's schema, so `llmload fit`
@@ -212,8 +217,8 @@ def seed_results() -> dict[str, Any]:
     from llmload.sim import calibration as cal
     plan = plan_matrix(contexts=list(cal.SEED_CONTEXTS), prefill_contexts=list(cal.SEED_PREFILL_CONTEXTS),
                        concurrency=list(cal.SEED_CONCURRENCY), max_tokens=cal.SEED_MAX_OUTPUT_TOKENS,
-                       kv_cache_tokens=3700 * 16, block_size=16, max_model_len=57344,
-                       max_sequences=128)
+                       kv_cache_tokens=SEED_USABLE_KV_TOKENS, block_size=16,
+                       max_model_len=57344, max_sequences=128)
     cells = []
     for planned in plan:
         key = (planned.context_tokens, planned.concurrency)
@@ -240,7 +245,8 @@ def seed_results() -> dict[str, Any]:
                    "max_tokens": cal.SEED_MAX_OUTPUT_TOKENS, "warmup": True},
         "server": {"model": "bench", "model_root": "casperhansen/deepseek-r1-distill-qwen-14b-awq",
                    "engine": "vllm", "version": "0.32.0", "max_model_len": 57344,
-                   "kv_cache_tokens": 3700 * 16, "block_size": 16, "kv_cache_source": "seed page",
+                   "kv_cache_tokens": SEED_USABLE_KV_TOKENS, "block_size": 16,
+                   "kv_cache_source": "seed page (3,700 blocks), less 1 null block",
                    "max_sequences": 128, "max_sequences_source": "seed page (--max-num-seqs 128)"},
         "hardware": {"name": "RTX 3090 24GB", "gpu": "RTX 3090", "vram_gb": 24},
         "launch_command": None, "plan": [c.to_dict() for c in plan], "cells": cells,

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from llmload.matrix.twin import virtual_decode, virtual_prefill
-from llmload.sim.profiles import Profile, validate
+from llmload.sim.profiles import NULL_BLOCKS, Profile, validate
 
 FIT_ITERATIONS = 4
 """Rounds of simulate-and-correct after the linear first fit."""
@@ -137,7 +137,8 @@ def _base_for(doc: Mapping[str, Any], base: Profile) -> tuple[Profile, list[str]
     block = server.get("block_size") or base.block_size
     changes["block_size"] = int(block)
     if server.get("kv_cache_tokens"):
-        changes["num_gpu_blocks"] = int(server["kv_cache_tokens"]) // int(block)
+        # Results hold the usable pool; the simulator's pool also holds its null block.
+        changes["num_gpu_blocks"] = int(server["kv_cache_tokens"]) // int(block) + NULL_BLOCKS
     else:
         notes.append(f"KV cache unknown in the results: num_gpu_blocks kept at {base.num_gpu_blocks}")
     if server.get("max_model_len"):

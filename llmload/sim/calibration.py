@@ -94,9 +94,9 @@ def prompt_tokens(context: int) -> int:
 def is_over_capacity(profile: Profile, context: int, concurrency: int,
                      max_output_tokens: int = SEED_MAX_OUTPUT_TOKENS) -> bool:
     """The capacity planner's verdict for the profile's server (measurement.md:
-    N × blocks(C + M) > KV cache blocks)."""
+    N × blocks(C + M − 1) > usable KV cache blocks)."""
     [cell] = plan_matrix(contexts=[context], prefill_contexts=[], concurrency=[concurrency],
-                         max_tokens=max_output_tokens, kv_cache_tokens=profile.num_gpu_blocks * profile.block_size,
+                         max_tokens=max_output_tokens, kv_cache_tokens=profile.usable_kv_tokens,
                          block_size=profile.block_size, max_model_len=None)
     return cell.status == "over_capacity"
 

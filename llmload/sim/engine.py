@@ -194,7 +194,7 @@ class Engine:
         self.profile = profile
         self._bs = profile.block_size
         self._k = profile.tokens_per_chunk
-        self._pool = BlockPool(profile.num_gpu_blocks)
+        self._pool = BlockPool(profile.usable_kv_blocks)
         self._waiting: deque[_Seq] = deque()
         self._running: list[_Seq] = []
         self._by_id: dict[str, _Seq] = {}
@@ -212,7 +212,8 @@ class Engine:
             raise ValueError(f"duplicate request id {request.request_id!r}")
         if request.num_output_tokens < 1 or not request.prompt_ids:
             raise ValueError("a request needs a prompt and at least one output token")
-        blocks = -(-(len(request.prompt_ids) + request.num_output_tokens) // self._bs)
+        # The last output token is never fed back: its KV is never written.
+        blocks = -(-(len(request.prompt_ids) + request.num_output_tokens - 1) // self._bs)
         if blocks > self._pool.num_blocks:
             raise ValueError(f"request {request.request_id!r} needs {blocks} KV blocks; "
                              f"the pool has {self._pool.num_blocks}")

