@@ -82,7 +82,7 @@ class VllmServer:
         self.url = f"http://127.0.0.1:{self.port}"
         self.cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model,
                     "--served-model-name", MODEL_NAME, "--load-format", "dummy", "--dtype", "bfloat16",
-                    "--host", "127.0.0.1", "--port", str(self.port), "--disable-log-stats", *args]
+                    "--host", "127.0.0.1", "--port", str(self.port), *args]
         self.env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib), "VLLM_NO_USAGE_STATS": "1",
                     "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
         self.proc: subprocess.Popen | None = None

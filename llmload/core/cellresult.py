@@ -80,6 +80,12 @@ class CellResult:
     server_prompt_tokens: int | None = None
     usage_mismatches: int | None = None
     server_check: dict[str, Any] | None = None
+    # the server's own per-request timing (llmload.core.servercheck.server_timing), where it gives one
+    server_ttft_ms: float | None = None
+    server_queue_ms: float | None = None
+    server_mean_itl_ms: float | None = None
+    server_timing_requests: int | None = None
+    server_timing_checks: list[dict[str, Any]] | None = None
     prompt_length_note: str | None = None
     # SLO (llmload.core.slo): sample counts always on decode cells, goodput with an SLO
     ttft_samples: int | None = None

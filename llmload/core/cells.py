@@ -28,7 +28,7 @@ from llmload.core.metrics import MAX_ERROR_SAMPLES, median_prefill, quantile, wi
 from llmload.core.energy import PowerWindow, cell_energy
 from llmload.core.goodput import request_goodput
 from llmload.core.records import RequestRecord
-from llmload.core.servercheck import counter_check, prefill_check, timing_check, usage_check
+from llmload.core.servercheck import counter_check, prefill_check, server_timing, timing_check, usage_check
 
 CLIENT_CPU_BOUND_PCT = 90.0
 """Mean CPU of a load-generator process over a window at or above this: client_bound."""
@@ -249,7 +249,7 @@ def decode_cell(planned: PlannedCell, records: list[RequestRecord], facts: CellF
                  "token_source": _token_source(decode),
                  "usage_mismatches": sum(1 for r in decode if r.status == "ok" and r.completion_tokens is not None
                                          and r.finish_reason is not None and r.output_tokens != r.completion_tokens),
-                 "server_check": _decode_check(decode, facts)})
+                 "server_check": _decode_check(decode, facts), **server_timing(decode, t0, t1)})
     # Percentile sample counts always; goodput when the run has an SLO (llmload.core.slo).
     cell.update(request_goodput(decode, t0, t1, facts.slo).to_dict())
     if facts.power is not None:
@@ -285,7 +285,7 @@ def prefill_cell(planned: PlannedCell, records: list[RequestRecord], *, source: 
                  "errors": len(failed),
                  "error_samples": list(dict.fromkeys(r.error for r in failed))[:MAX_ERROR_SAMPLES],
                  "server_prompt_tokens": _server_prompt_tokens(samples), "cached_tokens": fig.cached_tokens,
-                 "server_check": check.to_dict() if check is not None else None})
+                 "server_check": check.to_dict() if check is not None else None, **server_timing(samples)})
     if failed or not fig.samples:
         cell["reason"] = (f"{len(failed)} failed request(s)" if failed else "no token came back")
     return cell

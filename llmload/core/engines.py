@@ -182,6 +182,38 @@ ENGINES: dict[str, EngineCaps] = {
 
 ENDPOINT_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 
+#: The server's own per-request account, wherever a stream carries it: (record field, the
+#: stream's object, its key). llama.cpp puts `timings` on its chunks (every chunk with
+#: timings_per_token); vLLM puts `metrics` on the final usage chunk when started with
+#: --enable-per-request-metrics (its time_to_first_token_ms counts from scheduling, so it
+#: excludes queue_time_ms; generation_time_ms is first to last token).
+SERVER_TRUTH: tuple[tuple[str, str, str], ...] = (
+    ("server_output_tokens", "timings", "predicted_n"),
+    ("server_decode_ms", "timings", "predicted_ms"),
+    ("server_decode_ms", "metrics", "generation_time_ms"),
+    ("server_prefill_tokens", "timings", "prompt_n"),
+    ("server_prefill_ms", "timings", "prompt_ms"),
+    ("server_ttft_ms", "metrics", "time_to_first_token_ms"),
+    ("server_queue_ms", "metrics", "queue_time_ms"),
+    ("server_mean_itl_ms", "metrics", "mean_itl_ms"),
+)
+_COUNT_FIELDS = ("server_output_tokens", "server_prefill_tokens")
+
+
+def server_truth(objects: dict[str, dict | None]) -> dict[str, int | float | None]:
+    """The record's server_* fields from the stream's objects by name ("timings",
+    "metrics"); a field is None where no object carries a number for it."""
+    out: dict[str, int | float | None] = {name: None for name, _, _ in SERVER_TRUTH}
+    for name, holder, key in SERVER_TRUTH:
+        value = (objects.get(holder) or {}).get(key)
+        if out[name] is not None or isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        if name in _COUNT_FIELDS:
+            out[name] = value if isinstance(value, int) else None
+        else:
+            out[name] = float(value)
+    return out
+
 
 def engine_caps(name: str | None) -> EngineCaps:
     """Capabilities of a named engine; unknown names get the conservative "openai" row."""

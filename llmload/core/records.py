@@ -65,6 +65,14 @@ class RequestRecord:
     """Prompt tokens the server computed, cache hits excluded (llama.cpp prompt_n)."""
     server_prefill_ms: float | None = None
     """The server's own prefill time (llama.cpp prompt_ms)."""
+    server_ttft_ms: float | None = None
+    """The server's own time from scheduling the request to its first token, queueing
+    excluded (vLLM's per-request metrics.time_to_first_token_ms)."""
+    server_queue_ms: float | None = None
+    """The server's own time the request waited before it was scheduled (queue_time_ms)."""
+    server_mean_itl_ms: float | None = None
+    """The server's own mean time between this request's tokens: its first-to-last token
+    time over tokens − 1 (vLLM's mean_itl_ms)."""
     retry_after_s: float | None = None
     """The server's Retry-After (seconds) on a refused request (429/503), where it sent one."""
 

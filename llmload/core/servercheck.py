@@ -127,3 +127,46 @@ def prefill_check(records: Iterable[RequestRecord], *, text_prompt: bool = False
     return ServerCheck(figure="prompt_tok_s", client=float(np.median(client)), server=float(np.median(server)),
                        source="server timings (prompt_n, prompt_ms)",
                        tolerance=PREFILL_TEXT_AGREEMENT if text_prompt else PREFILL_AGREEMENT)
+
+
+#: Client TTFT against the server's queue + TTFT: llmload's also holds the HTTP round trip,
+#: the server's tokenizing and detokenizing, none of which the engine's stamps see.
+TTFT_AGREEMENT = 0.25
+
+
+def _median(values: list[float]) -> float | None:
+    return float(np.median(values)) if values else None
+
+
+def server_timing(records: Iterable[RequestRecord], t0: float | None = None,
+                  t1: float | None = None) -> dict[str, Any]:
+    """The server's own per-request timing (vLLM's metrics: TTFT from scheduling, queue
+    time, mean time between tokens), medians over the requests in [t0, t1] that carry it,
+    with llmload's figures for the same requests checked against them: TTFT against the
+    server's queue + TTFT, and each request's mean gap between tokens (first to last token
+    over tokens − 1) against the server's mean_itl_ms."""
+    ours_ttft, theirs_ttft, queue, ours_itl, theirs_itl, engine_ttft = [], [], [], [], [], []
+    for r in records:
+        if r.server_ttft_ms is None or r.status != "ok" or not r.chunk_times_s:
+            continue
+        if (t1 is not None and r.send_s > t1) or (t0 is not None and r.end_s < t0):
+            continue
+        engine_ttft.append(r.server_ttft_ms)
+        queue.append(r.server_queue_ms or 0.0)
+        ours_ttft.append((r.chunk_times_s[0] - r.send_s) * 1000.0)
+        theirs_ttft.append(r.server_ttft_ms + (r.server_queue_ms or 0.0))
+        tokens = r.output_tokens
+        if r.server_mean_itl_ms is not None and tokens > 1:
+            ours_itl.append((r.chunk_times_s[-1] - r.chunk_times_s[0]) * 1000.0 / (tokens - 1))
+            theirs_itl.append(r.server_mean_itl_ms)
+    checks = []
+    if ours_ttft:
+        checks.append(ServerCheck(figure="ttft_ms", client=_median(ours_ttft), server=_median(theirs_ttft),
+                                  source="server metrics (queue_time_ms + time_to_first_token_ms)",
+                                  tolerance=TTFT_AGREEMENT))
+    if ours_itl:
+        checks.append(ServerCheck(figure="mean_itl_ms", client=_median(ours_itl), server=_median(theirs_itl),
+                                  source="server metrics (mean_itl_ms)"))
+    return {"server_ttft_ms": _median(engine_ttft), "server_queue_ms": _median(queue),
+            "server_mean_itl_ms": _median(theirs_itl), "server_timing_requests": len(engine_ttft) or None,
+            "server_timing_checks": [c.to_dict() for c in checks] or None}

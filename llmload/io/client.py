@@ -29,6 +29,7 @@ from gevent import socket
 
 from llmload.wire.chunked import ChunkedDecoder, ChunkedError
 from llmload.core.clock import now
+from llmload.core.engines import server_truth
 from llmload.io.endpoint import Endpoint
 from llmload.io.failures import _describe, _read_body, _retry_after_s
 from llmload.io.plainsocket import _OPEN, READ_SIZE, _PlainSocket
@@ -318,15 +319,8 @@ class _StreamReader:
             finish_reason=tl.finish_reason, prompt_tokens=tl.prompt_tokens,
             completion_tokens=tl.completion_tokens, cached_tokens=cached,
             token_source=self.token_source, http_status=self.http_status, error=self.error,
-            server_output_tokens=_int(timings.get("predicted_n")),
-            server_decode_ms=_float(timings.get("predicted_ms")),
-            server_prefill_tokens=_int(timings.get("prompt_n")),
-            server_prefill_ms=_float(timings.get("prompt_ms")), retry_after_s=self.retry_after_s)
+            retry_after_s=self.retry_after_s, **server_truth({"timings": timings, "metrics": tl.metrics}))
 
 
 def _int(value) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _float(value) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None

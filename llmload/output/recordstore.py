@@ -63,6 +63,9 @@ RECORD_COLUMNS: dict[str, pa.DataType] = {
     "server_decode_ms": pa.float64(),
     "server_prefill_tokens": pa.int64(),
     "server_prefill_ms": pa.float64(),
+    "server_ttft_ms": pa.float64(),
+    "server_queue_ms": pa.float64(),
+    "server_mean_itl_ms": pa.float64(),
     "retry_after_s": pa.float64(),
 }
 RECORD_SCHEMA = pa.schema([pa.field(name, t) for name, t in RECORD_COLUMNS.items()])

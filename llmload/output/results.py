@@ -63,7 +63,11 @@ Top level:
     token_source (how per-chunk token counts were obtained, records.TOKEN_SOURCES),
     server_prompt_tokens (the server's count of the prompt), usage_mismatches (completed
     requests whose chunk tokens differ from their usage), server_check (the server's own
-    figure against llmload's, servercheck.ServerCheck.to_dict(), or null), prompt_length_note
+    figure against llmload's, servercheck.ServerCheck.to_dict(), or null), server_ttft_ms,
+    server_queue_ms, server_mean_itl_ms, server_timing_requests (medians of the server's own
+    per-request timing and how many requests carried it, servercheck.server_timing; null
+    where the server gives none), server_timing_checks (llmload's TTFT and mean gap between
+    tokens against the server's, a list of ServerCheck.to_dict(), or null), prompt_length_note
     (the server counted a different prompt length; else null), records_file (the cell's
     records, relative to the results directory; null when it has none), timing (where the
     cell's wall time went, in seconds: users_s, warmup_s, window_s, wall_s, overhead_s;

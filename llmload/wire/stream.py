@@ -2,7 +2,8 @@
 
 A `TokenTimeline` is fed `(arrival_time, payloads)` for each socket read of one streamed
 completion and turns them into per-chunk token arrivals plus the final facts of the
-request (finish reason, usage, in-stream error, the server's own timings). It does no I/O
+request (finish reason, usage, in-stream error, the server's own timings and per-request
+metrics). It does no I/O
 and reads no clock.
 
 Token counts per chunk (measurement.md, servers.md):
@@ -73,7 +74,7 @@ class TokenTimeline:
     __slots__ = (
         "chunk_times_s", "chunk_tokens", "continuous", "_last_count", "done", "_count",
         "_key", "_container", "_opening", "_source", "_last", "finish_reason", "prompt_tokens",
-        "completion_tokens", "cached_tokens", "error", "timings",
+        "completion_tokens", "cached_tokens", "error", "timings", "metrics",
     )
 
     def __init__(self, count_key: str = "completion_tokens") -> None:
@@ -98,6 +99,9 @@ class TokenTimeline:
         self.error: str | None = None
         self.timings: dict | None = None
         """The server's own timings object (llama.cpp), the latest one seen."""
+        self.metrics: dict | None = None
+        """The server's own per-request metrics object (vLLM with
+        --enable-per-request-metrics, on the final usage chunk)."""
 
     def feed(self, t: float, payloads: list[bytes]) -> None:
         """Payloads that arrived together in one read at time t."""
@@ -176,6 +180,9 @@ class TokenTimeline:
         if isinstance(timings, dict):
             self.timings = timings
             self._last = None
+        metrics = obj.get("metrics")
+        if isinstance(metrics, dict):
+            self.metrics = metrics
         holder = obj.get(self._container)
         n = holder.get(self._key) if isinstance(holder, dict) else None
         if not choices:
