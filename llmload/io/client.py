@@ -321,7 +321,8 @@ class _StreamReader:
             server_output_tokens=_int(timings.get("predicted_n")),
             server_decode_ms=_float(timings.get("predicted_ms")),
             server_prefill_tokens=_int(timings.get("prompt_n")),
-            server_prefill_ms=_float(timings.get("prompt_ms")), retry_after_s=self.retry_after_s)
+            server_prefill_ms=_float(timings.get("prompt_ms")), retry_after_s=self.retry_after_s,
+            first_answer_s=tl.first_answer_s, reasoning_tokens=tl.reasoning_tokens)
 
 
 def _int(value) -> int | None:
