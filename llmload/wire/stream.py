@@ -34,8 +34,8 @@ on its bytes. A full `json.loads` happens only for the rare chunks that carry a 
 reason, the final usage or an error, for events that fail the cheap shape check (text with
 braces or escaped quotes in it), and once at the end of a cut request whose server
 reports timings, so per-token work stays a few microseconds. Telling thinking from
-answering adds one substring test per chunk of a stream whose answer began with no
-reasoning in sight, and up to two regex searches per chunk only while reasoning is seen.
+answering adds one substring test per token-carrying chunk once the answer has begun, and
+up to two regex searches on the chunks before it and on those that hold a reasoning field.
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ class TokenTimeline:
     that grew in a textless chunk) belongs to the phase of the token-carrying chunk before
     it (answer when there is none). `reasoning_tokens` sums the tokens of reasoning chunks
     (None when no chunk carried reasoning text: the stream did not tell thinking apart);
-    `first_answer_s` is the arrival of the first answer chunk (None when none came).
+    `first_answer_s` is the arrival of the first chunk with answer text (None when none came).
     """
 
     __slots__ = (
