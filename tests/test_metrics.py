@@ -109,6 +109,34 @@ def test_window_figures_hand_computed():
     assert f.error_samples == ("boom", "HTTP 503 overloaded")
 
 
+def test_window_figures_of_a_reasoning_model():
+    T = 100.0
+    records = [
+        # sent at t0: thinks 3 tokens, answers from 100.4; TTFT 0.1, TTFA 0.4
+        rec("a", T, [(T + 0.1, 1), (T + 0.2, 2), (T + 0.4, 1), (T + 0.5, 2)], T + 0.5, finish="length",
+            first_answer_s=T + 0.4, reasoning_tokens=3),
+        # sent later, still thinking when cut: no TTFA, all 4 tokens reasoning
+        rec("b", T + 1.0, [(T + 1.5, 2), (T + 1.6, 2)], T + 2.0, status="cancelled", reasoning_tokens=4),
+        # a request that did not think (no reasoning text at all): its answer is its first token
+        rec("c", T + 0.5, [(T + 0.8, 1), (T + 0.9, 1)], T + 0.9, finish="stop", first_answer_s=T + 0.8),
+        # sent before the window (not a TTFA sample), its tokens still count
+        rec("d", T - 1.0, [(T - 0.5, 1), (T + 0.3, 1)], T + 0.3, finish="length",
+            first_answer_s=T + 0.3, reasoning_tokens=1),
+    ]
+    f = window_figures(records, T, T + 2.0, concurrency=3)
+    assert f.ttft_ms == pytest.approx(300.0)  # a 0.1, b 0.5, c 0.3: thinking counts for TTFT
+    assert f.ttfa_samples == 2 and f.ttfa_ms == pytest.approx(350.0)  # a 0.4, c 0.3
+    assert f.ttfa_p90_ms == pytest.approx(390.0)
+    # reasoning a 3 + b 4 + d 1 over whole requests a 6 + b 4 + c 2 + d 2
+    assert f.reasoning_token_share == pytest.approx(8 / 14)
+    plain = [dataclasses.replace(r, reasoning_tokens=None) for r in records]
+    g = window_figures(plain, T, T + 2.0, concurrency=3)
+    assert g.reasoning_token_share is None and g.ttfa_ms == pytest.approx(350.0)
+    none = window_figures([dataclasses.replace(r, first_answer_s=None) for r in records], T, T + 2.0,
+                          concurrency=3)
+    assert (none.ttfa_ms, none.ttfa_p99_ms, none.ttfa_samples) == (None, None, 0)
+
+
 def test_window_figures_to_dict_is_plain():
     d = window_figures(scenario_records(), T0, T1, concurrency=2).to_dict()
     assert d["error_samples"] == ["boom", "HTTP 503 overloaded"]

@@ -1,5 +1,6 @@
 """Pure helpers: prompts, the engine table, Prometheus parsing, live-stat merging."""
 
+import dataclasses
 import json
 from array import array
 
@@ -88,3 +89,6 @@ def test_record_wire_format_round_trips_through_msgpack():
     r = RequestRecord(user_id="w1.ab.3", tag="decode", send_s=1.5, chunk_times_s=array("d", [2.0, 2.5]),
                       chunk_tokens=array("I", [1, 3]), end_s=3.0, prompt_tokens=5, status="cancelled")
     assert RequestRecord.from_wire(msgpack.unpackb(msgpack.packb(r.to_wire()))) == r
+    thinking = dataclasses.replace(r, first_answer_s=2.5, reasoning_tokens=1)
+    back = RequestRecord.from_wire(msgpack.unpackb(msgpack.packb(thinking.to_wire())))
+    assert back == thinking and (back.reasoning_tokens, back.answer_tokens, back.ttfa_s) == (1, 3, 1.0)

@@ -37,7 +37,8 @@ def _record(i: int, t: float) -> RequestRecord:
         finish_reason="length" if i % 2 else None, prompt_tokens=100, completion_tokens=8,
         cached_tokens=None if i % 2 else 96, token_source="continuous_usage", http_status=200,
         error=None if i % 2 else "boom", server_output_tokens=8, server_decode_ms=12.5,
-        server_prefill_tokens=4, server_prefill_ms=1.25, retry_after_s=None)
+        server_prefill_tokens=4, server_prefill_ms=1.25, retry_after_s=None,
+        first_answer_s=t + 0.1 + 2 * 0.0123456789 if i % 2 else None, reasoning_tokens=3 if i % 2 else None)
 
 
 def test_every_record_field_has_a_column():
@@ -60,6 +61,20 @@ def test_a_cell_file_round_trips_exactly(tmp_path):
     assert got_planned == planned and got_facts == facts
     assert got == records  # float64 times exactly, arrays, None and strings
     assert assemble_cell(got_planned, got, got_facts) == assemble_cell(planned, records, facts)
+
+
+def test_a_cell_file_written_before_the_reasoning_columns_reads_with_none(tmp_path):
+    import pyarrow.parquet as pq
+    rec = _record(1, 1.0)
+    planned = PlannedCell(phase="decode", context_tokens=0, concurrency=1, status="run", reason="",
+                          prompt_tokens=1, max_tokens=64)
+    path = write_cell(tmp_path, planned, [rec], CellFacts(t0_s=1.0, t1_s=3.0))
+    table = pq.read_table(path)
+    old = table.drop_columns(["first_answer_s", "reasoning_tokens"])
+    pq.write_table(old.replace_schema_metadata(table.schema.metadata), path)
+    got = read_cell(path)[1][0]
+    assert (got.first_answer_s, got.reasoning_tokens) == (None, None)
+    assert got == dataclasses.replace(rec, first_answer_s=None, reasoning_tokens=None)
 
 
 def test_the_stored_error_text_is_scrubbed(tmp_path):

@@ -179,3 +179,42 @@ def test_checks_against_the_server_are_on_the_html_page_too():
                                "server (server timings): +5.8%, DISAGREE")
     md = report.render_markdown(results)
     assert "- " + item.all_text() in md
+
+
+def with_reasoning(results):
+    """The seed results as a reasoning model's: two decode cells streamed thinking."""
+    results = copy.deepcopy(results)
+    figures = {(0, 1): (412.0, 530.0, 1, 0.5625), (0, 4): (1_250.4, 1_610.0, 3, 0.25)}
+    for cell in results["cells"]:
+        key = (cell["context_tokens"], cell["concurrency"])
+        if cell["phase"] == "decode" and key in figures:
+            ttfa, p90, answered, share = figures[key]
+            cell.update(ttfa_ms=ttfa, ttfa_p90_ms=p90, ttfa_p99_ms=p90, ttfa_samples=answered,
+                        reasoning_token_share=share)
+        elif cell["phase"] == "decode" and cell.get("ttft_ms") is not None:
+            cell.update(ttfa_ms=cell["ttft_ms"], ttfa_samples=cell["concurrency"])  # no thinking seen
+    return results
+
+
+def test_the_page_says_nothing_of_reasoning_unless_a_run_saw_some(seed_page):
+    assert "reasoning" not in seed_page.lower() and "first answer" not in seed_page.lower()
+    assert "reasoning" not in report.render_markdown(seed_results()).lower()
+    plain = copy.deepcopy(seed_results())  # TTFA is defined on any run, but alone it says nothing
+    for cell in plain["cells"]:
+        cell.update(ttfa_ms=cell.get("ttft_ms"), ttfa_samples=1)
+    assert "reasoning" not in render_html(plain).lower()
+
+
+def test_the_reasoning_section_in_both_pages():
+    results = with_reasoning(seed_results())
+    root = parse(render_html(results))
+    headings = [h.all_text() for h in root.find_all("h2")]
+    assert "Reasoning" in headings
+    head, rows, _ = table_rows(root, "extra")
+    assert head == ["context", "requests at once", "TTFT", "time to first answer token", "p90",
+                    "answers begun", "reasoning share"]
+    assert rows == [["0", "1", "39 ms", "412 ms", "530 ms", "1 of 1", "56.2%"],
+                    ["0", "4", "33 ms", "1,250 ms", "1,610 ms", "3 of 4", "25.0%"]]
+    md = report.render_markdown(results)
+    assert "## Reasoning" in md
+    assert "| 0 | 4 | 33 ms | 1,250 ms | 1,610 ms | 3 of 4 | 25.0% |" in md

@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from llmload.wire.stream import TokenTimeline, error_message_from_body
 
 
@@ -191,3 +193,144 @@ def test_error_body_message():
     body = b'{"error":{"message":"This model\'s maximum context length is 100 tokens.","type":"BadRequestError","code":400}}'
     assert error_message_from_body(body, 400) == "HTTP 400: This model's maximum context length is 100 tokens."
     assert error_message_from_body(b"<html>nope</html>", 502) == "HTTP 502: <html>nope</html>"
+
+
+# --------------------------------------------------------------------------- thinking and answering
+
+from llmload.wire.sse import SSEDecoder  # noqa: E402
+from llmload.wire.stream import ANSWER_FIELDS, REASONING_FIELDS  # noqa: E402
+
+
+def think_chunk(delta: dict, n=None, finish=None) -> bytes:
+    """A chat chunk with this delta, in vLLM's compact form; usage when n is given."""
+    obj = {"id": "c", "object": "chat.completion.chunk", "choices": [
+        {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+    if n is not None:
+        obj["usage"] = {"prompt_tokens": 5, "total_tokens": 5 + n, "completion_tokens": n}
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def thinking_stream(field: str, *, counted: bool = True) -> list[tuple[float, bytes]]:
+    """Role chunk, three reasoning chunks, then three answer chunks (the last finishes)."""
+    u = (lambda n: n) if counted else (lambda n: None)
+    return [(1.0, think_chunk({"role": "assistant", "content": ""}, n=u(0))),
+            (1.1, think_chunk({field: "Okay,"}, n=u(1))),
+            (1.2, think_chunk({field: " the user"}, n=u(2))),
+            (1.3, think_chunk({field: " asks."}, n=u(3))),
+            (1.4, think_chunk({"content": "Hello"}, n=u(4))),
+            (1.5, think_chunk({"content": " there"}, n=u(5))),
+            (1.6, think_chunk({"content": "!"}, n=u(6), finish="length")),
+            (1.6, b"[DONE]")]
+
+
+def fed(events) -> TokenTimeline:
+    tl = TokenTimeline()
+    for t, payload in events:
+        tl.feed(t, [payload])
+    tl.finish()
+    return tl
+
+
+def test_the_recognised_field_names_are_data():
+    assert set(REASONING_FIELDS) == {"reasoning", "reasoning_content"}
+    assert set(ANSWER_FIELDS) == {"text", "content"}
+
+
+@pytest.mark.parametrize("field", REASONING_FIELDS)
+@pytest.mark.parametrize("counted", [True, False], ids=["continuous_usage", "chunks"])
+def test_reasoning_chunks_are_told_from_answer_chunks(field, counted):
+    tl = fed(thinking_stream(field, counted=counted))
+    assert list(tl.chunk_times_s) == [1.1, 1.2, 1.3, 1.4, 1.5, 1.6]  # TTFT: the first thought
+    assert tl.output_tokens == 6 and tl.reasoning_tokens == 3
+    assert tl.first_answer_s == 1.4
+    assert tl.finish_reason == "length"
+
+
+@pytest.mark.parametrize("field", REASONING_FIELDS)
+def test_the_same_through_the_sse_layer_whole_and_one_byte_at_a_time(field):
+    wire = b"".join(b"data: " + p + b"\n\n" for _, p in thinking_stream(field))
+    for step in (len(wire), 1, 7):
+        dec, tl = SSEDecoder(), TokenTimeline()
+        for i in range(0, len(wire), step):
+            tl.feed(float(i), dec.feed(wire[i:i + step]))
+        tl.finish()
+        assert (tl.output_tokens, tl.reasoning_tokens) == (6, 3)
+        # Stamped with the read that completed the first answer event (times here are offsets).
+        event_end = wire.index(b"\n\n", wire.index(b'"content":"Hello"')) + 1
+        assert tl.first_answer_s == event_end // step * step
+
+
+def test_a_plain_stream_has_no_reasoning_and_answers_with_its_first_token():
+    tl = TokenTimeline()
+    tl.feed(1.0, [chunk(chat=True, role=True, n=0)])
+    tl.feed(1.5, [chunk("hi", chat=True, n=1)])
+    tl.feed(1.6, [chunk(" there", chat=True, n=2, finish="stop"), b"[DONE]"])
+    tl.finish()
+    assert tl.reasoning_tokens is None and tl.first_answer_s == 1.5
+    completions = fed([(2.0, chunk(" a", n=1)), (2.1, chunk(" b", n=2, finish="length"))])
+    assert completions.reasoning_tokens is None and completions.first_answer_s == 2.0
+
+
+@pytest.mark.parametrize("field", REASONING_FIELDS)
+def test_a_chunk_with_both_is_the_first_answer_chunk(field):
+    tl = fed([(1.0, think_chunk({field: "Hmm."}, n=2)),
+              (1.1, think_chunk({field: " Done.", "content": "Yes"}, n=4)),
+              (1.2, think_chunk({"content": "."}, n=5, finish="stop")), (1.2, b"[DONE]")])
+    assert tl.reasoning_tokens == 2 and tl.first_answer_s == 1.1 and tl.output_tokens == 5
+
+
+@pytest.mark.parametrize("field", REASONING_FIELDS)
+def test_empty_strings_carry_no_text_and_keep_the_phase(field):
+    tl = fed([(1.0, think_chunk({field: "", "content": ""}, n=0)),  # nothing: not a token
+              (1.1, think_chunk({field: "Let"}, n=1)),
+              (1.2, think_chunk({field: ""}, n=2)),  # a thought ending inside a UTF-8 character
+              (1.3, think_chunk({"content": ""}, n=3)),  # still thinking: no answer text yet
+              (1.4, think_chunk({field: "", "content": "A"}, n=4)),
+              (1.5, think_chunk({"content": ""}, n=5)),  # answering now
+              (1.6, think_chunk({field: None, "content": "B"}, n=6, finish="length")), (1.6, b"[DONE]")])
+    assert list(tl.chunk_times_s) == [1.1, 1.2, 1.3, 1.4, 1.5, 1.6]
+    assert tl.reasoning_tokens == 3 and tl.first_answer_s == 1.4
+
+
+def test_empty_strings_are_no_tokens_without_a_count():
+    tl = fed([(1.0, think_chunk({"reasoning": ""})), (1.1, think_chunk({"reasoning_content": ""})),
+              (1.2, think_chunk({"content": ""})), (1.3, think_chunk({"reasoning": "x"}, finish="length"))])
+    assert list(tl.chunk_times_s) == [1.3] and tl.reasoning_tokens == 1 and tl.first_answer_s is None
+
+
+def test_a_stream_cut_while_thinking_has_no_answer():
+    tl = fed(thinking_stream("reasoning")[:4])
+    assert tl.output_tokens == 3 and tl.reasoning_tokens == 3 and tl.first_answer_s is None
+
+
+def test_reasoning_and_answer_in_one_read_are_one_arrival_counted_apart():
+    s = thinking_stream("reasoning")
+    tl = TokenTimeline()
+    tl.feed(1.0, [p for _, p in s[:3]])
+    tl.feed(1.3, [s[3][1], s[4][1]])  # the last thought and the first answer together
+    tl.feed(1.6, [p for _, p in s[5:]])
+    tl.finish()
+    assert list(tl.chunk_tokens) == [2, 2, 2]
+    assert tl.reasoning_tokens == 3 and tl.first_answer_s == 1.3
+
+
+def test_text_that_mentions_a_field_does_not_fool_the_fast_or_the_full_parse():
+    quoted = 'I could answer "content": "yes" {or not}'  # escaped quotes and braces: full parse
+    plain = "thinking about content and text"
+    tl = fed([(1.0, think_chunk({"reasoning": plain}, n=1)), (1.1, think_chunk({"reasoning": quoted}, n=2)),
+              (1.2, think_chunk({"content": "ok"}, n=3, finish="stop")), (1.2, b"[DONE]")])
+    assert tl.reasoning_tokens == 2 and tl.first_answer_s == 1.2
+
+
+def test_a_final_chunk_counted_while_thinking_is_thinking():
+    # llama.cpp-style: a count that grows only in the choices-less final chunk (held-back text).
+    def llama(delta, n, finish=None, choices=True):
+        obj = {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}] if choices else [],
+               "timings": {"predicted_n": n, "predicted_ms": 1.0 * n}}
+        return json.dumps(obj).encode()
+    tl = TokenTimeline("predicted_n")
+    tl.feed(1.0, [llama({"reasoning_content": "a"}, 1)])
+    tl.feed(1.1, [llama({}, 1, finish="length")])
+    tl.feed(1.2, [llama({}, 2, choices=False), b"[DONE]"])
+    assert tl.finish() == "timings_per_token"
+    assert tl.output_tokens == 2 and tl.reasoning_tokens == 2 and tl.first_answer_s is None

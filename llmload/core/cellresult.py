@@ -59,6 +59,11 @@ class CellResult:
     tbt_ms: float | None = None
     tbt_p90_ms: float | None = None
     tbt_p99_ms: float | None = None
+    ttfa_ms: float | None = None
+    ttfa_p90_ms: float | None = None
+    ttfa_p99_ms: float | None = None
+    ttfa_samples: int | None = None
+    reasoning_token_share: float | None = None
     avg_active: float | None = None
     avg_streaming: float | None = None
     completed_requests: int | None = None

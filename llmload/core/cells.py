@@ -38,8 +38,9 @@ percentile: one garbage collection or a neighbour's burst is a hiccup, not a bot
 
 #: Figures every cell carries (None where it did not run or the figure is undefined).
 FIGURE_KEYS = ("prompt_tok_s", "total_tok_s", "per_request_tok_s", "ttft_ms", "ttft_p90_ms",
-               "ttft_p99_ms", "tbt_ms", "tbt_p90_ms", "tbt_p99_ms", "avg_active",
-               "completed_requests", "output_tokens", "measured_s")
+               "ttft_p99_ms", "tbt_ms", "tbt_p90_ms", "tbt_p99_ms", "ttfa_ms", "ttfa_p90_ms", "ttfa_p99_ms",
+               "ttfa_samples", "reasoning_token_share", "avg_active", "completed_requests", "output_tokens",
+               "measured_s")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -15,6 +15,9 @@ in `llmload.core.cellstatus`, the comparison with the server's own figures in
   chunk of a request gives none.
 - A figure is None when it is undefined (no sample), never 0 by accident. Counts over an
   empty set are 0, which is a true count.
+- A reasoning model's thinking is told from its answer per chunk when the record is made
+  (`llmload.core.records`); time to first answer token (TTFA) runs from send to the first
+  answer chunk, while TTFT stays the first chunk carrying any token.
 - Record statuses: "ok", "cancelled" (closed by llmload at the window end: not a failure),
   "error".
 """
@@ -105,6 +108,16 @@ class WindowFigures:
     """Median time between tokens inside the window."""
     tbt_p90_ms: float | None
     tbt_p99_ms: float | None
+    ttfa_ms: float | None = None
+    """Median time to first answer token of requests sent inside the window whose answer
+    began (equal to TTFT where the model did not think first)."""
+    ttfa_p90_ms: float | None = None
+    ttfa_p99_ms: float | None = None
+    ttfa_samples: int = 0
+    """Requests sent inside the window whose answer began: the TTFA samples."""
+    reasoning_token_share: float | None = None
+    """Reasoning tokens / output tokens of the requests in flight, whole requests (a decode
+    request is sent and cut inside the window); None when no request carried reasoning."""
     avg_active: float | None
     """Time-weighted mean of requests in flight (send_s ≤ t < end_s)."""
     avg_streaming: float | None
@@ -186,7 +199,10 @@ class _StreamTotals:
     streaming_s: float = 0.0
     rates_tok_s: list[float] = field(default_factory=list)
     ttfts_s: list[float] = field(default_factory=list)
+    ttfas_s: list[float] = field(default_factory=list)
     tbt_parts: list[np.ndarray] = field(default_factory=list)
+    request_tokens: int = 0
+    reasoning_tokens: int | None = None
 
 
 def _sum_streams(in_flight: Iterable[RequestRecord], t0: float, t1: float) -> _StreamTotals:
@@ -204,6 +220,11 @@ def _sum_streams(in_flight: Iterable[RequestRecord], t0: float, t1: float) -> _S
             totals.streaming_s += _overlap_s(float(times[0]), record.end_s, t0, t1)
             if t0 <= record.send_s <= t1:
                 totals.ttfts_s.append(float(times[0]) - record.send_s)
+        if record.first_answer_s is not None and t0 <= record.send_s <= t1:
+            totals.ttfas_s.append(record.first_answer_s - record.send_s)
+        totals.request_tokens += int(tokens.sum())
+        if record.reasoning_tokens is not None:
+            totals.reasoning_tokens = (totals.reasoning_tokens or 0) + record.reasoning_tokens
     return totals
 
 
@@ -224,6 +245,8 @@ def window_figures(
     totals = _sum_streams(in_flight, t0, t1)
     ttft = _percentiles_ms(np.asarray(totals.ttfts_s))
     tbt = _percentiles_ms(np.concatenate(totals.tbt_parts) if totals.tbt_parts else _EMPTY)
+    ttfa = _percentiles_ms(np.asarray(totals.ttfas_s))
+    reasoning = totals.reasoning_tokens
     errors = [
         r for r in records
         if r.status == "error" and (t0 <= r.send_s <= t1 or t0 <= r.end_s <= t1)
@@ -241,6 +264,12 @@ def window_figures(
         tbt_ms=tbt[0],
         tbt_p90_ms=tbt[1],
         tbt_p99_ms=tbt[2],
+        ttfa_ms=ttfa[0],
+        ttfa_p90_ms=ttfa[1],
+        ttfa_p99_ms=ttfa[2],
+        ttfa_samples=len(totals.ttfas_s),
+        reasoning_token_share=(reasoning / totals.request_tokens
+                               if reasoning is not None and totals.request_tokens else None),
         avg_active=totals.active_s / duration_s if ran else None,
         avg_streaming=totals.streaming_s / duration_s if ran else None,
         completed_requests=sum(

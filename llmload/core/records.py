@@ -8,6 +8,13 @@ processes share one time axis.
 Token arrivals are kept compactly: one entry per *token-carrying* chunk (role-only and
 empty chunks are not tokens), with the chunk's arrival time and how many tokens it carried
 (a chunk can carry several: speculative decoding, --stream-interval > 1).
+
+A reasoning model's thinking is told from its answer per token-carrying chunk, by the
+rule of `llmload.wire.stream.TokenTimeline`: a chunk whose text is only in a reasoning
+field ("reasoning", "reasoning_content") is reasoning; one with answer text ("content",
+"text") is answer, even if it carries reasoning text too; one without text belongs to the
+phase of the chunk before it. Nothing is taken from usage.completion_tokens_details
+.reasoning_tokens (vLLM 0.32 streams 0 there).
 """
 
 from __future__ import annotations
@@ -75,6 +82,12 @@ class RequestRecord:
     time over tokens − 1 (vLLM's mean_itl_ms)."""
     retry_after_s: float | None = None
     """The server's Retry-After (seconds) on a refused request (429/503), where it sent one."""
+    first_answer_s: float | None = None
+    """Arrival of the first token-carrying chunk with non-reasoning (answer) text; None when
+    no answer text came. Equals the first token's time when the model did not think first."""
+    reasoning_tokens: int | None = None
+    """Tokens of the chunks that carried only reasoning text (see the module docstring);
+    None when no chunk carried reasoning text: the stream did not tell thinking apart."""
 
     @property
     def first_token_s(self) -> float | None:
@@ -85,8 +98,18 @@ class RequestRecord:
         return self.chunk_times_s[0] - self.send_s if self.chunk_times_s else None
 
     @property
+    def ttfa_s(self) -> float | None:
+        """Time to first answer token: send to the first answer chunk."""
+        return self.first_answer_s - self.send_s if self.first_answer_s is not None else None
+
+    @property
     def output_tokens(self) -> int:
         return sum(self.chunk_tokens)
+
+    @property
+    def answer_tokens(self) -> int | None:
+        """Output tokens that were not reasoning; None where the stream did not tell them apart."""
+        return self.output_tokens - self.reasoning_tokens if self.reasoning_tokens is not None else None
 
     def to_wire(self) -> dict[str, Any]:
         """Compact plain data for Locust messages (msgpack): token arrays as raw bytes."""

@@ -319,7 +319,8 @@ class _StreamReader:
             finish_reason=tl.finish_reason, prompt_tokens=tl.prompt_tokens,
             completion_tokens=tl.completion_tokens, cached_tokens=cached,
             token_source=self.token_source, http_status=self.http_status, error=self.error,
-            retry_after_s=self.retry_after_s, **server_truth({"timings": timings, "metrics": tl.metrics}))
+            retry_after_s=self.retry_after_s, first_answer_s=tl.first_answer_s,
+            reasoning_tokens=tl.reasoning_tokens, **server_truth({"timings": timings, "metrics": tl.metrics}))
 
 
 def _int(value) -> int | None:

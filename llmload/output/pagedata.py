@@ -18,6 +18,7 @@ from llmload.output.pagetables import (
     decode_notes,
     decode_statuses,
     markdown_table,
+    reasoning_parts,
     render_checks,
     render_errors,
     text_table,
@@ -109,12 +110,13 @@ def page_data(results: dict[str, Any]) -> PageData:
 
 
 def _extra_sections(results: dict[str, Any], cells: list[dict[str, Any]]) -> tuple["Section", ...]:
-    """Sections built by their own modules (SLO capacity, energy), where they have something
-    to say; each as (intro, table, note), rendered by report.md and report.html alike."""
+    """Sections built by their own modules (SLO capacity, energy, reasoning), where they have
+    something to say; each as (intro, table, note), rendered by report.md and report.html alike."""
     from llmload.core import energy, slo
     found = []
     for title, parts in (("Capacity under SLO", slo.capacity_parts(results, cells)),
-                         ("Energy per token", energy.energy_parts(results, cells))):
+                         ("Energy per token", energy.energy_parts(results, cells)),
+                         ("Reasoning", reasoning_parts(cells))):
         if parts is None:
             continue
         intro, columns, rows, note = parts

@@ -173,6 +173,36 @@ ALL_COLUMNS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
 ]
 
 
+REASONING_INTRO = (
+    "The model streamed its thinking apart from its answer (reasoning text in its own delta "
+    "field). Time to first answer token runs from send to the first chunk with answer text; "
+    "TTFT stays the first chunk carrying any token, thinking included.")
+REASONING_NOTE = (
+    "Reasoning share: tokens of chunks that carried only reasoning text, of all output tokens "
+    "of the window's requests (not the server's usage reasoning_tokens, which vLLM streams as "
+    "0). Answers begun: requests sent in the window whose answer began, of those sent; a "
+    "request cut while still thinking has no time to first answer.")
+REASONING_COLUMNS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
+    ("context", lambda c: fmt_context(c["context_tokens"])),
+    ("requests at once", lambda c: str(c.get("concurrency", 1))),
+    ("TTFT", lambda c: fmt_ms(c.get("ttft_ms"))),
+    ("time to first answer token", lambda c: fmt_ms(c.get("ttfa_ms"))),
+    ("p90", lambda c: fmt_ms(c.get("ttfa_p90_ms"))),
+    ("answers begun", lambda c: f"{fmt_count(c.get('ttfa_samples'))} of {fmt_count(c.get('requests_sent'))}"),
+    ("reasoning share", lambda c: f"{c['reasoning_token_share']:.1%}"),
+]
+
+
+def reasoning_parts(cells: list[dict[str, Any]]) -> tuple[str, list[str], list[list[str]], str] | None:
+    """The "Reasoning" section as (intro, columns, rows, note): the decode cells whose
+    requests streamed reasoning text; None when none did (the page then says nothing of it)."""
+    seen = [c for c in phase_cells(cells, "decode") if c.get("reasoning_token_share") is not None]
+    if not seen:
+        return None
+    rows = [[render(c) for _, render in REASONING_COLUMNS] for c in seen]
+    return REASONING_INTRO, [h for h, _ in REASONING_COLUMNS], rows, REASONING_NOTE
+
+
 def render_errors(cells: list[dict[str, Any]]) -> str | None:
     lines = []
     for c in cells:

@@ -67,6 +67,8 @@ RECORD_COLUMNS: dict[str, pa.DataType] = {
     "server_queue_ms": pa.float64(),
     "server_mean_itl_ms": pa.float64(),
     "retry_after_s": pa.float64(),
+    "first_answer_s": pa.float64(),
+    "reasoning_tokens": pa.int64(),
 }
 RECORD_SCHEMA = pa.schema([pa.field(name, t) for name, t in RECORD_COLUMNS.items()])
 #: Cell identity columns the export puts before the record columns.
@@ -124,7 +126,8 @@ def write_cell(out_dir: str | os.PathLike[str], planned: PlannedCell, records: l
     with atomic_file(path) as tmp:
         # Floats split by byte before zstd: the high bytes of nearby times compress well.
         pq.write_table(table, tmp, compression="zstd",
-                       use_byte_stream_split=["send_s", "first_byte_s", "end_s", "chunk_times_s.list.element"])
+                       use_byte_stream_split=["send_s", "first_byte_s", "end_s", "first_answer_s",
+                                              "chunk_times_s.list.element"])
     return path
 
 

@@ -100,7 +100,8 @@ def render_html(results: dict[str, Any]) -> str:
 CSV_COLUMNS = [
     "provenance", "sim_profile", "phase", "context_tokens", "concurrency", "status",
     "prompt_tokens", "prompt_tok_s", "total_tok_s", "per_request_tok_s", "ttft_ms",
-    "ttft_p90_ms", "ttft_p99_ms", "tbt_ms", "tbt_p90_ms", "tbt_p99_ms", "avg_active",
+    "ttft_p90_ms", "ttft_p99_ms", "tbt_ms", "tbt_p90_ms", "tbt_p99_ms", "ttfa_ms", "ttfa_p90_ms",
+    "ttfa_p99_ms", "ttfa_samples", "reasoning_token_share", "avg_active",
     "avg_streaming", "completed_requests", "requests_sent", "output_tokens", "measured_s",
     "errors", "error_samples", "max_waiting", "median_waiting", "preemptions",
     "client_cpu_pct_mean", "client_cpu_pct_max", "loop_lag_ms_p50", "loop_lag_ms_max",
@@ -110,7 +111,7 @@ CSV_COLUMNS = [
 ]
 _INT_COLUMNS = [
     "context_tokens", "concurrency", "prompt_tokens", "completed_requests", "requests_sent",
-    "output_tokens", "errors",
+    "output_tokens", "errors", "ttfa_samples",
 ]
 
 

@@ -48,7 +48,12 @@ Top level:
     total_tok_s, per_request_tok_s, ttft_ms, ttft_p90_ms, ttft_p99_ms, tbt_ms, tbt_p90_ms,
     tbt_p99_ms, avg_active, avg_streaming, completed_requests (prefill: requests that gave
     the sample), requests_sent, output_tokens, measured_s, errors, error_samples (list of
-    str, ≤ 3).
+    str, ≤ 3). Decode cells also: ttfa_ms, ttfa_p90_ms, ttfa_p99_ms (time to first answer
+    token: send to the first chunk with non-reasoning text; equal to TTFT where the model
+    did not think first), ttfa_samples (requests sent in the window whose answer began), and
+    reasoning_token_share (reasoning tokens / output tokens of the window's requests; null
+    when no request streamed reasoning text). These five came within version 2: a file
+    written before them lacks them, which reads as null.
   - extras: prompt_tokens, reason, prefill_source ("standalone" | "decode_warmup"),
     max_waiting (largest server queue seen), median_waiting (median of the waiting gauge
     over the window), preemptions (requests the server preempted in the window),

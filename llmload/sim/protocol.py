@@ -250,15 +250,18 @@ class StreamEncoder:
 
     Completions: one event per engine output, text and finish_reason in the choice.
     Chat: a role-only event (`delta: {role, content: ""}`, not a token) just before the first
-    content event, then content deltas. With `continuous_usage_stats` every event carries
-    the cumulative usage; with `include_usage` a last event has `choices: []` and the usage.
+    content event, then content deltas; a reasoning model's thinking goes in the delta field
+    `reasoning_field` instead of "content" (both in the one delta where thinking ends). With
+    `continuous_usage_stats` every event carries the cumulative usage; with `include_usage` a
+    last event has `choices: []` and the usage.
     """
 
-    __slots__ = ("request", "_head", "_num_prompt", "_completion_tokens")
+    __slots__ = ("request", "_head", "_num_prompt", "_completion_tokens", "_reasoning_key")
 
     def __init__(self, request: GenerationRequest, *, request_id: str, created: int,
-                 model: str) -> None:
+                 model: str, reasoning_field: str = "reasoning") -> None:
         self.request = request
+        self._reasoning_key = f'"{reasoning_field}":"'
         obj = "chat.completion.chunk" if request.chat else "text_completion"
         self._head = (f'data: {{"id":{json.dumps(request_id)},"object":"{obj}",'
                       f'"created":{created},"model":{json.dumps(model)},"choices":')
@@ -275,7 +278,9 @@ class StreamEncoder:
         return (self._head + '[{"index":0,"delta":{"role":"assistant","content":""},'
                 '"logprobs":null,"finish_reason":null}]' + self._usage_tail()).encode()
 
-    def token_event(self, text: str, num_tokens: int, finish_reason: str | None) -> bytes:
+    def token_event(self, text: str, num_tokens: int, finish_reason: str | None,
+                    reasoning: str = "") -> bytes:
+        """One engine output: `text` as the answer, `reasoning` (chat only) as thinking."""
         self._completion_tokens += num_tokens
         if finish_reason is None:
             ending = '"finish_reason":null'
@@ -283,7 +288,13 @@ class StreamEncoder:
         else:
             ending = f'"finish_reason":"{finish_reason}","stop_reason":null'
         if self.request.chat:
-            choice = f'[{{"index":0,"delta":{{"content":"{text}"}},"logprobs":null,{ending}}}]'
+            if not reasoning:
+                delta = f'{{"content":"{text}"}}'
+            elif text:
+                delta = f'{{{self._reasoning_key}{reasoning}","content":"{text}"}}'
+            else:
+                delta = f'{{{self._reasoning_key}{reasoning}"}}'
+            choice = f'[{{"index":0,"delta":{delta},"logprobs":null,{ending}}}]'
         else:
             choice = f'[{{"index":0,"text":"{text}","logprobs":null,{ending}}}]'
         return (self._head + choice + self._usage_tail()).encode()
@@ -308,10 +319,13 @@ def completion_body(*, request_id: str, created: int, model: str, text: str,
 
 
 def chat_body(*, request_id: str, created: int, model: str, text: str, finish_reason: str,
-              num_prompt: int, num_completion: int, cached_tokens: int | None) -> bytes:
+              num_prompt: int, num_completion: int, cached_tokens: int | None,
+              reasoning: str = "", reasoning_field: str = "reasoning_content") -> bytes:
     message = {"role": "assistant", "content": text, "refusal": None, "annotations": None,
                "audio": None, "function_call": None, "tool_calls": [],
                "reasoning_content": None}
+    if reasoning:
+        message[reasoning_field] = reasoning
     return _dumps({
         "id": request_id, "object": "chat.completion", "created": created, "model": model,
         "choices": [{"index": 0, "message": message, "logprobs": None,

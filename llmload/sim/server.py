@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import collections
+import functools
 import heapq
 import itertools
 import logging
@@ -375,7 +376,8 @@ class SimApp:
         write(b"")  # the status line and headers go out now, before any token, as on vLLM
         encoder = StreamEncoder(stream.request, request_id=stream.request_id,
                                 created=protocol.now_created(),
-                                model=self.profile.served_model_name)
+                                model=self.profile.served_model_name,
+                                reasoning_field=self.profile.reasoning_field)
         if sock is not None:
             stream.fd = sock.fileno()
             stream.render = self._renderer(encoder, chunked)
@@ -398,9 +400,9 @@ class SimApp:
             events = []
             if stream.request.chat and output.first_index == 0:
                 events.append(encoder.role_event())
+            reasoning, text = self._texts(stream, output)
             events.append(encoder.token_event(
-                self._text(stream, output), output.num_tokens,
-                stream.finish_reason if output.finished else None))
+                text, output.num_tokens, stream.finish_reason if output.finished else None, reasoning))
             if not chunked:
                 return events
             # The response uses chunked transfer encoding (pywsgi chose it): frame each event.
@@ -434,41 +436,56 @@ class SimApp:
                 if stream.request.chat and output.first_index == 0:
                     yield encoder.role_event()
                 finished = output.finished
-                yield encoder.token_event(self._text(stream, output), output.num_tokens,
-                                          stream.finish_reason if finished else None)
+                reasoning, text = self._texts(stream, output)
+                yield encoder.token_event(text, output.num_tokens,
+                                          stream.finish_reason if finished else None, reasoning)
 
     def _complete(self, stream: _Stream, ready_s: float, sock: socket.socket | None,
                   start_response: Callable) -> list[bytes]:
         watcher = self._watch(sock, stream)
         try:
             self.scheduler.submit(stream, ready_s)
-            texts: list[str] = []
+            texts: list[tuple[str, str]] = []
             finished = False
             while not finished:
                 outputs = stream.take()
                 if not outputs:
                     return []  # the client is gone; nobody reads a body
-                texts.extend(self._text(stream, output) for output in outputs)
+                texts.extend(self._texts(stream, output) for output in outputs)
                 finished = outputs[-1].finished
         finally:
             self._close(stream, watcher)
-        build = protocol.chat_body if stream.request.chat else protocol.completion_body
+        answer = "".join(text for _, text in texts)
+        if stream.request.chat:
+            build = functools.partial(protocol.chat_body, reasoning="".join(r for r, _ in texts),
+                                      reasoning_field=self.profile.reasoning_field)
+        else:
+            build = protocol.completion_body
         body = build(request_id=stream.request_id, created=protocol.now_created(),
-                     model=self.profile.served_model_name, text="".join(texts),
+                     model=self.profile.served_model_name, text=answer,
                      finish_reason=stream.finish_reason,
                      num_prompt=len(stream.request.prompt_ids),
                      num_completion=stream.num_output,
                      cached_tokens=self._cached_tokens(stream))
         return _respond(start_response, 200, body)
 
-    def _text(self, stream: _Stream, output: SeqOutput) -> str:
+    def _texts(self, stream: _Stream, output: SeqOutput) -> tuple[str, str]:
+        """(thinking, answer) text of one output: a chat answer's first `think_tokens`
+        tokens are thinking (`Profile.think_tokens`)."""
         if stream.cached_tokens is None:
             stream.cached_tokens = output.num_cached_tokens
-        token, word = self.output_model.token, self.tokenizer.word
         first = output.first_index
         end = first + output.num_tokens
         if stream.finish_reason == "stop" and end == stream.num_output:
             end -= 1  # the last token is EOS, which has no text
+        think = self.profile.think_tokens if stream.request.chat else 0
+        if first >= think:
+            return "", self._words(stream, first, end)
+        split = max(first, min(end, think))
+        return self._words(stream, first, split), self._words(stream, split, end)
+
+    def _words(self, stream: _Stream, first: int, end: int) -> str:
+        token, word = self.output_model.token, self.tokenizer.word
         if end == first + 1:
             return " " + word(token(stream.seed, first))
         return "".join(" " + word(token(stream.seed, i)) for i in range(first, end))

@@ -19,6 +19,11 @@ Token counts per chunk (measurement.md, servers.md):
    that count, never spread evenly over the chunks.
 Role-only and empty chunks are not tokens.
 
+Thinking and answering (measurement.md "Beyond the matrix"): a reasoning model's server
+streams its thinking in a delta field of its own (REASONING_FIELDS) and the answer in
+"content" (ANSWER_FIELDS); the rule is in `TokenTimeline`'s docstring. Only names listed
+here are recognised: a server that names its reasoning text otherwise is one entry more.
+
 What is trusted: a count is read only from inside its own object (`"usage": {...}` or
 `"timings": {...}`), never from text that mentions it; an event whose bytes do not look
 like one whole JSON object (not ending in "}", unbalanced braces or quotes) is parsed in
@@ -29,19 +34,40 @@ Hot path: a chunk costs a few substring counts and one or two precompiled regex 
 on its bytes. A full `json.loads` happens only for the rare chunks that carry a finish
 reason, the final usage or an error, for events that fail the cheap shape check (text with
 braces or escaped quotes in it), and once at the end of a cut request whose server
-reports timings, so per-token work stays a few microseconds.
+reports timings, so per-token work stays a few microseconds. Telling thinking from
+answering adds one substring test per token-carrying chunk once the answer has begun, and
+up to two regex searches on the chunks before it and on those that hold a reasoning field.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 from array import array
 
+#: Fields that carry answer text: a completions choice's "text", a chat delta's "content".
+ANSWER_FIELDS = ("text", "content")
+#: Chat delta fields that carry a reasoning model's thinking text: vLLM 0.32 with
+#: --reasoning-parser sends "reasoning"; older vLLM and other servers "reasoning_content".
+REASONING_FIELDS = ("reasoning", "reasoning_content")
+
 _DONE = b"[DONE]"
-# Text in a completions choice, a chat delta's content, or a reasoning model's reasoning
-# text; non-empty when the opening quote is followed by anything but the closing quote.
-_NONEMPTY_TEXT = re.compile(rb'"(?:text|content|reasoning_content|reasoning)"\s*:\s*"[^"]')
+
+
+def _text_pattern(names: tuple[str, ...]) -> re.Pattern:
+    """Non-empty text in one of the fields `names`: the opening quote is followed by
+    anything but the closing quote. Inside a JSON string every quote is escaped, so a match
+    is a key, never text that mentions one."""
+    return re.compile(rb'"(?:' + b"|".join(re.escape(n.encode()) for n in names) + rb')"\s*:\s*"[^"]')
+
+
+_NONEMPTY_TEXT = _text_pattern(ANSWER_FIELDS + REASONING_FIELDS)
+_ANSWER_TEXT = _text_pattern(ANSWER_FIELDS)
+_REASONING_TEXT = _text_pattern(REASONING_FIELDS)
+# What every reasoning field's key starts with: one substring test per chunk tells a chunk
+# that may carry reasoning from one that cannot (b'"' at worst: always looked at, never wrong).
+_REASONING_MARK = os.path.commonprefix([b'"' + n.encode() for n in REASONING_FIELDS])
 _FINISHED = re.compile(rb'"finish_reason"\s*:\s*"')
 _EMPTY_CHOICES = re.compile(rb'"choices"\s*:\s*\[\s*\]')
 # Every error shape ({"error": ...}, {"object": "error"}) holds this; so can a text that
@@ -69,12 +95,24 @@ def _looks_whole(payload: bytes) -> bool:
 
 
 class TokenTimeline:
-    """Accumulates one request's stream. Call `feed` per read, then `finish`."""
+    """Accumulates one request's stream. Call `feed` per read, then `finish`.
+
+    Thinking and answering, per token-carrying chunk (a chunk that carries no token tells
+    nothing): one whose text is non-empty in an answer field (ANSWER_FIELDS) is an answer
+    chunk, even when it carries reasoning text too (the chunk where the thinking ends); one
+    whose text is non-empty only in a reasoning field (REASONING_FIELDS) is a reasoning
+    chunk; one with no text at all (a token that ends inside a UTF-8 character, a count
+    that grew in a textless chunk) belongs to the phase of the token-carrying chunk before
+    it (answer when there is none). `reasoning_tokens` sums the tokens of reasoning chunks
+    (None when no chunk carried reasoning text: the stream did not tell thinking apart);
+    `first_answer_s` is the arrival of the first chunk with answer text (None when none came).
+    """
 
     __slots__ = (
         "chunk_times_s", "chunk_tokens", "continuous", "_last_count", "done", "_count",
         "_key", "_container", "_opening", "_source", "_last", "finish_reason", "prompt_tokens",
-        "completion_tokens", "cached_tokens", "error", "timings", "metrics",
+        "completion_tokens", "cached_tokens", "error", "timings", "metrics", "first_answer_s",
+        "reasoning_tokens", "_answered", "_thinking", "_answer_pending",
     )
 
     def __init__(self, count_key: str = "completion_tokens") -> None:
@@ -102,6 +140,15 @@ class TokenTimeline:
         self.metrics: dict | None = None
         """The server's own per-request metrics object (vLLM with
         --enable-per-request-metrics, on the final usage chunk)."""
+        self.first_answer_s: float | None = None
+        """Arrival of the first answer chunk (see the class docstring)."""
+        self.reasoning_tokens: int | None = None
+        """Tokens of reasoning chunks; None until a chunk carries reasoning text."""
+        self._answered = False
+        self._thinking = False
+        """The last token-carrying chunk was a reasoning chunk."""
+        self._answer_pending = False
+        """The first answer chunk is in the read being fed: its time is stamped at its end."""
 
     def feed(self, t: float, payloads: list[bytes]) -> None:
         """Payloads that arrived together in one read at time t."""
@@ -116,6 +163,9 @@ class TokenTimeline:
             else:
                 times.append(t)
                 self.chunk_tokens.append(tokens)
+            if self._answer_pending:
+                self._answer_pending = False
+                self.first_answer_s = t
 
     def _scan(self, payload: bytes) -> int:
         """Tokens carried by one chunk; the rare facts go through the slow path."""
@@ -140,7 +190,21 @@ class TokenTimeline:
             tokens = 1 if _NONEMPTY_TEXT.search(payload) is not None else 0
         if tokens:
             self._last = payload
+            # Answering, with no reasoning field in sight: nothing to tell (one substring test).
+            if self._thinking or not self._answered or _REASONING_MARK in payload:
+                answer = _ANSWER_TEXT.search(payload) is not None
+                self._phase(answer, not answer and _REASONING_TEXT.search(payload) is not None, tokens)
         return tokens
+
+    def _phase(self, answer: bool, reasoning: bool, tokens: int) -> None:
+        """Which phase a token-carrying chunk's tokens belong to (the class docstring)."""
+        if answer:
+            self._thinking = False
+            if not self._answered:
+                self._answered = self._answer_pending = True
+        elif reasoning or self._thinking:
+            self._thinking = True
+            self.reasoning_tokens = (self.reasoning_tokens or 0) + tokens
 
     def _counted(self, n: int) -> int:
         """New tokens given the server's cumulative count n."""
@@ -185,20 +249,24 @@ class TokenTimeline:
             self.metrics = metrics
         holder = obj.get(self._container)
         n = holder.get(self._key) if isinstance(holder, dict) else None
+        counted = isinstance(n, int) and not isinstance(n, bool)
+        answer = any(_has_text(c, ANSWER_FIELDS) for c in choices)
+        reasoning = not answer and any(_has_text(c, REASONING_FIELDS) for c in choices)
         if not choices:
             # The final chunk: facts. Its count is new tokens only on a stream counted all
             # along (llama.cpp chat can end 255 -> finish chunk without timings -> final chunk
             # at 256: a token whose text the parser held back); else it is a total. Nothing
             # is counted after an in-stream error.
-            if self.continuous and self.error is None and isinstance(n, int) and not isinstance(n, bool):
-                return self._counted(n)
-            return 0
+            tokens = self._counted(n) if self.continuous and self.error is None and counted else 0
         # A final usage on the finishing chunk of a server without continuous usage is a
         # total, not a cumulative count: only a stream that counted all along is trusted.
-        if isinstance(n, int) and not isinstance(n, bool) and (
-                self.continuous or not finished or self._container != "usage"):
-            return self._counted(n)
-        return 1 if any(_has_text(c) for c in choices) else 0
+        elif counted and (self.continuous or not finished or self._container != "usage"):
+            tokens = self._counted(n)
+        else:
+            tokens = 1 if answer or reasoning else 0
+        if tokens:
+            self._phase(answer, reasoning, tokens)
+        return tokens
 
     def finish(self) -> str:
         """Close the stream; returns the token source (see the module docstring)."""
@@ -222,11 +290,11 @@ class TokenTimeline:
         return sum(self.chunk_tokens)
 
 
-def _has_text(choice: dict) -> bool:
+def _has_text(choice: dict, names: tuple[str, ...]) -> bool:
+    """Non-empty text in one of the fields `names` of a choice (its delta in chat)."""
     delta = choice.get("delta")
     where = delta if isinstance(delta, dict) else choice
-    return any(isinstance(where.get(k), str) and where[k] for k in ("text", "content", "reasoning_content",
-                                                                       "reasoning"))
+    return any(isinstance(where.get(k), str) and where[k] for k in names)
 
 
 def _error_message(obj: dict) -> str | None:

@@ -24,6 +24,8 @@ from typing import Any, Mapping
 PROFILE_DIR = Path(__file__).resolve().parent
 """Where the built-in profiles live."""
 
+#: The delta fields a simulated reasoning model may put its thinking in (`Profile.reasoning_field`).
+REASONING_FIELDS = ("reasoning", "reasoning_content")
 _TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
 _FALSE_WORDS = frozenset({"0", "false", "no", "off"})
 
@@ -66,6 +68,14 @@ class Profile:
     tokens_per_chunk: int = 1
     """Tokens each decode step yields per sequence, sent as one SSE chunk (>1 mimics
     speculative decoding; the step that ends the prefill always yields one)."""
+
+    think_tokens: int = 0
+    """A reasoning model's think phase: the first think_tokens generated tokens of a chat
+    answer stream as reasoning deltas (vLLM's --reasoning-parser), the rest as "content";
+    0: no thinking. Completions are never split (as on vLLM)."""
+    reasoning_field: str = "reasoning"
+    """The delta field of the thinking text: "reasoning" (vLLM 0.32) or "reasoning_content"
+    (older vLLM and other servers)."""
 
     step_base_ms: float = 2.0
     """Step time = step_base_ms + step_per_seq_ms × scheduled sequences
@@ -261,6 +271,11 @@ def validate(profile: Profile) -> Profile:
         raise ProfileError(f"profile {profile.name}: vocab_size must be at least 64")
     if profile.eos_max_tokens < profile.eos_min_tokens:
         raise ProfileError(f"profile {profile.name}: eos_max_tokens < eos_min_tokens")
+    if profile.think_tokens < 0:
+        raise ProfileError(f"profile {profile.name}: think_tokens must not be negative")
+    if profile.reasoning_field not in REASONING_FIELDS:
+        raise ProfileError(f"profile {profile.name}: reasoning_field must be one of "
+                           f"{', '.join(REASONING_FIELDS)}, got {profile.reasoning_field!r}")
     if not profile.served_model_name:
         raise ProfileError(f"profile {profile.name}: served_model_name must not be empty")
     return profile
