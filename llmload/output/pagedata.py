@@ -19,6 +19,7 @@ from llmload.output.pagetables import (
     decode_statuses,
     markdown_table,
     reasoning_parts,
+    server_timing_parts,
     render_checks,
     render_errors,
     text_table,
@@ -116,7 +117,8 @@ def _extra_sections(results: dict[str, Any], cells: list[dict[str, Any]]) -> tup
     found = []
     for title, parts in (("Capacity under SLO", slo.capacity_parts(results, cells)),
                          ("Energy per token", energy.energy_parts(results, cells)),
-                         ("Reasoning", reasoning_parts(cells))):
+                         ("Reasoning", reasoning_parts(cells)),
+                         ("The server's own timing", server_timing_parts(cells))):
         if parts is None:
             continue
         intro, columns, rows, note = parts

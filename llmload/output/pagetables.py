@@ -203,6 +203,53 @@ def reasoning_parts(cells: list[dict[str, Any]]) -> tuple[str, list[str], list[l
     return REASONING_INTRO, [h for h, _ in REASONING_COLUMNS], rows, REASONING_NOTE
 
 
+SERVER_TIMING_INTRO = (
+    "The server's own per-request timing (vLLM's per-request metrics) beside llmload's, over "
+    "the same completed requests: medians of TTFT (llmload's from send; the server's from "
+    "scheduling, plus its queue time) and of each request's mean gap between tokens (first to "
+    "last token over tokens − 1).")
+SERVER_TIMING_NOTE = (
+    "llmload's TTFT also holds the HTTP round trip and the server's tokenizing and "
+    "detokenizing, which the engine's stamps do not: it reads higher, flagged past ±25%. "
+    "The mean gap is flagged past ±3%. A flag is a finding, not a rounding error.")
+
+
+def _timing_check(figure: str, key: str) -> Callable[[dict[str, Any]], str]:
+    def render(cell: dict[str, Any]) -> str:
+        check = next((c for c in cell.get("server_timing_checks") or () if c["figure"] == figure), None)
+        if check is None:
+            return "—"
+        if key == "diff":
+            return f"{check['diff_pct']:+.1f}%" + ("" if check["agrees"] else " DISAGREE")
+        return fmt_ms(check[key])
+    return render
+
+
+SERVER_TIMING_COLUMNS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
+    ("phase", lambda c: PHASE_LABELS.get(c.get("phase"), str(c.get("phase")))),
+    ("context", lambda c: fmt_context(c["context_tokens"])),
+    ("requests at once", lambda c: str(c.get("concurrency", 1))),
+    ("requests", lambda c: fmt_count(c.get("server_timing_requests"))),
+    ("TTFT, llmload", _timing_check("ttft_ms", "client")),
+    ("TTFT, server (queue + engine)", _timing_check("ttft_ms", "server")),
+    ("TTFT diff", _timing_check("ttft_ms", "diff")),
+    ("server queue", lambda c: fmt_ms(c.get("server_queue_ms"))),
+    ("mean gap, llmload", _timing_check("mean_itl_ms", "client")),
+    ("mean gap, server", _timing_check("mean_itl_ms", "server")),
+    ("mean gap diff", _timing_check("mean_itl_ms", "diff")),
+]
+
+
+def server_timing_parts(cells: list[dict[str, Any]]) -> tuple[str, list[str], list[list[str]], str] | None:
+    """The "Server's own timing" section as (intro, columns, rows, note): the cells whose
+    requests carried the server's per-request timing; None when none did."""
+    seen = [c for c in cells if c.get("server_timing_requests")]
+    if not seen:
+        return None
+    rows = [[render(c) for _, render in SERVER_TIMING_COLUMNS] for c in seen]
+    return SERVER_TIMING_INTRO, [h for h, _ in SERVER_TIMING_COLUMNS], rows, SERVER_TIMING_NOTE
+
+
 def render_errors(cells: list[dict[str, Any]]) -> str | None:
     lines = []
     for c in cells:
@@ -224,6 +271,8 @@ CHECK_FIGURES = {
     "output_tokens": ("output tokens in the window", _fmt_total),
     "output_tokens_completed": ("output tokens of completed requests", _fmt_total),
     "prompt_tok_s": ("prompt tok/s", fmt_rate),
+    "ttft_ms": ("TTFT", fmt_ms),
+    "mean_itl_ms": ("mean gap between tokens", fmt_ms),
 }
 
 
@@ -232,8 +281,7 @@ def _where(cell: dict[str, Any]) -> str:
     return f"{phase} {fmt_context(cell['context_tokens'])} × {cell.get('concurrency', 1)}"
 
 
-def _check_line(cell: dict[str, Any]) -> str | None:
-    check = cell.get("server_check")
+def _check_line(cell: dict[str, Any], check: dict[str, Any] | None) -> str | None:
     if not check:
         return None
     label, fmt = CHECK_FIGURES.get(check["figure"], (check["figure"], fmt_rate))
@@ -247,7 +295,8 @@ def render_checks(cells: list[dict[str, Any]]) -> str | None:
     (flagged past ±3%), chunk-counted cells, prompt lengths and usage mismatches."""
     lines = []
     for cell in cells:
-        lines.append(_check_line(cell))
+        for check in [cell.get("server_check"), *(cell.get("server_timing_checks") or ())]:
+            lines.append(_check_line(cell, check))
         if cell.get("token_source") == "chunks":
             lines.append(f"- {_where(cell)}: tokens counted one per chunk (the server gives no per-chunk "
                          "count): a chunk that carried several tokens is undercounted")

@@ -107,6 +107,7 @@ CSV_COLUMNS = [
     "client_cpu_pct_mean", "client_cpu_pct_max", "loop_lag_ms_p50", "loop_lag_ms_max",
     "warmup_cache_hit", "server_prompt_tokens", "cached_tokens", "token_source", "usage_mismatches",
     "server_check_figure", "server_check_client", "server_check_server", "server_check_agrees",
+    "server_ttft_ms", "server_queue_ms", "server_mean_itl_ms", "server_timing_requests",
     "prefill_source", "reason",
 ]
 _INT_COLUMNS = [

