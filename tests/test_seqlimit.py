@@ -63,6 +63,9 @@ def test_never_from_a_cell_whose_kv_pool_may_bind():
     assert learn(*steady, preemptions=2.0) is None
     assert learn(*steady, usage=KV_FULL_FRACTION) is None
     assert learn(*steady, usage=[0.95, 0.97, None, 0.96]) is None
+    # 2 sequences of 17 blocks in a 40-block pool: 85% used, and no room for a third.
+    assert learn([2, 2, 2, 2], [2, 2, 2, 2], usage=0.85, cell=planned(n=4)) is None
+    assert learn([2, 2, 2, 2], [2, 2, 2, 2], usage=0.6, cell=planned(n=4)).max_sequences == 2
 
 
 @pytest.mark.parametrize("cell, status", [

@@ -19,7 +19,10 @@ once. `learn_sequence_limit` applies the rule, all of it required:
   it disproves it rather than moving it;
 - the KV pool was not what held running at R (a full pool also keeps requests waiting, with
   running wherever the pool ends): no preemption during the window, and where the server has a
-  KV-usage gauge, its median over those reads below KV_FULL_FRACTION.
+  KV-usage gauge, its median u over those reads below KV_FULL_FRACTION and below R / (R + 1).
+  A pool that binds has less room left than one more sequence takes, and a running sequence
+  takes u / R of it on average: 1 - u < u / R, i.e. u > R / (R + 1) (2 sequences of 17 blocks
+  in a 40-block pool: u = 0.85, not "full", yet the pool is the limit).
 """
 
 from __future__ import annotations
@@ -86,7 +89,7 @@ def learn_sequence_limit(*, planned: PlannedCell, status: str, preemptions: floa
     if not 0 < plateau < planned.concurrency or count < PLATEAU_FRACTION * len(queued) or max(running) > plateau:
         return None
     usage = [s[2] for s in queued if s[2] is not None]
-    if usage and quantile(usage, 0.5) >= KV_FULL_FRACTION:
+    if usage and quantile(usage, 0.5) >= min(KV_FULL_FRACTION, plateau / (plateau + 1)):
         return None
     return LearnedLimit(max_sequences=plateau, context_tokens=planned.context_tokens,
                         concurrency=planned.concurrency, waiting=quantile([s[1] for s in queued], 0.5),
