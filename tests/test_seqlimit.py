@@ -122,19 +122,22 @@ def test_the_seed_scenarios_launch_command_gives_the_sequence_limit():
 
 
 MAX_NUM_SEQS = 2
+KV_BLOCKS = 100  # a sequence of 1 + 256 tokens takes 17 blocks: 4 fit, 8 do not, the 2 running do
 
 
 def test_a_run_learns_the_limit_from_a_queued_cell_and_plans_later_cells_queued(tmp_path):
     """The simulator runs at most 2 sequences and, like vLLM, reports that nowhere; no launch
-    command says it. The cell at N = 4 queues 2 and shows the limit; N = 8 is re-planned
-    queued with that source, and the report and `report --recompute` keep it."""
+    command says it. The cell at N = 4 queues 2 and shows the limit; N = 8, planned over
+    capacity (8 × 17 blocks > 100), is re-planned queued with that source (only 2 are held at
+    once) and runs; the report and `report --recompute` keep the source."""
     out = tmp_path / "run"
-    with SimProcess(profile="tiny", overrides={"max_num_seqs": MAX_NUM_SEQS}) as sim:
+    with SimProcess(profile="tiny", overrides={"max_num_seqs": MAX_NUM_SEQS, "num_gpu_blocks": KV_BLOCKS}) as sim:
         r = subprocess.run([sys.executable, "-m", "llmload", "run", "--host", sim.url, "--contexts", "0",
                             "--prefill-contexts", "", "--concurrency", "1,4,8", "--duration", "4s",
                             "--max-tokens", "256", "--out", str(out)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "Sequences at once: unknown" in r.stdout  # the probe found no limit
+    assert "decode 0 × 8             queued (was over capacity)" in r.stdout
     doc = json.loads((out / "results.json").read_text())
     cells = {c["concurrency"]: c for c in doc["cells"]}
     assert cells[1]["status"] == "valid"
