@@ -5,7 +5,8 @@ Pure. A server has three capacity limits (measurement.md, "Capacity"), found by
 the per-sequence limit (max model length, llama.cpp's per-slot n_ctx, TGI's
 max_total_tokens), the shared KV pool (vLLM/SGLang/TRT-LLM blocks, TGI's
 max_batch_total_tokens, llama.cpp's unified KV only when given) and the sequence-count
-limit (llama.cpp slots, vLLM max_num_seqs when known). Rules, checked in this order:
+limit (llama.cpp slots, vLLM max_num_seqs when known; when unknown, a run re-plans with the
+one `llmload.core.seqlimit` learns from a cell that queued). Rules, checked in this order:
 - exceeds_context: prompt + M > the per-sequence limit (prefill cells use M = 1).
 - over_capacity: S × blocks(prompt + M − 1) > KV cache blocks, where S = min(N,
   sequence-count limit) are the sequences held at once, blocks(x) = ceil(x / block_size),
@@ -91,11 +92,13 @@ def _capacity_verdict(
     kv_cache_tokens: int | None,
     block_size: int | None,
     max_sequences: int | None,
+    max_sequences_source: str | None = None,
 ) -> tuple[str, str]:
     """("run" | "queued" | "over_capacity", reason) for N sequences of sequence_tokens each."""
     held = min(concurrency, max_sequences) if max_sequences else concurrency
     queued = held < concurrency
-    queue_reason = (f"{concurrency} > {max_sequences} sequences at once: "
+    source = f" ({max_sequences_source})" if max_sequences_source else ""
+    queue_reason = (f"{concurrency} > {max_sequences} sequences at once{source}: "
                     f"{concurrency - held} wait (expected saturated)") if queued else ""
     if kv_cache_tokens is None:
         return ("queued", queue_reason) if queued else ("run", "KV cache size unknown: run, saturation will show")
@@ -125,6 +128,7 @@ def _plan_cell(
     max_model_len: int | None,
     max_sequences: int | None,
     min_prompt_tokens: int,
+    max_sequences_source: str | None = None,
 ) -> PlannedCell:
     prompt_tokens = context_tokens if context_tokens > 0 else min_prompt_tokens
     sequence_tokens = prompt_tokens + max_tokens
@@ -141,6 +145,7 @@ def _plan_cell(
             kv_cache_tokens=kv_cache_tokens,
             block_size=block_size,
             max_sequences=max_sequences,
+            max_sequences_source=max_sequences_source,
         )
     return PlannedCell(
         phase=phase,
@@ -173,11 +178,13 @@ def plan_matrix(
     max_model_len: int | None,
     max_sequences: int | None = None,
     min_prompt_tokens: int = 1,
+    max_sequences_source: str | None = None,
 ) -> list[PlannedCell]:
     """Every cell of the matrix with its status: prefill cells (context ascending) first,
     then decode cells by context ascending, then N ascending (the seed page's order).
 
-    Duplicate contexts or levels are planned once.
+    Duplicate contexts or levels are planned once. `max_sequences_source`, where given, is
+    named in the reason of a queued cell (e.g. the cell the limit was learned from).
     """
     _check_inputs([*contexts, *prefill_contexts], concurrency, max_tokens)
     limits = dict(
@@ -186,6 +193,7 @@ def plan_matrix(
         max_model_len=max_model_len,
         max_sequences=max_sequences,
         min_prompt_tokens=min_prompt_tokens,
+        max_sequences_source=max_sequences_source,
     )
     decode = [
         _plan_cell(phase="decode", context_tokens=c, concurrency=n, max_tokens=max_tokens, **limits)

@@ -8,7 +8,7 @@ cell the run wrote. Every figure comes from `llmload.core.metrics`; nothing here
 its own, only the choice of records, the status and its reason.
 
 `CellFacts` holds what a cell's status needs besides its requests: the window, the server's
-load samples (waiting gauge, preemption and generated-token counters) and the load
+load samples (running and waiting gauges, preemption and generated-token counters) and the load
 generator's own samples (CPU, event-loop lag, and what its hot path read per interval, from
 which `llmload.core.clientload` estimates the delay it added) per process. These are raw
 samples, never summaries, so a different definition can be applied to them later.
@@ -64,6 +64,8 @@ class CellFacts:
     """Window end."""
     waiting_samples: tuple[tuple[float, float], ...] = ()
     """(time, server waiting gauge) sampled during the window."""
+    running_samples: tuple[tuple[float, float, float | None], ...] = ()
+    """(time, running gauge, KV usage fraction or None) from the same reads (`seqlimit`)."""
     server_first: ServerSample | None = None
     """The server's counters at the window's start and end (None: no /metrics)."""
     server_last: ServerSample | None = None
@@ -108,7 +110,7 @@ class CellFacts:
             d["power"] = PowerWindow(t0=p["t0"], t1=p["t1"], times_s=tuple(p["times_s"]),
                                      watts=tuple(tuple(w) for w in p["watts"]),
                                      counter_j=tuple(p["counter_j"]) if p.get("counter_j") is not None else None)
-        d["waiting_samples"] = tuple(tuple(s) for s in d.get("waiting_samples") or ())
+        d.update({k: tuple(tuple(s) for s in d.get(k) or ()) for k in ("waiting_samples", "running_samples")})
         d["client_samples"] = tuple(tuple(tuple(s) for s in proc) for proc in d.get("client_samples") or ())
         d["client_reads"] = tuple(tuple(IntervalSample.from_wire(s) for s in proc)
                                   for proc in d.get("client_reads") or ())

@@ -200,9 +200,9 @@ def _prefix_caching(metrics_text: str | None) -> bool | None:
 
 def server_load(base_url: str, *, api_key: str | None = None,
                 caps: EngineCaps | None = None) -> dict[str, float | None]:
-    """Running and waiting requests now, preemptions so far and, where the engine has a
-    counter that moves every step, tokens generated so far, from /metrics (None where not
-    exposed)."""
+    """Running and waiting requests now, the KV cache's used fraction now (0-1), preemptions
+    so far and, where the engine has a counter that moves every step, tokens generated so
+    far, from /metrics (None where not exposed)."""
     text = http_text(f"{Endpoint.parse(base_url).base_url}/metrics", api_key=api_key, timeout_s=2.0)
     samples = parse_prometheus(text) if text else {}
     return {
@@ -210,6 +210,8 @@ def server_load(base_url: str, *, api_key: str | None = None,
                               "llamacpp:requests_processing"),
         "waiting": metric_sum(samples, "vllm:num_requests_waiting", "sglang:num_queue_reqs",
                               "llamacpp:requests_deferred", "tgi_queue_size"),
+        "kv_usage": metric_sum(samples, "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc",
+                               "sglang:token_usage"),
         "preemptions": metric_sum(samples, "vllm:num_preemptions_total", "vllm:num_preemptions"),
         "generated": metric_sum(samples, *caps.generated_counter) if caps and caps.generated_counter else None,
     }

@@ -1,8 +1,10 @@
 """The run loop: the plan's cells one after another, each kept as it finishes; the SLO search; the ETA.
 
-`_run_plan` runs the cells a run has not finished yet (growing the worker processes under
-`--workers auto`), borrows a decode cell's cold warm-up as its context's prefill sample
-where the plan says so, and stops after MAX_DEAD_CELLS cells in a row with only failures.
+`plan_for` is the run's plan from the server's limits. `_run_plan` runs the cells a run has
+not finished yet (growing the worker processes under `--workers auto`), borrows a decode
+cell's cold warm-up as its context's prefill sample where the plan says so, re-plans the
+cells not yet run once a cell shows the sequence-count limit the server does not report
+(`_learn_limit`), and stops after MAX_DEAD_CELLS cells in a row with only failures.
 `_keep` writes a finished cell's records, then its result. `_slo_search` bisects the
 concurrency per context around the SLO's limit; `_remaining_s` is the ETA.
 """
@@ -16,6 +18,9 @@ from typing import Callable
 from llmload.core.capacity import PlannedCell, expected_duration_s, plan_matrix
 from llmload.core.cells import CellFacts, assemble_cell, not_run_cell
 from llmload.core.records import RequestRecord
+from llmload.core.scenario import Scenario
+from llmload.core.seqlimit import learn_sequence_limit
+from llmload.io.probe import ServerInfo
 from llmload.matrix.cellrun import CellRunner, _CellTimeout
 from llmload.matrix.console import _clock, _echo_note, _label, _summary
 from llmload.matrix.context import RunContext, RunError, WorkerLost
@@ -28,6 +33,19 @@ MAX_DEAD_CELLS = 2
 
 def _key(c: PlannedCell) -> tuple:
     return (c.phase, c.context_tokens, c.concurrency)
+
+
+def plan_for(sc: Scenario, info: ServerInfo, **cells) -> list[PlannedCell]:
+    """The scenario's plan (`capacity.plan_matrix`) from the server's limits; `cells` replaces
+    the scenario's contexts, prefill_contexts or concurrency. Without a cold warm-up to borrow
+    (or with several samples wanted) prefill cells run on their own."""
+    matrix = dict(contexts=list(sc.contexts), prefill_contexts=list(sc.prefill_contexts),
+                  concurrency=list(sc.concurrency)) | cells
+    plan = plan_matrix(**matrix, max_tokens=sc.max_tokens, kv_cache_tokens=info.kv_cache_tokens,
+                       block_size=info.block_size, max_model_len=info.max_model_len,
+                       max_sequences=info.max_sequences,
+                       max_sequences_source=info.max_sequences_source if info.max_sequences else None)
+    return plan if sc.warmup and sc.prefill_repeats <= 1 else [_standalone(c) for c in plan]
 
 
 def _run_plan(ctx: RunContext, driver: LocustDriver, prompts, plan: list[PlannedCell], writer,
@@ -47,7 +65,7 @@ def _run_plan(ctx: RunContext, driver: LocustDriver, prompts, plan: list[Planned
         if ("decode", context, 1) in done:  # its decode warm-up already ran: on its own now
             pending[pending.index(c)] = _standalone(c)
             del deferred[context]
-    to_run = [c for c in pending if not (c.phase == "prefill" and c.prefill_source == "decode_warmup")]
+    to_run = [c for c in pending if not _borrowed(c)]
     # Every planned cell is on disk from the start, in plan order; a measured cell replaces
     # its "not_run" entry, so an interrupted run shows exactly what is missing.
     for planned in plan:
@@ -110,12 +128,49 @@ def _run_plan(ctx: RunContext, driver: LocustDriver, prompts, plan: list[Planned
         if cell.get("total_tok_s") and planned.phase == "decode":
             per_stream_rate = cell["total_tok_s"] / planned.concurrency
         ctx.echo(f"    {_summary(cell)}")
+        if planned.phase == "decode" and ctx.info.max_sequences is None:
+            replanned = _learn_limit(ctx, writer, plan, planned, cell, facts)
+            if replanned is not None:
+                plan = replanned
+                at = [_key(c) for c in plan].index(_key(planned))
+                # The cells after this one, as re-planned (the list being walked: its tail only).
+                to_run[i:] = [c for c in plan[at + 1:] if c.runs and _key(c) not in done and not _borrowed(c)]
         prefill_tok_s = cell.get("prompt_tok_s") or prefill_tok_s
         all_failed = cell["status"] == "errors" and not cell.get("output_tokens") and not cell.get("prompt_tok_s")
         dead = dead + 1 if all_failed else 0
         if dead >= MAX_DEAD_CELLS:
             raise RunError(f"stopping: {dead} cells in a row had only failed requests "
                            f"({(cell.get('error_samples') or ['?'])[0]})")
+
+
+def _borrowed(c: PlannedCell) -> bool:
+    """A prefill cell measured by its context's decode warm-up, not run on its own."""
+    return c.phase == "prefill" and c.prefill_source == "decode_warmup"
+
+
+def _learn_limit(ctx: RunContext, writer, plan: list[PlannedCell], planned: PlannedCell, cell: dict,
+                 facts: CellFacts) -> list[PlannedCell] | None:
+    """Where the server reports no sequence-count limit, the one this cell's window shows
+    (`llmload.core.seqlimit`), if any: the run goes on with it (ctx.info, results.json's server
+    and plan) and returns the plan re-planned with it; None when the cell shows none."""
+    learned = learn_sequence_limit(planned=planned, status=cell["status"], preemptions=cell.get("preemptions"),
+                                   running_samples=facts.running_samples, waiting_samples=facts.waiting_samples)
+    if learned is None:
+        return None
+    ctx.info = replace(ctx.info, max_sequences=learned.max_sequences, max_sequences_source=learned.source)
+    replanned = plan_for(ctx.scenario, ctx.info)
+    server = {**writer.results["server"], "max_sequences": learned.max_sequences,
+              "max_sequences_source": learned.source}
+    writer.update(server=server, plan=[c.to_dict() for c in replanned])
+    ctx.echo(f"    sequences at once: {learned.max_sequences}, {learned.source}; re-planned:")
+    before = {_key(c): c for c in plan}
+    for c in replanned:
+        was = before[_key(c)]
+        if c.status != was.status:
+            ctx.echo(f"      {_label(c):<24} {c.status.replace('_', ' ')} (was {was.status.replace('_', ' ')})")
+        if c.runs and not was.runs:  # now held within the pool: its row waits to be run
+            writer.update_cell({**not_run_cell(c), "status": "not_run", "reason": "not run yet"})
+    return replanned
 
 
 def _keep(writer, planned: PlannedCell, records: list[RequestRecord], facts: CellFacts, *,
@@ -149,10 +204,7 @@ def _slo_search(ctx: RunContext, driver: LocustDriver, prompts, writer) -> None:
             if n is None:
                 break
             tried.add(n)
-            planned = plan_matrix(contexts=[context], prefill_contexts=[], concurrency=[n],
-                                  max_tokens=sc.max_tokens, kv_cache_tokens=info.kv_cache_tokens,
-                                  block_size=info.block_size, max_model_len=info.max_model_len,
-                                  max_sequences=info.max_sequences)[0]
+            planned = plan_for(sc, info, contexts=[context], prefill_contexts=[], concurrency=[n])[0]
             ctx.echo(f"[SLO search] {_label(planned)} (between {caps[0].max_users} and "
                      f"{caps[0].first_failing})")
             if planned.runs:

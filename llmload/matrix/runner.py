@@ -11,17 +11,19 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
 from typing import Callable
 
 from llmload import __version__
-from llmload.core.capacity import PlannedCell, plan_matrix
+from llmload.core.capacity import PlannedCell
 from llmload.core.scenario import Scenario
+from llmload.core.seqlimit import is_learned
 from llmload.io.hardware import host_facts
-from llmload.io.probe import build_prompts, probe_server
+from llmload.io.probe import ServerInfo, build_prompts, probe_server
 from llmload.matrix.console import _echo_matrix, _echo_plan, _echo_server
 from llmload.matrix.context import RunContext
 from llmload.matrix.driver import LocustDriver
-from llmload.matrix.loop import _run_plan, _slo_search, _standalone
+from llmload.matrix.loop import _run_plan, _slo_search, plan_for
 from llmload.matrix.server import server_for
 
 
@@ -57,16 +59,11 @@ def _run_matrix(scenario: Scenario, *, api_key: str | None, run_dir, master_bind
         info = probe_server(base_url, api_key=api_key, model=scenario.model,
                             kv_cache_tokens=scenario.kv_cache_tokens,
                             launch_command=scenario.launch_command)
+        info = _learned_before(info, run_dir.previous if run_dir is not None else None)
         _echo_server(info, echo)
         ctx = RunContext(scenario=scenario, info=info, echo=echo, api_key=api_key)
         prompts = build_prompts(info, endpoint=scenario.endpoint, api_key=api_key)
-        plan = plan_matrix(contexts=list(scenario.contexts), prefill_contexts=list(scenario.prefill_contexts),
-                           concurrency=list(scenario.concurrency), max_tokens=scenario.max_tokens,
-                           kv_cache_tokens=info.kv_cache_tokens, block_size=info.block_size,
-                           max_model_len=info.max_model_len, max_sequences=info.max_sequences)
-        if not scenario.warmup or scenario.prefill_repeats > 1:
-            # No cold warm-up to borrow (or several samples wanted): prefill on its own.
-            plan = [_standalone(c) for c in plan]
+        plan = plan_for(scenario, info)
         from llmload.output.resultswriter import ResultsWriter
         meta = _meta(ctx, plan, prompts)
         if run_dir is None:
@@ -109,6 +106,16 @@ def _run_matrix(scenario: Scenario, *, api_key: str | None, run_dir, master_bind
             echo(f"Report: {os.path.join(out, 'report.md')}")
             echo(f"HTML report: {os.path.join(out, 'report.html')}")
         return out
+
+
+def _learned_before(info: ServerInfo, previous: dict | None) -> ServerInfo:
+    """A resumed run keeps the sequence-count limit its earlier part learned (`loop._learn_limit`)
+    while the server still reports none: its plan and server facts are the stored ones."""
+    server = (previous or {}).get("server") or {}
+    if info.max_sequences is None and server.get("max_sequences") and is_learned(server.get("max_sequences_source")):
+        return replace(info, max_sequences=int(server["max_sequences"]),
+                       max_sequences_source=server["max_sequences_source"])
+    return info
 
 
 def _drive(ctx: RunContext, prompts, plan: list[PlannedCell], writer, done: dict, *,

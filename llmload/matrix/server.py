@@ -2,7 +2,8 @@
 
 `server_for` yields the scenario's server URL, starting and stopping an embedded
 `llmload sim` when the scenario names no host; `_poll_server_load` samples the server's
-waiting gauge and its preemption and generated-token counters during a cell's window.
+running and waiting gauges (and KV usage) and its preemption and generated-token counters
+during a cell's window.
 """
 
 from __future__ import annotations
@@ -42,10 +43,11 @@ def server_for(scenario: Scenario, echo: Callable[[str], None]) -> Iterator[str]
 
 
 def _poll_server_load(ctx: RunContext, t0: float, t1: float) -> dict:
-    """The server's waiting gauge, sampled every LOAD_POLL_S during [t0, t1], and its
-    preemption and generated-token counters at the window's start and end (CellFacts
-    fields)."""
+    """The server's waiting and running gauges (with its KV usage), sampled every LOAD_POLL_S
+    during [t0, t1], and its preemption and generated-token counters at the window's start
+    and end (CellFacts fields)."""
     samples: list[tuple[float, float]] = []
+    running: list[tuple[float, float, float | None]] = []
     caps = ctx.info.caps
 
     def sample() -> ServerSample:
@@ -59,9 +61,13 @@ def _poll_server_load(ctx: RunContext, t0: float, t1: float) -> dict:
     gevent.sleep(LOAD_POLL_S / 2)
     while now() < t1:
         t_before = now()
-        waiting = server_load(ctx.info.base_url, api_key=ctx.api_key).get("waiting")
-        if waiting is not None:
-            samples.append(((t_before + now()) / 2, waiting))
+        load = server_load(ctx.info.base_url, api_key=ctx.api_key)
+        t = (t_before + now()) / 2
+        if load["waiting"] is not None:
+            samples.append((t, load["waiting"]))
+        if load["running"] is not None:
+            running.append((t, load["running"], load["kv_usage"]))
         gevent.sleep(min(LOAD_POLL_S, max(t1 - now(), 0)))
     last = sample()
-    return {"waiting_samples": tuple(samples), "server_first": first, "server_last": last}
+    return {"waiting_samples": tuple(samples), "running_samples": tuple(running),
+            "server_first": first, "server_last": last}

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
+from llmload.core.seqlimit import is_learned
 from llmload.core.units import format_duration_s
 from llmload.output.pageformat import fmt_context, phase_cells
 
@@ -206,7 +207,9 @@ def limit_lines(server: dict[str, Any]) -> list[str]:
         text = f"{value:,}{unit}"
         if key == "kv_cache_tokens" and server.get("block_size"):
             text += f" ({value // server['block_size']:,} blocks × {server['block_size']})"
-        lines.append(f"{label}: {text}" + (f", from {source}" if source != "unknown" else ""))
+        # A limit learned in the run says how ("learned from cell ..."), not where it was read.
+        where = f", {source}" if is_learned(source) else f", from {source}" if source != "unknown" else ""
+        lines.append(f"{label}: {text}{where}")
     return lines
 
 

@@ -31,7 +31,9 @@ Top level:
   max_tokens, kv_cache_tokens, warmup, prefill_repeats, request_timeout_s, launch_command,
   workers. Never secrets.
 - server: base_url, model (served name), engine, version, max_model_len, kv_cache_tokens,
-  block_size, kv_cache_source, prefix_caching, token_ids_prompts; optional model_root
+  block_size, kv_cache_source, max_sequences, max_sequences_source (where the server's
+  sequences-at-once limit was read, or "learned from cell C×N: ..." when a cell showed it,
+  `llmload.core.seqlimit`), prefix_caching, token_ids_prompts; optional model_root
   (the model path/id behind the served name, used for the title), revision, quantization,
   backend, build. Unknown values are null.
 - hardware: free-form, possibly partial: name (for the title, e.g. "RTX 3090 24GB"), type,
