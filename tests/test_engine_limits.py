@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from llmload.core.capacity import find_limits, plan_matrix, read_source
+from llmload.core.capacity import plan_matrix
+from llmload.core.limits import find_limits, read_source
 from llmload.core.engines import ENGINES, Source, engine_caps
 
 FIXTURES = Path(__file__).parent / "fixtures" / "engines"

@@ -15,7 +15,8 @@ import pytest
 import llmload.output.results as results_module
 from llmload.core.capacity import PlannedCell
 from llmload.core.cellresult import CELL_KEYS
-from llmload.core.cells import CellFacts, ServerSample, assemble_cell
+from llmload.core.cellfacts import CellFacts, ServerSample
+from llmload.core.cells import assemble_cell
 from llmload.output.recompute import read_export
 from llmload.core.records import RequestRecord
 from llmload.output.recordstore import RECORD_COLUMNS, cell_files, export_table, read_cell, write_cell

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from llmload.core.capacity import PlannedCell, find_limits, plan_matrix
-from llmload.core.cells import CellFacts
+from llmload.core.capacity import PlannedCell, plan_matrix
+from llmload.core.limits import find_limits
+from llmload.core.cellfacts import CellFacts
 from llmload.core.engines import engine_caps
 from llmload.core.scenario import load_scenario
 from llmload.core.seqlimit import KV_FULL_FRACTION, is_learned, learn_sequence_limit

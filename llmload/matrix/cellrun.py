@@ -19,7 +19,7 @@ from dataclasses import replace
 import gevent
 
 from llmload.core.capacity import PlannedCell
-from llmload.core.cells import CellFacts
+from llmload.core.cellfacts import CellFacts
 from llmload.core.clock import now
 from llmload.core.engines import ENDPOINT_PATHS
 from llmload.core.records import RequestRecord

@@ -16,7 +16,8 @@ from dataclasses import replace
 from typing import Callable
 
 from llmload.core.capacity import PlannedCell, expected_duration_s, plan_matrix
-from llmload.core.cells import CellFacts, assemble_cell, not_run_cell
+from llmload.core.cellfacts import CellFacts
+from llmload.core.cells import assemble_cell, not_run_cell
 from llmload.core.records import RequestRecord
 from llmload.core.scenario import Scenario
 from llmload.core.seqlimit import learn_sequence_limit

@@ -23,7 +23,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from llmload.core.capacity import PlannedCell, plan_matrix
-from llmload.core.cells import CellFacts, ServerSample, assemble_cell, not_run_cell
+from llmload.core.cellfacts import CellFacts, ServerSample
+from llmload.core.cells import assemble_cell, not_run_cell
 from llmload.core.records import RequestRecord
 from llmload.sim.calibration import unique_prompt
 from llmload.sim.engine import EngineRequest

@@ -32,7 +32,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from llmload.core.capacity import PlannedCell
-from llmload.core.cells import CellFacts, planned_from_dict
+from llmload.core.cellfacts import CellFacts
+from llmload.core.cells import planned_from_dict
 from llmload.core.records import RequestRecord
 from llmload.core.redact import scrub
 from llmload.output.resultswriter import atomic_file

@@ -1,0 +1,91 @@
+"""What a cell's result needs besides its request records, as raw samples.
+
+Pure. `CellFacts` holds the window, the server's load samples (running and waiting gauges,
+preemption and generated-token counters) and the load generator's own samples (CPU,
+event-loop lag, and what its hot path read per interval, from which
+`llmload.core.clientload` estimates the delay it added) per process. These are raw samples,
+never summaries, so a different definition can be applied to them later; the records files
+keep them (`llmload.output.recordstore`) for `report --recompute`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+
+from llmload.core.clientload import IntervalSample
+from llmload.core.energy import PowerWindow
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerSample:
+    """One read of the server's /metrics counters (None: the server does not expose it)."""
+
+    t_s: float
+    """Midpoint of the request that read them."""
+    preemptions: float | None = None
+    generated: float | None = None
+    """The generated-token counter."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CellFacts:
+    """What a cell's result needs besides its request records."""
+
+    t0_s: float | None = None
+    """Window start (decode cells)."""
+    t1_s: float | None = None
+    """Window end."""
+    waiting_samples: tuple[tuple[float, float], ...] = ()
+    """(time, server waiting gauge) sampled during the window."""
+    running_samples: tuple[tuple[float, float, float | None], ...] = ()
+    """(time, running gauge, KV usage fraction or None) from the same reads (`seqlimit`)."""
+    server_first: ServerSample | None = None
+    """The server's counters at the window's start and end (None: no /metrics)."""
+    server_last: ServerSample | None = None
+    client_samples: tuple[tuple[tuple[float, float, float], ...], ...] = ()
+    """Per load-generator process: (time, CPU %, event-loop lag ms) samples in the window."""
+    client_reads: tuple[tuple[IntervalSample, ...], ...] = ()
+    """Per load-generator process: its hot path's reads, events and read backlog per monitor
+    interval in the window (`clientload.IntervalSample`)."""
+    text_prompt: bool = False
+    """Prompts were sent as text (the server templates and tokenizes them inside the TTFT:
+    the prefill check's tolerance is wider, `servercheck.prefill_check`)."""
+    timing: dict[str, float] | None = None
+    """Where the cell's wall time went (users changed, warm-up, window, wall, the rest), as
+    the run measured it; kept as measured, never recomputed."""
+    prefill_source: str | None = None
+    """Prefill cells: "standalone" or "decode_warmup" (the cold warm-up of the N=1 cell)."""
+    exact_prompt_length: bool = False
+    """The prompt is sent as token IDs: the server's count must equal the plan's exactly."""
+    failure: str | None = None
+    """Why the cell has no figures (a lost worker, users that never got ready)."""
+    slo: dict[str, float] | None = None
+    """The run's service-level objective (`llmload.core.slo`), for the cell's goodput."""
+    slo_search: bool = False
+    """The cell was added by the SLO bisection."""
+    power: PowerWindow | None = None
+    """The GPUs' power readings during the window (`llmload.core.energy`), where measured."""
+    idle_power_w: float | None = None
+
+    def to_json(self) -> str:
+        d = asdict(self)
+        d["client_reads"] = [[s.to_wire() for s in proc] for proc in self.client_reads]
+        return json.dumps(d, allow_nan=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "CellFacts":
+        d = json.loads(text)
+        for key in ("server_first", "server_last"):
+            if d.get(key) is not None:
+                d[key] = ServerSample(**d[key])
+        if d.get("power") is not None:
+            p = d["power"]
+            d["power"] = PowerWindow(t0=p["t0"], t1=p["t1"], times_s=tuple(p["times_s"]),
+                                     watts=tuple(tuple(w) for w in p["watts"]),
+                                     counter_j=tuple(p["counter_j"]) if p.get("counter_j") is not None else None)
+        d.update({k: tuple(tuple(s) for s in d.get(k) or ()) for k in ("waiting_samples", "running_samples")})
+        d["client_samples"] = tuple(tuple(tuple(s) for s in proc) for proc in d.get("client_samples") or ())
+        d["client_reads"] = tuple(tuple(IntervalSample.from_wire(s) for s in proc)
+                                  for proc in d.get("client_reads") or ())
+        return cls(**d)
