@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from llmload.core.capacity import plan_matrix
-from llmload.core.limits import find_limits, read_source
+from llmload.core.serverlimits import find_limits, read_source
 from llmload.core.engines import ENGINES, Source, engine_caps
 
 FIXTURES = Path(__file__).parent / "fixtures" / "engines"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from llmload.core.capacity import PlannedCell, plan_matrix
-from llmload.core.limits import find_limits
+from llmload.core.serverlimits import find_limits
 from llmload.core.cellfacts import CellFacts
 from llmload.core.engines import engine_caps
 from llmload.core.scenario import load_scenario

@@ -1,7 +1,7 @@
 """Which cells of the matrix can run: the plan, decided before any request is sent.
 
 Pure. A server has three capacity limits (measurement.md, "Capacity"), found by
-`llmload.core.limits.find_limits` from the probe's documents through the engine table:
+`llmload.core.serverlimits.find_limits` from the probe's documents through the engine table:
 the per-sequence limit (max model length, llama.cpp's per-slot n_ctx, TGI's
 max_total_tokens), the shared KV pool (vLLM/SGLang/TRT-LLM blocks, TGI's
 max_batch_total_tokens, llama.cpp's unified KV only when given) and the sequence-count

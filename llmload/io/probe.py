@@ -14,7 +14,7 @@ import urllib.request
 from dataclasses import dataclass
 
 from llmload.io.endpoint import Endpoint
-from llmload.core.limits import find_limits
+from llmload.core.serverlimits import find_limits
 from llmload.core.engines import DOC_PATHS, EngineCaps, engine_caps
 from llmload.wire.prometheus import metric_sum, parse_prometheus
 from llmload.core.prompts import FILLER_TEXT, PromptBuilder
