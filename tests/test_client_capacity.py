@@ -66,8 +66,12 @@ def test_window_estimate_needs_enough_samples_and_fires_over_the_bound():
     assert est["added_delay_ms_p99"] == pytest.approx(5.0)
     assert is_client_bound({"cpu_pct_mean": 10.0, "lag_ms_p50": 0.1, **est})
     assert not is_client_bound({"cpu_pct_mean": 10.0, "lag_ms_p50": 0.1, "added_delay_ms_p99": ADDED_DELAY_BOUND_MS})
-    few = window_estimate(late[:2])  # 20 queue samples: not enough for a p99, coalescing instead
-    assert few["added_delay_source"].startswith("coalescing")
+    few = window_estimate(late[:2])  # 20 queue samples: not enough for a p99, and no guess instead
+    assert few["added_delay_ms_p99"] is None and few["added_delay_source"].startswith("not estimated: 20 ")
+    assert not is_client_bound({"cpu_pct_mean": 10.0, "lag_ms_p50": 0.1, **few})
+    # No queue depth at all (TLS): the coalescing, labelled as counting the server's bursts.
+    blind = window_estimate([interval({}, t) for t in range(2)])
+    assert blind["added_delay_source"].startswith("coalescing")
 
 
 def test_queued_bytes_reads_the_kernel_receive_queue():

