@@ -18,7 +18,7 @@ from llmload.core.capacity import PlannedCell, plan_matrix
 from llmload.core.scenario import Scenario
 from llmload.io.hardware import host_facts
 from llmload.io.probe import build_prompts, probe_server
-from llmload.matrix.console import _echo_matrix, _echo_plan, _echo_server
+from llmload.matrix.console import _echo_matrix, _echo_plan, _echo_prompts, _echo_server
 from llmload.matrix.context import RunContext
 from llmload.matrix.driver import LocustDriver
 from llmload.matrix.loop import _run_plan, _slo_search, _standalone
@@ -59,7 +59,6 @@ def _run_matrix(scenario: Scenario, *, api_key: str | None, run_dir, master_bind
                             launch_command=scenario.launch_command)
         _echo_server(info, echo)
         ctx = RunContext(scenario=scenario, info=info, echo=echo, api_key=api_key)
-        prompts = build_prompts(info, endpoint=scenario.endpoint, api_key=api_key)
         plan = plan_matrix(contexts=list(scenario.contexts), prefill_contexts=list(scenario.prefill_contexts),
                            concurrency=list(scenario.concurrency), max_tokens=scenario.max_tokens,
                            kv_cache_tokens=info.kv_cache_tokens, block_size=info.block_size,
@@ -67,6 +66,10 @@ def _run_matrix(scenario: Scenario, *, api_key: str | None, run_dir, master_bind
         if not scenario.warmup or scenario.prefill_repeats > 1:
             # No cold warm-up to borrow (or several samples wanted): prefill on its own.
             plan = [_standalone(c) for c in plan]
+        # Text prompts are fitted to the server's count once per length the plan runs.
+        prompts = build_prompts(info, endpoint=scenario.endpoint, api_key=api_key,
+                                prompt_tokens=[c.prompt_tokens for c in plan if c.runs and c.context_tokens])
+        _echo_prompts(prompts, echo)
         from llmload.output.resultswriter import ResultsWriter
         meta = _meta(ctx, plan, prompts)
         if run_dir is None:
