@@ -4,12 +4,14 @@
 No download: a `llama` architecture with random F16 weights (seeded, so the file is the same
 every time) and a SentencePiece-style vocabulary of <unk>, <s>, </s>, the 256 byte-fallback
 tokens <0x00>..<0xFF>, and one word piece (with every prefix on the way, so the merges can
-reach it) for each word of llmload's filler text: every filler word is exactly one token,
-which makes text prompts (the chat endpoint) exact. Its random output is full of partial
+reach it) for each word of llmload's filler text: every filler word is exactly one token.
+With `--pieces N` each word piece is cut into pieces of N characters instead, so a word is
+one to several tokens (a tokenizer that is not one token per word, for the tests of text
+prompts fitted to the server's count). Its random output is full of partial
 UTF-8 (byte tokens), so the server merges tokens into one chunk and sends empty-content
 chunks: exactly what a benchmark must count right.
 
-    python scripts/make_gguf_model.py [OUT.gguf] [--hidden 384 --layers 4 ...]
+    python scripts/make_gguf_model.py [OUT.gguf] [--hidden 384 --layers 4 --pieces 3 ...]
 
 Without OUT the model goes to the cache ($LLMLOAD_CACHE or ~/.cache/llmload/models/) under
 a name made of its shape; an existing file is reused. Prints the path.
@@ -36,8 +38,9 @@ CHAT_TEMPLATE = (
 )
 
 
-def vocabulary() -> tuple[list[str], list[float], list[int]]:
-    """(pieces, scores, token types) of the SentencePiece-style vocabulary."""
+def vocabulary(piece_chars: int = 0) -> tuple[list[str], list[float], list[int]]:
+    """(pieces, scores, token types) of the SentencePiece-style vocabulary: a piece per word
+    (piece_chars 0), or per piece_chars characters of a word."""
     import gguf
     normal, byte, control, unknown = (gguf.TokenType.NORMAL, gguf.TokenType.BYTE,
                                       gguf.TokenType.CONTROL, gguf.TokenType.UNKNOWN)
@@ -45,9 +48,11 @@ def vocabulary() -> tuple[list[str], list[float], list[int]]:
     types = [unknown, control, control] + [byte] * 256
     words: dict[str, None] = {}
     for word in FILLER_TEXT.split() + ["user", "assistant"]:
-        piece = SPACE + word
-        for end in range(2, len(piece) + 1):
-            words.setdefault(piece[:end])
+        whole = SPACE + word
+        step = piece_chars or len(whole)
+        for piece in (whole[i:i + step] for i in range(0, len(whole), step)):
+            for end in range(min(2, len(piece)), len(piece) + 1):
+                words.setdefault(piece[:end])
     pieces += list(words)
     types += [normal] * len(words)
     # Longer pieces win the merges (scores are merge priorities in SPM).
@@ -56,9 +61,9 @@ def vocabulary() -> tuple[list[str], list[float], list[int]]:
 
 
 def write_model(path: Path, *, hidden: int, layers: int, heads: int, ffn: int, context: int,
-                seed: int = 0) -> None:
+                pieces: int = 0, seed: int = 0) -> None:
     import gguf
-    pieces, scores, types = vocabulary()
+    pieces, scores, types = vocabulary(pieces)
     rng = np.random.default_rng(seed)
     tmp = path.with_suffix(".tmp")
     w = gguf.GGUFWriter(str(tmp), "llama")
@@ -106,9 +111,10 @@ def write_model(path: Path, *, hidden: int, layers: int, heads: int, ffn: int, c
     os.replace(tmp, path)
 
 
-def default_path(hidden: int, layers: int, heads: int, ffn: int, context: int) -> Path:
+def default_path(hidden: int, layers: int, heads: int, ffn: int, context: int, pieces: int = 0) -> Path:
     cache = Path(os.environ.get("LLMLOAD_CACHE") or Path.home() / ".cache" / "llmload")
-    return cache / "models" / f"tiny-random-h{hidden}-l{layers}-a{heads}-f{ffn}-c{context}.gguf"
+    cut = f"-p{pieces}" if pieces else ""
+    return cache / "models" / f"tiny-random-h{hidden}-l{layers}-a{heads}-f{ffn}-c{context}{cut}.gguf"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -119,8 +125,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--heads", type=int, default=6)
     parser.add_argument("--ffn", type=int, default=1024)
     parser.add_argument("--context", type=int, default=4096, help="training context (caps each slot's n_ctx)")
+    parser.add_argument("--pieces", type=int, default=0,
+                        help="cut each word piece into pieces of this many characters (0: a piece per word)")
     args = parser.parse_args(argv)
-    shape = dict(hidden=args.hidden, layers=args.layers, heads=args.heads, ffn=args.ffn, context=args.context)
+    shape = dict(hidden=args.hidden, layers=args.layers, heads=args.heads, ffn=args.ffn, context=args.context,
+                 pieces=args.pieces)
     path = Path(args.out) if args.out else default_path(**shape)
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -51,8 +51,9 @@ def llama_server_binary() -> str | None:
     return _binary[0]
 
 
-def tiny_model() -> str:
-    done = subprocess.run([sys.executable, str(MODEL_SCRIPT)], capture_output=True, text=True, check=True,
+def tiny_model(*args: str) -> str:
+    """The model's path; `args` go to scripts/make_gguf_model.py (e.g. "--pieces", "3")."""
+    done = subprocess.run([sys.executable, str(MODEL_SCRIPT), *args], capture_output=True, text=True, check=True,
                           timeout=300)
     return done.stdout.strip().splitlines()[-1]
 

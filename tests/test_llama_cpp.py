@@ -21,7 +21,8 @@ from llmload.core.capacity import plan_matrix
 from llmload.io.client import StreamingClient
 from llmload.core.engines import engine_caps, request_body
 from llmload.core.servercheck import server_stream_rate_tok_s
-from llmload.io.probe import build_prompts, probe_server
+from llmload.core.prompts import PromptBuilder
+from llmload.io.probe import build_prompts, http_json, probe_server, prompt_counter
 from llama_server import LlamaServer, llama_server_binary, no_compiler_reason, tiny_model
 
 K = 1024
@@ -98,6 +99,29 @@ def test_every_completed_request_counts_the_servers_tokens(server, endpoint):
         ours = (rec.output_tokens - 1) / (rec.chunk_times_s[-1] - rec.chunk_times_s[0])
         assert ours == pytest.approx(server_stream_rate_tok_s(rec), rel=0.03)
     client.close()
+
+
+def test_chat_prompts_are_exact_on_a_tokenizer_not_one_token_per_word(llama):
+    """A model whose words are cut into 3-character pieces (one to several tokens a word): the
+    text is fitted to the server's own count (/apply-template, then /tokenize), once per
+    length, and every user's prompt (its own nonce) comes out exact."""
+    binary, _ = llama
+    targets = (512, 2048)
+    with LlamaServer(binary, tiny_model("--pieces", "3"), "-c", "4096", "-np", "1") as s:
+        info = probe_server(s.url)
+        prompts = build_prompts(info, endpoint="chat", prompt_tokens=targets)
+        assert prompts.tokens_per_word > 1.3 and not prompts.pool_ids
+        count = prompt_counter(info, "chat", None)
+        for target in targets:
+            assert prompts.exact_for(target), prompts.fit_for(target)
+            unfitted = PromptBuilder(tokens_per_word=prompts.tokens_per_word, overhead_tokens=prompts.overhead_tokens)
+            assert count(unfitted.text("run/c1/u0", target)) != target  # the ratio alone misses
+            for user in ("u0", "u1"):
+                body = {"model": info.model, "max_tokens": 1,
+                        "messages": [{"role": "user", "content": prompts.text(f"run/c1/{user}", target)}]}
+                status, reply = http_json(f"{s.url}/v1/chat/completions", body=body, timeout_s=120)
+                assert status == 200, reply
+                assert reply["usage"]["prompt_tokens"] == target, (target, user)
 
 
 @pytest.fixture(scope="module", params=["completions", "chat"])

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from llmload.output.recordstore import read_cell
 from llmload.sim.launcher import SimProcess
 
 KV_BLOCKS = 200  # with max_tokens 256: (1K, 4) needs 4 x 80 = 320 blocks: over capacity
@@ -263,11 +264,15 @@ def test_cells_that_do_not_fit_are_marked_saturated(tmp_path):
     assert cell["preemptions"] > 0 or cell["median_waiting"] >= 1
 
 
-def test_chat_endpoint_prompts_have_the_planned_length(sim, tmp_path):
+def test_chat_endpoint_prompts_have_the_planned_length(tmp_path):
+    # A tokenizer that is not one token per word (a token per 3 characters of a filler word):
+    # the text is fitted to the server's count, once per length, for every user's nonce.
     out = tmp_path / "chat"
-    r = llmload("run", "--host", sim.url, "--endpoint", "chat", "--contexts", "1K", "--prefill-contexts", "",
-                "--concurrency", "1,2", "--duration", "1s", "--max-tokens", "64", "--out", str(out))
+    with SimProcess(profile="tiny", overrides={"word_piece_chars": 3}) as s:
+        r = llmload("run", "--host", s.url, "--endpoint", "chat", "--contexts", "1K", "--prefill-contexts", "",
+                    "--concurrency", "1,2", "--duration", "1s", "--max-tokens", "64", "--out", str(out))
     assert r.returncode == 0, r.stdout + r.stderr
+    assert "Text prompts exact by the server's count: 1K tokens" in r.stdout
     _, cells = cells_of(out)
     for n in (1, 2):
         c = cells[("decode", 1024, n)]
@@ -275,6 +280,10 @@ def test_chat_endpoint_prompts_have_the_planned_length(sim, tmp_path):
         # template); the status depends on how busy this machine is.
         assert c["server_prompt_tokens"] == 1024 and c["output_tokens"] > 0, c
         assert "prompt_length_note" not in c or c["prompt_length_note"] is None
+        # Every user's prompt (each with its own nonce), not only the first one checked above.
+        _, records, _ = read_cell(out / "records" / f"decode-1024-x{n}.parquet")
+        users = {r.user_id for r in records}
+        assert len(users) == n and {r.prompt_tokens for r in records} - {None} == {1024}  # None: cut at the end
 
 
 @pytest.mark.fault('SIGTERM during a run on the embedded simulator',

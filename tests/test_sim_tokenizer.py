@@ -70,3 +70,11 @@ def test_plan_length_stop_and_min_tokens():
     # EOS may come only after min_tokens tokens; min_tokens = max_tokens forces the length.
     assert model.plan(seed, max_tokens=100, min_tokens=50, ignore_eos=False) == (51, "stop")
     assert model.plan(seed, max_tokens=50, min_tokens=50, ignore_eos=False) == (50, "length")
+
+
+def test_word_pieces_make_a_tokenizer_that_is_not_one_token_per_word():
+    tok = Tokenizer(32000, piece_chars=3)
+    assert len(tok.encode("a of The history measurement")) == 1 + 1 + 1 + 3 + 4
+    vocabulary_word = Tokenizer(32000).word(NUM_SPECIAL + 5000)
+    assert tok.encode(f"{vocabulary_word} <|user|>") == [NUM_SPECIAL + 5000, ROLE_IDS["user"]]
+    assert tok.encode("history") == tok.encode("his tor y")  # pieces hash like words

@@ -68,6 +68,9 @@ class EngineCaps:
     """Field name of the text in the tokenizer request body."""
     tokenize_messages: bool = False
     """The tokenizer endpoint takes `messages` and applies the chat template (vLLM)."""
+    count_fields: tuple[tuple[str, object], ...] = ()
+    """Extra tokenizer request fields that make it count a text as a request's prompt is
+    counted (llama.cpp: BOS added, special tokens parsed)."""
     apply_template_path: str | None = None
     """An endpoint that renders chat messages through the template ({messages} -> {prompt}),
     whose text the tokenizer then counts exactly (llama.cpp's /apply-template)."""
@@ -142,6 +145,7 @@ ENGINES: dict[str, EngineCaps] = {
         EngineCaps(name="llama.cpp", token_id_prompts=True, ignore_eos=True, min_tokens=False,
                    include_usage=True, continuous_usage=False, cache_salt=False,
                    tokenize_path="/tokenize", tokenize_key="content",
+                   count_fields=(("add_special", True), ("parse_special", True)),
                    apply_template_path="/apply-template",
                    stream_fields=(("timings_per_token", True),), count_key="predicted_n",
                    cold_fields=(("cache_prompt", False),), server_timings=True,

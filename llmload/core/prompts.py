@@ -4,17 +4,28 @@ Pure: given a pool of token IDs (from the server's own tokenizer, so every ID is
 word piece, never a special token) a prompt of exactly C tokens is the user's nonce followed
 by the pool repeated. The nonce is derived from a key unique to (run, context, user), so two
 users never share a prefix-cache block, and no user shares one with an earlier run.
-Text prompts (servers without token-ID prompts, the chat endpoint) use words instead; their
-length is checked against the server's count by the caller.
+
+Text prompts (servers without token-ID prompts, the chat endpoint) use words instead: a lead
+word, the nonce, then the filler text repeated. Their nonce is an ordering, unique to the
+key, of the same NONCE_WORDS words, so every key's text holds the same words and a tokenizer
+that does not merge tokens across words counts every key's prompt alike (the lead word keeps
+the nonce off the first position, where a word may be tokenized differently). That lets one
+search per context, against the server's count (`llmload.core.textfit`), fit every user's
+prompt: its result is a `TextFit` (how many words, and which tail word) that the builder
+keeps; without one, the length comes from the measured tokens per word, and the caller
+checks it against the server's count.
 """
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from functools import lru_cache
 
 NONCE_TOKENS = 6
-"""Tokens of nonce at the head of every prompt (pool of ~100 IDs: ~1e12 distinct nonces)."""
+"""Tokens of nonce at the head of every token-ID prompt (pool of ~100 IDs: ~1e12 nonces)."""
+NONCE_WORDS = 16
+"""Words ordered by the key at the head of a text prompt (16! ≈ 2e13 distinct nonces)."""
 
 FILLER_TEXT = (
     "The history of measurement is a history of agreement between people who needed to trade "
@@ -27,6 +38,24 @@ FILLER_TEXT = (
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class TextFit:
+    """The shape of the text prompt of one length, found against the server's count."""
+
+    prompt_tokens: int
+    """The length asked for."""
+    words: int
+    """Words of text: lead, nonce, then filler."""
+    tail: int = -1
+    """Index in `PromptBuilder.tail_words()` of one word appended after them (-1: none)."""
+    counted_tokens: int | None = None
+    """The server's count of the fitted text (None: it could not count)."""
+    exact: bool = False
+    """The server counted exactly prompt_tokens, for other nonces too."""
+    note: str = ""
+    """Why the fit is not exact (empty when it is)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PromptBuilder:
     pool_ids: tuple[int, ...] = ()
     """Ordinary token IDs of the served model; empty when the server takes no token IDs."""
@@ -35,6 +64,8 @@ class PromptBuilder:
     """Measured tokens per filler word, for text prompts."""
     overhead_tokens: int = 0
     """Tokens the server adds around a text prompt (chat template, BOS)."""
+    fits: tuple[TextFit, ...] = ()
+    """Text prompt shapes fitted to the server's count, by length."""
 
     def token_ids(self, key: str, n_tokens: int) -> list[int]:
         """Exactly max(n_tokens, 1) IDs, starting with the nonce of `key`."""
@@ -53,16 +84,67 @@ class PromptBuilder:
         return self.token_ids(key, n_tokens) if self.pool_ids else self.text(key, n_tokens)
 
     def text(self, key: str, n_tokens: int) -> str:
-        """About n_tokens tokens of text (exact on servers with one token per word)."""
+        """Text of n_tokens tokens: exact where a fit for that length was found, else sized
+        from tokens_per_word and overhead_tokens."""
+        fit = self.fit_for(n_tokens)
+        if fit is not None:
+            return self.text_of(key, fit.words, fit.tail)
+        return self.text_of(key, self.estimate_words(n_tokens))
+
+    def fit_for(self, n_tokens: int) -> TextFit | None:
+        return next((f for f in self.fits if f.prompt_tokens == n_tokens), None)
+
+    def exact_for(self, n_tokens: int) -> bool:
+        """Whether prompts of n_tokens come out exact: token IDs, or an exact text fit."""
+        fit = self.fit_for(n_tokens)
+        return bool(self.pool_ids) or (fit is not None and fit.exact)
+
+    def estimate_words(self, n_tokens: int) -> int:
+        """Words of text for about n_tokens tokens, from the measured ratio and overhead."""
         target = max(n_tokens - self.overhead_tokens, 1)
-        n_words = max(round(target / self.tokens_per_word), 1)
-        nonce = [self.words[b % len(self.words)] for b in _digest(key, NONCE_TOKENS)]
-        if n_words <= NONCE_TOKENS:
-            return " ".join(nonce[:n_words])
-        words = self.words
-        body = (words * (1 + (n_words - NONCE_TOKENS) // len(words)))[: n_words - NONCE_TOKENS]
-        return " ".join(nonce + list(body))
+        return max(round(target / self.tokens_per_word), 1)
+
+    def text_of(self, key: str, n_words: int, tail: int = -1) -> str:
+        """n_words words (lead, the nonce of `key`, filler), then tail word number `tail`."""
+        lead, nonce_set = _nonce_words(self.words)
+        head = [lead, *_ordered(nonce_set, key)]
+        n = max(n_words, 1)
+        if n <= len(head):
+            chosen = head[:n]
+        else:
+            words = self.words
+            chosen = head + list((words * (1 + (n - len(head)) // len(words)))[: n - len(head)])
+        if tail >= 0:
+            chosen.append(self.tail_words()[tail])
+        return " ".join(chosen)
+
+    def tail_words(self) -> tuple[str, ...]:
+        """Candidate last words for a fine adjustment, shortest first."""
+        return _tail_words(self.words)
+
+
+@lru_cache(maxsize=8)
+def _nonce_words(words: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
+    """(lead word, the NONCE_WORDS distinct words the nonce orders)."""
+    lead = words[0]
+    distinct = [w for w in dict.fromkeys(words) if w != lead]
+    return lead, tuple(distinct[:NONCE_WORDS])
+
+
+@lru_cache(maxsize=8)
+def _tail_words(words: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(sorted(dict.fromkeys(words), key=lambda w: (len(w), w)))
+
+
+def _ordered(words: tuple[str, ...], key: str) -> list[str]:
+    """`words` in an order drawn from `key` (a Fisher-Yates shuffle driven by its digest)."""
+    out = list(words)
+    digest = _digest(key, 2 * len(out))
+    for i in range(len(out) - 1, 0, -1):
+        j = int.from_bytes(digest[2 * i:2 * i + 2], "big") % (i + 1)
+        out[i], out[j] = out[j], out[i]
+    return out
 
 
 def _digest(key: str, n: int) -> bytes:
-    return hashlib.blake2b(key.encode(), digest_size=max(n, 1)).digest()[:n]
+    return hashlib.blake2b(key.encode(), digest_size=max(min(n, 64), 1)).digest()[:n]

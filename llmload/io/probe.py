@@ -11,13 +11,15 @@ import json
 import logging
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Callable, Iterable
 
 from llmload.io.endpoint import Endpoint
 from llmload.core.serverlimits import find_limits
 from llmload.core.engines import DOC_PATHS, EngineCaps, engine_caps
 from llmload.wire.prometheus import metric_sum, parse_prometheus
 from llmload.core.prompts import FILLER_TEXT, PromptBuilder
+from llmload.core.textfit import fit_text
 
 logger = logging.getLogger(__name__)
 
@@ -217,8 +219,10 @@ def server_load(base_url: str, *, api_key: str | None = None,
     }
 
 
-def build_prompts(info: ServerInfo, *, endpoint: str, api_key: str | None = None) -> PromptBuilder:
-    """A PromptBuilder for this server: a token-ID pool where possible, else measured text."""
+def build_prompts(info: ServerInfo, *, endpoint: str, api_key: str | None = None,
+                  prompt_tokens: Iterable[int] = ()) -> PromptBuilder:
+    """A PromptBuilder for this server: a token-ID pool where possible, else measured text,
+    fitted to each of `prompt_tokens` by the server's own count where it can count."""
     caps = info.caps
     pool: tuple[int, ...] = ()
     if caps.tokenize_path:
@@ -231,16 +235,69 @@ def build_prompts(info: ServerInfo, *, endpoint: str, api_key: str | None = None
             pool = tuple(t["id"] for t in obj if isinstance(t, dict) and "id" in t)
     words = len(FILLER_TEXT.split())
     per_word = len(pool) / words if pool else 1.0
-    use_ids = endpoint == "completions" and caps.token_id_prompts and bool(pool)
-    overhead = 0
-    if endpoint == "chat" and caps.tokenize_path:
-        overhead = _chat_overhead(info, api_key, per_word)
+    if endpoint == "completions" and caps.token_id_prompts and pool:
+        return PromptBuilder(pool_ids=pool, tokens_per_word=per_word)
+    count = prompt_counter(info, endpoint, api_key)
+    counted = count(FILLER_TEXT) if count is not None else None
+    if counted is None and endpoint == "chat" and caps.tokenize_path:
+        logger.warning("cannot count the chat template's tokens on %s: chat prompts may be longer than asked",
+                       info.engine)
+    # Tokens around the text (template, BOS): the server's count of the filler less its words'.
+    overhead = max(counted - round(per_word * words), 0) if counted is not None else 0
     if not pool:
         # No tokenizer endpoint: let the server count two prompts of different lengths
         # (usage.prompt_tokens) and take the slope and the intercept.
         per_word, overhead = _calibrate_by_usage(info, endpoint, api_key) or (per_word, overhead)
-    return PromptBuilder(pool_ids=pool if use_ids else (), tokens_per_word=per_word or 1.0,
-                         overhead_tokens=overhead)
+    builder = PromptBuilder(tokens_per_word=per_word or 1.0, overhead_tokens=overhead)
+    if count is None or counted is None:
+        return builder
+    fits = tuple(fit_text(count, builder, n) for n in sorted(set(prompt_tokens)))
+    for fit in fits:
+        if not fit.exact:
+            logger.info("text prompt of %d tokens not exact: %s", fit.prompt_tokens, fit.note)
+    return replace(builder, fits=fits)
+
+
+def prompt_counter(info: ServerInfo, endpoint: str, api_key: str | None) -> Callable[[str], int | None] | None:
+    """The server's count of the prompt of a request to `endpoint` whose text is `text`, as
+    the request would be counted; None where the server cannot count. Chat: its tokenizer
+    applies the template (vLLM /tokenize with messages), or its template endpoint renders
+    the prompt that its tokenizer then counts (llama.cpp /apply-template, then /tokenize
+    with special tokens added and parsed). Completions: its tokenizer counts the text."""
+    caps = info.caps
+    path, fields = caps.tokenize_path, dict(caps.count_fields)
+    if path is None:
+        return None
+
+    def messages(text: str) -> list[dict]:
+        return [{"role": "user", "content": text}]
+
+    def rendered(text: str) -> int | None:
+        status, obj = _post(info, caps.apply_template_path, {"messages": messages(text)}, api_key)
+        if status != 200 or not isinstance(obj, dict) or not isinstance(obj.get("prompt"), str):
+            return None
+        return _token_count(*_post(info, path, {caps.tokenize_key: obj["prompt"], **fields}, api_key))
+
+    if endpoint != "chat":
+        return lambda text: _token_count(*_post(info, path, {caps.tokenize_key: text, "model": info.model,
+                                                             **fields}, api_key))
+    if caps.apply_template_path:
+        return rendered
+    if caps.tokenize_messages:
+        return lambda text: _token_count(*_post(info, path, {"model": info.model, "messages": messages(text)},
+                                                api_key))
+    return None
+
+
+def _token_count(status: int, obj: object) -> int | None:
+    """Tokens in a tokenizer's answer: vLLM's count, llama.cpp's tokens, TGI's list."""
+    if status != 200:
+        return None
+    if isinstance(obj, dict):
+        if isinstance(obj.get("count"), int):
+            return obj["count"]
+        return len(obj["tokens"]) if isinstance(obj.get("tokens"), list) else None
+    return len(obj) if isinstance(obj, list) else None
 
 
 CALIBRATION_WORDS = (64, 512)
@@ -268,32 +325,6 @@ def _calibrate_by_usage(info: ServerInfo, endpoint: str, api_key: str | None) ->
     if per_word <= 0:
         return None
     return per_word, max(round(p1 - per_word * w1), 0)
-
-
-def _chat_overhead(info: ServerInfo, api_key: str | None, per_word: float) -> int:
-    """Tokens the chat template adds around one user message, counted by the server: its
-    tokenizer applies the template (vLLM /tokenize with messages), or its template endpoint
-    renders the prompt that its tokenizer then counts as a chat request would be counted
-    (llama.cpp /apply-template, then /tokenize with special tokens added and parsed)."""
-    caps = info.caps
-    messages = [{"role": "user", "content": FILLER_TEXT}]
-    count = None
-    if caps.apply_template_path:
-        status, obj = _post(info, caps.apply_template_path, {"messages": messages}, api_key)
-        if status == 200 and isinstance(obj, dict) and isinstance(obj.get("prompt"), str):
-            status, obj = _post(info, caps.tokenize_path, {caps.tokenize_key: obj["prompt"],
-                                                          "add_special": True, "parse_special": True}, api_key)
-            if status == 200 and isinstance(obj, dict) and isinstance(obj.get("tokens"), list):
-                count = len(obj["tokens"])
-    elif caps.tokenize_messages:
-        status, obj = _post(info, caps.tokenize_path, {"model": info.model, "messages": messages}, api_key)
-        if status == 200 and isinstance(obj, dict) and isinstance(obj.get("count"), int):
-            count = obj["count"]
-    if count is None:
-        logger.warning("cannot count the chat template's tokens on %s: chat prompts may be longer than asked",
-                       info.engine)
-        return 0
-    return max(count - round(per_word * len(FILLER_TEXT.split())), 0)
 
 
 def _post(info: ServerInfo, path: str, body: dict, api_key: str | None) -> tuple[int, object]:

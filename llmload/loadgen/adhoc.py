@@ -44,8 +44,8 @@ class AdhocRequests:
         engine = getattr(opts, "llm_engine", "auto")
         caps = info.caps if engine in ("", "auto") else engine_caps(engine)
         endpoint = getattr(opts, "llm_endpoint", "completions")
-        prompts = build_prompts(info, endpoint=endpoint, api_key=api_key)
         n_prompt = int(getattr(opts, "llm_prompt_tokens", 512))
+        prompts = build_prompts(info, endpoint=endpoint, api_key=api_key, prompt_tokens=(n_prompt,))
         max_tokens = int(getattr(opts, "llm_max_tokens", 256))
         fixed = str(getattr(opts, "llm_ignore_eos", "true")).lower() == "true"
         temperature = float(getattr(opts, "llm_temperature", 0.0))

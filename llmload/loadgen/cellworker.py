@@ -17,7 +17,7 @@ import gevent
 from gevent.event import Event
 
 from llmload.core.clock import now
-from llmload.core.prompts import PromptBuilder
+from llmload.core.prompts import PromptBuilder, TextFit
 from llmload.core.records import RequestRecord
 from llmload.core.redact import scrub
 from llmload.loadgen import messages
@@ -47,8 +47,9 @@ class CellWorker:
     def prompt_for(self, cell: messages.CellSpec, key: str) -> list[int] | str:
         builder = self._prompts.get(cell.id)
         if builder is None:
+            fits = (TextFit(prompt_tokens=cell.prompt_tokens, words=cell.text_words, tail=cell.text_tail),)
             builder = PromptBuilder(pool_ids=cell.pool_ids, tokens_per_word=cell.tokens_per_word,
-                                    overhead_tokens=cell.overhead_tokens)
+                                    overhead_tokens=cell.overhead_tokens, fits=fits if cell.text_words else ())
             self._prompts = {cell.id: builder}
         return builder.prompt(key, cell.prompt_tokens)
 

@@ -73,6 +73,11 @@ class CellSpec(_Message):
     """The prompt builder's token-ID pool (empty: text prompts)."""
     tokens_per_word: float = 1.0
     overhead_tokens: int = 0
+    text_words: int = 0
+    """Words of the text prompt fitted to prompt_tokens by the server's count (0: none,
+    sized from tokens_per_word)."""
+    text_tail: int = -1
+    """The fitted text's tail word (`PromptBuilder.tail_words`; -1: none)."""
 
     @classmethod
     def idle(cls, cell_id: str) -> "CellSpec":

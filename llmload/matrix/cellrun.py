@@ -40,6 +40,7 @@ CHECK_EVERY_S = 0.1
 
 def cell_message(ctx: RunContext, planned: PlannedCell, cell_id: str, prompts) -> CellSpec:
     sc = ctx.scenario
+    fit = prompts.fit_for(planned.prompt_tokens)
     return CellSpec(
         id=cell_id, run_id=ctx.run_id, kind=planned.phase,
         name=f"{format_tokens(planned.context_tokens)} x{planned.concurrency}",
@@ -49,7 +50,8 @@ def cell_message(ctx: RunContext, planned: PlannedCell, cell_id: str, prompts) -
         engine=ctx.info.engine, base_url=ctx.info.base_url, timeout_s=sc.request_timeout_s,
         warmup=sc.warmup, repeats=sc.prefill_repeats, fixed_output=True, temperature=0.0,
         pool_ids=tuple(prompts.pool_ids), tokens_per_word=prompts.tokens_per_word,
-        overhead_tokens=prompts.overhead_tokens)
+        overhead_tokens=prompts.overhead_tokens, text_words=fit.words if fit else 0,
+        text_tail=fit.tail if fit else -1)
 
 
 class CellRunner:
@@ -73,8 +75,7 @@ class CellRunner:
         self._wait_ready(cell_id, n, timeout_s)
         ready = now()
         users = self.driver.worker_users()
-        facts = CellFacts(exact_prompt_length=bool(self.ctx.info.caps.token_id_prompts
-                                                    and self.ctx.scenario.endpoint == "completions"),
+        facts = CellFacts(exact_prompt_length=self.prompts.exact_for(planned.prompt_tokens),
                           slo=self.ctx.scenario.slo, text_prompt=not self.prompts.pool_ids)
         if planned.phase == "decode":
             facts = self._window(cell_id, users, facts)

@@ -83,3 +83,15 @@ def _echo_plan(plan: list[PlannedCell], scenario: Scenario, echo: Callable[[str]
         where = f" ({c.prefill_source.replace('_', ' ')})" if c.prefill_source else ""
         echo(f"  {_label(c):<24} {c.status.replace('_', ' ')}{where}"
              + (f" — {c.reason}" if c.reason and (not c.runs or c.status == "queued") else ""))
+
+
+def _echo_prompts(prompts, echo: Callable[[str], None]) -> None:
+    """How the text prompts were sized: fitted to the server's count (exact or not, and why)."""
+    if not prompts.fits:
+        return
+    exact = [format_tokens(f.prompt_tokens) for f in prompts.fits if f.exact]
+    if exact:
+        echo(f"Text prompts exact by the server's count: {', '.join(exact)} tokens")
+    for fit in prompts.fits:
+        if not fit.exact:
+            echo(f"  warning: text prompt of {format_tokens(fit.prompt_tokens)} tokens not exact: {fit.note}")

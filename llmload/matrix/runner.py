@@ -20,7 +20,7 @@ from llmload.core.scenario import Scenario
 from llmload.core.seqlimit import is_learned
 from llmload.io.hardware import host_facts
 from llmload.io.probe import ServerInfo, build_prompts, probe_server
-from llmload.matrix.console import _echo_matrix, _echo_plan, _echo_server
+from llmload.matrix.console import _echo_matrix, _echo_plan, _echo_prompts, _echo_server
 from llmload.matrix.context import RunContext
 from llmload.matrix.driver import LocustDriver
 from llmload.matrix.loop import _run_plan, _slo_search, plan_for
@@ -62,8 +62,13 @@ def _run_matrix(scenario: Scenario, *, api_key: str | None, run_dir, master_bind
         info = _learned_before(info, run_dir.previous if run_dir is not None else None)
         _echo_server(info, echo)
         ctx = RunContext(scenario=scenario, info=info, echo=echo, api_key=api_key)
-        prompts = build_prompts(info, endpoint=scenario.endpoint, api_key=api_key)
         plan = plan_for(scenario, info)
+        # Text prompts are fitted to the server's count once per length; an over-capacity
+        # cell can run later (a learned sequence limit re-plans it queued): its length too.
+        prompts = build_prompts(info, endpoint=scenario.endpoint, api_key=api_key,
+                                prompt_tokens=[c.prompt_tokens for c in plan
+                                               if c.status != "exceeds_context" and c.context_tokens])
+        _echo_prompts(prompts, echo)
         from llmload.output.resultswriter import ResultsWriter
         meta = _meta(ctx, plan, prompts)
         if run_dir is None:

@@ -272,7 +272,7 @@ class SimApp:
     def __init__(self, profile: Profile, *, api_key: str | None = None) -> None:
         self.profile = profile
         self.api_key = api_key
-        self.tokenizer = Tokenizer(profile.vocab_size)
+        self.tokenizer = Tokenizer(profile.vocab_size, piece_chars=profile.word_piece_chars)
         self.output_model = OutputModel(vocab_size=profile.vocab_size,
                                         eos_min_tokens=profile.eos_min_tokens,
                                         eos_max_tokens=profile.eos_max_tokens)

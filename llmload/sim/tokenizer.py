@@ -7,7 +7,10 @@ Rules (clients may rely on them; tests do):
   syllables of (i − 8) in base 64, most significant first, two at least ("kaka", "kake", …).
 - `encode(text)` splits the text on whitespace; each piece that is a vocabulary word or a
   special token maps to its id, any other piece to `8 + crc32(piece) mod (vocab_size − 8)`.
-  So token count = number of whitespace-separated pieces, always.
+  So token count = number of whitespace-separated pieces, always, unless `piece_chars`
+  (the profile's `word_piece_chars`) is n > 0: then a piece that is neither a vocabulary word
+  nor a special token is one token per n characters (each hashed the same way), a tokenizer
+  that is not one token per word, like the subword tokenizers of real models.
 - `decode(ids)` joins the words of the ids with single spaces. A text built from vocabulary
   words round-trips exactly; other words come back as the vocabulary word they hash to.
 - Chat template: each message contributes its role token (`<|system|>`, `<|user|>`, …;
@@ -61,16 +64,26 @@ def _vocabulary(vocab_size: int) -> tuple[tuple[str, ...], dict[str, int]]:
 class Tokenizer:
     """Word-level tokenizer over a generated vocabulary of `vocab_size` ids."""
 
-    __slots__ = ("vocab_size", "_words", "_ids", "_num_regular")
+    __slots__ = ("vocab_size", "piece_chars", "_words", "_ids", "_num_regular")
 
-    def __init__(self, vocab_size: int) -> None:
+    def __init__(self, vocab_size: int, *, piece_chars: int = 0) -> None:
         self.vocab_size = vocab_size
+        self.piece_chars = piece_chars
         self._words, self._ids = _vocabulary(vocab_size)
         self._num_regular = vocab_size - NUM_SPECIAL
 
     def encode(self, text: str) -> list[int]:
         ids = self._ids
-        return [ids.get(piece) or self._hash_id(piece) for piece in text.split()]
+        if not self.piece_chars:
+            return [ids.get(piece) or self._hash_id(piece) for piece in text.split()]
+        n, out = self.piece_chars, []
+        for piece in text.split():
+            known = ids.get(piece)
+            if known is not None:
+                out.append(known)
+            else:
+                out.extend(self._hash_id(piece[i:i + n]) for i in range(0, len(piece), n))
+        return out
 
     def _hash_id(self, piece: str) -> int:
         if piece == SPECIAL_TOKENS[EOS_ID]:

@@ -65,6 +65,9 @@ class Profile:
     """Only reported, in vllm:cache_config_info."""
     vocab_size: int = 32000
     """Size of the tokenizer's vocabulary (see llmload.sim.tokenizer)."""
+    word_piece_chars: int = 0
+    """0: every whitespace-separated word is one token; n > 0: a word outside the vocabulary
+    is one token per n characters (a tokenizer that is not one token per word)."""
     tokens_per_chunk: int = 1
     """Tokens each decode step yields per sequence, sent as one SSE chunk (>1 mimics
     speculative decoding; the step that ends the prefill always yields one)."""
@@ -255,7 +258,7 @@ _NOT_NEGATIVE = (
     "gpu_memory_utilization", "step_base_ms", "step_per_seq_ms", "step_per_kv_token_us",
     "prefill_per_token_us", "prefill_quadratic_ns", "frontend_base_ms",
     "frontend_per_token_us", "frontend_quadratic_ns", "frontend_per_request_ms",
-    "frontend_latency_per_token_us", "engine_wakeup_ms",
+    "frontend_latency_per_token_us", "engine_wakeup_ms", "word_piece_chars",
 )
 
 
