@@ -106,7 +106,10 @@ def test_counts_and_prompts_are_exact(boundary_run):
         assert cell["token_source"] == "continuous_usage", key
         assert cell["usage_mismatches"] == 0, key
         assert cell["server_prompt_tokens"] == key[0], key  # token-ID prompts: exact
-        assert cell["warmup_cache_hit"] is True, key
+        if BOUNDARY[key] == "run":
+            # Seen by the server (--enable-prompt-tokens-details); where the users' prompts do
+            # not fit the pool together, warming one evicts another's and the cell says so.
+            assert cell["warmup_cache_hit"] is True, key
 
 
 def test_the_servers_own_timing_is_beside_llmloads(boundary_run):
@@ -119,7 +122,7 @@ def test_the_servers_own_timing_is_beside_llmloads(boundary_run):
         assert cell["server_ttft_ms"] > 0 and cell["server_queue_ms"] >= 0, key
         checks = {c["figure"]: c for c in cell["server_timing_checks"]}
         assert set(checks) == {"ttft_ms", "mean_itl_ms"}, key
-        if planned == "run":
+        if cell["status"] == "valid":
             # The client's mean gap per request against the engine's own stamps.
             assert checks["mean_itl_ms"]["agrees"], (key, checks["mean_itl_ms"])
         # llmload's TTFT holds the engine's plus the HTTP and tokenizer work around it.
@@ -144,7 +147,29 @@ def test_reasoning_on_the_chat_endpoint(server, tmp_path):
     assert cell["status"] == "valid", cell["reason"]
     assert cell["reasoning_token_share"] > 0.5
     assert cell["usage_mismatches"] == 0
+    # The model's BPE tokenizer is not one token per word: the chat prompt was fitted to
+    # vLLM's own count (/tokenize with the messages, through the chat template).
+    assert cell["server_prompt_tokens"] == 1 * K and cell["prompt_length_note"] is None
     _, records, _ = read_cell(out / "records" / "decode-1024-x1.parquet")
     done = [r for r in records if r.tag == "decode" and r.status == "ok"]
     assert done and all(r.reasoning_tokens is not None and r.reasoning_tokens > 0 for r in done)
     assert "Reasoning" in (out / "report.md").read_text()
+
+
+def test_sequences_at_once_are_learned_from_the_gauges(server, tmp_path):
+    """vLLM reports max_num_seqs nowhere: with no launch command, a cell above it shows the
+    running gauge held at 8 while the rest wait, and a later cell above it is planned queued."""
+    out = tmp_path / "seqs"
+    done = llmload("run", "--host", server.url, "--contexts", "0", "--concurrency", "10,16",
+                   "--prefill-contexts", "", "--max-tokens", str(MAX_TOKENS), "--duration", "4s", "--out", str(out))
+    assert done.returncode == 0, done.stdout + done.stderr
+    doc, cells = cells_of(out)
+    assert cells[(0, 10)]["status"] == "saturated" and cells[(0, 10)]["max_waiting"] >= 1
+    assert doc["server"]["max_sequences"] == 8, doc["server"]
+    assert doc["server"]["max_sequences_source"].startswith("learned from cell 0×10"), doc["server"]
+    plan = {(c["context_tokens"], c["concurrency"]): c for c in doc["plan"] if c["phase"] == "decode"}
+    assert plan[(0, 16)]["status"] == "queued", plan[(0, 16)]
+    # It ran, and the server queued what the plan said it would: 8 of 16 waited. (Its status
+    # can read client_bound: the receive-queue estimate counts vLLM's bursts and the waiting
+    # streams' silence as client delay, a false alarm left to kernel receive stamps.)
+    assert cells[(0, 16)]["total_tok_s"] and cells[(0, 16)]["median_waiting"] >= 4, cells[(0, 16)]

@@ -80,7 +80,10 @@ class VllmServer:
     def __init__(self, python: str, model: str, *args: str, kv_cache_gib: int = 1) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model,
+        # Niced: on a 2-core machine the engine's busy threads otherwise starve the load
+        # generator beside it for seconds (its event loop lagged 0.3-2 s in every cell, and a
+        # preempting cell came out client_bound); a benchmark's client runs elsewhere.
+        self.cmd = ["nice", "-n", "10", python, "-m", "vllm.entrypoints.openai.api_server", "--model", model,
                     "--served-model-name", MODEL_NAME, "--load-format", "dummy", "--dtype", "bfloat16",
                     "--host", "127.0.0.1", "--port", str(self.port), *args]
         self.env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib), "VLLM_NO_USAGE_STATS": "1",
