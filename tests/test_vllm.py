@@ -160,8 +160,10 @@ def test_sequences_at_once_are_learned_from_the_gauges(server, tmp_path):
     """vLLM reports max_num_seqs nowhere: with no launch command, a cell above it shows the
     running gauge held at 8 while the rest wait, and a later cell above it is planned queued."""
     out = tmp_path / "seqs"
+    # 8-s windows: vLLM's /metrics answers slowly while it streams (one read took over a
+    # second here), and the limit is learned from at least 3 reads that saw requests waiting.
     done = llmload("run", "--host", server.url, "--contexts", "0", "--concurrency", "10,16",
-                   "--prefill-contexts", "", "--max-tokens", str(MAX_TOKENS), "--duration", "4s", "--out", str(out))
+                   "--prefill-contexts", "", "--max-tokens", str(MAX_TOKENS), "--duration", "8s", "--out", str(out))
     assert done.returncode == 0, done.stdout + done.stderr
     doc, cells = cells_of(out)
     assert cells[(0, 10)]["status"] == "saturated" and cells[(0, 10)]["max_waiting"] >= 1
