@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import click
 
+from llmload.commands.common import _malformed, _Refused
+
 
 @click.command()
 @click.argument("results_dir", type=click.Path(exists=True))
@@ -25,12 +27,14 @@ def fit(results_dir: str, out_path: str | None, base: str | None) -> None:
         doc = load_results(results_dir)
         result = fit_profile(doc, base=load_profile(base) if base else None, source=str(folder))
     except (ResultsError, FitError, ValueError, OSError) as exc:
-        raise click.ClickException(str(exc)) from None
+        raise _Refused(str(exc)) from None
+    except (TypeError, AttributeError, KeyError) as exc:
+        raise _malformed(folder, exc) from None
     out = Path(out_path) if out_path else folder / "fitted-profile.json"
     try:
         out.write_text(json.dumps(profile_json(result.profile), indent=2) + "\n", encoding="utf-8")
     except OSError as exc:
-        raise click.ClickException(f"cannot write {out}: {exc.strerror or exc}") from None
+        raise _Refused(f"cannot write {out}: {exc.strerror or exc}") from None
     _echo_fit(result)
     click.echo(f"Profile: {out}")
 
@@ -96,7 +100,7 @@ def predict(profile, contexts, concurrency, prefill_contexts, max_tokens, durati
         writer.start(doc)
         writer.finish(finished_at=doc["finished_at"])
     except OSError as exc:
-        raise click.ClickException(f"cannot write {out_dir}: {exc.strerror or exc}") from None
+        raise _Refused(f"cannot write {out_dir}: {exc.strerror or exc}") from None
     click.echo(f"Predicted {len(doc['cells'])} cells in "
                f"{time.monotonic() - started:.1f} s (virtual time; profile {prof.name}"
                + (f", fitted from {prof.fitted_from}" if prof.fitted_from else "") + ")")

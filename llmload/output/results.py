@@ -167,6 +167,11 @@ def load_results(path: str | os.PathLike[str]) -> dict[str, Any]:
             f"{path}: written by a newer llmload (schema {version}; this llmload "
             f"{__version__} reads up to {SCHEMA_VERSION}): upgrade llmload"
         )
-    if not isinstance(doc.get("cells", []), list):
-        raise ResultsError(f"{path}: 'cells' must be a list")
+    for key in ("cells", "plan"):
+        items = doc.get(key, [])
+        if not isinstance(items, list):
+            raise ResultsError(f"{path}: '{key}' must be a list")
+        bad = next((i for i, item in enumerate(items) if not isinstance(item, dict)), None)
+        if bad is not None:
+            raise ResultsError(f"{path}: '{key}' item {bad} is {type(items[bad]).__name__}, not an object")
     return doc
