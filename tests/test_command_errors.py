@@ -7,6 +7,8 @@ results.json and records/ files written directly, no server.
 """
 
 import json
+import subprocess
+import sys
 from array import array
 from pathlib import Path
 
@@ -152,3 +154,35 @@ def test_an_unwritable_output_exits_2_in_every_command(tmp_path, command):
         (run / "results.json").write_text(json.dumps(seed_results()))
     line = one_line(invoke(*args))
     assert str(blocker) in line
+
+
+def llmload(*args: str, timeout: float = 60):
+    return subprocess.run([sys.executable, "-m", "llmload", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def one_line_of_process(r, code: int = 2) -> str:
+    assert r.returncode == code, (r.returncode, r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr + r.stdout
+    lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip() and not ln.startswith(("Usage: ", "Try '"))]
+    assert len(lines) == 1, r.stderr
+    return lines[0]
+
+
+ONE_CELL = ["--contexts", "0", "--prefill-contexts", "", "--concurrency", "1", "--duration", "1s",
+            "--max-tokens", "8", "--sim-profile", "tiny"]
+
+
+@fault("`llmload run --master-bind nonsense`",
+       "one line naming --master-bind, exit 2, before the plan; --out is not created (so not marked failed)")
+def test_a_bad_master_bind_is_refused_before_the_plan(tmp_path):
+    r = llmload("run", *ONE_CELL, "--master-bind", "nonsense", "--out", tmp_path / "out")
+    assert "--master-bind" in one_line_of_process(r)
+    assert "Plan" not in r.stdout and not (tmp_path / "out").exists()
+
+
+@fault("`llmload run --host http://127.0.0.1:99999` (a port out of range)", "one line naming --host, exit 2")
+def test_a_host_port_out_of_range_names_host(tmp_path):
+    r = llmload("run", *ONE_CELL, "--host", "http://127.0.0.1:99999", "--out", tmp_path / "out")
+    line = one_line_of_process(r)
+    assert "--host" in line and "65535" in line

@@ -121,3 +121,13 @@ def test_prose_that_mentions_tokens_is_not_masked():
                  "server timings (predicted_n, predicted_ms)"):
         assert scrub(text) == text
     assert scrub("llama-server --api-key abcdef --token xyz") == "llama-server --api-key *** --token ***"
+
+
+@pytest.mark.fault("llmload's own messages that name a key's flag: 'use --api-key or the environment', "
+                   "'a Bearer token'", "printed unchanged: the scrubber masks values, never words")
+@pytest.mark.parametrize("text", ["host must not contain credentials; use --api-key or the environment",
+                                  "pass it with --api-key or the environment", "set OPENAI_API_KEY or --api-key",
+                                  "Require this Bearer key on /v1/*", "send a Bearer token with --token to the server"])
+def test_the_scrubber_masks_values_never_words(text):
+    assert Scrubber().scrub(text) == text
+    assert Scrubber().scrub(text + " --api-key abc123def") == text + " --api-key ***"

@@ -1,10 +1,12 @@
-"""Exit codes of `llmload run`, and the rule that turns a finished run into one.
+"""Exit codes of every `llmload` command, and the rule that turns a finished run into one.
 
 - 0 `OK`: the run finished and no cell's error rate is above `--max-error-rate`.
 - 1 `CELL_ERRORS`: the run finished but some cell's error rate is above the bound (default 0:
   any failed request fails the run), or the run stopped early (a dead server, a lost
   worker, a server that cannot be reached).
-- 2 `BAD_INPUT`: bad options, scenario file or results directory; nothing was measured.
+- 2 `BAD_INPUT`: bad options, scenario file or results directory; nothing was measured. The
+  same in every command for a missing or damaged file read (results.json, records, a
+  profile) and for an output that cannot be written.
 - 128 + signal: interrupted; 130 for SIGINT (Ctrl-C), 143 for SIGTERM, 129 for SIGHUP.
   The cells measured so far are saved.
 

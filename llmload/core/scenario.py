@@ -33,6 +33,7 @@ SECRET_KEYS = frozenset(
 )
 #: Other spellings accepted for a field.
 KEY_ALIASES = {"duration": "duration_s", "request_timeout": "request_timeout_s"}
+_FLAG_NAMES = {field: alias for alias, field in KEY_ALIASES.items()}
 
 
 class ScenarioError(ValueError):
@@ -145,7 +146,10 @@ def _normalize_mapping(values: Mapping[Any, Any], *, source: str) -> dict[str, A
         try:
             out[name] = _PARSERS[name](value)
         except ValueError as e:
-            raise ScenarioError(f"{source}: key {key!r}: {e}") from None
+            # On the command line the key is the flag the user typed (--duration, --host).
+            label = (f"--{_FLAG_NAMES.get(name, name).replace('_', '-')}" if source == "command line"
+                     else f"key {key!r}")
+            raise ScenarioError(f"{source}: {label}: {e}") from None
     return out
 
 
