@@ -186,3 +186,72 @@ def test_a_host_port_out_of_range_names_host(tmp_path):
     r = llmload("run", *ONE_CELL, "--host", "http://127.0.0.1:99999", "--out", tmp_path / "out")
     line = one_line_of_process(r)
     assert "--host" in line and "65535" in line
+
+
+PREDICT = ["--contexts", "0", "--concurrency", "1", "--max-tokens", "8", "--duration", "1s"]
+
+
+@pytest.fixture
+def profile(tmp_path):
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps({"base": "tiny"}))
+    return path
+
+
+@fault("`llmload predict ... --out DIR` where DIR holds a measured run",
+       "refused in one line naming --force, exit 2, the run untouched; --force replaces the run whole "
+       "(its records/ removed: no measured cell mixed into a prediction)")
+def test_predict_never_overwrites_a_run_unless_forced(tmp_path, profile):
+    run = make_run(tmp_path / "run")
+    before = (run / "results.json").read_bytes()
+    line = one_line(invoke("predict", profile, *PREDICT, "--out", run))
+    assert "already holds a run" in line and "--force" in line and "--resume" not in line
+    assert (run / "results.json").read_bytes() == before and (run / "records").is_dir()
+    r = invoke("predict", profile, *PREDICT, "--out", run, "--force")
+    assert r.exit_code == 0, r.output
+    assert json.loads((run / "results.json").read_text())["provenance"] == "predicted"
+    assert not (run / "records").exists()
+    assert "Recomputed" not in invoke("report", "--recompute", run).output
+
+
+@fault("`llmload predict --out DIR` or `report --recompute DIR` while a run writes into DIR",
+       "refused in one line naming the run's pid, exit 2; results.json untouched (the run's lock)")
+@pytest.mark.parametrize("command", ["predict", "recompute"])
+def test_predict_and_recompute_take_the_runs_lock(tmp_path, profile, command):
+    import os
+
+    from llmload.output.rundir import claim
+    run = make_run(tmp_path / "run")
+    before = (run / "results.json").read_bytes()
+    held = claim(run, resume=True)  # a live run's lock (flock: per open file, so also in this process)
+    try:
+        args = (["predict", profile, *PREDICT, "--out", run, "--force"] if command == "predict"
+                else ["report", "--recompute", run])
+        line = one_line(invoke(*args))
+        assert f"pid {os.getpid()}" in line and str(run) in line
+    finally:
+        held.release()
+    assert (run / "results.json").read_bytes() == before
+
+
+@fault("`report --recompute` of a directory whose results.json is a prediction beside measured records/ "
+       "(written so by an older llmload)",
+       "refused in one line (two runs in one directory), exit 2, nothing rewritten")
+def test_recompute_never_mixes_records_into_a_prediction(tmp_path):
+    run = make_run(tmp_path / "run", provenance="predicted")
+    before = (run / "results.json").read_bytes()
+    assert "prediction" in one_line(invoke("report", "--recompute", run))
+    assert (run / "results.json").read_bytes() == before
+
+
+@fault("a run whose probe fails (nothing listens at --host) with --out DIR",
+       "exit 1 in one line; DIR, made by the run, is not left behind empty")
+def test_a_failed_probe_leaves_no_empty_directory(tmp_path):
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    out = tmp_path / "new"
+    r = llmload("run", *ONE_CELL, "--host", f"http://127.0.0.1:{port}", "--out", out)
+    assert "cannot reach" in one_line_of_process(r, code=1)
+    assert not out.exists()

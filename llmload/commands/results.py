@@ -31,11 +31,18 @@ def report(results_dir: str, recompute: bool, allow_missing: bool) -> None:
         if recompute:
             from llmload.output.recompute import recompute as derive
             from llmload.output.recordstore import RecordsError
+            from llmload.output.rundir import RunDirError, lock
+            try:
+                held = lock(folder)  # never rewrite a run that is still writing
+            except RunDirError as exc:
+                raise _Refused(str(exc)) from None
             try:
                 doc, n, missing = derive(folder, allow_missing=allow_missing)
+                path = write_document(doc, folder)
             except RecordsError as exc:
                 raise _Refused(str(exc)) from None
-            path = write_document(doc, folder)
+            finally:
+                held.release()
             _echo(f"Recomputed {n} cell(s) from {folder / 'records'}")
             if missing:
                 _echo(f"Kept {len(missing)} cell(s) as stored, their records missing: {', '.join(missing)}")

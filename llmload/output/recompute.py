@@ -63,6 +63,9 @@ def recompute(results_dir: str | os.PathLike[str], *, allow_missing: bool = Fals
     if not files:
         raise RecordsError(f"{results_dir}: no {RECORDS_DIR}/ files to recompute from (a results directory "
                            f"written before llmload kept its records, schema {doc.get('schema_version')})")
+    if doc.get("provenance") == "predicted":  # records are requests sent: never mixed into a prediction
+        raise RecordsError(f"{results_dir}: results.json is a prediction (llmload predict) but {RECORDS_DIR}/ "
+                           "holds requests of a run: two runs in one directory, not recomputed")
     missing = _check_missing(results_dir, doc, allow_missing, "they would be kept as stored, not recomputed")
     cells = list(doc.get("cells") or [])
     index = {_key(c): i for i, c in enumerate(cells)}
