@@ -61,7 +61,7 @@ def main(verbose: int) -> None:
               help="Continue the interrupted run in this results directory (same configuration).")
 @click.option("--force", is_flag=True, help="Replace the run that --out already holds.")
 @click.option("--max-error-rate", type=click.FloatRange(0.0, 1.0), default=0.0, show_default=True,
-              help="Exit 1 when a cell's failed/sent requests exceed this (0: any failure).")
+              help="Exit 1 when a cell's failed/attempted requests exceed this (0: any failure).")
 @click.option("--workers", help="Local Locust worker processes (0 = one process; auto = from the expected "
               "token-event rate).")
 @click.option("--master-bind", callback=lambda ctx, param, value: _check_bind(value),

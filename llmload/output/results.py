@@ -49,8 +49,11 @@ Top level:
   - figures (null where the cell did not run or the figure is undefined): prompt_tok_s,
     total_tok_s, per_request_tok_s, ttft_ms, ttft_p90_ms, ttft_p99_ms, tbt_ms, tbt_p90_ms,
     tbt_p99_ms, avg_active, avg_streaming, completed_requests (prefill: requests that gave
-    the sample), requests_sent, output_tokens, measured_s, errors, error_samples (list of
-    str, ≤ 3). Decode cells also: ttfa_ms, ttfa_p90_ms, ttfa_p99_ms (time to first answer
+    the sample), requests_sent, output_tokens, measured_s, errors, requests_attempted (the
+    error rate's denominator: requests sent in the window, failed ones counted in errors
+    though sent before it, and the warm-ups, whose failures errors counts; prefill: its
+    requests; so errors ≤ requests_attempted; absent before it came, within version 2),
+    error_samples (list of str, ≤ 3). Decode cells also: ttfa_ms, ttfa_p90_ms, ttfa_p99_ms (time to first answer
     token: send to the first chunk with non-reasoning text; equal to TTFT where the model
     did not think first), ttfa_samples (requests sent in the window whose answer began), and
     reasoning_token_share (reasoning tokens / output tokens of the window's requests; null
