@@ -255,3 +255,13 @@ def test_a_failed_probe_leaves_no_empty_directory(tmp_path):
     r = llmload("run", *ONE_CELL, "--host", f"http://127.0.0.1:{port}", "--out", out)
     assert "cannot reach" in one_line_of_process(r, code=1)
     assert not out.exists()
+
+
+@fault("`llmload run --duration 0.001` (a window too short to measure)",
+       "one line naming --duration and the 1 s minimum, exit 2, before anything runs (was: a saturated cell "
+       "at 0 tok/s, exit 0)")
+def test_a_window_too_short_to_measure_is_refused(tmp_path):
+    r = llmload("run", *ONE_CELL, "--duration", "0.001", "--out", tmp_path / "out")
+    line = one_line_of_process(r)
+    assert "--duration" in line and "too short" in line and "1 s" in line
+    assert not (tmp_path / "out").exists()

@@ -70,6 +70,19 @@ def parse_bind(value: str) -> tuple[str, int]:
     return bind_host.strip("[]"), int(port)
 
 
+MIN_WINDOW_S = 1.0
+"""The shortest decode window measured: shorter, a window holds little but the users' first
+requests on their way (at 0.001 s no token arrives and the cell read "saturated" at
+0 tok/s), so it is refused before anything runs."""
+
+
+def _window(value: Any) -> float:
+    seconds = parse_duration(value)
+    if seconds < MIN_WINDOW_S:
+        raise ValueError(f"a window of {seconds:g} s is too short to measure: at least {MIN_WINDOW_S:g} s")
+    return seconds
+
+
 def _endpoint(value: Any) -> str:
     endpoint = _text(value).lower()
     if endpoint not in ENDPOINTS:
@@ -187,7 +200,7 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "contexts": _token_tuple,
     "prefill_contexts": _token_tuple,
     "concurrency": _nonempty_list,
-    "duration_s": parse_duration,
+    "duration_s": _window,
     "max_tokens": _tokens_at_least_1,
     "kv_cache_tokens": _optional_tokens,
     "warmup": _bool,
