@@ -265,3 +265,15 @@ def test_a_window_too_short_to_measure_is_refused(tmp_path):
     line = one_line_of_process(r)
     assert "--duration" in line and "too short" in line and "1 s" in line
     assert not (tmp_path / "out").exists()
+
+
+@fault("a scenario file that gives one key twice (`concurrency: 1` then `concurrency: 2`)",
+       "one line naming the file, the key and its line, exit 2, nothing runs (YAML alone keeps the last silently)")
+def test_a_duplicate_key_in_a_scenario_file_is_refused(tmp_path):
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("contexts: [0]\nprefill_contexts: []\nconcurrency: 1\nmax_tokens: 8\nduration: 1s\n"
+                        "concurrency: 2\n")
+    r = llmload("run", scenario, "--sim-profile", "tiny", "--out", tmp_path / "out")
+    line = one_line_of_process(r)
+    assert str(scenario) in line and "'concurrency' is given twice (line 6)" in line
+    assert not (tmp_path / "out").exists()

@@ -153,12 +153,36 @@ def _normalize_mapping(values: Mapping[Any, Any], *, source: str) -> dict[str, A
     return out
 
 
+class _DuplicateKey(yaml.YAMLError):
+    def __init__(self, key: Any, line: int) -> None:
+        super().__init__(key, line)
+        self.key, self.line = key, line
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.safe_load's loader, refusing a key given twice in one mapping (YAML itself keeps
+    the last one silently, so a file would not say what runs)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, (str, int, float, bool)):
+                continue  # an unhashable key: the base loader says what is wrong
+            if key in seen:
+                raise _DuplicateKey(key, key_node.start_mark.line + 1)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_scenario(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The validated options a scenario file sets (only those), keyed by Scenario field."""
     source = os.fspath(path)
     try:
         with open(source, encoding="utf-8") as f:
-            data = yaml.safe_load(f)
+            data = yaml.load(f, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
+    except _DuplicateKey as e:
+        raise ScenarioError(f"{source}: key {e.key!r} is given twice (line {e.line})") from None
     except OSError as e:
         raise ScenarioError(f"{source}: cannot read the file: {e.strerror or e}") from None
     except UnicodeDecodeError as e:
