@@ -277,3 +277,20 @@ def test_a_duplicate_key_in_a_scenario_file_is_refused(tmp_path):
     line = one_line_of_process(r)
     assert str(scenario) in line and "'concurrency' is given twice (line 6)" in line
     assert not (tmp_path / "out").exists()
+
+
+@fault("a run killed with SIGKILL (results.json keeps \"status\": null), then `--resume` or `--out` on it",
+       "read as \"interrupted\" once its lock is free (no run is writing): --resume sees an interrupted run, "
+       "--out's refusal says \"interrupted\", not \"unfinished\"")
+def test_a_killed_runs_null_status_reads_as_interrupted(tmp_path):
+    from llmload.output.rundir import claim
+    run = make_run(tmp_path / "run")
+    doc = json.loads((run / "results.json").read_text())
+    (run / "results.json").write_text(json.dumps({**doc, "status": None, "finished_at": None}))
+    held = claim(run, resume=True)
+    try:
+        assert held.previous["status"] == "interrupted"
+    finally:
+        held.release()
+    line = one_line_of_process(llmload("run", *ONE_CELL, "--out", run))
+    assert "already holds a run (interrupted, started 2026-12-01" in line and "--resume" in line

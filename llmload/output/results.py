@@ -18,7 +18,8 @@ Top level:
 - started_at, finished_at: ISO 8601 UTC strings; finished_at is null until `finish`
   (null in a saved file = the run was interrupted).
 - status: how the run ended, set with `finish(status=...)`: "complete" | "interrupted" |
-  "failed"; null until then. "complete" says the matrix ran to its end, not that no request
+  "failed"; null until then (a run killed outright leaves null: `rundir.held_run` reads it as
+  "interrupted" once no run holds the directory's lock). "complete" says the matrix ran to its end, not that no request
   failed: the cells' errors say that (and `llmload run`'s exit status, `llmload.core.exitcodes`).
 - resumed_at: list of ISO 8601 times at which `llmload run --resume` continued the run
   (absent if it never was); started_at stays the first start.

@@ -148,19 +148,29 @@ def _previous_run(folder: Path, *, force: bool, resume: bool, resumable: bool) -
         if not has_run:
             raise RunDirError(f"--resume {folder}: no run to resume there (no {RESULTS_FILE})")
         try:
-            return load_results(folder)
+            return held_run(folder)
         except ResultsError as e:
             raise RunDirError(f"--resume: {e}") from None
     if has_run and not force:
         try:
-            doc = load_results(folder)
-            what = (f"a run ({doc.get('status') or 'unfinished'}, started {doc.get('started_at') or '?'})")
+            doc = held_run(folder)
+            what = f"a run ({doc['status']}, started {doc.get('started_at') or '?'})"
         except ResultsError:
             what = f"a {RESULTS_FILE} that cannot be read"
         resume_hint = f"--resume {folder} continues it, " if resumable else ""
         raise RunDirError(f"--out {folder} already holds {what}: {resume_hint}--force replaces it, "
                           "or choose another --out")
     return None
+
+
+def held_run(folder: str | os.PathLike[str]) -> dict[str, Any]:
+    """The run a directory holds, read with its lock held (`claim`, `lock`): no run is writing
+    it, so a run whose status was never set (killed: SIGKILL, a power cut) reads as
+    "interrupted", like one that was stopped. Raises ResultsError."""
+    doc = load_results(folder)
+    if doc.get("status") is None:
+        doc["status"] = "interrupted"
+    return doc
 
 
 def differences(old: Any, new: Any, *, where: str = "") -> list[str]:
