@@ -61,10 +61,11 @@ def main(verbose: int) -> None:
               help="Continue the interrupted run in this results directory (same configuration).")
 @click.option("--force", is_flag=True, help="Replace the run that --out already holds.")
 @click.option("--max-error-rate", type=click.FloatRange(0.0, 1.0), default=0.0, show_default=True,
-              help="Exit 1 when a cell's failed/sent requests exceed this (0: any failure).")
+              help="Exit 1 when a cell's failed/attempted requests exceed this (0: any failure).")
 @click.option("--workers", help="Local Locust worker processes (0 = one process; auto = from the expected "
               "token-event rate).")
-@click.option("--master-bind", help="HOST:PORT for workers started elsewhere to connect to.")
+@click.option("--master-bind", callback=lambda ctx, param, value: _check_bind(value),
+              help="HOST:PORT for workers started elsewhere to connect to.")
 @click.option("--expect-workers", type=int, help="Workers started elsewhere to wait for.")
 @click.option("--api-key", envvar="OPENAI_API_KEY", show_envvar=True,
               help="API key (never written to results or logs).")
@@ -135,6 +136,17 @@ def run(scenario_file, out_dir, resume_dir, force, max_error_rate, master_bind, 
         _echo(f"Finished with errors: {len(failed)} cell(s) with failed requests above "
               f"--max-error-rate {max_error_rate:g} (exit status {exitcodes.CELL_ERRORS}).")
         sys.exit(exitcodes.CELL_ERRORS)
+
+
+def _check_bind(value: str | None) -> str | None:
+    """--master-bind checked when parsed: bad input ends before the plan, never mid-run."""
+    from llmload.core.scenariovalues import parse_bind
+    if value is not None:
+        try:
+            parse_bind(value)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc)) from None
+    return value
 
 
 class _Signalled(KeyboardInterrupt):

@@ -121,3 +121,46 @@ def test_prose_that_mentions_tokens_is_not_masked():
                  "server timings (predicted_n, predicted_ms)"):
         assert scrub(text) == text
     assert scrub("llama-server --api-key abcdef --token xyz") == "llama-server --api-key *** --token ***"
+
+
+@pytest.mark.fault("llmload's own messages that name a key's flag: 'use --api-key or the environment', "
+                   "'a Bearer token'", "printed unchanged: the scrubber masks values, never words")
+@pytest.mark.parametrize("text", ["host must not contain credentials; use --api-key or the environment",
+                                  "pass it with --api-key or the environment", "set OPENAI_API_KEY or --api-key",
+                                  "Require this Bearer key on /v1/*", "send a Bearer token with --token to the server"])
+def test_the_scrubber_masks_values_never_words(text):
+    assert Scrubber().scrub(text) == text
+    assert Scrubber().scrub(text + " --api-key abc123def") == text + " --api-key ***"
+
+
+def _decode_cell_of(warm_ok: bool, window_ok: bool) -> dict:
+    from llmload.core.capacity import PlannedCell
+    from llmload.core.cellfacts import CellFacts
+    from llmload.core.cells import assemble_cell
+    t0 = 100.0
+
+    def request(user, tag, send, ok):
+        return RequestRecord(user_id=user, tag=tag, send_s=send, first_byte_s=send + 0.01 if ok else None,
+                             chunk_times_s=array("d", [send + 0.02, send + 0.03] if ok else []),
+                             chunk_tokens=array("I", [1, 1] if ok else []), end_s=send + 0.04,
+                             status="ok" if ok else "error", finish_reason="length" if ok else None,
+                             error=None if ok else "HTTP 500: boom")
+    records = [request(f"u{u}", "warmup", t0 - 1.0, warm_ok) for u in range(4)]
+    records += [request(f"u{u}", "decode", t0 + 0.1 * k, window_ok) for u in range(4) for k in range(3)]
+    planned = PlannedCell(phase="decode", context_tokens=0, concurrency=4, status="run", reason="",
+                          prompt_tokens=10, max_tokens=2)
+    return assemble_cell(planned, records, CellFacts(t0_s=t0, t1_s=t0 + 2.0)).to_dict()
+
+
+@pytest.mark.fault("failed warm-ups (N = 4) beside 12 requests sent in the window",
+                   "the error rate is over requests attempted, warm-ups on both sides: all failing is "
+                   "16 of 16 (never 16 of 12), 4 failed warm-ups are 4 of 16")
+def test_the_error_rate_counts_warmups_on_both_sides():
+    every = _decode_cell_of(warm_ok=False, window_ok=False)
+    assert (every["errors"], every["requests_sent"], every["requests_attempted"]) == (16, 12, 16)
+    assert cell_error_rate(every) == 1.0
+    warm_only = _decode_cell_of(warm_ok=False, window_ok=True)
+    assert (warm_only["errors"], warm_only["requests_attempted"]) == (4, 16)
+    assert cell_error_rate(warm_only) == pytest.approx(0.25)
+    assert cells_over_error_rate({"cells": [warm_only]}, 0.3) == []  # 4/12 = 0.33 would fail it
+    assert _decode_cell_of(warm_ok=True, window_ok=True)["errors"] == 0

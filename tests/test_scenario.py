@@ -135,7 +135,7 @@ def test_missing_file(tmp_path):
 
 
 def test_cli_errors_say_command_line():
-    with pytest.raises(ScenarioError, match="^command line: key 'duration_s'"):
+    with pytest.raises(ScenarioError, match="^command line: --duration: "):
         resolve(Scenario(), {}, {"duration_s": "soon"})
     with pytest.raises(ScenarioError, match="secret"):
         resolve(Scenario(), {}, {"api_key": "x"})

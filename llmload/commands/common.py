@@ -1,5 +1,6 @@
-"""What the `llmload` commands share: the one-line refusal of bad input, and echoing
-through the secret scrubber (`llmload.core.redact`)."""
+"""What the `llmload` commands share: the one-line refusal of bad input (exit 2, as
+`llmload.core.exitcodes` says: options, files read, an output that cannot be written), and
+echoing through the secret scrubber (`llmload.core.redact`)."""
 
 from __future__ import annotations
 
@@ -15,3 +16,10 @@ class _Refused(click.ClickException):
 def _echo(text: str = "") -> None:
     from llmload.core.redact import scrub
     click.echo(scrub(text))
+
+
+def _malformed(folder, exc: Exception) -> _Refused:
+    """A results.json that loaded but whose values are not what llmload writes (edited by
+    hand, damaged): one line naming it, never a traceback."""
+    return _Refused(f"{folder}: results.json is not a well-formed llmload results file "
+                    f"({type(exc).__name__}: {exc})")

@@ -6,14 +6,16 @@ import sys
 
 import click
 
-from llmload.commands.common import _echo, _Refused
+from llmload.commands.common import _echo, _malformed, _Refused
 
 
 @click.command()
 @click.argument("results_dir", type=click.Path(exists=True))
 @click.option("--recompute", is_flag=True,
               help="Derive every cell's figures and status again from the stored records (records/).")
-def report(results_dir: str, recompute: bool) -> None:
+@click.option("--allow-missing", is_flag=True,
+              help="With --recompute: keep cells whose records file is missing as stored (else refused).")
+def report(results_dir: str, recompute: bool, allow_missing: bool) -> None:
     """Re-render report.md, report.html and measurements.csv from RESULTS_DIR/results.json alone;
     with --recompute, first derive every cell again from RESULTS_DIR/records/ and rewrite results.json."""
     from pathlib import Path
@@ -29,21 +31,29 @@ def report(results_dir: str, recompute: bool) -> None:
         if recompute:
             from llmload.output.recompute import recompute as derive
             from llmload.output.recordstore import RecordsError
+            from llmload.output.rundir import RunDirError, lock
             try:
-                doc, n = derive(folder)
+                held = lock(folder)  # never rewrite a run that is still writing
+            except RunDirError as exc:
+                raise _Refused(str(exc)) from None
+            try:
+                doc, n, missing = derive(folder, allow_missing=allow_missing)
+                path = write_document(doc, folder)
             except RecordsError as exc:
                 raise _Refused(str(exc)) from None
-            path = write_document(doc, folder)
+            finally:
+                held.release()
             _echo(f"Recomputed {n} cell(s) from {folder / 'records'}")
+            if missing:
+                _echo(f"Kept {len(missing)} cell(s) as stored, their records missing: {', '.join(missing)}")
         else:
             path = write_renderings(doc, folder)
     except click.ClickException:
         raise
     except OSError as exc:
-        raise click.ClickException(f"cannot write into {folder}: {exc.strerror or exc}") from None
+        raise _Refused(f"cannot write into {folder}: {exc.strerror or exc}") from None
     except Exception as exc:  # a results.json damaged or edited by hand: say so, in one line
-        raise _Refused(f"{folder}: results.json is not a well-formed llmload results file "
-                       f"({type(exc).__name__}: {exc})") from None
+        raise _malformed(folder, exc) from None
     _echo(f"Report: {path}")
     _echo(f"HTML report: {path.with_name('report.html')}")
 
@@ -66,8 +76,11 @@ def compare(results_dirs, as_json, html_path, no_html) -> None:
         text, page = compare_dirs(list(results_dirs), as_json=as_json, html_path=html_path)
     except CompareError as exc:
         raise _Refused(str(exc)) from None
+    except (TypeError, AttributeError, KeyError) as exc:  # a results.json edited by hand
+        raise _malformed(" or ".join(results_dirs), exc) from None
     except OSError as exc:
-        raise click.ClickException(f"cannot write the compare page: {exc.strerror or exc}") from None
+        where = f" {exc.filename}" if getattr(exc, "filename", None) else ""
+        raise _Refused(f"cannot write the compare page{where}: {exc.strerror or exc}") from None
     _echo(text)
     if page and not as_json:
         _echo(f"\nCompare page: {page}")
@@ -77,19 +90,28 @@ def compare(results_dirs, as_json, html_path, no_html) -> None:
 @click.argument("results_dir", type=click.Path(exists=True, file_okay=False))
 @click.option("--format", "fmt", type=click.Choice(["csv", "parquet", "jsonl"]), default="csv", show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="File to write (default: standard output).")
-def export(results_dir: str, fmt: str, output: str | None) -> None:
+@click.option("--allow-missing", is_flag=True,
+              help="Export what is there when some cells' records files are missing (else refused).")
+def export(results_dir: str, fmt: str, output: str | None, allow_missing: bool) -> None:
     """Every request of every cell of RESULTS_DIR, one row each (from RESULTS_DIR/records/)."""
+    import io
+
     from llmload.output.recompute import export_records
     from llmload.output.recordstore import RecordsError
+    from llmload.output.results import ResultsError
+    try:
+        # Built in memory first: a refused export leaves no file, and no half of one.
+        buffer = io.BytesIO()
+        n = export_records(results_dir, fmt, buffer, allow_missing=allow_missing)
+    except (RecordsError, ResultsError) as exc:
+        raise _Refused(str(exc)) from None
     try:
         if output:
             with open(output, "wb") as f:
-                n = export_records(results_dir, fmt, f)
+                f.write(buffer.getvalue())
             click.echo(f"{n} request(s) written to {output}", err=True)
         else:
-            export_records(results_dir, fmt, sys.stdout.buffer)
+            sys.stdout.buffer.write(buffer.getvalue())
             sys.stdout.buffer.flush()
-    except RecordsError as exc:
-        raise _Refused(str(exc)) from None
     except OSError as exc:
-        raise click.ClickException(f"cannot write {output or 'standard output'}: {exc.strerror or exc}") from None
+        raise _Refused(f"cannot write {output or 'standard output'}: {exc.strerror or exc}") from None

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import click
 
+from llmload.commands.common import _malformed, _Refused
+
 
 @click.command()
 @click.argument("results_dir", type=click.Path(exists=True))
@@ -25,12 +27,14 @@ def fit(results_dir: str, out_path: str | None, base: str | None) -> None:
         doc = load_results(results_dir)
         result = fit_profile(doc, base=load_profile(base) if base else None, source=str(folder))
     except (ResultsError, FitError, ValueError, OSError) as exc:
-        raise click.ClickException(str(exc)) from None
+        raise _Refused(str(exc)) from None
+    except (TypeError, AttributeError, KeyError) as exc:
+        raise _malformed(folder, exc) from None
     out = Path(out_path) if out_path else folder / "fitted-profile.json"
     try:
         out.write_text(json.dumps(profile_json(result.profile), indent=2) + "\n", encoding="utf-8")
     except OSError as exc:
-        raise click.ClickException(f"cannot write {out}: {exc.strerror or exc}") from None
+        raise _Refused(f"cannot write {out}: {exc.strerror or exc}") from None
     _echo_fit(result)
     click.echo(f"Profile: {out}")
 
@@ -62,13 +66,16 @@ def _echo_fit(result) -> None:
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a profile field (what-if).")
 @click.option("--slo", default=None, help="Service-level objective, as for llmload run.")
 @click.option("--slo-search", is_flag=True, help="Bisect N towards the SLO's limit, as for llmload run.")
-@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Results directory.")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="Results directory (must not hold a run, as for llmload run).")
+@click.option("--force", is_flag=True, help="Replace the run that --out already holds.")
 def predict(profile, contexts, concurrency, prefill_contexts, max_tokens, duration, overrides, slo,
-            slo_search, out_dir) -> None:
+            slo_search, out_dir, force) -> None:
     """Predict a speed test matrix from a (fitted) simulator PROFILE, in virtual time."""
     import time
 
     from llmload.output.resultswriter import ResultsWriter
+    from llmload.output.rundir import RunDirError, claim
     from llmload.matrix.console import _echo_matrix
     from llmload.core.scenario import ScenarioError, resolve
     from llmload.sim.profiles import load_profile, parse_overrides
@@ -85,18 +92,23 @@ def predict(profile, contexts, concurrency, prefill_contexts, max_tokens, durati
     prefill = sc.prefill_contexts if prefill_contexts is not None else tuple(c for c in sc.contexts if c > 0)
     started = time.monotonic()
     try:
+        run_dir = claim(out_dir, force=force, resumable=False)  # as a run's --out: refused if it holds a run, locked
+    except RunDirError as exc:
+        raise _Refused(str(exc)) from None
+    try:
         doc = predict_results(prof, contexts=sc.contexts, prefill_contexts=prefill,
                               concurrency=sc.concurrency, max_tokens=sc.max_tokens,
                               duration_s=sc.duration_s, slo=sc.slo, slo_search=slo_search,
                               profile_source=profile)
-    except ValueError as exc:
-        raise click.ClickException(str(exc)) from None
-    writer = ResultsWriter(out_dir)
-    try:
+        writer = ResultsWriter(out_dir)
         writer.start(doc)
         writer.finish(finished_at=doc["finished_at"])
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
     except OSError as exc:
-        raise click.ClickException(f"cannot write {out_dir}: {exc.strerror or exc}") from None
+        raise _Refused(f"cannot write {out_dir}: {exc.strerror or exc}") from None
+    finally:
+        run_dir.release()
     click.echo(f"Predicted {len(doc['cells'])} cells in "
                f"{time.monotonic() - started:.1f} s (virtual time; profile {prof.name}"
                + (f", fitted from {prof.fitted_from}" if prof.fitted_from else "") + ")")

@@ -71,6 +71,7 @@ class CellResult:
     output_tokens: int | None = None
     measured_s: float | None = None
     errors: int | None = None
+    requests_attempted: int | None = None
     error_samples: tuple[str, ...] = ()
     # extras
     prompt_tokens: int | None = None

@@ -140,8 +140,10 @@ def decode_cell(planned: PlannedCell, records: list[RequestRecord], facts: CellF
                            client_bound=load["client_bound"], preemptions=preemptions, stalled=stalled)
     cell = not_run_cell(planned)
     cell.update({k: v for k, v in fig.to_dict().items() if k in FIGURE_KEYS or k in (
-        "avg_streaming", "requests_sent", "errors", "error_samples")})
-    # A failed warm-up is a failed request of the cell, always counted the same way.
+        "avg_streaming", "requests_sent", "requests_attempted", "errors", "error_samples")})
+    # A failed warm-up is a failed request of the cell, always counted the same way: on both
+    # sides of the error rate (errors / requests_attempted), so it never exceeds 1.
+    cell["requests_attempted"] = (cell.get("requests_attempted") or 0) + len(warm)
     warm_errors = [r for r in warm if r.status == "error"]
     if warm_errors:
         status = "errors"
@@ -206,7 +208,7 @@ def prefill_cell(planned: PlannedCell, records: list[RequestRecord], *, source: 
         cell.update({"prompt_tok_s": fig.prompt_tok_s, "ttft_ms": fig.ttft_ms, "completed_requests": len(samples)})
     check = prefill_check(samples, text_prompt=text_prompt)
     cell.update({"status": "errors" if failed or not fig.samples else "valid", "prefill_source": source,
-                 "errors": len(failed),
+                 "errors": len(failed), "requests_attempted": len(records),
                  "error_samples": list(dict.fromkeys(r.error for r in failed))[:MAX_ERROR_SAMPLES],
                  "server_prompt_tokens": _server_prompt_tokens(samples), "cached_tokens": fig.cached_tokens,
                  "server_check": check.to_dict() if check is not None else None, **server_timing(samples)})

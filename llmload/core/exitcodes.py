@@ -1,10 +1,12 @@
-"""Exit codes of `llmload run`, and the rule that turns a finished run into one.
+"""Exit codes of every `llmload` command, and the rule that turns a finished run into one.
 
 - 0 `OK`: the run finished and no cell's error rate is above `--max-error-rate`.
 - 1 `CELL_ERRORS`: the run finished but some cell's error rate is above the bound (default 0:
   any failed request fails the run), or the run stopped early (a dead server, a lost
   worker, a server that cannot be reached).
-- 2 `BAD_INPUT`: bad options, scenario file or results directory; nothing was measured.
+- 2 `BAD_INPUT`: bad options, scenario file or results directory; nothing was measured. The
+  same in every command for a missing or damaged file read (results.json, records, a
+  profile) and for an output that cannot be written.
 - 128 + signal: interrupted; 130 for SIGINT (Ctrl-C), 143 for SIGTERM, 129 for SIGHUP.
   The cells measured so far are saved.
 
@@ -22,8 +24,10 @@ SIGNAL_BASE = 128
 
 
 def cell_error_rate(cell: dict[str, Any]) -> float:
-    """Failed requests / requests of a cell that ran; 1.0 for a cell marked "errors" with no
-    count (e.g. nothing was in flight, a worker lost), 0.0 for a cell that did not run."""
+    """Failed requests / requests attempted (`requests_attempted`: warm-ups on both sides) of
+    a cell that ran; 1.0 for a cell marked "errors" with no count (e.g. nothing was in
+    flight, a worker lost), 0.0 for a cell that did not run. A cell written before
+    requests_attempted existed is judged by requests sent, at most 1."""
     errors = cell.get("errors") or 0
     if cell.get("status") in ("not_run", "running", "over_capacity", "exceeds_context"):
         return 0.0
@@ -31,6 +35,8 @@ def cell_error_rate(cell: dict[str, Any]) -> float:
         return 1.0
     if not errors:
         return 0.0
+    if cell.get("requests_attempted"):
+        return min(1.0, errors / cell["requests_attempted"])
     done = (cell.get("requests_sent") or 0) if cell.get("phase") == "decode" else (cell.get("completed_requests") or 0)
     return min(1.0, errors / max(done + (errors if cell.get("phase") != "decode" else 0), errors, 1))
 

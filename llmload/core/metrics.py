@@ -130,6 +130,9 @@ class WindowFigures:
     """Requests with status "error" sent or ended inside the window."""
     error_samples: tuple[str, ...]
     """The first MAX_ERROR_SAMPLES distinct error messages, by end time."""
+    requests_attempted: int | None = None
+    """Requests sent inside the window or counted in errors: the error rate's denominator,
+    so errors ≤ requests_attempted always."""
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -277,6 +280,8 @@ def window_figures(
             if r.status == "ok" and r.finish_reason is not None and t0 <= r.end_s <= t1
         ),
         requests_sent=sum(1 for r in records if t0 <= r.send_s <= t1),
+        requests_attempted=sum(1 for r in records if t0 <= r.send_s <= t1) + sum(
+            1 for r in errors if not t0 <= r.send_s <= t1),
         errors=len(errors),
         error_samples=_error_samples(errors),
     )

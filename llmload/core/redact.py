@@ -6,7 +6,8 @@ Pure text work (no I/O). A `Scrubber` masks, with `***`:
   variables), wherever they appear, also URL-encoded;
 - the usual ways a secret is written:
   - command-line flags: `--api-key X`, `--api_key X`, `--api-key=X`, `--hf-token X`,
-    `--token X`, `--password X` (any of `-`/`_`);
+    `--token X`, `--password X` (any of `-`/`_`), where X after a space is not a word of
+    prose (`PROSE_WORDS`: "use --api-key or the environment" is left as it is);
   - environment assignments: `OPENAI_API_KEY=X`, `HF_TOKEN=X`, `*_SECRET=X`, `*_PASSWORD=X`;
   - HTTP credentials: `Bearer X`, `Basic X`, `Authorization: X`;
   - URL query parameters: `?api_key=X`, `&token=X`, `key=`, `access_token=`, `sig=`...;
@@ -45,16 +46,28 @@ _SECRET_KEY_RE = re.compile(rf"^{_SECRET_NAME}$", re.I)
 #: Environment variables whose values are remembered as known secrets.
 _ENV_SECRET_RE = re.compile(r"(?:API_KEY|APIKEY|_TOKEN|^TOKEN|SECRET|PASSWORD)$")
 
+#: Words that follow a flag or "Bearer" in prose ("use --api-key or the environment", "a Bearer
+#: token"): a value written after a space is masked unless it is one of these whole words.
+#: Masking values, never words, keeps llmload's own messages readable; after `=` everything
+#: is a value.
+PROSE_WORDS = frozenset({
+    "a", "an", "and", "are", "as", "at", "be", "but", "by", "can", "cannot", "flag", "for",
+    "from", "given", "header", "if", "in", "instead", "is", "it", "its", "key", "may", "must",
+    "nor", "not", "of", "on", "only", "option", "or", "should", "the", "then", "this", "to",
+    "token", "value", "was", "were", "when", "where", "which", "will", "with", "without",
+})
+_NOT_PROSE = rf"(?!(?:{'|'.join(sorted(PROSE_WORDS))})\b)"
+
 _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     # --api-key X, --api_key=X, --hf-token X, --token X, --password X
     # (a flag starts a word: "generated-token counter" is prose, not a flag)
-    (re.compile(r"((?<![\w-])--?(?:[a-z0-9]+[_-])*(?:api[_-]?key|token|secret|password|passwd)(?:=|\s+))"
-                r"(?!-)([^\s'\"]+)", re.I), r"\1" + MASK),
+    (re.compile(r"((?<![\w-])--?(?:[a-z0-9]+[_-])*(?:api[_-]?key|token|secret|password|passwd)"
+                rf"(?:=|\s+{_NOT_PROSE}))(?!-)([^\s'\"]+)", re.I), r"\1" + MASK),
     # OPENAI_API_KEY=X, HF_TOKEN=X, export MY_SECRET="X"
     (re.compile(r"\b([A-Z][A-Z0-9_]*(?:API_KEY|APIKEY|TOKEN|SECRET|PASSWORD)=[\"']?)([^\s\"']+)"),
      r"\1" + MASK),
     # Authorization: X / Bearer X / Basic X / Token X
-    (re.compile(r"(\b(?:Bearer|Basic)\s+)([A-Za-z0-9._~+/=:-]+)"), r"\1" + MASK),
+    (re.compile(rf"(\b(?:Bearer|Basic)\s+){_NOT_PROSE}([A-Za-z0-9._~+/=:-]+)"), r"\1" + MASK),
     # "Token X" only for key-like X: "Token source: chunks" is prose
     (re.compile(r"(\bToken\s+)([A-Za-z0-9._~+/=-]{16,})"), r"\1" + MASK),
     (re.compile(r"(\bauthorization[\"']?\s*[:=]\s*[\"']?)(?!(?:Bearer|Basic|Token)\s)(?!\*\*\*)([^\s\"',;]+)",

@@ -33,6 +33,7 @@ SECRET_KEYS = frozenset(
 )
 #: Other spellings accepted for a field.
 KEY_ALIASES = {"duration": "duration_s", "request_timeout": "request_timeout_s"}
+_FLAG_NAMES = {field: alias for alias, field in KEY_ALIASES.items()}
 
 
 class ScenarioError(ValueError):
@@ -145,8 +146,33 @@ def _normalize_mapping(values: Mapping[Any, Any], *, source: str) -> dict[str, A
         try:
             out[name] = _PARSERS[name](value)
         except ValueError as e:
-            raise ScenarioError(f"{source}: key {key!r}: {e}") from None
+            # On the command line the key is the flag the user typed (--duration, --host).
+            label = (f"--{_FLAG_NAMES.get(name, name).replace('_', '-')}" if source == "command line"
+                     else f"key {key!r}")
+            raise ScenarioError(f"{source}: {label}: {e}") from None
     return out
+
+
+class _DuplicateKey(yaml.YAMLError):
+    def __init__(self, key: Any, line: int) -> None:
+        super().__init__(key, line)
+        self.key, self.line = key, line
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.safe_load's loader, refusing a key given twice in one mapping (YAML itself keeps
+    the last one silently, so a file would not say what runs)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, (str, int, float, bool)):
+                continue  # an unhashable key: the base loader says what is wrong
+            if key in seen:
+                raise _DuplicateKey(key, key_node.start_mark.line + 1)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
 
 
 def load_scenario(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -154,7 +180,9 @@ def load_scenario(path: str | os.PathLike[str]) -> dict[str, Any]:
     source = os.fspath(path)
     try:
         with open(source, encoding="utf-8") as f:
-            data = yaml.safe_load(f)
+            data = yaml.load(f, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
+    except _DuplicateKey as e:
+        raise ScenarioError(f"{source}: key {e.key!r} is given twice (line {e.line})") from None
     except OSError as e:
         raise ScenarioError(f"{source}: cannot read the file: {e.strerror or e}") from None
     except UnicodeDecodeError as e:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from llmload.core.units import parse_duration, parse_int_list, parse_token_list, parse_tokens
 
@@ -45,7 +46,41 @@ def _host(value: Any) -> str | None:
     if "@" in host.split("//", 1)[1].split("/", 1)[0]:
         # user:password@host would put a secret into results.json
         raise ValueError("host must not contain credentials; use --api-key or the environment")
+    try:
+        parts = urlsplit(host)
+    except ValueError:
+        raise ValueError(f"host {host!r} is not a URL") from None
+    try:
+        port = parts.port
+    except ValueError:  # not a number, or out of range
+        port = -1
+    if port is not None and not 1 <= port <= 65535:
+        raise ValueError(f"host {host!r}: the port must be a number from 1 to 65535")
+    if not parts.hostname:
+        raise ValueError(f"host {host!r} names no server")
     return host.rstrip("/")
+
+
+def parse_bind(value: str) -> tuple[str, int]:
+    """`--master-bind HOST:PORT` (or `:PORT`) as (host, port); "" host = every interface,
+    port 0 = any free port. Raises ValueError with the problem."""
+    bind_host, colon, port = value.strip().rpartition(":")
+    if not colon or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"{value!r} must be HOST:PORT, the port a number from 0 to 65535")
+    return bind_host.strip("[]"), int(port)
+
+
+MIN_WINDOW_S = 1.0
+"""The shortest decode window measured: shorter, a window holds little but the users' first
+requests on their way (at 0.001 s no token arrives and the cell read "saturated" at
+0 tok/s), so it is refused before anything runs."""
+
+
+def _window(value: Any) -> float:
+    seconds = parse_duration(value)
+    if seconds < MIN_WINDOW_S:
+        raise ValueError(f"a window of {seconds:g} s is too short to measure: at least {MIN_WINDOW_S:g} s")
+    return seconds
 
 
 def _endpoint(value: Any) -> str:
@@ -165,7 +200,7 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "contexts": _token_tuple,
     "prefill_contexts": _token_tuple,
     "concurrency": _nonempty_list,
-    "duration_s": parse_duration,
+    "duration_s": _window,
     "max_tokens": _tokens_at_least_1,
     "kv_cache_tokens": _optional_tokens,
     "warmup": _bool,

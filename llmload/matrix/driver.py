@@ -18,6 +18,7 @@ from typing import Callable
 
 import gevent
 
+from llmload.core.scenariovalues import parse_bind
 from llmload.loadgen.plugin import install
 from llmload.loadgen.state import state_of
 from llmload.matrix.context import RunError
@@ -54,9 +55,9 @@ class LocustDriver:
         self._stderr: list = []
         self.distributed = bool(workers or master_bind or expect_workers)
         if self.distributed:
-            bind_host, _, port = (master_bind or "127.0.0.1:0").rpartition(":")
+            bind_host, port = parse_bind(master_bind or "127.0.0.1:0")
             self.runner = self.env.create_master_runner(master_bind_host=bind_host or "*",
-                                                        master_bind_port=int(port or 0))
+                                                        master_bind_port=port)
             self.port = self.runner.server.port
         else:
             self.runner = self.env.create_local_runner()

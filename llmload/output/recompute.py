@@ -5,7 +5,10 @@ from its stored records, and its per-request table for other tools.
 `llmload.core.cells.assemble_cell` (the function the run used, so through `llmload.core.metrics`),
 and returns the results document with those cells in place of the written ones. A cell
 without a records file (planned but not run, over capacity, or a schema-1 directory) is
-kept as written: it has no figures to derive.
+kept as written: it has no figures to derive. A cell whose results.json entry names a
+records file that is not there (`missing_records`) is a partial answer: both refuse it,
+naming the files, unless `allow_missing` (the cell is then kept as written, or left out
+of the export, and the caller says so).
 
 `export_records(dir, fmt, out)` writes the per-request table (`recordstore.export_table`)
 as csv, parquet or jsonl. In csv, the list columns (chunk_times_s, chunk_tokens) are JSON
@@ -33,14 +36,37 @@ def _key(cell: dict[str, Any]) -> tuple:
     return (cell.get("phase"), cell.get("context_tokens"), cell.get("concurrency"))
 
 
-def recompute(results_dir: str | os.PathLike[str]) -> tuple[dict[str, Any], int]:
-    """The results document with every cell that has records derived again; and how many
-    cells were. Raises RecordsError when the directory keeps no records."""
+def missing_records(results_dir: str | os.PathLike[str], doc: dict[str, Any]) -> list[str]:
+    """The records files results.json names that are not in the directory."""
+    return [c["records_file"] for c in doc.get("cells") or []
+            if isinstance(c.get("records_file"), str) and not (Path(results_dir) / c["records_file"]).is_file()]
+
+
+def _check_missing(results_dir: str | os.PathLike[str], doc: dict[str, Any], allow_missing: bool,
+                   what: str) -> list[str]:
+    missing = missing_records(results_dir, doc)
+    if missing and not allow_missing:
+        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+        raise RecordsError(f"{results_dir}: {len(missing)} cell(s) of results.json have no records file "
+                           f"({shown}): {what}; --allow-missing accepts that")
+    return missing
+
+
+def recompute(results_dir: str | os.PathLike[str], *, allow_missing: bool = False
+              ) -> tuple[dict[str, Any], int, list[str]]:
+    """The results document with every cell that has records derived again; how many cells
+    were; and the records files results.json names that are missing (their cells kept as
+    written). Raises RecordsError when the directory keeps no records, or some are missing
+    and not allow_missing."""
     doc = load_results(results_dir)
     files = cell_files(results_dir)
     if not files:
         raise RecordsError(f"{results_dir}: no {RECORDS_DIR}/ files to recompute from (a results directory "
                            f"written before llmload kept its records, schema {doc.get('schema_version')})")
+    if doc.get("provenance") == "predicted":  # records are requests sent: never mixed into a prediction
+        raise RecordsError(f"{results_dir}: results.json is a prediction (llmload predict) but {RECORDS_DIR}/ "
+                           "holds requests of a run: two runs in one directory, not recomputed")
+    missing = _check_missing(results_dir, doc, allow_missing, "they would be kept as stored, not recomputed")
     cells = list(doc.get("cells") or [])
     index = {_key(c): i for i, c in enumerate(cells)}
     for path in files:
@@ -53,17 +79,21 @@ def recompute(results_dir: str | os.PathLike[str]) -> tuple[dict[str, Any], int]
             index[key] = len(cells)
             cells.append(new_cell(**cell))
     doc = {**doc, "cells": cells}
-    return ResultsWriter.cleaned(doc), len(files)
+    return ResultsWriter.cleaned(doc), len(files), missing
 
 
-def export_records(results_dir: str | os.PathLike[str], fmt: str, out: BinaryIO) -> int:
-    """Write the per-request table to `out` in `fmt`; returns the number of rows."""
+def export_records(results_dir: str | os.PathLike[str], fmt: str, out: BinaryIO, *,
+                   allow_missing: bool = False) -> int:
+    """Write the per-request table to `out` in `fmt`; returns the number of rows. Raises
+    RecordsError (before writing anything) when records files results.json names are
+    missing and not allow_missing; ResultsError for an unreadable results.json."""
     import pyarrow.parquet as pq
 
     if fmt not in EXPORT_FORMATS:
         raise ValueError(f"format {fmt!r} must be one of {', '.join(EXPORT_FORMATS)}")
     if not cell_files(results_dir):
         raise RecordsError(f"{results_dir}: no {RECORDS_DIR}/ files (nothing to export)")
+    _check_missing(results_dir, load_results(results_dir), allow_missing, "their requests would be left out")
     table = export_table(results_dir)
     if fmt == "parquet":
         pq.write_table(table, out, compression="zstd")

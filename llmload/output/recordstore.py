@@ -141,11 +141,25 @@ def read_cell(path: str | os.PathLike[str]) -> tuple[PlannedCell, list[RequestRe
     meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
     if "llmload.planned" not in meta or "llmload.facts" not in meta:
         raise RecordsError(f"{path}: not an llmload records file (no planned cell or facts)")
-    version = int(meta.get("llmload.records_version", "0"))
+    try:
+        version = int(meta.get("llmload.records_version", "0"))
+    except ValueError:
+        raise RecordsError(f"{path}: records version {meta['llmload.records_version']!r} is not a number") from None
     if version > RECORDS_VERSION:
         raise RecordsError(f"{path}: records version {version} is newer than this llmload reads")
-    planned = planned_from_dict(json.loads(meta["llmload.planned"]))
-    return planned, records_from_table(table), CellFacts.from_json(meta["llmload.facts"])
+    try:
+        planned = planned_from_dict(json.loads(meta["llmload.planned"]))
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise RecordsError(f"{path}: its planned cell (llmload.planned metadata) is damaged ({exc})") from None
+    try:
+        facts = CellFacts.from_json(meta["llmload.facts"])
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise RecordsError(f"{path}: its cell facts (llmload.facts metadata) are damaged "
+                           f"({type(exc).__name__}: {exc})") from None
+    try:
+        return planned, records_from_table(table), facts
+    except (ValueError, TypeError, pa.ArrowException) as exc:
+        raise RecordsError(f"{path}: its requests cannot be read ({type(exc).__name__}: {exc})") from None
 
 
 def cell_files(out_dir: str | os.PathLike[str]) -> list[Path]:

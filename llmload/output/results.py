@@ -18,7 +18,8 @@ Top level:
 - started_at, finished_at: ISO 8601 UTC strings; finished_at is null until `finish`
   (null in a saved file = the run was interrupted).
 - status: how the run ended, set with `finish(status=...)`: "complete" | "interrupted" |
-  "failed"; null until then. "complete" says the matrix ran to its end, not that no request
+  "failed"; null until then (a run killed outright leaves null: `rundir.held_run` reads it as
+  "interrupted" once no run holds the directory's lock). "complete" says the matrix ran to its end, not that no request
   failed: the cells' errors say that (and `llmload run`'s exit status, `llmload.core.exitcodes`).
 - resumed_at: list of ISO 8601 times at which `llmload run --resume` continued the run
   (absent if it never was); started_at stays the first start.
@@ -49,8 +50,11 @@ Top level:
   - figures (null where the cell did not run or the figure is undefined): prompt_tok_s,
     total_tok_s, per_request_tok_s, ttft_ms, ttft_p90_ms, ttft_p99_ms, tbt_ms, tbt_p90_ms,
     tbt_p99_ms, avg_active, avg_streaming, completed_requests (prefill: requests that gave
-    the sample), requests_sent, output_tokens, measured_s, errors, error_samples (list of
-    str, ≤ 3). Decode cells also: ttfa_ms, ttfa_p90_ms, ttfa_p99_ms (time to first answer
+    the sample), requests_sent, output_tokens, measured_s, errors, requests_attempted (the
+    error rate's denominator: requests sent in the window, failed ones counted in errors
+    though sent before it, and the warm-ups, whose failures errors counts; prefill: its
+    requests; so errors ≤ requests_attempted; absent before it came, within version 2),
+    error_samples (list of str, ≤ 3). Decode cells also: ttfa_ms, ttfa_p90_ms, ttfa_p99_ms (time to first answer
     token: send to the first chunk with non-reasoning text; equal to TTFT where the model
     did not think first), ttfa_samples (requests sent in the window whose answer began), and
     reasoning_token_share (reasoning tokens / output tokens of the window's requests; null
@@ -167,6 +171,11 @@ def load_results(path: str | os.PathLike[str]) -> dict[str, Any]:
             f"{path}: written by a newer llmload (schema {version}; this llmload "
             f"{__version__} reads up to {SCHEMA_VERSION}): upgrade llmload"
         )
-    if not isinstance(doc.get("cells", []), list):
-        raise ResultsError(f"{path}: 'cells' must be a list")
+    for key in ("cells", "plan"):
+        items = doc.get(key, [])
+        if not isinstance(items, list):
+            raise ResultsError(f"{path}: '{key}' must be a list")
+        bad = next((i for i, item in enumerate(items) if not isinstance(item, dict)), None)
+        if bad is not None:
+            raise ResultsError(f"{path}: '{key}' item {bad} is {type(items[bad]).__name__}, not an object")
     return doc

@@ -2,7 +2,11 @@
 
 Rules:
 - A directory that already holds a run (a results.json) is refused with one line, unless
-  the run is resumed (`--resume DIR`) or replaced (`--force`).
+  the run is resumed (`--resume DIR`) or replaced (`--force`). Replacing removes the old
+  run's files (results.json, its renderings and records/) first, so a directory never
+  holds two runs' parts (a predicted results.json beside measured records). These rules
+  hold for every command that writes a run: `llmload run`, `predict --out`, and
+  `report --recompute`, which takes the lock (`lock`) of the run it rewrites.
 - Two runs never write into one directory at once: the run holds an exclusive lock
   (`flock` on DIR/.llmload.lock) until it ends; the kernel drops it when the process dies,
   however it dies, so a crashed run never leaves the directory locked.
@@ -17,13 +21,17 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llmload.output.results import RESULTS_FILE, ResultsError, load_results
+from llmload.output.recordstore import RECORDS_DIR
+from llmload.output.results import CSV_FILE, HTML_FILE, REPORT_FILE, RESULTS_FILE, ResultsError, load_results
 
 LOCK_FILE = ".llmload.lock"
+#: The files of a run besides records/ (removed when --force replaces it).
+RUN_FILES = (RESULTS_FILE, CSV_FILE, REPORT_FILE, HTML_FILE)
 #: Cell statuses of a cell that still has to run when a run is resumed.
 UNFINISHED = frozenset({"not_run", "running", "interrupted"})
 #: Server facts that do not make a resumed run a different measurement.
@@ -40,43 +48,77 @@ class RunDir:
     previous: dict[str, Any] | None
     """The results document of the run being resumed, or None for a new run."""
     _fd: int | None = None
+    created: bool = False
+    """The claim made the directory: released with nothing written in it, it is removed (a
+    run whose probe failed leaves no empty directory behind)."""
 
     def release(self) -> None:
         fd, self._fd = self._fd, None
-        if fd is not None:
+        if fd is None:
+            return
+        try:
+            if self.created and {p.name for p in self.path.iterdir()} == {LOCK_FILE}:
+                (self.path / LOCK_FILE).unlink()  # under our lock: a waiting claim sees it go
+                self.path.rmdir()
+        except OSError:
+            pass  # something appeared meanwhile: keep the directory
+        finally:
             try:
                 fcntl.flock(fd, fcntl.LOCK_UN)
             finally:
                 os.close(fd)
 
 
-def claim(path: str | os.PathLike[str], *, force: bool = False, resume: bool = False) -> RunDir:
+def claim(path: str | os.PathLike[str], *, force: bool = False, resume: bool = False,
+          resumable: bool = True) -> RunDir:
     """Create (if needed) and lock the results directory; refuse one that holds a run unless
-    resume or force. Raises RunDirError."""
+    resume or force (which removes the old run's files); `resumable`: the refusal names
+    --resume (a command that cannot resume says only --force). Raises RunDirError."""
     folder = Path(path)
+    created = not folder.exists()
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
         raise RunDirError(f"--out {folder}: exists and is not a directory") from None
     except OSError as e:
         raise RunDirError(f"--out {folder}: cannot create the results directory: {e.strerror or e}") from None
-    fd = _lock(folder)
+    fd = _lock(folder, f"--out {folder}")
     try:
-        previous = _previous_run(folder, force=force, resume=resume)
+        previous = _previous_run(folder, force=force, resume=resume, resumable=resumable)
+        if force:
+            _remove_run(folder)
     except BaseException:
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
         raise
-    return RunDir(folder, previous, fd)
+    return RunDir(folder, previous, fd, created=created)
 
 
-def _lock(folder: Path) -> int:
+def lock(path: str | os.PathLike[str]) -> RunDir:
+    """Lock an existing run's directory to rewrite it (`report --recompute`); refused while a
+    run writes into it. Raises RunDirError."""
+    folder = Path(path)
+    return RunDir(folder, None, _lock(folder, str(folder)))
+
+
+def _remove_run(folder: Path) -> None:
+    """The files of the run a directory holds, removed: --force replaces the run whole."""
+    try:
+        for name in RUN_FILES:
+            (folder / name).unlink(missing_ok=True)
+        if (folder / RECORDS_DIR).is_dir():
+            shutil.rmtree(folder / RECORDS_DIR)
+    except OSError as e:
+        raise RunDirError(f"--force {folder}: cannot remove the run it holds: {e.strerror or e}") from None
+
+
+def _lock(folder: Path, label: str) -> int:
     lock_path = folder / LOCK_FILE
     for _ in range(5):
         try:
             fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as e:
-            raise RunDirError(f"--out {folder}: cannot write into the results directory: "
+            raise RunDirError(f"{label}: cannot write into the results directory: "
                               f"{e.strerror or e}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -84,9 +126,9 @@ def _lock(folder: Path) -> int:
             holder = os.read(fd, 64).decode(errors="replace").strip() or "?"
             os.close(fd)
             if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise RunDirError(f"--out {folder}: another llmload run (pid {holder}) is writing "
+                raise RunDirError(f"{label}: another llmload run (pid {holder}) is writing "
                                   "into this directory") from None
-            raise RunDirError(f"--out {folder}: cannot lock the results directory: {e.strerror or e}") from None
+            raise RunDirError(f"{label}: cannot lock the results directory: {e.strerror or e}") from None
         try:
             same = os.fstat(fd).st_ino == os.stat(lock_path).st_ino
         except FileNotFoundError:
@@ -97,27 +139,38 @@ def _lock(folder: Path) -> int:
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         return fd
-    raise RunDirError(f"--out {folder}: could not lock the results directory")
+    raise RunDirError(f"{label}: could not lock the results directory")
 
 
-def _previous_run(folder: Path, *, force: bool, resume: bool) -> dict[str, Any] | None:
+def _previous_run(folder: Path, *, force: bool, resume: bool, resumable: bool) -> dict[str, Any] | None:
     has_run = (folder / RESULTS_FILE).exists()
     if resume:
         if not has_run:
             raise RunDirError(f"--resume {folder}: no run to resume there (no {RESULTS_FILE})")
         try:
-            return load_results(folder)
+            return held_run(folder)
         except ResultsError as e:
             raise RunDirError(f"--resume: {e}") from None
     if has_run and not force:
         try:
-            doc = load_results(folder)
-            what = (f"a run ({doc.get('status') or 'unfinished'}, started {doc.get('started_at') or '?'})")
+            doc = held_run(folder)
+            what = f"a run ({doc['status']}, started {doc.get('started_at') or '?'})"
         except ResultsError:
             what = f"a {RESULTS_FILE} that cannot be read"
-        raise RunDirError(f"--out {folder} already holds {what}: --resume {folder} continues it, "
-                          "--force replaces it, or choose another --out")
+        resume_hint = f"--resume {folder} continues it, " if resumable else ""
+        raise RunDirError(f"--out {folder} already holds {what}: {resume_hint}--force replaces it, "
+                          "or choose another --out")
     return None
+
+
+def held_run(folder: str | os.PathLike[str]) -> dict[str, Any]:
+    """The run a directory holds, read with its lock held (`claim`, `lock`): no run is writing
+    it, so a run whose status was never set (killed: SIGKILL, a power cut) reads as
+    "interrupted", like one that was stopped. Raises ResultsError."""
+    doc = load_results(folder)
+    if doc.get("status") is None:
+        doc["status"] = "interrupted"
+    return doc
 
 
 def differences(old: Any, new: Any, *, where: str = "") -> list[str]:
