@@ -206,8 +206,9 @@ def reasoning_parts(cells: list[dict[str, Any]]) -> tuple[str, list[str], list[l
 SERVER_TIMING_INTRO = (
     "The server's own per-request timing (vLLM's per-request metrics) beside llmload's, over "
     "the same completed requests: medians of TTFT (llmload's from send; the server's from "
-    "scheduling, plus its queue time) and of each request's mean gap between tokens (first to "
-    "last token over tokens − 1).")
+    "scheduling, plus its queue time) and of each request's mean gap between tokens (llmload's: "
+    "last − first chunk over the tokens after the first chunk; the server's: its first to last "
+    "token over tokens − 1).")
 SERVER_TIMING_NOTE = (
     "llmload's TTFT also holds the HTTP round trip and the server's tokenizing and "
     "detokenizing, which the engine's stamps do not: it reads higher, flagged past ±25%. "
