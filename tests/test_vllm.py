@@ -92,11 +92,13 @@ def test_the_plan_matches_what_the_server_did(boundary_run):
     for key, planned in BOUNDARY.items():
         cell = cells[key]
         assert cell["status"] != "errors", (key, cell.get("error_samples"))
+        # What the server did is the point; the load generator sharing two cores with vLLM
+        # can also read late (client_bound, checked before the others), which is its own.
         if planned == "run":
-            assert cell["status"] == "valid", (key, cell["status"], cell["reason"])
+            assert cell["status"] in ("valid", "client_bound"), (key, cell["status"], cell["reason"])
             assert not cell["preemptions"] and not cell["max_waiting"], key
         else:
-            assert cell["status"] == "saturated", (key, cell["status"], cell["reason"])
+            assert cell["status"] in ("saturated", "client_bound"), (key, cell["status"], cell["reason"])
             assert cell["preemptions"] or cell["max_waiting"], key
 
 
