@@ -1,11 +1,11 @@
-"""The README's reliability table is the one generated from the tests' fault marks."""
+"""The reliability table of docs/reliability.md is the one generated from the tests' fault marks."""
 
-from fault_table import README, fault_rows, readme_table, render
+from fault_table import PAGE, fault_rows, page_table, render
 
 
-def test_readme_reliability_table_is_generated_from_the_fault_marks():
-    table = readme_table(README.read_text(encoding="utf-8"))
-    assert table is not None, "README.md lost its reliability table markers"
+def test_the_reliability_table_is_generated_from_the_fault_marks():
+    table = page_table(PAGE.read_text(encoding="utf-8"))
+    assert table is not None, "docs/reliability.md lost its reliability table markers"
     assert table == render(), "the table is stale: run `python tests/fault_table.py --write`"
 
 

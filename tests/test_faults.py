@@ -1,7 +1,8 @@
 """Fault injection: every fault and bad input of issue 9, with exact counts and statuses.
 
-Each test carries `@pytest.mark.fault(what, behaviour)`: the README's reliability table is
-generated from these marks (tests/fault_table.py), so the table lists what is tested here.
+Each test carries `@pytest.mark.fault(what, behaviour)`: the reliability table of
+docs/reliability.md is generated from these marks (tests/fault_table.py), so the table lists
+what is tested here.
 Servers are real local processes on port 0 (the simulator, tests/stream_server.py).
 """
 
