@@ -105,3 +105,38 @@ def test_web_ui_has_an_llm_tab_with_live_figures(sim):
     finally:
         p.terminate()
         p.wait(timeout=30)
+
+
+@pytest.mark.fault("plain Locust with credentials in --host (`locust -f locustfiles/llm.py --host "
+                   "http://u:PASSWORD@HOST/?key=sk-...`, web UI and --html)",
+                   "masked as *** in Locust's own pages (`/`, `/stats/report`, the --html report) and output, "
+                   "said once; requests still reach HOST (llmload never sends a URL's user, password or query)")
+def test_credentials_in_host_never_reach_locusts_own_pages(sim, tmp_path):
+    password, key = "pwLLMsecret42", "sk-llmloadHOSTkey0123456789abcd"
+    host = sim.url.replace("http://", f"http://user:{password}@") + f"/?key={key}"
+    port, html = free_port(), tmp_path / "loc.html"
+    p = locust("--host", host, "--web-host", "127.0.0.1", "--web-port", str(port), "--autostart",
+               "--autoquit", "0", "-u", "2", "-r", "2", "-t", "4s", "--html", str(html), *SHORT)
+    pages = {}
+    try:
+        deadline = time.time() + 30
+        while time.time() < deadline and len(pages) < 2:
+            time.sleep(0.5)
+            for path in ("/", "/stats/report"):
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
+                        pages[path] = r.read().decode()
+                except OSError:
+                    pass
+        out, _ = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(timeout=10)
+    assert set(pages) == {"/", "/stats/report"}, out[-2000:]
+    pages["--html"] = html.read_text()
+    for name, text in [*pages.items(), ("output", out)]:
+        assert password not in text and key not in text, f"a credential in {name}"
+    assert "key=***" in pages["/"] and "key=***" in pages["--html"]
+    assert out.count("credentials in the host are masked") == 1, out[-2000:]
+    assert table_tokens(out) > 0  # the masked host still reaches the server
