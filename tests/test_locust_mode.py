@@ -6,6 +6,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -140,3 +141,32 @@ def test_credentials_in_host_never_reach_locusts_own_pages(sim, tmp_path):
     assert "key=***" in pages["/"] and "key=***" in pages["--html"]
     assert out.count("credentials in the host are masked") == 1, out[-2000:]
     assert table_tokens(out) > 0  # the masked host still reaches the server
+
+
+def test_credentials_typed_into_the_start_form_are_masked_too(sim):
+    password, key = "pwFORMsecret77", "sk-llmloadFORMkey0123456789abcd"
+    port = free_port()
+    p = locust("--web-host", "127.0.0.1", "--web-port", str(port), *SHORT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        form = urllib.parse.urlencode({"user_count": 1, "spawn_rate": 1, "run_time": "3s",
+                                       "host": sim.url.replace("http://", f"http://u:{password}@") + f"?key={key}"})
+        deadline = time.time() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"{base}/swarm", data=form.encode(), timeout=5) as r:
+                    assert json.load(r)["success"]
+                break
+            except OSError:
+                assert time.time() < deadline, "web UI never answered"
+                time.sleep(0.3)
+        time.sleep(1.5)
+        for path in ("/", "/stats/report"):
+            with urllib.request.urlopen(f"{base}{path}", timeout=5) as r:
+                text = r.read().decode()
+            assert password not in text and key not in text, f"a credential in {path}"
+            assert "key=***" in text, path
+    finally:
+        p.terminate()
+        out, _ = p.communicate(timeout=30)
+    assert password not in out and key not in out
