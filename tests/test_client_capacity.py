@@ -88,6 +88,10 @@ def test_no_coalescing_estimate_rests_on_too_few_intervals_or_events():
         assert est["added_delay_ms_p99"] is None, why
         assert est["added_delay_source"] == f"not estimated: coalescing over {why}, fewer than 8 and 100"
         assert not is_client_bound({"cpu_pct_mean": 1.0, "lag_ms_p50": 0.1, **est})
+    # Over TLS no stream is a plain-TCP one: no gap, no queue, and the source says so.
+    tls = window_estimate([IntervalSample(t_s=t, reads=100, events=120, bytes_=24000, streams=0, ages=Counter())
+                           for t in range(20)])
+    assert tls["added_delay_ms_p99"] is None and tls["added_delay_source"].startswith("not estimated: no plain-TCP")
 
 
 def test_queued_bytes_reads_the_kernel_receive_queue():
