@@ -25,6 +25,11 @@ END = "<!-- /reliability-table -->"
 
 def fault_rows() -> list[tuple[str, str, str]]:
     """(fault, behaviour, test) of every marked test, in file and definition order."""
+    return [(what, behaviour, test) for what, behaviour, test, _ in fault_tests()]
+
+
+def fault_tests() -> list[tuple[str, str, str, object]]:
+    """(fault, behaviour, test, the test function) of every marked test."""
     if str(TESTS) not in sys.path:
         sys.path.insert(0, str(TESTS))
     rows = []
@@ -38,7 +43,7 @@ def fault_rows() -> list[tuple[str, str, str]]:
             for mark in getattr(obj, "pytestmark", []):
                 if mark.name == "fault":
                     what, behaviour = mark.args
-                    rows.append((what, behaviour, f"{path.name}::{name}"))
+                    rows.append((what, behaviour, f"{path.name}::{name}", obj))
     return rows
 
 

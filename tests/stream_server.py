@@ -14,7 +14,9 @@ Faults on streaming requests only (the probe's other calls still succeed):
 --echo-auth answers HTTP 401 with the request's Authorization header in the error body, as
 some gateways do; --stall-after K hangs a stream after K tokens; --bad-event-after K sends,
 after K tokens, an event of invalid JSON that claims 99,999 completion tokens;
---late-error-after K sends an error object whose "error" key is not the first.
+--late-error-after K sends an error object whose "error" key is not the first;
+--pause-every K --pause-s S: every K-th stream goes silent for S seconds after its first
+token, then goes on (a server that stalls now and then).
 """
 
 from __future__ import annotations
@@ -121,13 +123,13 @@ def _serve_connection(conn, opts) -> None:
             _respond(conn, opts.fail_streams or 500, {"error": {"message": "injected failure",
                                                                  "code": opts.fail_streams or 500}}, extra)
             continue
-        _stream(conn, payload, opts)
+        _stream(conn, payload, opts, pause=opts.pause_every and STREAMS_SEEN[0] % opts.pause_every == 0)
         if opts.close_after:
             conn.close()
             return
 
 
-def _stream(conn, payload: dict, opts) -> None:
+def _stream(conn, payload: dict, opts, pause: bool = False) -> None:
     req_id = str(payload.get("user", "r"))
     times = WRITE_TIMES.setdefault(req_id, [])
     conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
@@ -146,6 +148,10 @@ def _stream(conn, payload: dict, opts) -> None:
         sent += n
         if opts.stall_after and sent > opts.stall_after:
             gevent.sleep(3600)  # a server that hangs mid-stream
+        if pause and sent > k:  # after the first chunk: a stall, not a queue
+            pause = False
+            gevent.sleep(opts.pause_s)
+            next_t = time.perf_counter()
         if opts.error_after and sent > opts.error_after:
             conn.sendall(_chunk(_event({"error": {"message": "engine died mid-stream", "code": 500}}, opts)))
             break
@@ -209,6 +215,8 @@ def main(argv=None) -> None:
     p.add_argument("--chat-role", action="store_true")
     p.add_argument("--error-after", type=int, default=0)
     p.add_argument("--stall-after", type=int, default=0)
+    p.add_argument("--pause-every", type=int, default=0)
+    p.add_argument("--pause-s", type=float, default=10.0)
     p.add_argument("--bad-event-after", type=int, default=0)
     p.add_argument("--late-error-after", type=int, default=0)
     p.add_argument("--tls-cert", default=None)

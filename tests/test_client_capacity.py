@@ -69,9 +69,29 @@ def test_window_estimate_needs_enough_samples_and_fires_over_the_bound():
     few = window_estimate(late[:2])  # 20 queue samples: not enough for a p99, and no guess instead
     assert few["added_delay_ms_p99"] is None and few["added_delay_source"].startswith("not estimated: 20 ")
     assert not is_client_bound({"cpu_pct_mean": 10.0, "lag_ms_p50": 0.1, **few})
-    # No queue depth at all (TLS): the coalescing, labelled as counting the server's bursts.
-    blind = window_estimate([interval({}, t) for t in range(2)])
-    assert blind["added_delay_source"].startswith("coalescing")
+    # No queue depth at all (TLS): the coalescing, labelled as counting the server's bursts ...
+    blind = window_estimate([interval({}, t) for t in range(8)])
+    assert blind["added_delay_source"].startswith("coalescing") and blind["added_delay_ms_p99"] is not None
+
+
+def test_no_coalescing_estimate_rests_on_too_few_intervals_or_events():
+    """Issue 17: a server stalling 10 s on every second request left two intervals with
+    events in a 6-s window; their coalescing (a burst after the stall, over a gap stretched
+    by it) made the cell client_bound at 0.4% client CPU. Too few intervals or events: no
+    estimate, and the source says why."""
+    def interval(t, events=120):
+        return IntervalSample(t_s=t, reads=100, events=events, bytes_=24000, streams=4, ages=Counter())
+    for samples, why in (([interval(t) for t in range(2)], "2 interval(s) and 240 events"),
+                         ([interval(t, events=110) for t in range(7)], "7 interval(s) and 770 events"),
+                         ([interval(t, events=11) for t in range(8)], "8 interval(s) and 88 events")):
+        est = window_estimate(samples)
+        assert est["added_delay_ms_p99"] is None, why
+        assert est["added_delay_source"] == f"not estimated: coalescing over {why}, fewer than 8 and 100"
+        assert not is_client_bound({"cpu_pct_mean": 1.0, "lag_ms_p50": 0.1, **est})
+    # Over TLS no stream is a plain-TCP one: no gap, no queue, and the source says so.
+    tls = window_estimate([IntervalSample(t_s=t, reads=100, events=120, bytes_=24000, streams=0, ages=Counter())
+                           for t in range(20)])
+    assert tls["added_delay_ms_p99"] is None and tls["added_delay_source"].startswith("not estimated: no plain-TCP")
 
 
 def test_queued_bytes_reads_the_kernel_receive_queue():

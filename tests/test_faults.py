@@ -341,6 +341,43 @@ def test_a_frozen_stream_makes_the_cell_stalled(tmp_path, stream_server):
     assert "| 0 | Stalled: " in report and "| Valid |" not in report
 
 
+def _decode_cells(out: Path) -> dict:
+    return {n: c for (phase, _, n), c in cells_of(out)[1].items() if phase == "decode"}
+
+
+@fault("a server that stalls 10 s after the first token of every second request (N = 4, 6 s window, "
+       "20 output tokens)",
+       "stalled (longest_stall_s over the 3 s bound), not client_bound: no delay estimate from too few "
+       "samples (its source says so), and a seen stall outranks one; exit 0")
+def test_a_server_stalling_every_second_request_is_stalled_not_client_bound(tmp_path, stream_server):
+    s = stream_server("--pause-every", "2", "--pause-s", "10", "--tokens", "20")
+    out = tmp_path / "stall"
+    r = llmload("run", "--host", s.url, "--contexts", "0", "--prefill-contexts", "", "--concurrency", "4",
+                "--max-tokens", "20", "--duration", "6s", "--out", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    cell = _decode_cells(out)[4]
+    assert cell["status"] == "stalled", (cell["reason"], cell["client_added_delay_source"])
+    assert cell["longest_stall_s"] > 3.0 and cell["stall_check_note"] is None
+    assert cell["client_added_delay_ms_p99"] is None
+    assert cell["client_added_delay_source"].startswith("not estimated: ")
+
+
+@fault("a clean server at 40 ms per token, 20 output tokens, N = 1 and 4, 3 s windows",
+       "neither cell client_bound (no delay estimate from a few samples); each says its stall check did not "
+       "apply (a 3 s window is not longer than the 3 s stall bound); exit 0")
+def test_a_slow_clean_server_in_short_windows_is_not_client_bound(tmp_path, stream_server):
+    s = stream_server("--interval-ms", "40", "--tokens", "20")
+    out = tmp_path / "slow"
+    r = llmload("run", "--host", s.url, "--contexts", "0", "--prefill-contexts", "", "--concurrency", "1,4",
+                "--max-tokens", "20", "--duration", "3s", "--out", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    cells = _decode_cells(out)
+    for n in (1, 4):
+        assert cells[n]["status"] == "valid", (n, cells[n]["reason"], cells[n]["client_added_delay_source"])
+        assert cells[n]["stall_check_note"].startswith("stall check did not apply: the 3.0 s window")
+    assert "stall check did not apply" in (out / "report.md").read_text()
+
+
 @fault("the first 3 streaming requests fail with HTTP 500 (the warm-up and two in the window)",
        "errors = 3 exactly, warm-up failure counted like the others, the reason says 3; exit 1")
 def test_failed_requests_are_counted_exactly_and_the_reason_agrees(tmp_path, stream_server):

@@ -6,6 +6,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -105,3 +106,67 @@ def test_web_ui_has_an_llm_tab_with_live_figures(sim):
     finally:
         p.terminate()
         p.wait(timeout=30)
+
+
+@pytest.mark.fault("plain Locust with credentials in --host (`locust -f locustfiles/llm.py --host "
+                   "http://u:PASSWORD@HOST/?key=sk-...`, web UI and --html)",
+                   "masked as *** in Locust's own pages (`/`, `/stats/report`, the --html report) and output, "
+                   "said once; requests still reach HOST (llmload never sends a URL's user, password or query)")
+def test_credentials_in_host_never_reach_locusts_own_pages(sim, tmp_path):
+    password, key = "pwLLMsecret42", "sk-llmloadHOSTkey0123456789abcd"
+    host = sim.url.replace("http://", f"http://user:{password}@") + f"/?key={key}"
+    port, html = free_port(), tmp_path / "loc.html"
+    p = locust("--host", host, "--web-host", "127.0.0.1", "--web-port", str(port), "--autostart",
+               "--autoquit", "0", "-u", "2", "-r", "2", "-t", "4s", "--html", str(html), *SHORT)
+    pages = {}
+    try:
+        deadline = time.time() + 30
+        while time.time() < deadline and len(pages) < 2:
+            time.sleep(0.5)
+            for path in ("/", "/stats/report"):
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
+                        pages[path] = r.read().decode()
+                except OSError:
+                    pass
+        out, _ = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(timeout=10)
+    assert set(pages) == {"/", "/stats/report"}, out[-2000:]
+    pages["--html"] = html.read_text()
+    for name, text in [*pages.items(), ("output", out)]:
+        assert password not in text and key not in text, f"a credential in {name}"
+    assert "key=***" in pages["/"] and "key=***" in pages["--html"]
+    assert out.count("credentials in the host are masked") == 1, out[-2000:]
+    assert table_tokens(out) > 0  # the masked host still reaches the server
+
+
+def test_credentials_typed_into_the_start_form_are_masked_too(sim):
+    password, key = "pwFORMsecret77", "sk-llmloadFORMkey0123456789abcd"
+    port = free_port()
+    p = locust("--web-host", "127.0.0.1", "--web-port", str(port), *SHORT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        form = urllib.parse.urlencode({"user_count": 1, "spawn_rate": 1, "run_time": "3s",
+                                       "host": sim.url.replace("http://", f"http://u:{password}@") + f"?key={key}"})
+        deadline = time.time() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"{base}/swarm", data=form.encode(), timeout=5) as r:
+                    assert json.load(r)["success"]
+                break
+            except OSError:
+                assert time.time() < deadline, "web UI never answered"
+                time.sleep(0.3)
+        time.sleep(1.5)
+        for path in ("/", "/stats/report"):
+            with urllib.request.urlopen(f"{base}{path}", timeout=5) as r:
+                text = r.read().decode()
+            assert password not in text and key not in text, f"a credential in {path}"
+            assert "key=***" in text, path
+    finally:
+        p.terminate()
+        out, _ = p.communicate(timeout=30)
+    assert password not in out and key not in out

@@ -164,3 +164,64 @@ def test_the_error_rate_counts_warmups_on_both_sides():
     assert cell_error_rate(warm_only) == pytest.approx(0.25)
     assert cells_over_error_rate({"cells": [warm_only]}, 0.3) == []  # 4/12 = 0.33 would fail it
     assert _decode_cell_of(warm_ok=True, window_ok=True)["errors"] == 0
+
+
+def _stall_cell(*, window_s: float, stall_s: float, cpu_pct: float = 0.4, late_ms: float | None = None) -> dict:
+    """A decode cell of 4 users whose server froze `stall_s` after the first token of every
+    second request; the client's samples say `cpu_pct`, and with `late_ms` its queue ages
+    say it read that late (an estimate over the 2 ms bound)."""
+    from collections import Counter
+
+    from llmload.core.capacity import PlannedCell
+    from llmload.core.cellfacts import CellFacts
+    from llmload.core.cells import assemble_cell
+    from llmload.core.clientload import ADDED_DELAY_BIN_MS, IntervalSample
+    t0, t1 = 100.0, 100.0 + window_s
+    records = []
+    for u in range(4):
+        send, k = t0, 0
+        while send < t1:
+            first = send + 0.01
+            chunks = [first] + [first + (stall_s if k % 2 else 0.0) + 0.005 * (i + 1) for i in range(19)]
+            done = chunks[-1] <= t1
+            records.append(RequestRecord(
+                user_id=f"u{u}", tag="decode", send_s=send, first_byte_s=first,
+                chunk_times_s=array("d", [c for c in chunks if c <= t1]),
+                chunk_tokens=array("I", [1] * sum(c <= t1 for c in chunks)), end_s=min(chunks[-1], t1),
+                status="ok" if done else "cancelled", finish_reason="length" if done else None))
+            send, k = chunks[-1], k + 1
+    ages = Counter({0: 5, round(late_ms / ADDED_DELAY_BIN_MS): 5}) if late_ms else Counter({0: 10})
+    reads = tuple(IntervalSample(t_s=t0 + 0.25 * i, reads=10, events=12, bytes_=2400, streams=4, ages=ages)
+                  for i in range(int(window_s * 4)))
+    samples = tuple((t0 + 0.25 * i, cpu_pct, 0.1) for i in range(int(window_s * 4)))
+    planned = PlannedCell(phase="decode", context_tokens=0, concurrency=4, status="run", reason="",
+                          prompt_tokens=10, max_tokens=20)
+    facts = CellFacts(t0_s=t0, t1_s=t1, client_samples=(samples,), client_reads=(reads,))
+    return assemble_cell(planned, records, facts).to_dict()
+
+
+@pytest.mark.fault("a server stalling 10 s on every second request (N = 4, 6 s window, 20 tokens) while the "
+                   "client's added-delay estimate reads 5 ms (over its 2 ms bound) at 0.4% CPU",
+                   "stalled, not client_bound: a silence seen outranks an estimated delay; a client measured "
+                   "at 95% CPU is still client_bound")
+def test_a_seen_stall_outranks_an_estimated_client_delay():
+    cell = _stall_cell(window_s=6.0, stall_s=10.0, late_ms=5.0)
+    assert cell["client_added_delay_ms_p99"] > 2.0 and cell["longest_stall_s"] > 5.5
+    assert cell["status"] == "stalled", cell["reason"]
+    assert cell["reason"].startswith("a request received no token for")
+    assert _stall_cell(window_s=6.0, stall_s=0.0, late_ms=5.0)["status"] == "client_bound"  # no stall: the estimate
+    busy = _stall_cell(window_s=6.0, stall_s=10.0, cpu_pct=95.0, late_ms=5.0)
+    assert busy["status"] == "client_bound" and "CPU or event-loop lag" in busy["reason"]
+
+
+@pytest.mark.fault("a 3 s decode window (never longer than the stall bound, at least 3 s)",
+                   "the cell says the stall check did not apply (stall_check_note), and the report's Checks "
+                   "list it; a 6 s window says nothing")
+def test_a_window_no_longer_than_the_stall_bound_says_the_stall_check_did_not_apply():
+    from llmload.output.pagetables import render_checks
+    short = _stall_cell(window_s=3.0, stall_s=10.0)
+    assert short["stall_check_note"] == ("stall check did not apply: the 3.0 s window is not longer than the "
+                                         "stall bound (3.0 s)")
+    assert short["status"] != "stalled"
+    assert f"- Sustained decode 0 × 4: {short['stall_check_note']}" in (render_checks([short]) or "")
+    assert _stall_cell(window_s=6.0, stall_s=10.0)["stall_check_note"] is None

@@ -111,33 +111,33 @@ def test_workers_give_the_same_statuses_and_figures(sim, small_run, tmp_path):
 
 
 @pytest.mark.fault('--host where nothing listens',
-                   'one line "cannot reach ...", non-zero exit, at once')
+                   'one line "cannot reach ...", exit 1 (a run-time failure), at once')
 def test_unreachable_server_fails_at_once_with_one_line(tmp_path):
     import socket
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     r = llmload("run", "--host", f"http://127.0.0.1:{port}", "--out", str(tmp_path / "x"), timeout=60)
-    assert r.returncode != 0
+    assert r.returncode == 1, r.stderr
     assert "cannot reach" in r.stderr and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
 
 
 @pytest.mark.fault('--model the server does not serve',
-                   'one line naming the model, non-zero exit')
+                   'one line naming the model, exit 1')
 def test_unknown_model_fails_with_one_line(sim, tmp_path):
     r = llmload("run", "--host", sim.url, "--model", "nope", "--out", str(tmp_path / "x"), timeout=60)
-    assert r.returncode != 0
+    assert r.returncode == 1, r.stderr
     assert "'nope' is not served" in r.stderr and "Traceback" not in r.stderr
 
 
 @pytest.mark.fault('a wrong API key (HTTP 401 on the probe)',
-                   'one line "rejected the API key", non-zero exit; no key in output or files')
+                   'one line "rejected the API key", exit 1; no key in output or files')
 def test_rejected_api_key_fails_with_one_line_and_is_never_written(tmp_path):
     with SimProcess(profile="tiny", api_key="right-key") as s:
         r = llmload("run", "--host", s.url, "--out", str(tmp_path / "x"), env={"OPENAI_API_KEY": "wrong-key"},
                     timeout=60)
-        assert r.returncode != 0
+        assert r.returncode == 1, r.stderr
         assert "rejected the API key" in r.stderr and "Traceback" not in r.stderr
         assert "wrong-key" not in r.stdout + r.stderr
         out = tmp_path / "ok"

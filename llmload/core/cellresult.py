@@ -82,6 +82,7 @@ class CellResult:
     warmup_cache_hit: bool | None = None
     cached_tokens: int | None = None
     longest_stall_s: float | None = None
+    stall_check_note: str | None = None
     token_source: str | None = None
     server_prompt_tokens: int | None = None
     usage_mismatches: int | None = None

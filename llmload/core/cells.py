@@ -56,20 +56,26 @@ def client_load(samples, reads=()) -> dict:
             **estimate}
 
 
+def client_overloaded(load: dict) -> bool:
+    """Measured: mean CPU at its bound, or median loop lag over its bound."""
+    cpu, lag = load.get("cpu_pct_mean"), load.get("lag_ms_p50")
+    return (cpu is not None and cpu >= CLIENT_CPU_BOUND_PCT) or (lag is not None and lag > CLIENT_LAG_BOUND_MS)
+
+
 def is_client_bound(load: dict) -> bool:
     """CPU at the bound, median loop lag over its bound, or an estimated added delay p99
     over `clientload.ADDED_DELAY_BOUND_MS`."""
-    cpu, lag = load.get("cpu_pct_mean"), load.get("lag_ms_p50")
-    return ((cpu is not None and cpu >= CLIENT_CPU_BOUND_PCT) or (lag is not None and lag > CLIENT_LAG_BOUND_MS)
-            or delay_bound_exceeded(load))
+    return client_overloaded(load) or delay_bound_exceeded(load)
 
 
 def combined_client_load(per_process, reads_per_process=()) -> dict:
-    """The cell's client load: the worst process for each figure; client_bound if any
-    process was."""
+    """The cell's client load: the worst process for each figure; client_overloaded (CPU or
+    lag measured over its bound) and client_late (the added delay estimated over its bound)
+    if any process was: `classify_cell` ranks a seen stall between the two."""
     reads = list(reads_per_process) + [()] * (len(per_process) - len(reads_per_process))
     loads = [client_load(samples, r) for samples, r in zip(per_process, reads)]
-    out: dict = {"client_bound": any(is_client_bound(x) for x in loads)}
+    out: dict = {"client_overloaded": any(client_overloaded(x) for x in loads),
+                 "client_late": any(delay_bound_exceeded(x) for x in loads)}
     for key in ("cpu_pct_mean", "cpu_pct_max", "lag_ms_p50", "lag_ms_p90", "lag_ms_max",
                 "events_per_read", "added_delay_ms_p50", "added_delay_ms_p99"):
         values = [x[key] for x in loads if x.get(key) is not None]
@@ -137,7 +143,8 @@ def decode_cell(planned: PlannedCell, records: list[RequestRecord], facts: CellF
     bound_s = stall_bound_s(fig.tbt_ms)
     stalled = stall is not None and stall.gap_s > bound_s
     status = classify_cell(figures=fig, concurrency=planned.concurrency, waiting=median_waiting,
-                           client_bound=load["client_bound"], preemptions=preemptions, stalled=stalled)
+                           client_bound=load["client_overloaded"], preemptions=preemptions, stalled=stalled,
+                           client_late=load["client_late"])
     cell = not_run_cell(planned)
     cell.update({k: v for k, v in fig.to_dict().items() if k in FIGURE_KEYS or k in (
         "avg_streaming", "requests_sent", "requests_attempted", "errors", "error_samples")})
@@ -155,6 +162,9 @@ def decode_cell(planned: PlannedCell, records: list[RequestRecord], facts: CellF
                 samples.append(text)
         cell["error_samples"] = samples
     cell["longest_stall_s"] = stall.gap_s if stall is not None else None
+    if t1 - t0 <= bound_s:  # every silence is cut at the window's edges: none can pass the bound
+        cell["stall_check_note"] = (f"stall check did not apply: the {t1 - t0:.1f} s window is not longer "
+                                    f"than the stall bound ({bound_s:.1f} s)")
     if status == "stalled":
         reason = (f"a request received no token for {stall.gap_s:.1f} s after its first one "
                   f"(bound {bound_s:.1f} s)")
@@ -226,7 +236,7 @@ def _status_reason(status: str, fig, planned: PlannedCell, cell: dict, *, median
                 else f"average active {fig.avg_active:.2f} / streaming {fig.avg_streaming:.2f} of {planned.concurrency}")
     if status == "client_bound":
         delay = load.get("added_delay_ms_p99")
-        if delay is not None and delay > ADDED_DELAY_BOUND_MS:
+        if not load.get("client_overloaded") and delay is not None and delay > ADDED_DELAY_BOUND_MS:
             return (f"the load generator was the bottleneck: it read tokens about {delay:.1f} ms late (p99, "
                     f"estimated from its {load.get('added_delay_source') or 'read backlog'}; "
                     f"bound {ADDED_DELAY_BOUND_MS:g} ms)")

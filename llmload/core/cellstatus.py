@@ -85,14 +85,22 @@ def classify_cell(
     client_bound: bool,
     preemptions: float | None = None,
     stalled: bool = False,
+    client_late: bool = False,
 ) -> str:
     """Status of a decode cell that ran, first matching rule wins:
 
     1. "errors"       — figures.errors > 0 (any failed request), or nothing was in flight
                         during the window at all (avg_active is None: no figure exists).
     2. "client_bound" — client_bound is true (load generator CPU ≥ 90% or loop lag over its
-                        bound, decided by the caller): the figure is not the server's.
-    3. "saturated"    — avg_active < VALID_FRACTION × N (fewer than N requests in flight), or
+                        bound, measured by the caller): the figure is not the server's.
+    3. "saturated"    — the server preempted requests (see 6).
+    4. "stalled"      — `stalled` is true (a request went without a token for longer than
+                        the stall bound after its first token, `longest_stall`): a frozen
+                        stream is not a queue, and a silence of seconds that was seen
+                        outranks an estimate of milliseconds (5).
+    5. "client_bound" — `client_late`: the load generator's *estimated* added delay
+                        (`clientload`) is over its bound.
+    6. "saturated"    — avg_active < VALID_FRACTION × N (fewer than N requests in flight), or
                         the server kept requests queued: waiting > 0, where `waiting` is the
                         *median* of the server's waiting gauge over the window (in a healthy
                         closed loop a new request waits a step or so on arrival, which a
@@ -102,15 +110,16 @@ def classify_cell(
                         or, when the server exposes no waiting gauge (waiting None),
                         avg_streaming < STREAMING_FRACTION_NO_METRICS × N (requests in flight
                         but not streaming are queued somewhere).
-    4. "stalled"      — `stalled` is true (a request went without a token for longer than
-                        the stall bound after its first token, `longest_stall`) and the
-                        server preempted nothing (a preempted request pauses: saturated);
-                        checked before the other "saturated" rules: a frozen stream is not
-                        a queue.
-    5. "valid"        — otherwise: no failure, avg_active ≥ 0.95 N, no queue, no stall.
+    7. "valid"        — otherwise: no failure, avg_active ≥ 0.95 N, no queue, no stall.
 
-    Errors come first because a failed request also lowers the other figures; a client
-    bottleneck comes before saturation because it explains low concurrency on its own.
+    Errors come first because a failed request also lowers the other figures. A client
+    bottleneck *measured* (CPU, loop lag) comes next: a client that cannot run cannot read,
+    so a silence it saw may be its own. A preempted request pauses, so preemption explains
+    a stall. A seen stall outranks the *estimated* delay: the estimate is a lower bound in
+    milliseconds that assumes evenly spaced events, which a server that froze and then sent
+    a burst breaks, and no client delay of milliseconds makes a silence of seconds. A client
+    bottleneck of either kind comes before the other saturation rules, since it explains low
+    concurrency on its own.
     """
     if figures.errors > 0 or figures.avg_active is None:
         return "errors"
@@ -120,6 +129,8 @@ def classify_cell(
         return "saturated"
     if stalled:
         return "stalled"
+    if client_late:
+        return "client_bound"
     if figures.avg_active < VALID_FRACTION * concurrency:
         return "saturated"
     if waiting is not None:

@@ -13,9 +13,12 @@ had its oldest one waiting at least (q − 1) gaps: that age is one sample of th
 delay; an empty queue, or a single event (which may have arrived an instant ago, and on a
 slow stream would otherwise count a whole gap), is a sample of zero. A lower bound, so a
 slow server's long gaps never raise a false alarm. The estimate is the p99 of those samples over the
-window (every socket, every interval). Where no queue depth is known at all (TLS, or no
+window (every socket, every interval). Over TLS there is none (its sockets are not counted
+as plain-TCP streams: the source says so). Where no queue depth is known at all (no
 FIONREAD), the coalescing alone gives (events per read − 1) × gap, which also counts a
-server's own bursts: it is labelled as such. Where queue depths were read but too few for a
+server's own bursts: it is labelled as such, and given only over at least
+MIN_COALESCING_INTERVALS intervals and MIN_AGE_SAMPLES events (a burst or two in a short
+window is not a client's delay; the source says so instead). Where queue depths were read but too few for a
 p99 (a short window over few streams), there is no estimate, and the source says why: the
 coalescing would read the server's bursts as the client's delay (vLLM's frontend writes 1.4
 to 3 events per read at 3-7% client CPU here), and the CPU and event-loop bounds still hold.
@@ -36,6 +39,9 @@ ADDED_DELAY_BIN_MS = 0.1
 """Resolution of the age histogram."""
 MIN_AGE_SAMPLES = 100
 """Fewer queue samples than this in a window: no estimate from them (a p99 needs some)."""
+MIN_COALESCING_INTERVALS = 8
+"""Fewer monitor intervals with events than this (2 s at 0.25 s), or fewer events than
+MIN_AGE_SAMPLES, in a window without queue depths: no coalescing estimate either."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +133,13 @@ def window_estimate(samples: list[IntervalSample]) -> dict:
     elif reads and events:
         span = samples[-1].t_s - samples[0].t_s if len(samples) > 1 else 0.0
         streams = max(s.streams for s in samples)
-        if span > 0 and streams:
+        if not streams:  # TLS: the hot path's sockets are not plain TCP, so none is counted
+            out["added_delay_source"] = "not estimated: no plain-TCP stream (TLS) to read a queue depth or a gap from"
+        elif len(samples) < MIN_COALESCING_INTERVALS or events < MIN_AGE_SAMPLES:
+            out["added_delay_source"] = (f"not estimated: coalescing over {len(samples)} interval(s) and "
+                                         f"{events} events, fewer than {MIN_COALESCING_INTERVALS} and "
+                                         f"{MIN_AGE_SAMPLES}")
+        elif span > 0:
             gap_ms = streams / (events / span) * 1000.0
             out.update(added_delay_ms_p99=max(events / reads - 1.0, 0.0) * gap_ms,
                        added_delay_source="coalescing (includes the server's own bursts)")

@@ -15,12 +15,24 @@ Pure: no I/O.
 
 from __future__ import annotations
 
+import signal
 from typing import Any
 
 OK = 0
 CELL_ERRORS = 1
 BAD_INPUT = 2
 SIGNAL_BASE = 128
+
+#: The one table: every exit status an llmload command gives, and what it means. The README's
+#: reliability table names codes from it (tests/test_fault_table.py checks each one).
+TABLE: dict[int, str] = {
+    OK: "the run or command finished; no cell's error rate above --max-error-rate",
+    CELL_ERRORS: "run-time failure: a cell's error rate above the bound, or the run stopped early",
+    BAD_INPUT: "bad input: options, a scenario file, a results directory, a file read or an output",
+    SIGNAL_BASE + signal.SIGHUP: "interrupted by SIGHUP; the measured cells saved",
+    SIGNAL_BASE + signal.SIGINT: "interrupted by SIGINT (Ctrl-C); the measured cells saved",
+    SIGNAL_BASE + signal.SIGTERM: "interrupted by SIGTERM; the measured cells saved",
+}
 
 
 def cell_error_rate(cell: dict[str, Any]) -> float:

@@ -21,7 +21,7 @@ from locust.runners import MasterRunner, WorkerRunner
 
 from llmload.core.engines import ENDPOINT_PATHS
 from llmload.core.livehistory import LiveHistory
-from llmload.core.redact import install_log_filter, remember_secrets
+from llmload.core.redact import install_log_filter, remember_secrets, scrub
 from llmload.loadgen import messages
 from llmload.loadgen.state import state_of
 from llmload.loadgen.stats import html_file_of
@@ -66,6 +66,7 @@ def _on_init(environment, runner=None, web_ui=None, **_kw) -> None:
     runner = runner or environment.runner
     remember_secrets(api_key=state.api_key, host=environment.host)
     install_log_filter()
+    _mask_host(environment)
     from llmload.io.limits import raise_open_files
     raise_open_files()  # one socket per user: as many users as the system allows
     if isinstance(runner, WorkerRunner) and os.environ.get(WATCH_PARENT_ENV) == "1":
@@ -87,7 +88,7 @@ def _on_init(environment, runner=None, web_ui=None, **_kw) -> None:
         runner.register_message(messages.RECORDS, lambda environment, msg, **kw: mailboxes.on_records(
             messages.Records.from_wire(msg.data)))
     # Options can change between tests (the web UI's form): set up again on each start.
-    events.test_start.add_listener(lambda **kw: state.adhoc.reset())
+    events.test_start.add_listener(lambda **kw: (_mask_host(environment), state.adhoc.reset()))
     stats = state.stats
     if isinstance(runner, WorkerRunner):
         events.report_to_master.add_listener(lambda client_id, data, **kw: stats.report(data))
@@ -106,6 +107,26 @@ def _on_init(environment, runner=None, web_ui=None, **_kw) -> None:
     if web_ui is not None:
         from llmload.loadgen.webui import extend_web_ui
         extend_web_ui(environment, web_ui, stats)
+
+
+def _mask_host(environment) -> None:
+    """Locust shows `environment.host` where llmload's scrubber never looks: its web UI (`/`,
+    the start form), `/stats/report` and the `--html` report. A password or a secret-named
+    query value in it is masked there (`redact`), and said once. Requests are unchanged: the
+    streaming client and the probe never send a URL's user, password or query
+    (`io.endpoint.Endpoint`); the key is read from OPENAI_API_KEY."""
+    host = environment.host
+    if not host:
+        return
+    remember_secrets(host=host)
+    masked = scrub(host)
+    if masked == host:
+        return
+    environment.host = masked
+    if getattr(environment.parsed_options, "host", None):
+        environment.parsed_options.host = masked
+    logger.warning("--host %s: credentials in the host are masked in what Locust shows and never sent; "
+                   "give the key in OPENAI_API_KEY", masked)
 
 
 WATCH_PARENT_ENV = "LLMLOAD_WORKER_WATCH_PARENT"

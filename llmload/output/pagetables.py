@@ -293,7 +293,8 @@ def _check_line(cell: dict[str, Any], check: dict[str, Any] | None) -> str | Non
 
 def render_checks(cells: list[dict[str, Any]]) -> str | None:
     """How far each figure can be trusted: the server's own account next to llmload's
-    (flagged past ±3%), chunk-counted cells, prompt lengths and usage mismatches."""
+    (flagged past ±3%), chunk-counted cells, prompt lengths, usage mismatches and a stall
+    check that could not apply."""
     lines = []
     for cell in cells:
         for check in [cell.get("server_check"), *(cell.get("server_timing_checks") or ())]:
@@ -304,7 +305,8 @@ def render_checks(cells: list[dict[str, Any]]) -> str | None:
         if cell.get("usage_mismatches"):
             lines.append(f"- {_where(cell)}: {cell['usage_mismatches']:,} completed request(s) whose streamed "
                          "tokens differ from the server's usage.completion_tokens")
-        if cell.get("prompt_length_note"):
-            lines.append(f"- {_where(cell)}: {cell['prompt_length_note']}")
+        for note in ("prompt_length_note", "stall_check_note"):
+            if cell.get(note):
+                lines.append(f"- {_where(cell)}: {cell[note]}")
     lines = [line for line in lines if line]
     return "\n".join(lines) if lines else None

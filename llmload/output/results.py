@@ -71,6 +71,8 @@ Top level:
     cached_tokens (prefill: the server's cached prompt tokens, 0 for a cold prefill),
     longest_stall_s (decode: the longest silence of a request after its first token inside
     the window; the cell is "stalled" when it exceeds the bound, see cellstatus.stall_bound_s),
+    stall_check_note (decode: why the stall check did not apply — a window no longer than the
+    stall bound — else null; absent before it came, within version 2),
     token_source (how per-chunk token counts were obtained, records.TOKEN_SOURCES),
     server_prompt_tokens (the server's count of the prompt), usage_mismatches (completed
     requests whose chunk tokens differ from their usage), server_check (the server's own
