@@ -9,7 +9,6 @@ a free port (port 0: it prints the port it bound) and stops it afterwards.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -17,8 +16,9 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
+
+from tests_helpers import get_json
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD_SCRIPT = ROOT / "scripts" / "build_llama_server.sh"
@@ -84,11 +84,8 @@ class LlamaServer:
         raise RuntimeError(f"llama-server not ready in {START_TIMEOUT_S} s:\n{self.log()[-3000:]}")
 
     def _healthy(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"{self.url}/health", timeout=2) as resp:
-                return resp.status == 200 and json.loads(resp.read()).get("status") == "ok"
-        except (OSError, ValueError):
-            return False
+        health = get_json(f"{self.url}/health")
+        return isinstance(health, dict) and health.get("status") == "ok"
 
     def log(self) -> str:
         return Path(self._log.name).read_text(errors="replace")

@@ -1,7 +1,10 @@
-"""Helpers shared by the tests: the fault-injecting stream server as a subprocess."""
+"""Helpers shared by the tests: the fault-injecting stream server as a subprocess, and a
+readiness probe for the real engines' servers."""
 
+import json
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 SERVER = Path(__file__).with_name("stream_server.py")
@@ -17,3 +20,12 @@ class StreamServer:
     def close(self) -> None:
         self.proc.terminate()
         self.proc.wait(timeout=5)
+
+
+def get_json(url: str, *, timeout_s: float = 2.0):
+    """The JSON a GET of url answers with status 200, or None (not up yet, or not JSON)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+            return json.loads(resp.read()) if resp.status == 200 else None
+    except (OSError, ValueError):
+        return None

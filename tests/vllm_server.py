@@ -13,7 +13,6 @@ and the callers skip, loudly.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -21,8 +20,9 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
+
+from tests_helpers import get_json
 
 ROOT = Path(__file__).resolve().parent.parent
 INSTALL_SCRIPT = ROOT / "scripts" / "install_vllm_cpu.sh"
@@ -108,11 +108,8 @@ class VllmServer:
         raise RuntimeError(f"vLLM not ready in {START_TIMEOUT_S} s:\n{log[-4000:]}")
 
     def _ready(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"{self.url}/v1/models", timeout=2) as resp:
-                return resp.status == 200 and bool(json.loads(resp.read()).get("data"))
-        except (OSError, ValueError):
-            return False
+        models = get_json(f"{self.url}/v1/models")
+        return isinstance(models, dict) and bool(models.get("data"))
 
     def log(self) -> str:
         return Path(self._log.name).read_text(errors="replace")
