@@ -7,9 +7,10 @@ running and waiting gauges are sampled every second of a decode window, though
 whose running gauge holds at some R < N while requests wait shows a limit of R sequences at
 once. `learn_sequence_limit` applies the rule, all of it required:
 - the cell is a decode cell planned "run" (the plan does not already say the KV pool cannot
-  hold N) that came out "saturated", or "client_bound" (checked before saturated: the
-  gauges are the server's own, whatever the client read; vLLM's bursts can make the
-  client's delay estimate fire on a cell whose server queued);
+  hold N) that came out "saturated", or "client_bound" or "stalled" (both judged before a
+  queue's saturated: the gauges are the server's own, whatever the client read or one
+  request's silence; vLLM's bursts can make the client's delay estimate fire on a cell
+  whose server queued);
 - requests waited (waiting > 0) in at least MIN_QUEUED_SAMPLES reads and in at least half of
   the reads with both gauges: a steady queue, as the saturated rule's median, not the step a
   new request waits on arrival;
@@ -43,8 +44,9 @@ PLATEAU_FRACTION = 0.75
 """Of the reads with requests waiting, at least this fraction must read running = R."""
 KV_FULL_FRACTION = 0.9
 """A median KV usage at or above this while requests wait: the pool may be the limit."""
-#: Cell statuses whose gauges may teach a limit (the server's queue, seen by the server).
-LEARNING_STATUSES = ("saturated", "client_bound")
+#: Cell statuses whose gauges may teach a limit (the server's queue, seen by the server):
+#: not "valid" (nothing waited) nor "errors" (failed requests drop the running gauge).
+LEARNING_STATUSES = ("saturated", "client_bound", "stalled")
 LEARNED_PREFIX = "learned from cell "
 """How a learned limit's source begins (results.json `server.max_sequences_source`)."""
 
