@@ -2,7 +2,6 @@
 
 import json
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from llmload.sim.launcher import SimProcess
+from tests_helpers import free_port
 
 LOCUSTFILE = str(Path(__file__).resolve().parent.parent / "locustfiles" / "llm.py")
 SHORT = ["--llm-prompt-tokens", "64", "--llm-max-tokens", "64"]
@@ -22,12 +22,6 @@ SHORT = ["--llm-prompt-tokens", "64", "--llm-max-tokens", "64"]
 def sim():
     with SimProcess(profile="tiny") as s:
         yield s
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def locust(*args):

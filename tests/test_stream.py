@@ -47,6 +47,8 @@ def test_chat_role_only_chunk_is_not_a_token():
     tl.finish()
     assert list(tl.chunk_times_s) == [1.5, 1.6]
     assert tl.output_tokens == 2
+    # No reasoning field: no reasoning count, and the answer began with the first token.
+    assert tl.reasoning_tokens is None and tl.first_answer_s == 1.5
 
 
 def test_chat_role_only_chunk_without_usage_is_not_a_token_either():
@@ -261,12 +263,7 @@ def test_the_same_through_the_sse_layer_whole_and_one_byte_at_a_time(field):
 
 
 def test_a_plain_stream_has_no_reasoning_and_answers_with_its_first_token():
-    tl = TokenTimeline()
-    tl.feed(1.0, [chunk(chat=True, role=True, n=0)])
-    tl.feed(1.5, [chunk("hi", chat=True, n=1)])
-    tl.feed(1.6, [chunk(" there", chat=True, n=2, finish="stop"), b"[DONE]"])
-    tl.finish()
-    assert tl.reasoning_tokens is None and tl.first_answer_s == 1.5
+    # (the chat case: test_chat_role_only_chunk_is_not_a_token)
     completions = fed([(2.0, chunk(" a", n=1)), (2.1, chunk(" b", n=2, finish="length"))])
     assert completions.reasoning_tokens is None and completions.first_answer_s == 2.0
 

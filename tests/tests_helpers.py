@@ -2,6 +2,7 @@
 readiness probe for the real engines' servers."""
 
 import json
+import socket
 import subprocess
 import sys
 import urllib.request
@@ -29,3 +30,11 @@ def get_json(url: str, *, timeout_s: float = 2.0):
             return json.loads(resp.read()) if resp.status == 200 else None
     except (OSError, ValueError):
         return None
+
+
+def free_port() -> int:
+    """A port free on 127.0.0.1 now, for a server that cannot bind port 0 and say which port
+    it got (Locust's web UI and master, vLLM: each prints the port it was given)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

