@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
+from llmload.core.servercheck import ServerCheck
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ServerLoad:
@@ -38,7 +40,60 @@ class ClientLoad:
     client_added_delay_source: str | None = None
 
 
-_GROUPS = {"server_load": ServerLoad, "client_load": ClientLoad}
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerTiming:
+    """The server's own per-request timing over the cell (`servercheck.server_timing`): its
+    medians, how many requests carried it, and llmload's figures checked against them."""
+
+    server_ttft_ms: float | None = None
+    server_queue_ms: float | None = None
+    server_mean_itl_ms: float | None = None
+    server_timing_requests: int | None = None
+    server_timing_checks: tuple[ServerCheck, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CellSlo:
+    """Percentile sample counts (decode cells) and, with an SLO, goodput (`llmload.core.goodput`)."""
+
+    ttft_samples: int | None = None
+    tbt_samples: int | None = None
+    goodput_tok_s: float | None = None
+    slo_requests: int | None = None
+    slo_met_requests: int | None = None
+    slo_search: bool | None = None
+    """The cell was added by the SLO bisection."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CellEnergy:
+    """A decode cell's energy figures (`llmload.core.energy.cell_energy`), where measured."""
+
+    power_mean_w: float | None = None
+    power_max_w: float | None = None
+    energy_j: float | None = None
+    energy_source: str | None = None
+    power_samples: int | None = None
+    j_per_output_token: float | None = None
+    output_tokens_per_j: float | None = None
+    idle_power_w: float | None = None
+    energy_above_idle_j: float | None = None
+    j_per_output_token_above_idle: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CellTiming:
+    """Where the cell's wall time went, in seconds (`CellFacts.timing`), as measured."""
+
+    users_s: float
+    warmup_s: float
+    window_s: float
+    wall_s: float
+    overhead_s: float
+
+
+_GROUPS = {"server_load": ServerLoad, "client_load": ClientLoad, "server_timing": ServerTiming,
+           "slo": CellSlo, "energy": CellEnergy}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -86,35 +141,13 @@ class CellResult:
     token_source: str | None = None
     server_prompt_tokens: int | None = None
     usage_mismatches: int | None = None
-    server_check: dict[str, Any] | None = None
-    # the server's own per-request timing (llmload.core.servercheck.server_timing), where it gives one
-    server_ttft_ms: float | None = None
-    server_queue_ms: float | None = None
-    server_mean_itl_ms: float | None = None
-    server_timing_requests: int | None = None
-    server_timing_checks: list[dict[str, Any]] | None = None
+    server_check: ServerCheck | None = None
+    server_timing: ServerTiming = ServerTiming()
     prompt_length_note: str | None = None
-    # SLO (llmload.core.slo): sample counts always on decode cells, goodput with an SLO
-    ttft_samples: int | None = None
-    tbt_samples: int | None = None
-    goodput_tok_s: float | None = None
-    slo_requests: int | None = None
-    slo_met_requests: int | None = None
-    slo_search: bool | None = None
-    # energy (llmload.core.energy), where measured
-    power_mean_w: float | None = None
-    power_max_w: float | None = None
-    energy_j: float | None = None
-    energy_source: str | None = None
-    power_samples: int | None = None
-    j_per_output_token: float | None = None
-    output_tokens_per_j: float | None = None
-    idle_power_w: float | None = None
-    energy_above_idle_j: float | None = None
-    j_per_output_token_above_idle: float | None = None
+    slo: CellSlo = CellSlo()
+    energy: CellEnergy = CellEnergy()
     records_file: str | None = None
-    timing: dict[str, float] | None = None
-    """Where the cell's wall time went (`CellFacts.timing`)."""
+    timing: CellTiming | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The results.json cell (flat, keys in CELL_KEYS order)."""
@@ -123,8 +156,14 @@ class CellResult:
             value = getattr(self, f.name)
             if f.name in _GROUPS:
                 out.update({g.name: getattr(value, g.name) for g in fields(value)})
+                if f.name == "server_timing" and value.server_timing_checks is not None:
+                    out["server_timing_checks"] = [c.to_dict() for c in value.server_timing_checks]
             elif f.name == "error_samples":
                 out[f.name] = list(value)
+            elif f.name == "server_check" and value is not None:
+                out[f.name] = value.to_dict()
+            elif f.name == "timing" and value is not None:
+                out[f.name] = {t.name: getattr(value, t.name) for t in fields(value)}
             else:
                 out[f.name] = value
         return out
@@ -139,7 +178,20 @@ class CellResult:
         for name, group in _GROUPS.items():
             kw[name] = group(**{g.name: d[g.name] for g in fields(group) if g.name in d})
         kw["error_samples"] = tuple(d.get("error_samples") or ())
+        if kw.get("server_check") is not None:
+            kw["server_check"] = _check(kw["server_check"])
+        checks = d.get("server_timing_checks")
+        if checks is not None:
+            kw["server_timing"] = ServerTiming(**{**{g.name: getattr(kw["server_timing"], g.name)
+                                                     for g in fields(ServerTiming)},
+                                                  "server_timing_checks": tuple(_check(c) for c in checks)})
+        if kw.get("timing") is not None:
+            kw["timing"] = CellTiming(**kw["timing"])
         return cls(**kw)
+
+
+def _check(d: dict[str, Any]) -> ServerCheck:
+    return ServerCheck(**{k: v for k, v in d.items() if k not in ("diff_pct", "agrees")})
 
 
 def _keys() -> tuple[str, ...]:
