@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from llmload.output.resultswriter import ResultsWriter
-from llmload.matrix.twin import seed_results
+from llmload.twin.predict import seed_results
 
 
 def main() -> int:

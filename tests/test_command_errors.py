@@ -21,7 +21,7 @@ from llmload.core.capacity import PlannedCell
 from llmload.core.cellfacts import CellFacts
 from llmload.core.cells import assemble_cell
 from llmload.core.records import RequestRecord
-from llmload.matrix.twin import seed_results
+from llmload.twin.predict import seed_results
 from llmload.output.recordstore import write_cell
 
 fault = pytest.mark.fault

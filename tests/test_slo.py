@@ -153,7 +153,7 @@ def test_slo_search_in_virtual_time_finds_the_exact_level():
     # The same profile in virtual time (llmload predict): no jitter, so the p99 itself is
     # 10 + 2N ms and the 35-ms bound's answer is exactly N = 12.
     from llmload.sim.profiles import load_profile
-    from llmload.matrix.twin import predict_results
+    from llmload.twin.predict import predict_results
     doc = predict_results(load_profile("tiny", STEP), contexts=[0], prefill_contexts=[],
                           concurrency=[1, 2, 4, 8, 16], max_tokens=512, duration_s=2.0,
                           slo=parse_slo("tbt_p99=35ms"), slo_search=True)

@@ -18,8 +18,8 @@ from llmload.cli import main
 from llmload.sim import calibration as cal
 from llmload.sim.launcher import SimProcess
 from llmload.sim.profiles import load_profile
-from llmload.matrix.twin import predict_results, seed_results
-from llmload.matrix.twinfit import fit_profile
+from llmload.twin.predict import predict_results, seed_results
+from llmload.twin.fit import fit_profile
 
 UNKNOWN = {"step_base_ms": 8, "step_per_seq_ms": 0.5, "step_per_kv_token_us": 0.8,
            "prefill_per_token_us": 60, "prefill_quadratic_ns": 3, "frontend_base_ms": 50,

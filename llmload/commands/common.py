@@ -7,19 +7,19 @@ from __future__ import annotations
 import click
 
 
-class _Refused(click.ClickException):
+class Refused(click.ClickException):
     """Bad input found after parsing (e.g. a results directory in use): exit 2, one line."""
 
     exit_code = 2
 
 
-def _echo(text: str = "") -> None:
+def echo(text: str = "") -> None:
     from llmload.core.redact import scrub
     click.echo(scrub(text))
 
 
-def _malformed(folder, exc: Exception) -> _Refused:
+def malformed(folder, exc: Exception) -> Refused:
     """A results.json that loaded but whose values are not what llmload writes (edited by
     hand, damaged): one line naming it, never a traceback."""
-    return _Refused(f"{folder}: results.json is not a well-formed llmload results file "
+    return Refused(f"{folder}: results.json is not a well-formed llmload results file "
                     f"({type(exc).__name__}: {exc})")

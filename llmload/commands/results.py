@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from llmload.commands.common import _echo, _malformed, _Refused
+from llmload.commands.common import Refused, echo, malformed
 
 
 @click.command()
@@ -26,7 +26,7 @@ def report(results_dir: str, recompute: bool, allow_missing: bool) -> None:
     try:
         doc = load_results(results_dir)
     except ResultsError as exc:
-        raise _Refused(str(exc)) from None
+        raise Refused(str(exc)) from None
     try:
         if recompute:
             from llmload.output.recompute import recompute as derive
@@ -35,27 +35,27 @@ def report(results_dir: str, recompute: bool, allow_missing: bool) -> None:
             try:
                 held = lock(folder)  # never rewrite a run that is still writing
             except RunDirError as exc:
-                raise _Refused(str(exc)) from None
+                raise Refused(str(exc)) from None
             try:
                 doc, n, missing = derive(folder, allow_missing=allow_missing)
                 path = write_document(doc, folder)
             except RecordsError as exc:
-                raise _Refused(str(exc)) from None
+                raise Refused(str(exc)) from None
             finally:
                 held.release()
-            _echo(f"Recomputed {n} cell(s) from {folder / 'records'}")
+            echo(f"Recomputed {n} cell(s) from {folder / 'records'}")
             if missing:
-                _echo(f"Kept {len(missing)} cell(s) as stored, their records missing: {', '.join(missing)}")
+                echo(f"Kept {len(missing)} cell(s) as stored, their records missing: {', '.join(missing)}")
         else:
             path = write_renderings(doc, folder)
     except click.ClickException:
         raise
     except OSError as exc:
-        raise _Refused(f"cannot write into {folder}: {exc.strerror or exc}") from None
+        raise Refused(f"cannot write into {folder}: {exc.strerror or exc}") from None
     except Exception as exc:  # a results.json damaged or edited by hand: say so, in one line
-        raise _malformed(folder, exc) from None
-    _echo(f"Report: {path}")
-    _echo(f"HTML report: {path.with_name('report.html')}")
+        raise malformed(folder, exc) from None
+    echo(f"Report: {path}")
+    echo(f"HTML report: {path.with_name('report.html')}")
 
 
 @click.command()
@@ -75,15 +75,15 @@ def compare(results_dirs, as_json, html_path, no_html) -> None:
             html_path = html_path or "compare.html"
         text, page = compare_dirs(list(results_dirs), as_json=as_json, html_path=html_path)
     except CompareError as exc:
-        raise _Refused(str(exc)) from None
+        raise Refused(str(exc)) from None
     except (TypeError, AttributeError, KeyError) as exc:  # a results.json edited by hand
-        raise _malformed(" or ".join(results_dirs), exc) from None
+        raise malformed(" or ".join(results_dirs), exc) from None
     except OSError as exc:
         where = f" {exc.filename}" if getattr(exc, "filename", None) else ""
-        raise _Refused(f"cannot write the compare page{where}: {exc.strerror or exc}") from None
-    _echo(text)
+        raise Refused(f"cannot write the compare page{where}: {exc.strerror or exc}") from None
+    echo(text)
     if page and not as_json:
-        _echo(f"\nCompare page: {page}")
+        echo(f"\nCompare page: {page}")
 
 
 @click.command()
@@ -104,7 +104,7 @@ def export(results_dir: str, fmt: str, output: str | None, allow_missing: bool) 
         buffer = io.BytesIO()
         n = export_records(results_dir, fmt, buffer, allow_missing=allow_missing)
     except (RecordsError, ResultsError) as exc:
-        raise _Refused(str(exc)) from None
+        raise Refused(str(exc)) from None
     try:
         if output:
             with open(output, "wb") as f:
@@ -114,4 +114,4 @@ def export(results_dir: str, fmt: str, output: str | None, allow_missing: bool) 
             sys.stdout.buffer.write(buffer.getvalue())
             sys.stdout.buffer.flush()
     except OSError as exc:
-        raise _Refused(f"cannot write {output or 'standard output'}: {exc.strerror or exc}") from None
+        raise Refused(f"cannot write {output or 'standard output'}: {exc.strerror or exc}") from None

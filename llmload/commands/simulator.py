@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from llmload.commands.common import _malformed, _Refused
+from llmload.commands.common import malformed, Refused
 
 
 @click.command()
@@ -21,26 +21,26 @@ def fit(results_dir: str, out_path: str | None, base: str | None) -> None:
 
     from llmload.output.results import ResultsError, load_results
     from llmload.sim.profiles import load_profile
-    from llmload.matrix.twinfit import FitError, fit_profile, profile_json
+    from llmload.twin.fit import FitError, fit_profile, profile_json
     folder = Path(results_dir) if Path(results_dir).is_dir() else Path(results_dir).parent
     try:
         doc = load_results(results_dir)
         result = fit_profile(doc, base=load_profile(base) if base else None, source=str(folder))
     except (ResultsError, FitError, ValueError, OSError) as exc:
-        raise _Refused(str(exc)) from None
+        raise Refused(str(exc)) from None
     except (TypeError, AttributeError, KeyError) as exc:
-        raise _malformed(folder, exc) from None
+        raise malformed(folder, exc) from None
     out = Path(out_path) if out_path else folder / "fitted-profile.json"
     try:
         out.write_text(json.dumps(profile_json(result.profile), indent=2) + "\n", encoding="utf-8")
     except OSError as exc:
-        raise _Refused(f"cannot write {out}: {exc.strerror or exc}") from None
+        raise Refused(f"cannot write {out}: {exc.strerror or exc}") from None
     _echo_fit(result)
     click.echo(f"Profile: {out}")
 
 
 def _echo_fit(result) -> None:
-    from llmload.matrix.twinfit import FRONTEND_PARAMS, PREFILL_PARAMS, STEP_PARAMS
+    from llmload.twin.fit import FRONTEND_PARAMS, PREFILL_PARAMS, STEP_PARAMS
     from llmload.core.units import format_tokens
     prof = result.profile
     click.echo("Fitted: " + ", ".join(f"{k} {getattr(prof, k):.4g}"
@@ -79,7 +79,7 @@ def predict(profile, contexts, concurrency, prefill_contexts, max_tokens, durati
     from llmload.matrix.console import _echo_matrix
     from llmload.core.scenario import ScenarioError, resolve
     from llmload.sim.profiles import load_profile, parse_overrides
-    from llmload.matrix.twin import predict_results
+    from llmload.twin.predict import predict_results
     try:
         prof = load_profile(profile, parse_overrides(list(overrides)) or None)
         cli = {"contexts": contexts, "concurrency": concurrency, "max_tokens": max_tokens,
@@ -94,7 +94,7 @@ def predict(profile, contexts, concurrency, prefill_contexts, max_tokens, durati
     try:
         run_dir = claim(out_dir, force=force, resumable=False)  # as a run's --out: refused if it holds a run, locked
     except RunDirError as exc:
-        raise _Refused(str(exc)) from None
+        raise Refused(str(exc)) from None
     try:
         doc = predict_results(prof, contexts=sc.contexts, prefill_contexts=prefill,
                               concurrency=sc.concurrency, max_tokens=sc.max_tokens,
@@ -106,7 +106,7 @@ def predict(profile, contexts, concurrency, prefill_contexts, max_tokens, durati
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     except OSError as exc:
-        raise _Refused(f"cannot write {out_dir}: {exc.strerror or exc}") from None
+        raise Refused(f"cannot write {out_dir}: {exc.strerror or exc}") from None
     finally:
         run_dir.release()
     click.echo(f"Predicted {len(doc['cells'])} cells in "

@@ -1,7 +1,7 @@
 """Fit a simulator profile to a measured run: the fitted twin's profile (`fit_profile`).
 
 Pure apart from the results files the CLI reads and writes: every fitted cell runs through
-the simulator's engine model in virtual time, as `llmload.matrix.twin` predicts cells
+the simulator's engine model in virtual time, as `llmload.twin.predict` predicts cells
 (`virtual_decode`, `virtual_prefill`). From a results document:
 - KV cache blocks, block size and the maximum model length come from the probe (`server`).
 - Step time (ms) = step_base_ms + step_per_seq_ms × N + step_per_kv_token_us × KV / 1000,
@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from llmload.matrix.twin import virtual_decode, virtual_prefill
+from llmload.twin.predict import virtual_decode, virtual_prefill
 from llmload.sim.profiles import NULL_BLOCKS, Profile, validate
 
 FIT_ITERATIONS = 4

@@ -3,7 +3,7 @@
 Pure apart from the results files the CLI reads and writes (no sockets, no sleeping): the
 simulator's engine model runs in virtual time (`llmload.sim.virtual`), and every figure of a
 predicted cell goes through the same `llmload.core.metrics` and cell functions as a measured one.
-The profile is a built-in one or one fitted to a run (`llmload.matrix.twinfit`).
+The profile is a built-in one or one fitted to a run (`llmload.twin.fit`).
 
 Predict (`predict_results`): plan the matrix against the profile's KV cache (the runner's
 planner), run each cell the way the runner does (warm-up, N requests at once from t0, a

@@ -1,0 +1,156 @@
+"""`llmload run`: the speed test matrix from a scenario file and options (`llmload.matrix.runner`
+runs it). Ctrl-C, SIGTERM and SIGHUP end it with the measured cells kept."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from llmload.commands.common import Refused, echo
+
+SCENARIO_OPTIONS = {
+    "host": "host", "model": "model", "endpoint": "endpoint", "contexts": "contexts",
+    "prefill_contexts": "prefill_contexts", "concurrency": "concurrency", "duration": "duration_s",
+    "max_tokens": "max_tokens", "kv_cache_tokens": "kv_cache_tokens", "workers": "workers",
+    "sim_profile": "sim_profile", "launch_command": "launch_command", "warmup": "warmup",
+    "request_timeout": "request_timeout_s", "prefill_repeats": "prefill_repeats",
+    "server_hardware": "server_hardware", "server_info": "server_info",
+    "slo": "slo", "slo_search": "slo_search", "energy": "energy",
+}
+
+
+@click.command()
+@click.argument("scenario_file", required=False, type=click.Path(dir_okay=False))
+@click.option("--host", help="Server base URL; none = start the embedded simulator.")
+@click.option("--model", help="Model to test (default: the server's only model).")
+@click.option("--endpoint", type=click.Choice(["completions", "chat"]))
+@click.option("--contexts", help="Decode contexts, e.g. 0,16K,32K,48K.")
+@click.option("--prefill-contexts", help="Prefill contexts, e.g. 8K,16K (empty: no prefill test).")
+@click.option("--concurrency", help="Simultaneous requests, e.g. 1,2,4,8.")
+@click.option("--duration", help="Window per decode cell: 30, 30s, 2m.")
+@click.option("--max-tokens", help="Output tokens per request (default 8192).")
+@click.option("--kv-cache-tokens", help="KV cache capacity in tokens (overrides what the server says).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Results directory (must not hold a run).")
+@click.option("--resume", "resume_dir", type=click.Path(file_okay=False),
+              help="Continue the interrupted run in this results directory (same configuration).")
+@click.option("--force", is_flag=True, help="Replace the run that --out already holds.")
+@click.option("--max-error-rate", type=click.FloatRange(0.0, 1.0), default=0.0, show_default=True,
+              help="Exit 1 when a cell's failed/attempted requests exceed this (0: any failure).")
+@click.option("--workers", help="Local Locust worker processes (0 = one process; auto = from the expected "
+              "token-event rate).")
+@click.option("--master-bind", callback=lambda ctx, param, value: _check_bind(value),
+              help="HOST:PORT for workers started elsewhere to connect to.")
+@click.option("--expect-workers", type=int, help="Workers started elsewhere to wait for.")
+@click.option("--api-key", envvar="OPENAI_API_KEY", show_envvar=True,
+              help="API key (never written to results or logs).")
+@click.option("--sim-profile", help="Simulator profile when no --host is given.")
+@click.option("--launch-command", help="How the server was started, for the report.")
+@click.option("--warmup/--no-warmup", default=None, help="Warm each prompt before the window.")
+@click.option("--request-timeout", help="Seconds without data before a request fails.")
+@click.option("--prefill-repeats", type=int, help="Cold requests per prefill cell (median).")
+@click.option("--server-hardware", help="The server's machine for the report, e.g. 'gpu=RTX 3090,vram_gb=24'.")
+@click.option("--server-info", help="Engine facts for the report, e.g. 'quantization=AWQ,backend=cuda'.")
+@click.option("--energy", type=click.Choice(["auto", "on", "off"]),
+              help="GPU power and energy per token via NVML (auto: when the server runs here).")
+@click.option("--slo", help="Service-level objective, e.g. 'ttft_p99=2s,tbt_p99=50ms,per_request_tok_s=20'.")
+@click.option("--slo-search/--no-slo-search", default=None,
+              help="Bisect N between the last level meeting the SLO and the first failing one.")
+def run(scenario_file, out_dir, resume_dir, force, max_error_rate, master_bind, expect_workers, api_key,
+        **options) -> None:
+    """Run the speed test matrix (SCENARIO_FILE: e.g. scenarios/quick.yaml).
+
+    Exit status: 0 clean; 1 a cell's error rate above --max-error-rate, or the run stopped
+    early; 2 bad input; 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP (measured cells are kept)."""
+    from llmload.core import exitcodes
+    from llmload.io.probe import ProbeError
+    from llmload.core.redact import remember_secrets, scrub
+    from llmload.output.results import ResultsError, load_results
+    from llmload.output.rundir import RunDirError
+    from llmload.matrix.context import RunError
+    from llmload.matrix.runner import run_matrix
+    from llmload.core.scenario import Scenario, ScenarioError, load_scenario, resolve
+    remember_secrets(api_key=api_key, host=options.get("host"))
+    if resume_dir and out_dir and os.path.abspath(resume_dir) != os.path.abspath(out_dir):
+        raise Refused("--resume DIR writes into DIR: leave out --out, or give the same directory")
+    if resume_dir and force:
+        raise Refused("--resume keeps the run's cells and --force replaces them: choose one")
+    try:
+        file_values = load_scenario(scenario_file) if scenario_file else {}
+        cli_values = {SCENARIO_OPTIONS[k]: v for k, v in options.items() if v is not None}
+        base = None
+        if resume_dir:
+            try:
+                base = Scenario.from_dict(load_results(resume_dir).get("config") or {})
+            except ResultsError as exc:
+                raise Refused(scrub(f"--resume: {exc}")) from None
+        scenario = resolve(base, file_values, cli_values)
+    except (ScenarioError, ValueError, OSError) as exc:
+        raise click.UsageError(scrub(str(exc))) from None
+    _interrupt_on_signals()
+    try:
+        out = run_matrix(scenario, api_key=api_key or None, out_dir=resume_dir or out_dir,
+                         master_bind=master_bind, expect_workers=expect_workers, echo=echo,
+                         force=force, resume=bool(resume_dir))
+    except RunDirError as exc:
+        raise Refused(scrub(str(exc))) from None
+    except OSError as exc:
+        where = f" {exc.filename}" if getattr(exc, "filename", None) else ""
+        raise click.ClickException(scrub(f"cannot write the results{where}: {exc.strerror or exc}")) from None
+    except (ProbeError, RunError, ValueError) as exc:
+        raise click.ClickException(scrub(str(exc))) from None
+    except _Signalled as exc:
+        sys.exit(exitcodes.SIGNAL_BASE + exc.signum)
+    except KeyboardInterrupt:
+        sys.exit(exitcodes.SIGNAL_BASE + 2)
+    try:
+        failed = exitcodes.cells_over_error_rate(load_results(out), max_error_rate)
+    except ResultsError as exc:
+        raise click.ClickException(scrub(str(exc))) from None
+    if failed:
+        echo(f"Finished with errors: {len(failed)} cell(s) with failed requests above "
+              f"--max-error-rate {max_error_rate:g} (exit status {exitcodes.CELL_ERRORS}).")
+        sys.exit(exitcodes.CELL_ERRORS)
+
+
+def _check_bind(value: str | None) -> str | None:
+    """--master-bind checked when parsed: bad input ends before the plan, never mid-run."""
+    from llmload.core.scenariovalues import parse_bind
+    if value is not None:
+        try:
+            parse_bind(value)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc)) from None
+    return value
+
+
+class _Signalled(KeyboardInterrupt):
+    """SIGINT, SIGTERM or SIGHUP, thrown into the main greenlet (a KeyboardInterrupt, so the
+    run's cleanup treats them alike)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _interrupt_on_signals() -> None:
+    """Ctrl-C, SIGTERM and SIGHUP (a closed terminal or ssh session) end a run the same way:
+    measured cells saved, the simulator and workers stopped, exit 128 + the signal number.
+    Installed through gevent's loop (which also overrides the SIGINT that a shell ignores for
+    background jobs); the interrupt is thrown into the main greenlet, where the run's cleanup
+    is, not into the hub."""
+    import signal
+
+    import gevent
+    import greenlet
+
+    main_greenlet = greenlet.getcurrent()
+
+    def stopper(signum: int):
+        def stop() -> None:
+            main_greenlet.throw(_Signalled(signum))
+        return stop
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        gevent.signal_handler(sig, stopper(int(sig)))
