@@ -79,7 +79,7 @@ def boundary_run(server, tmp_path_factory):
     far above the real pool makes the planner run the cells it would mark over capacity."""
     out = tmp_path_factory.mktemp("vllm") / "boundary"
     done = llmload("run", "--host", server.url, "--contexts", "1K,2K", "--concurrency", "2,3,4",
-                   "--prefill-contexts", "", "--max-tokens", str(MAX_TOKENS), "--duration", "4s",
+                   "--prefill-contexts", "", "--max-tokens", str(MAX_TOKENS), "--duration", "6s",
                    "--kv-cache-tokens", "1000000", "--out", str(out))
     assert done.returncode == 0, done.stdout + done.stderr
     return out
@@ -89,6 +89,7 @@ def test_the_plan_matches_what_the_server_did(boundary_run):
     """Cells planned to fit ran with no preemption and nothing waiting; cells planned over
     capacity made the server preempt (or queue): the plan is checked against the server."""
     _, cells = cells_of(boundary_run)
+    checked_over = 0
     for key, planned in BOUNDARY.items():
         cell = cells[key]
         assert cell["status"] != "errors", (key, cell.get("error_samples"))
@@ -97,9 +98,15 @@ def test_the_plan_matches_what_the_server_did(boundary_run):
         if planned == "run":
             assert cell["status"] in ("valid", "client_bound"), (key, cell["status"], cell["reason"])
             assert not cell["preemptions"] and not cell["max_waiting"], key
-        else:
+        elif cell["completed_requests"] or cell["preemptions"] or cell["max_waiting"]:
+            # The pool runs out only once the sequences have grown (at 1K x 4, past 128
+            # output tokens): a request that reached max_tokens in the window shows they did.
+            # On a loaded machine the server may decode too slowly for that; such a cell,
+            # with nothing preempted or waiting yet, says nothing about the plan.
+            checked_over += 1
             assert cell["status"] in ("saturated", "client_bound"), (key, cell["status"], cell["reason"])
             assert cell["preemptions"] or cell["max_waiting"], key
+    assert checked_over, "no over-capacity cell grew its sequences to their length within the window"
 
 
 def test_counts_and_prompts_are_exact(boundary_run):
