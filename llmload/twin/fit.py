@@ -2,7 +2,7 @@
 
 Pure apart from the results files the CLI reads and writes: every fitted cell runs through
 the simulator's engine model in virtual time, as `llmload.twin.predict` predicts cells
-(`virtual_decode`, `virtual_prefill`). From a results document:
+(`virtual_decode`, `virtual_prefill`). From a run's `Results`:
 - KV cache blocks, block size and the maximum model length come from the probe (`server`).
 - Step time (ms) = step_base_ms + step_per_seq_ms × N + step_per_kv_token_us × KV / 1000,
   from the valid decode cells' median time between tokens (one token per sequence per step);
@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from llmload.core.runresults import Results
 from llmload.twin.predict import virtual_decode, virtual_prefill
 from llmload.sim.profiles import NULL_BLOCKS, Profile, validate
 
@@ -86,19 +87,18 @@ class _Obs:
     output_tokens: int | None
 
 
-def _observations(doc: Mapping[str, Any]) -> list[_Obs]:
-    config = doc.get("config") or {}
+def _observations(results: Results) -> list[_Obs]:
+    config = results.config
     out = []
-    for c in doc.get("cells") or []:
-        if c.get("status") != "valid":
+    for c in results.cells:
+        if c.status != "valid":
             continue
-        prompt = int(c.get("server_prompt_tokens") or c.get("prompt_tokens") or max(int(c["context_tokens"]), 1))
-        out.append(_Obs(phase=c["phase"], context_tokens=int(c["context_tokens"]),
-                        concurrency=int(c.get("concurrency") or 1), prompt_tokens=prompt,
-                        max_tokens=int(config.get("max_tokens") or 8192),
-                        window_s=float(c.get("measured_s") or config.get("duration_s") or 30.0),
-                        tbt_ms=c.get("tbt_ms"), ttft_ms=c.get("ttft_ms"),
-                        total_tok_s=c.get("total_tok_s"), output_tokens=c.get("output_tokens")))
+        prompt = int(c.server_prompt_tokens or c.prompt_tokens or max(c.context_tokens, 1))
+        out.append(_Obs(phase=c.phase, context_tokens=c.context_tokens, concurrency=c.concurrency or 1,
+                        prompt_tokens=prompt, max_tokens=int(config.get("max_tokens") or 8192),
+                        window_s=float(c.measured_s or config.get("duration_s") or 30.0),
+                        tbt_ms=c.tbt_ms, ttft_ms=c.ttft_ms, total_tok_s=c.total_tok_s,
+                        output_tokens=c.output_tokens))
     return out
 
 
@@ -130,8 +130,8 @@ def _identifiable(columns: list[np.ndarray], names: Sequence[str], priority: Seq
     return keep
 
 
-def _base_for(doc: Mapping[str, Any], base: Profile) -> tuple[Profile, list[str]]:
-    server = doc.get("server") or {}
+def _base_for(results: Results, base: Profile) -> tuple[Profile, list[str]]:
+    server = results.server
     notes = []
     changes: dict[str, Any] = {}
     block = server.get("block_size") or base.block_size
@@ -180,12 +180,12 @@ def _simulate(profile: Profile, o: _Obs) -> dict[str, float | None]:
     return {"tbt_ms": fig.tbt_ms, "ttft_ms": fig.ttft_ms, "total_tok_s": fig.total_tok_s}
 
 
-def fit_profile(doc: Mapping[str, Any], *, base: Profile | None = None, source: str = "",
+def fit_profile(results: Results, *, base: Profile | None = None, source: str = "",
                 iterations: int = FIT_ITERATIONS) -> FitResult:
-    """Fit a simulator profile to a results document (see the module docstring)."""
+    """Fit a simulator profile to a run's results (see the module docstring)."""
     base = base or Profile()
-    profile, notes = _base_for(doc, base)
-    obs = _observations(doc)
+    profile, notes = _base_for(results, base)
+    obs = _observations(results)
     decode = [o for o in obs if o.phase == "decode" and o.tbt_ms is not None]
     warm = [o for o in decode if o.ttft_ms is not None]
     prefill = [o for o in obs if o.phase == "prefill" and o.ttft_ms is not None and o.prompt_tokens > 0]
