@@ -136,12 +136,10 @@ def new_cell(*, phase: str, context_tokens: int, concurrency: int, status: str, 
         raise ValueError(f"cell phase {phase!r} must be 'prefill' or 'decode'")
     if status not in CELL_STATUSES:
         raise ValueError(f"cell status {status!r} is not one of {', '.join(CELL_STATUSES)}")
-    cell: dict[str, Any] = dict.fromkeys(CELL_KEYS)
-    cell.update(values)
+    cell: dict[str, Any] = {**dict.fromkeys(CELL_KEYS), "error_samples": []}
+    cell.update((k, v) for k, v in values.items() if not (k == "error_samples" and v is None))
     cell.update(phase=phase, context_tokens=int(context_tokens), concurrency=int(concurrency),
                 status=status)
-    if cell["error_samples"] is None:
-        cell["error_samples"] = []
     return cell
 
 

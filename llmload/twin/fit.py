@@ -87,6 +87,15 @@ class _Obs:
     output_tokens: int | None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Sim:
+    """A fitted cell as the simulator reproduces it (None: not a figure of its phase)."""
+
+    tbt_ms: float | None = None
+    ttft_ms: float | None = None
+    total_tok_s: float | None = None
+
+
 def _observations(results: Results) -> list[_Obs]:
     config = results.config
     out = []
@@ -168,16 +177,16 @@ def _tail_tokens(prompt: int, block_size: int) -> int:
     return prompt - block_size * ((prompt - 1) // block_size)
 
 
-def _simulate(profile: Profile, o: _Obs) -> dict[str, float | None]:
+def _simulate(profile: Profile, o: _Obs) -> _Sim:
     if o.phase == "prefill":
         [r] = virtual_prefill(profile, o.prompt_tokens)
-        return {"ttft_ms": r.ttft_s * 1e3 if r.ttft_s is not None else None}
+        return _Sim(ttft_ms=r.ttft_s * 1e3 if r.ttft_s is not None else None)
     from llmload.core.metrics import window_figures
     records, facts = virtual_decode(profile, prompt_tokens=o.prompt_tokens, concurrency=o.concurrency,
                                     max_tokens=o.max_tokens, window_s=o.window_s)
     fig = window_figures([r for r in records if r.tag == "decode"], facts.t0_s, facts.t1_s,
                          concurrency=o.concurrency)
-    return {"tbt_ms": fig.tbt_ms, "ttft_ms": fig.ttft_ms, "total_tok_s": fig.total_tok_s}
+    return _Sim(tbt_ms=fig.tbt_ms, ttft_ms=fig.ttft_ms, total_tok_s=fig.total_tok_s)
 
 
 def fit_profile(results: Results, *, base: Profile | None = None, source: str = "",
@@ -238,14 +247,14 @@ def fit_profile(results: Results, *, base: Profile | None = None, source: str = 
         sims = [_simulate(profile, o) for o in decode + prefill]
         dec_sim, pf_sim = sims[:len(decode)], sims[len(decode):]
         profile = _correct(profile, step_cols, [o.tbt_ms for o in decode],
-                           [s["tbt_ms"] for s in dec_sim], STEP_PARAMS, step_keep)
+                           [s.tbt_ms for s in dec_sim], STEP_PARAMS, step_keep)
         if warm:
             idx = [decode.index(o) for o in warm]
             profile = _correct(profile, fe_cols, [o.ttft_ms for o in warm],
-                               [dec_sim[i]["ttft_ms"] for i in idx], FRONTEND_PARAMS, fe_keep)
+                               [dec_sim[i].ttft_ms for i in idx], FRONTEND_PARAMS, fe_keep)
         if prefill:
             profile = _correct(profile, pf_cols, [o.ttft_ms for o in prefill],
-                               [s["ttft_ms"] for s in pf_sim], PREFILL_PARAMS, pf_keep)
+                               [s.ttft_ms for s in pf_sim], PREFILL_PARAMS, pf_keep)
 
     profile = validate(dataclasses.replace(
         profile, name="fitted", fitted_from=source,
@@ -296,10 +305,10 @@ def _residuals(profile: Profile, obs: list[_Obs]) -> list[Residual]:
         figures = ("ttft_ms",) if o.phase == "prefill" else ("total_tok_s", "tbt_ms", "ttft_ms")
         for figure in figures:
             measured = getattr(o, figure)
-            if measured is not None and sim.get(figure) is not None:
+            if measured is not None and getattr(sim, figure) is not None:
                 out.append(Residual(phase=o.phase, context_tokens=o.context_tokens,
                                     concurrency=o.concurrency, figure=figure,
-                                    measured=float(measured), fitted=float(sim[figure])))
+                                    measured=float(measured), fitted=float(getattr(sim, figure))))
     return out
 
 
