@@ -48,11 +48,10 @@ from llmload.core.servercheck import ServerCheck
 _DERIVED = {ServerCheck: frozenset({"diff_pct", "agrees"})}
 """Keys of a written object that are computed from its fields, not read back."""
 _CELL_KEY_SET = frozenset(CELL_KEYS)
-_TOP_KEYS = ("schema_version", "llmload_version", "started_at", "finished_at", "status", "provenance",
-             "sim_profile", "config", "server", "hardware", "launch_command", "plan", "cells")
-"""The document's keys every results.json has, in the order written."""
 _KNOWN = frozenset(f.name for f in dataclasses.fields(Results)) - {"extra"}
+"""The document's keys this llmload reads (the rest are kept in `Results.extra`)."""
 _EMPTY_AS_NULL = frozenset({"config", "server", "hardware"})
+"""Objects a null reads as empty (the pages always read them so)."""
 
 
 class ResultsError(ValueError):
@@ -188,9 +187,9 @@ def _fields(cls: type, d: Mapping[str, Any], where: str, *, skip: frozenset[str]
     elsewhere); a missing field takes its default, or is refused where it has none."""
     out: dict[str, Any] = {}
     for name, hint, required in _spec(cls):
-        at = f"{where}.{name}" if where else name
         if name in skip:
             continue
+        at = f"{where}.{name}" if where else name
         if name in d:
             out[name] = _value(d[name], hint, at)
         elif required:

@@ -3,8 +3,8 @@ report.html (`llmload.output.results` documents results.json and reads it).
 
 Files only; rendering is `llmload.output.report`'s. `ResultsWriter` keeps a run's `Results`
 (`llmload.core.runresults`, made by `new_results`) and its `CellResult`s; results.json is
-`llmload.core.resultsjson.results_to_dict` of it, cleaned for JSON here. Every call rewrites all three
-files, results.json first and atomically (temp file + os.replace), so a finished cell is on
+`llmload.core.resultsjson.results_to_dict` of it, cleaned for JSON here. Every call rewrites
+all three files, results.json first and atomically (temp file + os.replace), so a finished cell is on
 disk before the next one starts and a crash or Ctrl-C never loses a measured cell or leaves
 a half-written file. A failure to render the page or the CSV is logged and does not stop
 the run: results.json alone can render them again (`llmload.output.report`).
@@ -69,13 +69,13 @@ def _json_fallback(obj: Any) -> str:
     return str(obj)
 
 
-def _json_values(results: Results) -> dict[str, Any]:
-    """The document as results.json holds it: JSON values, secrets masked."""
-    return scrub_obj(_clean(results_to_dict(results)))
+def _json_values(doc: dict[str, Any]) -> dict[str, Any]:
+    """A document's values as results.json holds them: cleaned for JSON, secrets masked."""
+    return scrub_obj(_clean(doc))
 
 
-def _document_text(doc: dict[str, Any]) -> str:
-    return json.dumps(scrub_obj(_clean(doc)), indent=2, ensure_ascii=False, allow_nan=False,
+def _document_text(results: Results) -> str:
+    return json.dumps(_json_values(results_to_dict(results)), indent=2, ensure_ascii=False, allow_nan=False,
                       default=_json_fallback) + "\n"
 
 
@@ -135,8 +135,7 @@ class ResultsWriter:
     @property
     def results(self) -> Results:
         """The results as last written (cleaned of secrets)."""
-        text = _document_text(results_to_dict(self._require()))
-        return results_from_dict(json.loads(text), source=str(self.out_dir / RESULTS_FILE))
+        return results_from_dict(json.loads(_document_text(self._require())), source=str(self.out_dir / RESULTS_FILE))
 
     def _require(self) -> Results:
         if self._results is None:
@@ -152,7 +151,7 @@ class ResultsWriter:
     @staticmethod
     def cleaned(doc: dict[str, Any]) -> dict[str, Any]:
         """JSON values as they would be written: cleaned, secrets masked."""
-        return json.loads(_document_text(doc))
+        return json.loads(json.dumps(_json_values(doc), allow_nan=False, default=_json_fallback))
 
     def resume(self, previous: Results, results: Results) -> None:
         """Continue a previous run: its cells, started_at, config and plan are kept, the run's
@@ -206,7 +205,7 @@ class ResultsWriter:
 
     def _write(self, *, html: bool = True, final: bool = False) -> None:
         results = self._require()
-        atomic_write_text(self.out_dir / RESULTS_FILE, _document_text(results_to_dict(results)))
+        atomic_write_text(self.out_dir / RESULTS_FILE, _document_text(results))
         if html and not final and self._html_at is not None and time.monotonic() - self._html_at < HTML_EVERY_S:
             html = False
         self._write_renderings(results, html=html)
@@ -228,7 +227,7 @@ def write_document(results: Results, out_dir: str | os.PathLike[str]) -> Path:
     """Rewrite a results directory's results.json (atomically, secrets masked) and its
     renderings from `results` (`llmload report --recompute`); returns the path of report.md."""
     out = Path(out_dir)
-    atomic_write_text(out / RESULTS_FILE, _document_text(results_to_dict(results)))
+    atomic_write_text(out / RESULTS_FILE, _document_text(results))
     return write_renderings(results, out)
 
 
@@ -246,7 +245,7 @@ def write_renderings(results: Results, out_dir: str | os.PathLike[str], *, html:
     from llmload.output import report
 
     out = Path(out_dir)
-    doc = _json_values(results)  # renderers take Results once the report pipeline lands
+    doc = _json_values(results_to_dict(results))  # renderers take Results once the report pipeline lands
     atomic_write_text(out / CSV_FILE, report.measurements_frame(doc).to_csv(index=False))
     atomic_write_text(out / REPORT_FILE, report.render_markdown(doc))
     if html:
