@@ -131,7 +131,8 @@ def compare_dirs(paths: list[str], *, as_json: bool = False, html_path: str | No
 
     try:
         # Scrubbed like every page llmload writes (a file from an older llmload may hold a key).
-        docs = [scrub_obj(results_to_dict(load_results(p))) for p in paths]  # renderers take Results once the report pipeline lands
+        # renderers take Results once the report pipeline lands
+        docs = [scrub_obj(results_to_dict(load_results(p))) for p in paths]
     except ResultsError as exc:
         raise CompareError(str(exc)) from None
     comparison = compare(docs, paths)
