@@ -203,7 +203,7 @@ def run_level(exe: Path, streams: int, tick_ms: float, procs: int, seconds: floa
         mon.samples, mon.reads = r["samples"], r["reads"]
         samples.append(mon.between(a + r["offset"], b + r["offset"]))
         reads.append(mon.reads_between(a + r["offset"], b + r["offset"]))
-    load = combined_client_load(samples, reads)  # the worst process, as a cell's client load
+    load = combined_client_load(samples, reads).load  # the worst process, as a cell's client load
     span = b - a
     p99 = float(np.percentile(d, 99)) if d.size else float("nan")
     return {
@@ -216,8 +216,8 @@ def run_level(exe: Path, streams: int, tick_ms: float, procs: int, seconds: floa
         "us_per_event": sum(r["cpu_s"] for r in results) * 1e6
         / max(sum(sum(s["tokens"]) for s in all_streams), 1),
         "server_cpu": server_cpu_s / server_wall * 100.0, "late_ticks": late_ticks,
-        "estimate_p99_ms": load.get("added_delay_ms_p99"), "client_bound": is_client_bound(load),
-        "events_per_read": load.get("events_per_read"),
+        "estimate_p99_ms": load.client_added_delay_ms_p99, "client_bound": is_client_bound(load),
+        "events_per_read": load.client_events_per_read,
         "agrees": (p99 > BOUND_MS) == is_client_bound(load),
         "kib_per_stream": sum(r["rss_growth_kib"] for r in results) / streams,
         "slowest_vs_median": float(rates_arr.min() / np.median(rates_arr)) if rates_arr.size else float("nan"),

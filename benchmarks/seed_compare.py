@@ -23,8 +23,7 @@ TOL_KEY = {"prefill tok/s": "prompt_tok_s", "prefill TTFT": "prefill_ttft_ms",
 
 
 def main(path: str) -> int:
-    doc = load_results(path)
-    cells = {(c["phase"], c["context_tokens"], c["concurrency"]): c for c in doc["cells"]}
+    cells = {(c.phase, c.context_tokens, c.concurrency): c for c in load_results(path).cells}
     rows, ok = [], True
 
     def check(name: str, what: str, ours, seed) -> None:
@@ -35,16 +34,16 @@ def main(path: str) -> int:
         rows.append((name, what, ours, seed, ratio, good))
 
     for c, seed in cal.SEED_PREFILL.items():
-        cell = cells.get(("prefill", c, 1), {})
-        check(f"prefill {c // K}K", "prefill tok/s", cell.get("prompt_tok_s"), seed.prompt_tok_s)
-        check(f"prefill {c // K}K", "prefill TTFT", cell.get("ttft_ms"), seed.ttft_ms)
+        cell = cells.get(("prefill", c, 1))
+        check(f"prefill {c // K}K", "prefill tok/s", cell and cell.prompt_tok_s, seed.prompt_tok_s)
+        check(f"prefill {c // K}K", "prefill TTFT", cell and cell.ttft_ms, seed.ttft_ms)
     for (c, n), seed in cal.SEED_DECODE.items():
-        cell = cells.get(("decode", c, n), {})
+        cell = cells.get(("decode", c, n))
         name = f"decode {c // K}K × {n}" if c else f"decode 0 × {n}"
-        check(name, "total tok/s", cell.get("total_tok_s"), seed.total_tok_s)
-        check(name, "TBT", cell.get("tbt_ms"), seed.tbt_ms)
-        check(name, "decode TTFT", cell.get("ttft_ms"), seed.ttft_ms)
-    ran = {(c, n) for (phase, c, n), cell in cells.items() if phase == "decode" and cell["status"] != "over_capacity"}
+        check(name, "total tok/s", cell and cell.total_tok_s, seed.total_tok_s)
+        check(name, "TBT", cell and cell.tbt_ms, seed.tbt_ms)
+        check(name, "decode TTFT", cell and cell.ttft_ms, seed.ttft_ms)
+    ran = {(c, n) for (phase, c, n), cell in cells.items() if phase == "decode" and cell.status != "over_capacity"}
     pattern = ran == set(cal.SEED_DECODE)
     ok &= pattern
     print(f"{'cell':<18}{'figure':<15}{'llmload':>10}{'seed':>10}{'ratio':>8}  within tolerance")

@@ -19,6 +19,7 @@ from llmload.core.capacity import PlannedCell
 from llmload.core.clientload import (ADDED_DELAY_BOUND_MS, IntervalSample, backlog_ages_ms, histogram_percentile,
                                 window_estimate)
 from llmload.io.limits import FD_RESERVE, fd_shortfall, raise_open_files
+from llmload.core.cellresult import ClientLoad
 from llmload.core.cells import is_client_bound
 from llmload.loadgen.monitor import LoadMonitor
 from llmload.matrix.driver import spawn_rate_for
@@ -28,6 +29,13 @@ from tests_helpers import StreamServer
 
 
 # ----------------------------------------------------------------------------- the estimate
+
+
+def _bound(cpu_pct: float, lag_ms: float, estimate: dict | None = None) -> bool:
+    """is_client_bound of a load with this mean CPU, median lag and delay estimate."""
+    p99 = (estimate or {}).get("added_delay_ms_p99")
+    return is_client_bound(ClientLoad(client_cpu_pct_mean=cpu_pct, loop_lag_ms_p50=lag_ms,
+                                      client_added_delay_ms_p99=p99))
 
 
 def test_backlog_age_is_queued_events_times_the_gap():
@@ -60,15 +68,16 @@ def test_window_estimate_needs_enough_samples_and_fires_over_the_bound():
     calm = [interval({0: 9, 5: 1}, t) for t in range(20)]  # 200 samples, worst 0.5 ms
     est = window_estimate(calm)
     assert est["queue_samples"] == 200 and est["added_delay_ms_p99"] == pytest.approx(0.5)
-    assert est["events_per_read"] == pytest.approx(1.2) and not clientload.delay_bound_exceeded(est)
+    assert est["events_per_read"] == pytest.approx(1.2)
+    assert not clientload.delay_bound_exceeded(est["added_delay_ms_p99"])
     late = [interval({0: 5, 50: 5}, t) for t in range(20)]  # half the sockets 5 ms behind
     est = window_estimate(late)
     assert est["added_delay_ms_p99"] == pytest.approx(5.0)
-    assert is_client_bound({"cpu_pct_mean": 10.0, "lag_ms_p50": 0.1, **est})
-    assert not is_client_bound({"cpu_pct_mean": 10.0, "lag_ms_p50": 0.1, "added_delay_ms_p99": ADDED_DELAY_BOUND_MS})
+    assert _bound(10.0, 0.1, est)
+    assert not _bound(10.0, 0.1, {"added_delay_ms_p99": ADDED_DELAY_BOUND_MS})
     few = window_estimate(late[:2])  # 20 queue samples: not enough for a p99, and no guess instead
     assert few["added_delay_ms_p99"] is None and few["added_delay_source"].startswith("not estimated: 20 ")
-    assert not is_client_bound({"cpu_pct_mean": 10.0, "lag_ms_p50": 0.1, **few})
+    assert not _bound(10.0, 0.1, few)
     # No queue depth at all (TLS): the coalescing, labelled as counting the server's bursts ...
     blind = window_estimate([interval({}, t) for t in range(8)])
     assert blind["added_delay_source"].startswith("coalescing") and blind["added_delay_ms_p99"] is not None
@@ -87,7 +96,7 @@ def test_no_coalescing_estimate_rests_on_too_few_intervals_or_events():
         est = window_estimate(samples)
         assert est["added_delay_ms_p99"] is None, why
         assert est["added_delay_source"] == f"not estimated: coalescing over {why}, fewer than 8 and 100"
-        assert not is_client_bound({"cpu_pct_mean": 1.0, "lag_ms_p50": 0.1, **est})
+        assert not _bound(1.0, 0.1, est)
     # Over TLS no stream is a plain-TCP one: no gap, no queue, and the source says so.
     tls = window_estimate([IntervalSample(t_s=t, reads=100, events=120, bytes_=24000, streams=0, ages=Counter())
                            for t in range(20)])
@@ -118,9 +127,9 @@ def test_queued_bytes_reads_the_kernel_receive_queue():
     assert plain._fd not in _OPEN
 
 
-def _stream_with_monitor(hog_ms: float) -> dict:
+def _stream_with_monitor(hog_ms: float) -> tuple[ClientLoad, dict]:
     """16 streams at 2 ms per token from the stream server; the loop is hogged for hog_ms
-    every 50 ms (0: not at all). Returns the monitor's window."""
+    every 50 ms (0: not at all). Returns the monitor's window and its delay estimate."""
     from llmload.io.client import StreamingClient
     from llmload.core.clock import now
     server = StreamServer("--port", "0", "--interval-ms", "2", "--tokens", "5000")
@@ -147,25 +156,25 @@ def _stream_with_monitor(hog_ms: float) -> dict:
             hogger.join()
         for c in clients:
             c.close()
-        return mon.window(t0 + 0.5, t0 + 4.0)
+        return mon.window(t0 + 0.5, t0 + 4.0), window_estimate(mon.reads_between(t0 + 0.5, t0 + 4.0))
     finally:
         mon.stop()
         server.close()
 
 
 def test_a_client_that_reads_late_is_client_bound_by_its_delay_estimate():
-    load = _stream_with_monitor(hog_ms=30.0)
-    assert load["added_delay_source"] == "receive queue" and load["queue_samples"] >= 100
-    assert load["added_delay_ms_p99"] > ADDED_DELAY_BOUND_MS
+    load, estimate = _stream_with_monitor(hog_ms=30.0)
+    assert load.client_added_delay_source == "receive queue" and estimate["queue_samples"] >= 100
+    assert load.client_added_delay_ms_p99 > ADDED_DELAY_BOUND_MS
     assert is_client_bound(load)
 
 
 def test_a_client_that_keeps_up_estimates_a_small_delay():
-    load = _stream_with_monitor(hog_ms=0.0)
+    load, _ = _stream_with_monitor(hog_ms=0.0)
     # The Python stream server itself writes late and in bursts on a shared machine, so
     # only the estimate's presence is asserted here; its accuracy is benchmarks/client_capacity.py's.
-    assert load["added_delay_source"] == "receive queue" and load["added_delay_ms_p99"] is not None
-    assert load["events_per_read"] >= 1.0
+    assert load.client_added_delay_source == "receive queue" and load.client_added_delay_ms_p99 is not None
+    assert load.client_events_per_read >= 1.0
 
 
 # ----------------------------------------------------------------------------- cells, ETA

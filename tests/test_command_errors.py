@@ -21,6 +21,7 @@ from llmload.core.capacity import PlannedCell
 from llmload.core.cellfacts import CellFacts
 from llmload.core.cells import assemble_cell
 from llmload.core.records import RequestRecord
+from llmload.core.resultsjson import cell_to_dict, results_to_dict
 from llmload.twin.predict import seed_results
 from llmload.output.recordstore import write_cell
 
@@ -59,7 +60,7 @@ def make_run(folder: Path, concurrency=(1, 2), provenance="measured") -> Path:
                               prompt_tokens=10, max_tokens=8)
         facts = CellFacts(t0_s=T0, t1_s=T0 + 2.0)
         path = write_cell(folder, planned, _records(3 * n), facts)
-        cell = assemble_cell(planned, _records(3 * n), facts).to_dict()
+        cell = cell_to_dict(assemble_cell(planned, _records(3 * n), facts))
         cells.append({**cell, "records_file": f"records/{path.name}"})
     doc = {"schema_version": 2, "started_at": "2026-12-01T00:00:00+00:00", "finished_at": None,
            "status": "complete", "provenance": provenance, "sim_profile": None,
@@ -151,7 +152,7 @@ def test_an_unwritable_output_exits_2_in_every_command(tmp_path, command):
             "predict": ["predict", profile, "--contexts", "0", "--concurrency", "1", "--max-tokens", "8",
                         "--duration", "1s", "--out", target]}[command]
     if command == "fit":  # these two cells are too few to fit: give it a fittable run
-        (run / "results.json").write_text(json.dumps(seed_results()))
+        (run / "results.json").write_text(json.dumps(results_to_dict(seed_results())))
     line = one_line(invoke(*args))
     assert str(blocker) in line
 
@@ -289,7 +290,7 @@ def test_a_killed_runs_null_status_reads_as_interrupted(tmp_path):
     (run / "results.json").write_text(json.dumps({**doc, "status": None, "finished_at": None}))
     held = claim(run, resume=True)
     try:
-        assert held.previous["status"] == "interrupted"
+        assert held.previous.status == "interrupted"
     finally:
         held.release()
     line = one_line_of_process(llmload("run", *ONE_CELL, "--out", run))

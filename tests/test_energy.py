@@ -4,6 +4,7 @@ Unit tests swap in a programmable module with a virtual clock; the end-to-end te
 tests/fake_nvml/pynvml.py on the run's PYTHONPATH.
 """
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -87,12 +88,12 @@ def test_power_trace_integrated_over_the_window(monkeypatch):
     # ∫ from 2 to 6 s of (100 + 50 t) dt = 400 + 25 × (36 − 4) = 1,200 J
     assert source == "power trace" and energy == pytest.approx(1200.0, abs=1e-6)
     figures = cell_energy(window, output_tokens=600, idle_power_w=50.0)
-    assert figures["power_mean_w"] == pytest.approx(300.0)
-    assert figures["power_max_w"] == pytest.approx(400.0)
-    assert figures["j_per_output_token"] == pytest.approx(2.0)
-    assert figures["output_tokens_per_j"] == pytest.approx(0.5)
-    assert figures["energy_above_idle_j"] == pytest.approx(1200 - 50 * 4)
-    assert figures["j_per_output_token_above_idle"] == pytest.approx(1000 / 600)
+    assert figures.power_mean_w == pytest.approx(300.0)
+    assert figures.power_max_w == pytest.approx(400.0)
+    assert figures.j_per_output_token == pytest.approx(2.0)
+    assert figures.output_tokens_per_j == pytest.approx(0.5)
+    assert figures.energy_above_idle_j == pytest.approx(1200 - 50 * 4)
+    assert figures.j_per_output_token_above_idle == pytest.approx(1000 / 600)
 
 
 def test_energy_counter_preferred_and_two_gpus_summed(monkeypatch):
@@ -105,7 +106,7 @@ def test_energy_counter_preferred_and_two_gpus_summed(monkeypatch):
     window = monitor.sample(clock() + 1, clock() + 11)
     energy, source = window_energy_j(window)
     assert source == "counter" and energy == pytest.approx((210 + 95) * 10.0, abs=0.01)
-    assert cell_energy(window, output_tokens=0, idle_power_w=None)["j_per_output_token"] is None
+    assert cell_energy(window, output_tokens=0, idle_power_w=None).j_per_output_token is None
     assert max(sum(s) for s in window.watts) == 300.0
     # One GPU without a counter: the trace for both, not half a counter.
     monkeypatch.setitem(sys.modules, "pynvml", fake_nvml(clock, traces, [counters[0], None]))
@@ -120,7 +121,7 @@ def test_render_energy_section():
         "Not measured: NVML sees no GPU."
     window = PowerWindow(t0=0, t1=2, times_s=(0, 1, 2), watts=((100,), (300,), (100,)))
     cell = {"phase": "decode", "context_tokens": 1024, "concurrency": 4,
-            **cell_energy(window, output_tokens=100, idle_power_w=20)}
+            **dataclasses.asdict(cell_energy(window, output_tokens=100, idle_power_w=20))}
     text = render_energy({"energy": {"status": "measured", "gpus": ["GPU0"], "idle_power_w": 20,
                                      "source": "power trace (trapezoid)"}}, [cell])
     assert "| 1K | 4 | 200.0 W | 300.0 W | 400 J | 4.000 | 0.25 | 3.600 |" in text

@@ -6,6 +6,7 @@ import types
 import gevent
 
 from llmload.io import hardware
+from llmload.core.cellresult import ClientLoad
 from llmload.core.cells import is_client_bound
 from llmload.loadgen.monitor import LoadMonitor
 
@@ -63,8 +64,8 @@ def test_load_monitor_sees_a_busy_loop():
         load = mon.window(t0, now())
     finally:
         mon.stop()
-    assert load["lag_ms_max"] > 100
-    assert load["cpu_pct_max"] > 50
-    assert is_client_bound({"cpu_pct_mean": 95.0, "lag_ms_p50": 1.0})
-    assert is_client_bound({"cpu_pct_mean": 10.0, "lag_ms_p50": 50.0})
-    assert not is_client_bound({"cpu_pct_mean": 40.0, "lag_ms_p50": 1.0, "lag_ms_p90": 80.0})
+    assert load.loop_lag_ms_max > 100
+    assert load.client_cpu_pct_max > 50
+    assert is_client_bound(ClientLoad(client_cpu_pct_mean=95.0, loop_lag_ms_p50=1.0))
+    assert is_client_bound(ClientLoad(client_cpu_pct_mean=10.0, loop_lag_ms_p50=50.0))
+    assert not is_client_bound(ClientLoad(client_cpu_pct_mean=40.0, loop_lag_ms_p50=1.0, loop_lag_ms_p90=80.0))

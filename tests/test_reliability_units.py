@@ -5,10 +5,13 @@ from array import array
 
 import pytest
 
+from llmload.core.cellresult import CellResult
 from llmload.core.cellstatus import STALL_MIN_S, longest_stall, stall_bound_s
 from llmload.core.exitcodes import cell_error_rate, cells_over_error_rate
 from llmload.core.records import RequestRecord
 from llmload.core.redact import MASK, Scrubber, SecretFilter
+from llmload.core.resultsjson import cell_to_dict
+from llmload.core.runresults import new_results
 from llmload.matrix.console import _clock
 
 KEY = "sk-abcdefghijklmnopqrstuvwx"
@@ -98,13 +101,14 @@ def test_stall_bound_is_a_multiple_of_tbt_but_never_below_the_floor():
 
 
 def test_error_rate_and_the_cells_that_fail_a_run():
-    ok = {"phase": "decode", "status": "valid", "errors": 0, "requests_sent": 10}
-    some = {"phase": "decode", "status": "errors", "errors": 1, "requests_sent": 10}
-    lost = {"phase": "decode", "status": "errors", "errors": 0, "requests_sent": None}
-    cold = {"phase": "prefill", "status": "errors", "errors": 1, "completed_requests": 0}
-    skipped = {"phase": "decode", "status": "over_capacity", "errors": 0}
+    cell = dict(context_tokens=0, concurrency=1)
+    ok = CellResult(phase="decode", status="valid", errors=0, requests_sent=10, **cell)
+    some = CellResult(phase="decode", status="errors", errors=1, requests_sent=10, **cell)
+    lost = CellResult(phase="decode", status="errors", errors=0, requests_sent=None, **cell)
+    cold = CellResult(phase="prefill", status="errors", errors=1, completed_requests=0, **cell)
+    skipped = CellResult(phase="decode", status="over_capacity", errors=0, **cell)
     assert [cell_error_rate(c) for c in (ok, some, lost, cold, skipped)] == [0.0, 0.1, 1.0, 1.0, 0.0]
-    doc = {"cells": [ok, some, lost, cold, skipped]}
+    doc = new_results(provenance="measured", started_at=None, cells=[ok, some, lost, cold, skipped])
     assert cells_over_error_rate(doc, 0.0) == [some, lost, cold]
     assert cells_over_error_rate(doc, 0.1) == [lost, cold]
     assert cells_over_error_rate(doc, 1.0) == []
@@ -133,7 +137,7 @@ def test_the_scrubber_masks_values_never_words(text):
     assert Scrubber().scrub(text + " --api-key abc123def") == text + " --api-key ***"
 
 
-def _decode_cell_of(warm_ok: bool, window_ok: bool) -> dict:
+def _decode_cell_of(warm_ok: bool, window_ok: bool) -> CellResult:
     from llmload.core.capacity import PlannedCell
     from llmload.core.cellfacts import CellFacts
     from llmload.core.cells import assemble_cell
@@ -149,7 +153,7 @@ def _decode_cell_of(warm_ok: bool, window_ok: bool) -> dict:
     records += [request(f"u{u}", "decode", t0 + 0.1 * k, window_ok) for u in range(4) for k in range(3)]
     planned = PlannedCell(phase="decode", context_tokens=0, concurrency=4, status="run", reason="",
                           prompt_tokens=10, max_tokens=2)
-    return assemble_cell(planned, records, CellFacts(t0_s=t0, t1_s=t0 + 2.0)).to_dict()
+    return assemble_cell(planned, records, CellFacts(t0_s=t0, t1_s=t0 + 2.0))
 
 
 @pytest.mark.fault("failed warm-ups (N = 4) beside 12 requests sent in the window",
@@ -157,13 +161,14 @@ def _decode_cell_of(warm_ok: bool, window_ok: bool) -> dict:
                    "16 of 16 (never 16 of 12), 4 failed warm-ups are 4 of 16")
 def test_the_error_rate_counts_warmups_on_both_sides():
     every = _decode_cell_of(warm_ok=False, window_ok=False)
-    assert (every["errors"], every["requests_sent"], every["requests_attempted"]) == (16, 12, 16)
+    assert (every.errors, every.requests_sent, every.requests_attempted) == (16, 12, 16)
     assert cell_error_rate(every) == 1.0
     warm_only = _decode_cell_of(warm_ok=False, window_ok=True)
-    assert (warm_only["errors"], warm_only["requests_attempted"]) == (4, 16)
+    assert (warm_only.errors, warm_only.requests_attempted) == (4, 16)
     assert cell_error_rate(warm_only) == pytest.approx(0.25)
-    assert cells_over_error_rate({"cells": [warm_only]}, 0.3) == []  # 4/12 = 0.33 would fail it
-    assert _decode_cell_of(warm_ok=True, window_ok=True)["errors"] == 0
+    assert cells_over_error_rate(new_results(provenance="measured", started_at=None, cells=[warm_only]),
+                                 0.3) == []  # 4/12 = 0.33 would fail it
+    assert _decode_cell_of(warm_ok=True, window_ok=True).errors == 0
 
 
 def _stall_cell(*, window_s: float, stall_s: float, cpu_pct: float = 0.4, late_ms: float | None = None) -> dict:
@@ -197,7 +202,7 @@ def _stall_cell(*, window_s: float, stall_s: float, cpu_pct: float = 0.4, late_m
     planned = PlannedCell(phase="decode", context_tokens=0, concurrency=4, status="run", reason="",
                           prompt_tokens=10, max_tokens=20)
     facts = CellFacts(t0_s=t0, t1_s=t1, client_samples=(samples,), client_reads=(reads,))
-    return assemble_cell(planned, records, facts).to_dict()
+    return cell_to_dict(assemble_cell(planned, records, facts))
 
 
 @pytest.mark.fault("a server stalling 10 s on every second request (N = 4, 6 s window, 20 tokens) while the "

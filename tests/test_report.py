@@ -1,6 +1,7 @@
 """The page, the CSV and the results directory, against the seed page's numbers."""
 
 import copy
+import dataclasses
 import json
 import logging
 import os
@@ -11,7 +12,9 @@ import pytest
 from llmload.output import report
 from llmload.core.capacity import plan_matrix
 from llmload.output.report import CSV_COLUMNS, measurements_frame, render_markdown, write_csv
-from llmload.core.cellresult import CELL_KEYS
+from llmload.core.cellresult import CELL_KEYS, CellResult, ServerLoad
+from llmload.core.resultsjson import cell_from_dict, planned_from_dict, planned_to_dict, results_to_dict
+from llmload.core.runresults import new_results, utc_now_iso
 from llmload.output.results import SCHEMA_VERSION, ResultsError, load_results, new_cell
 from llmload.output.resultswriter import ResultsWriter
 from llmload.core.scenario import Scenario
@@ -94,7 +97,7 @@ def seed_results():
             "cpu": "AMD Ryzen 9 7900X", "cpu_cores": 12, "ram_gb": 32, "os": "Ubuntu 24.04.5",
         },
         "launch_command": LAUNCH,
-        "plan": [p.to_dict() for p in plan],
+        "plan": [planned_to_dict(p) for p in plan],
         "cells": cells,
     }
 
@@ -318,39 +321,49 @@ def test_measurements_frame_is_raw_and_complete(tmp_path):
 
 def meta(**extra):
     results = seed_results()
-    return {k: results[k] for k in ("config", "server", "hardware", "launch_command", "plan",
-                                    "provenance", "sim_profile")} | extra
+    values = {k: results[k] for k in ("config", "server", "hardware", "launch_command", "plan",
+                                      "provenance", "sim_profile")} | {"started_at": utc_now_iso()} | extra
+    return new_results(**values | {"plan": [planned_from_dict(p) for p in values["plan"]]})
+
+
+def load_doc(path):
+    """A results.json as loaded (checked), in its JSON form."""
+    return results_to_dict(load_results(path))
+
+
+def seed_cells():
+    return [cell_from_dict(c) for c in seed_results()["cells"]]
 
 
 def test_writer_rewrites_every_file_on_each_call(tmp_path):
     writer = ResultsWriter(tmp_path / "run")
     writer.start(meta())
-    doc = load_results(tmp_path / "run")
+    doc = load_doc(tmp_path / "run")
     assert doc["schema_version"] == SCHEMA_VERSION and doc["cells"] == []
     assert doc["finished_at"] is None and doc["llmload_version"]
     # before any cell, the page shows every planned cell
     assert "| 0 | Not run | Not run | Not run | Over capacity |" in (
         tmp_path / "run" / "report.md").read_text()
 
-    for cell in seed_results()["cells"][:5]:
+    for cell in seed_cells()[:5]:
         writer.add_cell(cell)
-        on_disk = load_results(tmp_path / "run" / "results.json")
-        assert on_disk["cells"][-1]["context_tokens"] == cell["context_tokens"]
+        on_disk = load_doc(tmp_path / "run" / "results.json")
+        assert on_disk["cells"][-1]["context_tokens"] == cell.context_tokens
     assert set(on_disk["cells"][0]) == set(CELL_KEYS)
     assert "| 0 | 80.0 (39 ms) | Not run |" in (tmp_path / "run" / "report.md").read_text()
     assert len(pd.read_csv(tmp_path / "run" / "measurements.csv")) == 36
 
-    writer.update_cell({"phase": "decode", "context_tokens": 0, "concurrency": 1,
-                        "status": "saturated", "max_waiting": 2})
-    cell = load_results(tmp_path / "run")["cells"][-1]
+    writer.update_cell(dataclasses.replace(seed_cells()[4], status="saturated",
+                                           server_load=ServerLoad(max_waiting=2)))
+    cell = load_doc(tmp_path / "run")["cells"][-1]
     assert (cell["status"], cell["max_waiting"], cell["total_tok_s"]) == ("saturated", 2, 80.0)
     with pytest.raises(ValueError):
-        writer.add_cell(seed_results()["cells"][0])
+        writer.add_cell(seed_cells()[0])
     with pytest.raises(ValueError):
-        writer.update_cell({"phase": "decode", "context_tokens": 1, "concurrency": 1})
+        writer.update_cell(CellResult(phase="decode", context_tokens=1, concurrency=1, status="not_run"))
 
     writer.finish(finished_at="2026-05-01T10:09:00+00:00", status="interrupted")
-    doc = load_results(tmp_path / "run")
+    doc = load_doc(tmp_path / "run")
     assert (doc["finished_at"], doc["status"]) == ("2026-05-01T10:09:00+00:00", "interrupted")
     assert "finished 2026-05-01T10:09:00+00:00 (interrupted)" in (
         tmp_path / "run" / "report.md").read_text()
@@ -366,13 +379,13 @@ def test_writer_draws_the_html_page_at_most_once_a_minute_and_at_the_end(tmp_pat
     monkeypatch.setattr(resultswriter.time, "monotonic", lambda: clock[0])
     writer = ResultsWriter(tmp_path)
     writer.start(meta())
-    cells = seed_results()["cells"]
+    cells = seed_cells()
     writer.add_cell(cells[0])
     first = (tmp_path / "report.html").read_text()
     clock[0] += resultswriter.HTML_EVERY_S / 2
     writer.add_cell(cells[1])
     assert (tmp_path / "report.html").read_text() == first  # not redrawn yet
-    assert len(load_results(tmp_path)["cells"]) == 2
+    assert len(load_results(tmp_path).cells) == 2
     clock[0] += resultswriter.HTML_EVERY_S
     writer.add_cell(cells[2])
     second = (tmp_path / "report.html").read_text()
@@ -386,7 +399,7 @@ def test_writer_draws_the_html_page_at_most_once_a_minute_and_at_the_end(tmp_pat
 def test_writer_keeps_previous_file_when_a_write_fails(tmp_path, monkeypatch):
     writer = ResultsWriter(tmp_path)
     writer.start(meta())
-    writer.add_cell(seed_results()["cells"][0])
+    writer.add_cell(seed_cells()[0])
     before = (tmp_path / "results.json").read_text()
 
     def failing_replace(src, dst):
@@ -394,7 +407,7 @@ def test_writer_keeps_previous_file_when_a_write_fails(tmp_path, monkeypatch):
 
     monkeypatch.setattr(os, "replace", failing_replace)
     with pytest.raises(OSError):
-        writer.add_cell(seed_results()["cells"][1])
+        writer.add_cell(seed_cells()[1])
     assert (tmp_path / "results.json").read_text() == before
     assert not [n for n in os.listdir(tmp_path) if n.endswith(".tmp")]
 
@@ -408,8 +421,8 @@ def test_render_failure_does_not_lose_the_cell(tmp_path, monkeypatch, caplog):
 
     monkeypatch.setattr(report, "render_markdown", broken)
     with caplog.at_level(logging.ERROR):
-        writer.add_cell(seed_results()["cells"][0])
-    assert len(load_results(tmp_path)["cells"]) == 1
+        writer.add_cell(seed_cells()[0])
+    assert len(load_results(tmp_path).cells) == 1
     assert "could not render" in caplog.text
 
 
@@ -426,7 +439,7 @@ def test_writer_never_writes_secrets(tmp_path):
     for name in os.listdir(tmp_path):
         text = (tmp_path / name).read_text()
         assert "SECRET" not in text, name
-    doc = load_results(tmp_path)
+    doc = load_doc(tmp_path)
     assert doc["config"]["max_tokens"] == 8192  # names with "tokens" are not secrets
     assert doc["launch_command"] == (
         "OPENAI_API_KEY=*** vllm serve m --api-key *** --max-model-len 4096"
@@ -435,11 +448,11 @@ def test_writer_never_writes_secrets(tmp_path):
 
 def test_writer_rejects_bad_meta(tmp_path):
     with pytest.raises(ValueError, match="provenance"):
-        ResultsWriter(tmp_path).start({})
+        new_results(provenance="guessed", started_at=None)
     with pytest.raises(ValueError, match="sim_profile"):
-        ResultsWriter(tmp_path).start({"provenance": "simulated"})
+        new_results(provenance="simulated", started_at=None)
     with pytest.raises(RuntimeError):
-        ResultsWriter(tmp_path).add_cell(seed_results()["cells"][0])
+        ResultsWriter(tmp_path).add_cell(seed_cells()[0])
     with pytest.raises(ValueError, match="status"):
         new_cell(phase="decode", context_tokens=0, concurrency=1, status="ok")
 
@@ -449,10 +462,10 @@ def test_numpy_and_nan_values_become_json(tmp_path):
 
     writer = ResultsWriter(tmp_path)
     writer.start(meta())
-    writer.add_cell(new_cell(phase="decode", context_tokens=0, concurrency=1, status="valid",
-                             total_tok_s=np.float64(80.0), output_tokens=np.int64(2399),
-                             ttft_ms=float("nan")))
-    cell = load_results(tmp_path)["cells"][0]
+    writer.add_cell(CellResult(phase="decode", context_tokens=0, concurrency=1, status="valid",
+                               total_tok_s=np.float64(80.0), output_tokens=np.int64(2399),
+                               ttft_ms=float("nan")))
+    cell = load_doc(tmp_path)["cells"][0]
     assert (cell["total_tok_s"], cell["output_tokens"], cell["ttft_ms"]) == (80.0, 2399, None)
 
 
@@ -465,7 +478,7 @@ def test_numpy_and_nan_values_become_json(tmp_path):
         ('{"cells": []}', "not an llmload results file"),
         ('{"schema_version": 99, "cells": []}', "newer llmload"),
         ('{"schema_version": "1"}', "unsupported schema_version"),
-        ('{"schema_version": 1, "cells": {}}', "'cells' must be a list"),
+        ('{"schema_version": 1, "cells": {}}', "cells is a dict ({}), not a list"),
     ],
 )
 def test_load_results_errors(tmp_path, content, fragment):
@@ -481,9 +494,9 @@ def test_saved_file_renders_the_same_page(tmp_path):
     results = seed_results()
     writer.start(meta(started_at=results["started_at"], llmload_version="0.1.0"))
     for cell in results["cells"]:
-        writer.add_cell(cell)
+        writer.add_cell(cell_from_dict(cell))
     writer.finish(finished_at=results["finished_at"])
-    saved = load_results(tmp_path)
+    saved = load_doc(tmp_path)
     assert render_markdown(saved) == (tmp_path / "report.md").read_text()
     assert render_markdown(saved) == render_markdown(json.loads(json.dumps(results)))
 

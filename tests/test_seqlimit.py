@@ -12,6 +12,7 @@ from llmload.core.capacity import PlannedCell, plan_matrix
 from llmload.core.serverlimits import find_limits
 from llmload.core.cellfacts import CellFacts
 from llmload.core.engines import engine_caps
+from llmload.core.runresults import new_results
 from llmload.core.scenario import load_scenario
 from llmload.core.seqlimit import KV_FULL_FRACTION, is_learned, learn_sequence_limit
 from llmload.io.probe import ServerInfo
@@ -112,13 +113,15 @@ def test_running_samples_survive_the_records_file_round_trip():
 def test_a_resumed_run_keeps_the_learned_limit_while_the_server_reports_none():
     info = ServerInfo(base_url="http://x", model="m", models=("m",), engine="vllm")
     src = "learned from cell 0×4: running plateaued at 2 while 2 waited"
-    previous = {"server": {"max_sequences": 2, "max_sequences_source": src}}
+    previous = new_results(provenance="measured", started_at=None,
+                           server={"max_sequences": 2, "max_sequences_source": src})
     kept = _learned_before(info, previous)
     assert (kept.max_sequences, kept.max_sequences_source) == (2, src)
     given = ServerInfo(base_url="http://x", model="m", models=("m",), engine="vllm", max_sequences=16,
                        max_sequences_source="launch command --max-num-seqs")
     assert _learned_before(given, previous) == given  # the server's (or the user's) word wins
-    assert _learned_before(info, {"server": {"max_sequences": 16, "max_sequences_source": "/props total_slots"}}) == info
+    assert _learned_before(info, new_results(provenance="measured", started_at=None, server={
+        "max_sequences": 16, "max_sequences_source": "/props total_slots"})) == info
     assert _learned_before(info, None) == info
 
 

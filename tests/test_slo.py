@@ -152,11 +152,12 @@ def test_slo_capacity_and_search_on_the_simulator(slo_run):
 def test_slo_search_in_virtual_time_finds_the_exact_level():
     # The same profile in virtual time (llmload predict): no jitter, so the p99 itself is
     # 10 + 2N ms and the 35-ms bound's answer is exactly N = 12.
+    from llmload.core.resultsjson import results_to_dict
     from llmload.sim.profiles import load_profile
     from llmload.twin.predict import predict_results
-    doc = predict_results(load_profile("tiny", STEP), contexts=[0], prefill_contexts=[],
-                          concurrency=[1, 2, 4, 8, 16], max_tokens=512, duration_s=2.0,
-                          slo=parse_slo("tbt_p99=35ms"), slo_search=True)
+    doc = results_to_dict(predict_results(load_profile("tiny", STEP), contexts=[0], prefill_contexts=[],
+                                          concurrency=[1, 2, 4, 8, 16], max_tokens=512, duration_s=2.0,
+                                          slo=parse_slo("tbt_p99=35ms"), slo_search=True))
     searched = sorted(c["concurrency"] for c in doc["cells"] if c.get("slo_search"))
     assert searched == [12, 13, 14]  # 8..16 → 12 passes, 14 fails, 13 fails
     [cap] = capacity(doc["cells"], doc["config"]["slo"])

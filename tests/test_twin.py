@@ -15,6 +15,8 @@ import pytest
 from click.testing import CliRunner
 
 from llmload.cli import main
+from llmload.core.resultsjson import results_to_dict
+from llmload.output.results import load_results
 from llmload.sim import calibration as cal
 from llmload.sim.launcher import SimProcess
 from llmload.sim.profiles import load_profile
@@ -40,6 +42,7 @@ def llmload(*args):
 
 
 def by_key(doc):
+    doc = doc if isinstance(doc, dict) else results_to_dict(doc)
     return {(c["phase"], c["context_tokens"], c["concurrency"]): c for c in doc["cells"]}
 
 
@@ -59,9 +62,8 @@ def runs(tmp_path_factory):
 
 
 def test_fit_predicts_cells_it_never_saw(runs):
-    fitted_doc = json.loads((runs / "fitted" / "results.json").read_text())
     check_doc = json.loads((runs / "check" / "results.json").read_text())
-    fit = fit_profile(fitted_doc, base=load_profile("tiny"), source=str(runs / "fitted"))
+    fit = fit_profile(load_results(runs / "fitted"), base=load_profile("tiny"), source=str(runs / "fitted"))
     assert fit.profile.num_gpu_blocks == UNKNOWN["num_gpu_blocks"]  # from the probe
     predicted = by_key(predict_results(fit.profile, **UNSEEN))
     measured = by_key(check_doc)
@@ -106,7 +108,7 @@ def test_fit_from_the_seed_page_reproduces_it():
 def test_fit_and_predict_commands(tmp_path):
     seed_dir = tmp_path / "seed"
     seed_dir.mkdir()
-    (seed_dir / "results.json").write_text(json.dumps(seed_results()))
+    (seed_dir / "results.json").write_text(json.dumps(results_to_dict(seed_results())))
     runner = CliRunner()
     r = runner.invoke(main, ["fit", str(seed_dir), "-o", str(tmp_path / "p.json")])
     assert r.exit_code == 0, r.output

@@ -16,10 +16,3 @@ class Refused(click.ClickException):
 def echo(text: str = "") -> None:
     from llmload.core.redact import scrub
     click.echo(scrub(text))
-
-
-def malformed(folder, exc: Exception) -> Refused:
-    """A results.json that loaded but whose values are not what llmload writes (edited by
-    hand, damaged): one line naming it, never a traceback."""
-    return Refused(f"{folder}: results.json is not a well-formed llmload results file "
-                    f"({type(exc).__name__}: {exc})")

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from llmload.commands.common import Refused, echo, malformed
+from llmload.commands.common import Refused, echo
 
 
 @click.command()
@@ -24,7 +24,9 @@ def report(results_dir: str, recompute: bool, allow_missing: bool) -> None:
     from llmload.output.resultswriter import write_document, write_renderings
     folder = Path(results_dir) if Path(results_dir).is_dir() else Path(results_dir).parent
     try:
-        doc = load_results(results_dir)
+        # A malformed file is refused here, in one line naming it and the field; what fails
+        # after this is a bug of llmload's, not the file's, and is not reported as the file's.
+        results = load_results(results_dir)
     except ResultsError as exc:
         raise Refused(str(exc)) from None
     try:
@@ -37,9 +39,9 @@ def report(results_dir: str, recompute: bool, allow_missing: bool) -> None:
             except RunDirError as exc:
                 raise Refused(str(exc)) from None
             try:
-                doc, n, missing = derive(folder, allow_missing=allow_missing)
-                path = write_document(doc, folder)
-            except RecordsError as exc:
+                results, n, missing = derive(folder, allow_missing=allow_missing)
+                path = write_document(results, folder)
+            except (RecordsError, ResultsError) as exc:
                 raise Refused(str(exc)) from None
             finally:
                 held.release()
@@ -47,13 +49,9 @@ def report(results_dir: str, recompute: bool, allow_missing: bool) -> None:
             if missing:
                 echo(f"Kept {len(missing)} cell(s) as stored, their records missing: {', '.join(missing)}")
         else:
-            path = write_renderings(doc, folder)
-    except click.ClickException:
-        raise
+            path = write_renderings(results, folder)
     except OSError as exc:
         raise Refused(f"cannot write into {folder}: {exc.strerror or exc}") from None
-    except Exception as exc:  # a results.json damaged or edited by hand: say so, in one line
-        raise malformed(folder, exc) from None
     echo(f"Report: {path}")
     echo(f"HTML report: {path.with_name('report.html')}")
 
@@ -74,10 +72,8 @@ def compare(results_dirs, as_json, html_path, no_html) -> None:
         else:
             html_path = html_path or "compare.html"
         text, page = compare_dirs(list(results_dirs), as_json=as_json, html_path=html_path)
-    except CompareError as exc:
+    except CompareError as exc:  # also a results.json the loader refused
         raise Refused(str(exc)) from None
-    except (TypeError, AttributeError, KeyError) as exc:  # a results.json edited by hand
-        raise malformed(" or ".join(results_dirs), exc) from None
     except OSError as exc:
         where = f" {exc.filename}" if getattr(exc, "filename", None) else ""
         raise Refused(f"cannot write the compare page{where}: {exc.strerror or exc}") from None

@@ -82,7 +82,7 @@ def run(scenario_file, out_dir, resume_dir, force, max_error_rate, master_bind, 
         base = None
         if resume_dir:
             try:
-                base = Scenario.from_dict(load_results(resume_dir).get("config") or {})
+                base = Scenario.from_dict(dict(load_results(resume_dir).config))
             except ResultsError as exc:
                 raise Refused(scrub(f"--resume: {exc}")) from None
         scenario = resolve(base, file_values, cli_values)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from llmload.commands.common import malformed, Refused
+from llmload.commands.common import Refused
 
 
 @click.command()
@@ -24,12 +24,10 @@ def fit(results_dir: str, out_path: str | None, base: str | None) -> None:
     from llmload.twin.fit import FitError, fit_profile, profile_json
     folder = Path(results_dir) if Path(results_dir).is_dir() else Path(results_dir).parent
     try:
-        doc = load_results(results_dir)
-        result = fit_profile(doc, base=load_profile(base) if base else None, source=str(folder))
+        result = fit_profile(load_results(results_dir), base=load_profile(base) if base else None,
+                             source=str(folder))
     except (ResultsError, FitError, ValueError, OSError) as exc:
         raise Refused(str(exc)) from None
-    except (TypeError, AttributeError, KeyError) as exc:
-        raise malformed(folder, exc) from None
     out = Path(out_path) if out_path else folder / "fitted-profile.json"
     try:
         out.write_text(json.dumps(profile_json(result.profile), indent=2) + "\n", encoding="utf-8")
@@ -74,6 +72,7 @@ def predict(profile, contexts, concurrency, prefill_contexts, max_tokens, durati
     """Predict a speed test matrix from a (fitted) simulator PROFILE, in virtual time."""
     import time
 
+    from llmload.core.resultsjson import results_to_dict
     from llmload.output.resultswriter import ResultsWriter
     from llmload.output.rundir import RunDirError, claim
     from llmload.matrix.console import _echo_matrix
@@ -96,23 +95,23 @@ def predict(profile, contexts, concurrency, prefill_contexts, max_tokens, durati
     except RunDirError as exc:
         raise Refused(str(exc)) from None
     try:
-        doc = predict_results(prof, contexts=sc.contexts, prefill_contexts=prefill,
-                              concurrency=sc.concurrency, max_tokens=sc.max_tokens,
-                              duration_s=sc.duration_s, slo=sc.slo, slo_search=slo_search,
-                              profile_source=profile)
+        results = predict_results(prof, contexts=sc.contexts, prefill_contexts=prefill,
+                                  concurrency=sc.concurrency, max_tokens=sc.max_tokens,
+                                  duration_s=sc.duration_s, slo=sc.slo, slo_search=slo_search,
+                                  profile_source=profile)
         writer = ResultsWriter(out_dir)
-        writer.start(doc)
-        writer.finish(finished_at=doc["finished_at"])
+        writer.start(results)
+        writer.finish(finished_at=results.finished_at)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     except OSError as exc:
         raise Refused(f"cannot write {out_dir}: {exc.strerror or exc}") from None
     finally:
         run_dir.release()
-    click.echo(f"Predicted {len(doc['cells'])} cells in "
+    click.echo(f"Predicted {len(results.cells)} cells in "
                f"{time.monotonic() - started:.1f} s (virtual time; profile {prof.name}"
                + (f", fitted from {prof.fitted_from}" if prof.fitted_from else "") + ")")
-    _echo_matrix(writer.results, click.echo)
+    _echo_matrix(results_to_dict(writer.results), click.echo)  # renderers take Results once the report pipeline lands
     click.echo(f"Report: {out_dir}/report.md")
 
 

@@ -1,1 +1,1 @@
-"""The pure core: request records, the one definition of every figure (metrics), capacity planning, prompts, the engine table, scenarios, SLOs, energy figures, a cell's result. No sockets, no files, no Locust."""
+"""The pure core: request records, the one definition of every figure (metrics), capacity planning, prompts, the engine table, scenarios, SLOs, energy figures, a cell's result and a run's results (typed, and their one JSON form). No sockets, no files, no Locust."""

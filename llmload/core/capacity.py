@@ -27,8 +27,7 @@ with N = 1 when that cell runs ("decode_warmup"), so a context is never prefille
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, replace
-from typing import Any
+from dataclasses import dataclass, replace
 
 
 #: Seconds assumed per cell for warm-up when estimating how long a plan takes.
@@ -64,9 +63,6 @@ class PlannedCell:
     @property
     def runs(self) -> bool:
         return self.status in RUN_STATUSES
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def blocks(x: int, block_size: int) -> int:

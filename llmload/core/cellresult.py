@@ -1,19 +1,22 @@
-"""A cell's result as a typed value, and the one place it becomes a results.json cell.
+"""A cell's result as a typed value: what one results.json cell holds.
 
 `CellResult` (frozen, keyword-only) groups a cell's identity, status, figures, the server's
-load (`ServerLoad`) and the load generator's (`ClientLoad`). `to_dict()` flattens it into
-the results.json cell: the keys are the field names, in field order, the groups' fields in
-the group's place; `CELL_KEYS` is derived from the fields, so the written keys and the
-declared ones cannot drift (`llmload.output.results` documents each, and a test checks it).
+load (`ServerLoad`), the load generator's (`ClientLoad`), the server's own timing
+(`ServerTiming`), the SLO accounting (`CellSlo`), energy (`CellEnergy`) and where its wall
+time went (`CellTiming`). A results.json cell holds it flat: the keys are the field names, in
+field order, the groups' fields (`CELL_GROUPS`) in the group's place. `CELL_KEYS` is derived
+from the fields, so the written keys and the declared ones cannot drift
+(`llmload.output.results` documents each, and a test checks it). Turning a cell into JSON
+values and back is `llmload.core.resultsjson`'s job, and only its.
 Pure: no numpy, no I/O.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import Any, Mapping
 
-from llmload.core.servercheck import ServerCheck
+from llmload.core.servercheck import ServerCheck, ServerTiming
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -38,18 +41,6 @@ class ClientLoad:
     client_added_delay_ms_p50: float | None = None
     client_added_delay_ms_p99: float | None = None
     client_added_delay_source: str | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ServerTiming:
-    """The server's own per-request timing over the cell (`servercheck.server_timing`): its
-    medians, how many requests carried it, and llmload's figures checked against them."""
-
-    server_ttft_ms: float | None = None
-    server_queue_ms: float | None = None
-    server_mean_itl_ms: float | None = None
-    server_timing_requests: int | None = None
-    server_timing_checks: tuple[ServerCheck, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -92,8 +83,9 @@ class CellTiming:
     overhead_s: float
 
 
-_GROUPS = {"server_load": ServerLoad, "client_load": ClientLoad, "server_timing": ServerTiming,
-           "slo": CellSlo, "energy": CellEnergy}
+CELL_GROUPS = {"server_load": ServerLoad, "client_load": ClientLoad, "server_timing": ServerTiming,
+               "slo": CellSlo, "energy": CellEnergy}
+"""The CellResult fields that are groups: a results.json cell holds their fields flat."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -148,60 +140,21 @@ class CellResult:
     energy: CellEnergy = CellEnergy()
     records_file: str | None = None
     timing: CellTiming | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        """The results.json cell (flat, keys in CELL_KEYS order)."""
-        out: dict[str, Any] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name in _GROUPS:
-                out.update({g.name: getattr(value, g.name) for g in fields(value)})
-                if f.name == "server_timing" and value.server_timing_checks is not None:
-                    out["server_timing_checks"] = [c.to_dict() for c in value.server_timing_checks]
-            elif f.name == "error_samples":
-                out[f.name] = list(value)
-            elif f.name == "server_check" and value is not None:
-                out[f.name] = value.to_dict()
-            elif f.name == "timing" and value is not None:
-                out[f.name] = {t.name: getattr(value, t.name) for t in fields(value)}
-            else:
-                out[f.name] = value
-        return out
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "CellResult":
-        """From a flat cell; a key that is no field is refused (ValueError)."""
-        unknown = set(d) - set(CELL_KEYS)
-        if unknown:
-            raise ValueError(f"cell keys {sorted(unknown)} are not CellResult fields")
-        kw: dict[str, Any] = {k: v for k, v in d.items() if k in _TOP}
-        for name, group in _GROUPS.items():
-            kw[name] = group(**{g.name: d[g.name] for g in fields(group) if g.name in d})
-        kw["error_samples"] = tuple(d.get("error_samples") or ())
-        if kw.get("server_check") is not None:
-            kw["server_check"] = _check(kw["server_check"])
-        checks = d.get("server_timing_checks")
-        if checks is not None:
-            kw["server_timing"] = ServerTiming(**{**{g.name: getattr(kw["server_timing"], g.name)
-                                                     for g in fields(ServerTiming)},
-                                                  "server_timing_checks": tuple(_check(c) for c in checks)})
-        if kw.get("timing") is not None:
-            kw["timing"] = CellTiming(**kw["timing"])
-        return cls(**kw)
-
-
-def _check(d: dict[str, Any]) -> ServerCheck:
-    return ServerCheck(**{k: v for k, v in d.items() if k not in ("diff_pct", "agrees")})
+    extra: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    """Keys of a results.json cell this llmload does not know (a newer llmload's, within the
+    schema version), kept as read and written back after the known ones; not in CELL_KEYS."""
 
 
 def _keys() -> tuple[str, ...]:
     keys: list[str] = []
     for f in fields(CellResult):
-        group = _GROUPS.get(f.name)
-        keys.extend(g.name for g in fields(group)) if group else keys.append(f.name)
+        group = CELL_GROUPS.get(f.name)
+        if group:
+            keys.extend(g.name for g in fields(group))
+        elif f.name != "extra":
+            keys.append(f.name)
     return tuple(keys)
 
 
 CELL_KEYS = _keys()
 """Every key of a results.json cell, in the order written."""
-_TOP = {f.name for f in fields(CellResult)} - set(_GROUPS)

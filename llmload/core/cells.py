@@ -12,18 +12,19 @@ What a cell's status needs besides its requests is its `llmload.core.cellfacts.C
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass, replace
 
 from llmload.core.capacity import PlannedCell
 from llmload.core.cellfacts import CellFacts
-from llmload.core.cellresult import CellResult
+from llmload.core.cellresult import CellEnergy, CellResult, CellTiming, ClientLoad, ServerLoad
 from llmload.core.cellstatus import classify_cell, longest_stall, stall_bound_s
 from llmload.core.clientload import ADDED_DELAY_BOUND_MS, delay_bound_exceeded, window_estimate
-from llmload.core.metrics import MAX_ERROR_SAMPLES, median_prefill, quantile, window_figures
+from llmload.core.metrics import MAX_ERROR_SAMPLES, WindowFigures, median_prefill, quantile, window_figures
 from llmload.core.energy import cell_energy
 from llmload.core.goodput import request_goodput
 from llmload.core.records import RequestRecord
-from llmload.core.servercheck import counter_check, prefill_check, server_timing, timing_check, usage_check
+from llmload.core.servercheck import (ServerCheck, counter_check, prefill_check, server_timing, timing_check,
+                                      usage_check)
 
 CLIENT_CPU_BOUND_PCT = 90.0
 """Mean CPU of a load-generator process over a window at or above this: client_bound."""
@@ -31,58 +32,78 @@ CLIENT_LAG_BOUND_MS = 5.0
 """Median event-loop lag over a window above this: client_bound. The median, not a high
 percentile: one garbage collection or a neighbour's burst is a hiccup, not a bottleneck."""
 
-#: Figures every cell carries (None where it did not run or the figure is undefined).
-FIGURE_KEYS = ("prompt_tok_s", "total_tok_s", "per_request_tok_s", "ttft_ms", "ttft_p90_ms",
-               "ttft_p99_ms", "tbt_ms", "tbt_p90_ms", "tbt_p99_ms", "ttfa_ms", "ttfa_p90_ms", "ttfa_p99_ms",
-               "ttfa_samples", "reasoning_token_share", "avg_active", "completed_requests", "output_tokens",
-               "measured_s")
-
 
 # ------------------------------------------------------------------------ client and server load
 
 
-def client_load(samples, reads=()) -> dict:
+def client_load(samples, reads=()) -> ClientLoad:
     """One process's load over a window from its (time, CPU %, lag ms) samples (the
     percentiles follow `metrics.quantile`) and its hot path's interval samples (the
     added-delay estimate, `clientload.window_estimate`)."""
     estimate = window_estimate(list(reads))
+    delay = ClientLoad(client_events_per_read=estimate["events_per_read"],
+                       client_added_delay_ms_p50=estimate["added_delay_ms_p50"],
+                       client_added_delay_ms_p99=estimate["added_delay_ms_p99"],
+                       client_added_delay_source=estimate["added_delay_source"])
     if not samples:
-        return {"cpu_pct_mean": None, "cpu_pct_max": None, "lag_ms_p50": None, "lag_ms_p90": None,
-                "lag_ms_max": None, **estimate}
+        return delay
     cpus = [s[1] for s in samples]
     lags = [s[2] for s in samples]
-    return {"cpu_pct_mean": sum(cpus) / len(cpus), "cpu_pct_max": max(cpus),
-            "lag_ms_p50": quantile(lags, 0.5), "lag_ms_p90": quantile(lags, 0.9), "lag_ms_max": max(lags),
-            **estimate}
+    return replace(delay, client_cpu_pct_mean=sum(cpus) / len(cpus), client_cpu_pct_max=max(cpus),
+                   loop_lag_ms_p50=quantile(lags, 0.5), loop_lag_ms_p90=quantile(lags, 0.9),
+                   loop_lag_ms_max=max(lags))
 
 
-def client_overloaded(load: dict) -> bool:
+def client_overloaded(load: ClientLoad) -> bool:
     """Measured: mean CPU at its bound, or median loop lag over its bound."""
-    cpu, lag = load.get("cpu_pct_mean"), load.get("lag_ms_p50")
+    cpu, lag = load.client_cpu_pct_mean, load.loop_lag_ms_p50
     return (cpu is not None and cpu >= CLIENT_CPU_BOUND_PCT) or (lag is not None and lag > CLIENT_LAG_BOUND_MS)
 
 
-def is_client_bound(load: dict) -> bool:
+def client_late(load: ClientLoad) -> bool:
+    """Estimated: the added delay p99 over `clientload.ADDED_DELAY_BOUND_MS`."""
+    return delay_bound_exceeded(load.client_added_delay_ms_p99)
+
+
+def is_client_bound(load: ClientLoad) -> bool:
     """CPU at the bound, median loop lag over its bound, or an estimated added delay p99
     over `clientload.ADDED_DELAY_BOUND_MS`."""
-    return client_overloaded(load) or delay_bound_exceeded(load)
+    return client_overloaded(load) or client_late(load)
 
 
-def combined_client_load(per_process, reads_per_process=()) -> dict:
-    """The cell's client load: the worst process for each figure; client_overloaded (CPU or
-    lag measured over its bound) and client_late (the added delay estimated over its bound)
-    if any process was: `classify_cell` ranks a seen stall between the two."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CellClientLoad:
+    """A cell's client load: the worst process for each figure, and whether any process was
+    overloaded (CPU or lag measured over its bound) or late (the added delay estimated over
+    its bound): `classify_cell` ranks a seen stall between the two."""
+
+    load: ClientLoad
+    overloaded: bool
+    late: bool
+
+
+def _worst(values) -> float | None:
+    known = [v for v in values if v is not None]
+    return max(known) if known else None
+
+
+def combined_client_load(per_process, reads_per_process=()) -> CellClientLoad:
+    """The cell's client load from each process's samples and reads (`CellClientLoad`)."""
     reads = list(reads_per_process) + [()] * (len(per_process) - len(reads_per_process))
     loads = [client_load(samples, r) for samples, r in zip(per_process, reads)]
-    out: dict = {"client_overloaded": any(client_overloaded(x) for x in loads),
-                 "client_late": any(delay_bound_exceeded(x) for x in loads)}
-    for key in ("cpu_pct_mean", "cpu_pct_max", "lag_ms_p50", "lag_ms_p90", "lag_ms_max",
-                "events_per_read", "added_delay_ms_p50", "added_delay_ms_p99"):
-        values = [x[key] for x in loads if x.get(key) is not None]
-        out[key] = max(values) if values else None
-    sources = [x["added_delay_source"] for x in loads if x.get("added_delay_source")]
-    out["added_delay_source"] = sources[0] if sources else None
-    return out
+    worst = ClientLoad(
+        client_cpu_pct_max=_worst(x.client_cpu_pct_max for x in loads),
+        client_cpu_pct_mean=_worst(x.client_cpu_pct_mean for x in loads),
+        loop_lag_ms_max=_worst(x.loop_lag_ms_max for x in loads),
+        loop_lag_ms_p50=_worst(x.loop_lag_ms_p50 for x in loads),
+        loop_lag_ms_p90=_worst(x.loop_lag_ms_p90 for x in loads),
+        client_events_per_read=_worst(x.client_events_per_read for x in loads),
+        client_added_delay_ms_p50=_worst(x.client_added_delay_ms_p50 for x in loads),
+        client_added_delay_ms_p99=_worst(x.client_added_delay_ms_p99 for x in loads),
+        client_added_delay_source=next((x.client_added_delay_source for x in loads
+                                        if x.client_added_delay_source), None))
+    return CellClientLoad(load=worst, overloaded=any(client_overloaded(x) for x in loads),
+                          late=any(client_late(x) for x in loads))
 
 
 def _counter_delta(facts: CellFacts, name: str) -> float | None:
@@ -95,41 +116,44 @@ def _counter_delta(facts: CellFacts, name: str) -> float | None:
 # ------------------------------------------------------------------------ cells
 
 
-def not_run_cell(planned: PlannedCell) -> dict:
-    cell = {"phase": planned.phase, "context_tokens": planned.context_tokens,
-            "concurrency": planned.concurrency, "status": planned.status, "reason": planned.reason,
-            "prompt_tokens": planned.prompt_tokens, "prefill_source": planned.prefill_source,
-            "errors": 0, "error_samples": []}
-    cell.update({k: None for k in FIGURE_KEYS})
-    return cell
+def not_run_cell(planned: PlannedCell) -> CellResult:
+    """The planned cell without figures: its status and reason from the plan."""
+    return CellResult(phase=planned.phase, context_tokens=planned.context_tokens, concurrency=planned.concurrency,
+                      status=planned.status, reason=planned.reason, prompt_tokens=planned.prompt_tokens,
+                      prefill_source=planned.prefill_source, errors=0)
 
 
 def assemble_cell(planned: PlannedCell, records: list[RequestRecord], facts: CellFacts) -> CellResult:
     """The cell's result (figures, status and reason): the one definition, for the run and
-    for `llmload report --recompute`. `CellResult.to_dict()` is what results.json holds."""
-    return CellResult.from_dict(_assemble(planned, records, facts))
-
-
-def _assemble(planned: PlannedCell, records: list[RequestRecord], facts: CellFacts) -> dict:
+    for `llmload report --recompute`."""
     if facts.failure is not None:
-        cell = {**not_run_cell(planned), "status": "errors", "reason": facts.failure, "errors": 1,
-                "error_samples": [facts.failure]}
+        cell = replace(not_run_cell(planned), status="errors", reason=facts.failure, errors=1,
+                       error_samples=(facts.failure,))
     elif planned.phase == "prefill":
         cell = prefill_cell(planned, records, source=facts.prefill_source or "standalone",
                             text_prompt=facts.text_prompt)
     else:
         cell = decode_cell(planned, records, facts)
-    note = _prompt_length_note(planned, cell, exact=facts.exact_prompt_length)
-    if note:
-        cell["prompt_length_note"] = note
-    if facts.slo_search:
-        cell["slo_search"] = True
-    if facts.timing is not None:
-        cell["timing"] = facts.timing
-    return cell
+    return replace(cell, prompt_length_note=_prompt_length_note(planned, cell.server_prompt_tokens,
+                                                                exact=facts.exact_prompt_length),
+                   slo=replace(cell.slo, slo_search=True) if facts.slo_search else cell.slo,
+                   timing=CellTiming(**facts.timing) if facts.timing is not None else None)
 
 
-def decode_cell(planned: PlannedCell, records: list[RequestRecord], facts: CellFacts) -> dict:
+def _window(cell: CellResult, fig: WindowFigures) -> CellResult:
+    """The decode window's figures into the cell."""
+    return replace(cell, total_tok_s=fig.total_tok_s, per_request_tok_s=fig.per_request_tok_s, ttft_ms=fig.ttft_ms,
+                   ttft_p90_ms=fig.ttft_p90_ms, ttft_p99_ms=fig.ttft_p99_ms, tbt_ms=fig.tbt_ms,
+                   tbt_p90_ms=fig.tbt_p90_ms, tbt_p99_ms=fig.tbt_p99_ms, ttfa_ms=fig.ttfa_ms,
+                   ttfa_p90_ms=fig.ttfa_p90_ms, ttfa_p99_ms=fig.ttfa_p99_ms, ttfa_samples=fig.ttfa_samples,
+                   reasoning_token_share=fig.reasoning_token_share, avg_active=fig.avg_active,
+                   avg_streaming=fig.avg_streaming, completed_requests=fig.completed_requests,
+                   requests_sent=fig.requests_sent, output_tokens=fig.output_tokens, measured_s=fig.measured_s,
+                   errors=fig.errors, requests_attempted=fig.requests_attempted,
+                   error_samples=tuple(fig.error_samples))
+
+
+def decode_cell(planned: PlannedCell, records: list[RequestRecord], facts: CellFacts) -> CellResult:
     t0, t1 = facts.t0_s, facts.t1_s
     decode = [r for r in records if r.tag == "decode"]
     warm = [r for r in records if r.tag == "warmup"]
@@ -143,58 +167,45 @@ def decode_cell(planned: PlannedCell, records: list[RequestRecord], facts: CellF
     bound_s = stall_bound_s(fig.tbt_ms)
     stalled = stall is not None and stall.gap_s > bound_s
     status = classify_cell(figures=fig, concurrency=planned.concurrency, waiting=median_waiting,
-                           client_bound=load["client_overloaded"], preemptions=preemptions, stalled=stalled,
-                           client_late=load["client_late"])
-    cell = not_run_cell(planned)
-    cell.update({k: v for k, v in fig.to_dict().items() if k in FIGURE_KEYS or k in (
-        "avg_streaming", "requests_sent", "requests_attempted", "errors", "error_samples")})
-    # A failed warm-up is a failed request of the cell, always counted the same way: on both
-    # sides of the error rate (errors / requests_attempted), so it never exceeds 1.
-    cell["requests_attempted"] = (cell.get("requests_attempted") or 0) + len(warm)
+                           client_bound=load.overloaded, preemptions=preemptions, stalled=stalled,
+                           client_late=load.late)
+    errors, samples = fig.errors, list(fig.error_samples)
     warm_errors = [r for r in warm if r.status == "error"]
     if warm_errors:
         status = "errors"
-        cell["errors"] = (cell.get("errors") or 0) + len(warm_errors)
-        samples = list(cell.get("error_samples") or [])
+        errors += len(warm_errors)
         for r in warm_errors:
             text = f"warm-up: {r.error or 'failed'}"
             if text not in samples and len(samples) < MAX_ERROR_SAMPLES:
                 samples.append(text)
-        cell["error_samples"] = samples
-    cell["longest_stall_s"] = stall.gap_s if stall is not None else None
-    if t1 - t0 <= bound_s:  # every silence is cut at the window's edges: none can pass the bound
-        cell["stall_check_note"] = (f"stall check did not apply: the {t1 - t0:.1f} s window is not longer "
-                                    f"than the stall bound ({bound_s:.1f} s)")
     if status == "stalled":
         reason = (f"a request received no token for {stall.gap_s:.1f} s after its first one "
                   f"(bound {bound_s:.1f} s)")
     else:
-        reason = _status_reason(status, fig, planned, cell, median_waiting=median_waiting,
+        reason = _status_reason(status, fig, planned, errors=errors, median_waiting=median_waiting,
                                 preemptions=preemptions, load=load)
-    cell.update({"status": status, "reason": reason,
-                 "max_waiting": max_waiting, "median_waiting": median_waiting, "preemptions": preemptions,
-                 "client_cpu_pct_max": load.get("cpu_pct_max"),
-                 "client_cpu_pct_mean": load.get("cpu_pct_mean"), "loop_lag_ms_max": load.get("lag_ms_max"),
-                 "loop_lag_ms_p50": load.get("lag_ms_p50"), "loop_lag_ms_p90": load.get("lag_ms_p90"),
-                 "client_events_per_read": load.get("events_per_read"),
-                 "client_added_delay_ms_p50": load.get("added_delay_ms_p50"),
-                 "client_added_delay_ms_p99": load.get("added_delay_ms_p99"),
-                 "client_added_delay_source": load.get("added_delay_source"),
-                 "server_prompt_tokens": _server_prompt_tokens(decode + warm),
-                 "warmup_cache_hit": _warm_cache_hit(decode, planned),
-                 "token_source": _token_source(decode),
-                 "usage_mismatches": sum(1 for r in decode if r.status == "ok" and r.completion_tokens is not None
-                                         and r.finish_reason is not None and r.output_tokens != r.completion_tokens),
-                 "server_check": _decode_check(decode, facts), **server_timing(decode, t0, t1)})
-    # Percentile sample counts always; goodput when the run has an SLO (llmload.core.slo).
-    cell.update(request_goodput(decode, t0, t1, facts.slo).to_dict())
-    if facts.power is not None:
-        cell.update(cell_energy(facts.power, output_tokens=cell.get("output_tokens"),
-                                idle_power_w=facts.idle_power_w))
-    return cell
+    # A failed warm-up is a failed request of the cell, always counted the same way: on both
+    # sides of the error rate (errors / requests_attempted), so it never exceeds 1.
+    return replace(
+        _window(not_run_cell(planned), fig), status=status, reason=reason,
+        requests_attempted=(fig.requests_attempted or 0) + len(warm), errors=errors, error_samples=tuple(samples),
+        server_load=ServerLoad(max_waiting=max_waiting, median_waiting=median_waiting, preemptions=preemptions),
+        client_load=load.load, longest_stall_s=stall.gap_s if stall is not None else None,
+        # every silence is cut at the window's edges: none can pass the bound
+        stall_check_note=(f"stall check did not apply: the {t1 - t0:.1f} s window is not longer than the "
+                          f"stall bound ({bound_s:.1f} s)") if t1 - t0 <= bound_s else None,
+        server_prompt_tokens=_server_prompt_tokens(decode + warm), warmup_cache_hit=_warm_cache_hit(decode, planned),
+        token_source=_token_source(decode),
+        usage_mismatches=sum(1 for r in decode if r.status == "ok" and r.completion_tokens is not None
+                             and r.finish_reason is not None and r.output_tokens != r.completion_tokens),
+        server_check=_decode_check(decode, facts), server_timing=server_timing(decode, t0, t1),
+        # Percentile sample counts always; goodput when the run has an SLO (llmload.core.slo).
+        slo=request_goodput(decode, t0, t1, facts.slo),
+        energy=(cell_energy(facts.power, output_tokens=fig.output_tokens, idle_power_w=facts.idle_power_w)
+                if facts.power is not None else CellEnergy()))
 
 
-def _decode_check(decode: list[RequestRecord], facts: CellFacts) -> dict | None:
+def _decode_check(decode: list[RequestRecord], facts: CellFacts) -> ServerCheck | None:
     """The server's own account of the window, where it gives one (servercheck.ServerCheck):
     per-request timings (llama.cpp), else a generated-token counter that moves every step
     (vLLM, SGLang), else the final usage of chunk-counted requests."""
@@ -205,52 +216,50 @@ def _decode_check(decode: list[RequestRecord], facts: CellFacts) -> dict | None:
                               source="generated-token counter delta")
     if check is None:
         check = usage_check(decode)
-    return check.to_dict() if check is not None else None
+    return check
 
 
 def prefill_cell(planned: PlannedCell, records: list[RequestRecord], *, source: str,
-                 text_prompt: bool = False) -> dict:
-    cell = not_run_cell(planned)
+                 text_prompt: bool = False) -> CellResult:
     samples = [r for r in records if r.status == "ok"]
     failed = [r for r in records if r.status != "ok"]
     fig = median_prefill(samples)
+    cell = not_run_cell(planned)
     if fig.samples:
-        cell.update({"prompt_tok_s": fig.prompt_tok_s, "ttft_ms": fig.ttft_ms, "completed_requests": len(samples)})
-    check = prefill_check(samples, text_prompt=text_prompt)
-    cell.update({"status": "errors" if failed or not fig.samples else "valid", "prefill_source": source,
-                 "errors": len(failed), "requests_attempted": len(records),
-                 "error_samples": list(dict.fromkeys(r.error for r in failed))[:MAX_ERROR_SAMPLES],
-                 "server_prompt_tokens": _server_prompt_tokens(samples), "cached_tokens": fig.cached_tokens,
-                 "server_check": check.to_dict() if check is not None else None, **server_timing(samples)})
+        cell = replace(cell, prompt_tok_s=fig.prompt_tok_s, ttft_ms=fig.ttft_ms, completed_requests=len(samples))
     if failed or not fig.samples:
-        cell["reason"] = (f"{len(failed)} failed request(s)" if failed else "no token came back")
-    return cell
+        cell = replace(cell, reason=f"{len(failed)} failed request(s)" if failed else "no token came back")
+    return replace(cell, status="errors" if failed or not fig.samples else "valid", prefill_source=source,
+                   errors=len(failed), requests_attempted=len(records),
+                   error_samples=tuple(dict.fromkeys(r.error for r in failed))[:MAX_ERROR_SAMPLES],
+                   server_prompt_tokens=_server_prompt_tokens(samples), cached_tokens=fig.cached_tokens,
+                   server_check=prefill_check(samples, text_prompt=text_prompt),
+                   server_timing=server_timing(samples))
 
 
-def _status_reason(status: str, fig, planned: PlannedCell, cell: dict, *, median_waiting, preemptions,
-                   load: dict) -> str:
+def _status_reason(status: str, fig: WindowFigures, planned: PlannedCell, *, errors: int, median_waiting,
+                   preemptions, load: CellClientLoad) -> str:
     if status == "saturated" and preemptions:
         return f"the server preempted {preemptions:g} request(s): N sequences did not fit its KV cache"
     if status == "saturated":
         return (f"server queue: median {median_waiting:g} waiting" if median_waiting
                 else f"average active {fig.avg_active:.2f} / streaming {fig.avg_streaming:.2f} of {planned.concurrency}")
     if status == "client_bound":
-        delay = load.get("added_delay_ms_p99")
-        if not load.get("client_overloaded") and delay is not None and delay > ADDED_DELAY_BOUND_MS:
+        delay = load.load.client_added_delay_ms_p99
+        if not load.overloaded and delay is not None and delay > ADDED_DELAY_BOUND_MS:
             return (f"the load generator was the bottleneck: it read tokens about {delay:.1f} ms late (p99, "
-                    f"estimated from its {load.get('added_delay_source') or 'read backlog'}; "
+                    f"estimated from its {load.load.client_added_delay_source or 'read backlog'}; "
                     f"bound {ADDED_DELAY_BOUND_MS:g} ms)")
         return "the load generator was the bottleneck (CPU or event-loop lag)"
     if status == "errors":
-        if fig.avg_active is None and not cell.get("errors"):
+        if fig.avg_active is None and not errors:
             return "no request was in flight during the window"
-        return f"{cell.get('errors') or 0} failed request(s)"
+        return f"{errors or 0} failed request(s)"
     return ""
 
 
-def _prompt_length_note(planned: PlannedCell, cell: dict, *, exact: bool) -> str | None:
+def _prompt_length_note(planned: PlannedCell, counted: int | None, *, exact: bool) -> str | None:
     """The server's count of the prompt against the plan: exact for token IDs, ±0.5% text."""
-    counted = cell.get("server_prompt_tokens")
     if counted is None or planned.context_tokens == 0:
         return None
     off = abs(counted - planned.prompt_tokens)
@@ -277,8 +286,3 @@ def _token_source(records: list[RequestRecord]) -> str | None:
         if s in sources:
             return s
     return None
-
-
-def planned_from_dict(d: dict[str, Any]) -> PlannedCell:
-    return PlannedCell(**{k: d.get(k) for k in PlannedCell.__dataclass_fields__})
-

@@ -146,7 +146,6 @@ def window_estimate(samples: list[IntervalSample]) -> dict:
     return out
 
 
-def delay_bound_exceeded(load: dict) -> bool:
-    """True where the window's estimated added delay p99 is over ADDED_DELAY_BOUND_MS."""
-    p99 = load.get("added_delay_ms_p99")
-    return p99 is not None and p99 > ADDED_DELAY_BOUND_MS
+def delay_bound_exceeded(p99_ms: float | None) -> bool:
+    """True where a window's estimated added delay p99 is over ADDED_DELAY_BOUND_MS."""
+    return p99_ms is not None and p99_ms > ADDED_DELAY_BOUND_MS

@@ -19,6 +19,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from llmload.core.cellresult import CellEnergy
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PowerWindow:
@@ -62,25 +64,25 @@ def mean_power_w(window: PowerWindow) -> float | None:
 
 
 def cell_energy(window: PowerWindow, *, output_tokens: int | None,
-                idle_power_w: float | None) -> dict[str, Any]:
-    """The energy figures of one decode cell (flat keys for results.json and the CSV)."""
+                idle_power_w: float | None) -> CellEnergy:
+    """The energy figures of one decode cell."""
     energy, source = window_energy_j(window)
     duration = window.t1 - window.t0
     watts = total_watts(window)
     tokens = output_tokens or 0
     above = energy - idle_power_w * duration if energy is not None and idle_power_w is not None else None
-    return {
-        "power_mean_w": energy / duration if energy is not None and duration > 0 else None,
-        "power_max_w": max(watts) if watts else None,
-        "energy_j": energy,
-        "energy_source": source,
-        "power_samples": len(watts),
-        "j_per_output_token": energy / tokens if energy is not None and tokens else None,
-        "output_tokens_per_j": tokens / energy if energy else None,
-        "idle_power_w": idle_power_w,
-        "energy_above_idle_j": above,
-        "j_per_output_token_above_idle": above / tokens if above is not None and tokens else None,
-    }
+    return CellEnergy(
+        power_mean_w=energy / duration if energy is not None and duration > 0 else None,
+        power_max_w=max(watts) if watts else None,
+        energy_j=energy,
+        energy_source=source,
+        power_samples=len(watts),
+        j_per_output_token=energy / tokens if energy is not None and tokens else None,
+        output_tokens_per_j=tokens / energy if energy else None,
+        idle_power_w=idle_power_w,
+        energy_above_idle_j=above,
+        j_per_output_token_above_idle=above / tokens if above is not None and tokens else None,
+    )
 
 
 # --------------------------------------------------------------------------- page

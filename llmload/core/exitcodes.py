@@ -16,7 +16,9 @@ Pure: no I/O.
 from __future__ import annotations
 
 import signal
-from typing import Any
+
+from llmload.core.cellresult import CellResult
+from llmload.core.runresults import Results
 
 OK = 0
 CELL_ERRORS = 1
@@ -35,25 +37,24 @@ TABLE: dict[int, str] = {
 }
 
 
-def cell_error_rate(cell: dict[str, Any]) -> float:
+def cell_error_rate(cell: CellResult) -> float:
     """Failed requests / requests attempted (`requests_attempted`: warm-ups on both sides) of
     a cell that ran; 1.0 for a cell marked "errors" with no count (e.g. nothing was in
     flight, a worker lost), 0.0 for a cell that did not run. A cell written before
     requests_attempted existed is judged by requests sent, at most 1."""
-    errors = cell.get("errors") or 0
-    if cell.get("status") in ("not_run", "running", "over_capacity", "exceeds_context"):
+    errors = cell.errors or 0
+    if cell.status in ("not_run", "running", "over_capacity", "exceeds_context"):
         return 0.0
-    if cell.get("status") == "errors" and not errors:
+    if cell.status == "errors" and not errors:
         return 1.0
     if not errors:
         return 0.0
-    if cell.get("requests_attempted"):
-        return min(1.0, errors / cell["requests_attempted"])
-    done = (cell.get("requests_sent") or 0) if cell.get("phase") == "decode" else (cell.get("completed_requests") or 0)
-    return min(1.0, errors / max(done + (errors if cell.get("phase") != "decode" else 0), errors, 1))
+    if cell.requests_attempted:
+        return min(1.0, errors / cell.requests_attempted)
+    done = (cell.requests_sent or 0) if cell.phase == "decode" else (cell.completed_requests or 0)
+    return min(1.0, errors / max(done + (errors if cell.phase != "decode" else 0), errors, 1))
 
 
-def cells_over_error_rate(doc: dict[str, Any], max_error_rate: float) -> list[dict[str, Any]]:
+def cells_over_error_rate(results: Results, max_error_rate: float) -> list[CellResult]:
     """The cells whose error rate is above max_error_rate (0 = any failed request)."""
-    return [c for c in doc.get("cells") or [] if isinstance(c, dict)
-            and (rate := cell_error_rate(c)) > 0 and rate > max_error_rate]
+    return [c for c in results.cells if (rate := cell_error_rate(c)) > 0 and rate > max_error_rate]

@@ -13,33 +13,13 @@ TTFT and TBT sample counts, which `slo.judge_cell` weighs, are counted here too.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
+from llmload.core.cellresult import CellSlo
 from llmload.core.metrics import tbt_samples_s
 from llmload.core.records import RequestRecord
 from llmload.core.slo import _BY_NORMAL
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RequestChecks:
-    """A window's per-request SLO accounting (see the module docstring)."""
-
-    ttft_samples: int
-    """Requests sent inside the window that got a first token (TTFT percentile samples)."""
-    tbt_samples: int
-    """Token gaps inside the window (TBT percentile samples)."""
-    goodput_tok_s: float | None
-    """Tokens inside the window of requests that met the SLO, per second; None without SLO."""
-    slo_requests: int | None
-    """Requests in flight during the window that were judged."""
-    slo_met_requests: int | None
-    """... of which met the SLO."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in self.__dataclass_fields__}
 
 
 def _request_meets(record: RequestRecord, t0: float, t1: float, slo: Mapping[str, float]) -> bool:
@@ -72,14 +52,16 @@ def _request_meets(record: RequestRecord, t0: float, t1: float, slo: Mapping[str
 
 
 def request_goodput(records: Iterable[RequestRecord], t0: float, t1: float,
-                    slo: Mapping[str, float] | None) -> RequestChecks:
-    """Sample counts and (with an SLO) goodput of the decode window [t0, t1]."""
+                    slo: Mapping[str, float] | None) -> CellSlo:
+    """Sample counts and (with an SLO) goodput of the decode window [t0, t1]: ttft_samples
+    (requests sent inside the window that got a first token), tbt_samples (token gaps inside
+    it); with an SLO, goodput_tok_s, slo_requests (requests in flight during the window,
+    judged) and slo_met_requests (of which met the SLO)."""
     records = [r for r in records if r.send_s <= t1 and r.end_s >= t0]
     ttft_samples = sum(1 for r in records if t0 <= r.send_s <= t1 and r.first_token_s is not None)
     tbt_samples = sum(int(tbt_samples_s(r, t0, t1).size) for r in records)
     if not slo:
-        return RequestChecks(ttft_samples=ttft_samples, tbt_samples=tbt_samples,
-                             goodput_tok_s=None, slo_requests=None, slo_met_requests=None)
+        return CellSlo(ttft_samples=ttft_samples, tbt_samples=tbt_samples)
     good_tokens = met = 0
     for record in records:
         if _request_meets(record, t0, t1, slo):
@@ -87,6 +69,5 @@ def request_goodput(records: Iterable[RequestRecord], t0: float, t1: float,
             times = np.asarray(record.chunk_times_s, dtype=np.float64)
             tokens = np.asarray(record.chunk_tokens, dtype=np.int64)
             good_tokens += int(tokens[(times >= t0) & (times <= t1)].sum())
-    return RequestChecks(ttft_samples=ttft_samples, tbt_samples=tbt_samples,
-                         goodput_tok_s=good_tokens / (t1 - t0), slo_requests=len(records),
-                         slo_met_requests=met)
+    return CellSlo(ttft_samples=ttft_samples, tbt_samples=tbt_samples, goodput_tok_s=good_tokens / (t1 - t0),
+                   slo_requests=len(records), slo_met_requests=met)

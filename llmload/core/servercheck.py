@@ -138,8 +138,21 @@ def _median(values: list[float]) -> float | None:
     return float(np.median(values)) if values else None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerTiming:
+    """The server's own per-request timing over the cell (`server_timing`): its medians, how
+    many requests carried it, and llmload's figures checked against them (a cell's group,
+    `llmload.core.cellresult`)."""
+
+    server_ttft_ms: float | None = None
+    server_queue_ms: float | None = None
+    server_mean_itl_ms: float | None = None
+    server_timing_requests: int | None = None
+    server_timing_checks: tuple[ServerCheck, ...] | None = None
+
+
 def server_timing(records: Iterable[RequestRecord], t0: float | None = None,
-                  t1: float | None = None) -> dict[str, Any]:
+                  t1: float | None = None) -> ServerTiming:
     """The server's own per-request timing (vLLM's metrics: TTFT from scheduling, queue
     time, mean time between tokens), medians over the requests in [t0, t1] that carry it,
     with llmload's figures for the same requests checked against them: TTFT against the
@@ -171,6 +184,6 @@ def server_timing(records: Iterable[RequestRecord], t0: float | None = None,
     if ours_itl:
         checks.append(ServerCheck(figure="mean_itl_ms", client=_median(ours_itl), server=_median(theirs_itl),
                                   source="server metrics (mean_itl_ms)"))
-    return {"server_ttft_ms": _median(engine_ttft), "server_queue_ms": _median(queue),
-            "server_mean_itl_ms": _median(theirs_itl), "server_timing_requests": len(engine_ttft) or None,
-            "server_timing_checks": [c.to_dict() for c in checks] or None}
+    return ServerTiming(server_ttft_ms=_median(engine_ttft), server_queue_ms=_median(queue),
+                        server_mean_itl_ms=_median(theirs_itl), server_timing_requests=len(engine_ttft) or None,
+                        server_timing_checks=tuple(checks) or None)

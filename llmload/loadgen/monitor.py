@@ -13,6 +13,7 @@ from collections import Counter
 
 import gevent
 
+from llmload.core.cellresult import ClientLoad
 from llmload.core.cells import client_load
 from llmload.core.clock import now
 
@@ -85,6 +86,6 @@ class LoadMonitor:
         """The hot path's `clientload.IntervalSample`s taken in [t0, t1]."""
         return [s for s in self.reads if t0 <= s.t_s <= t1]
 
-    def window(self, t0: float, t1: float) -> dict:
+    def window(self, t0: float, t1: float) -> ClientLoad:
         """This process's load over [t0, t1] (`cells.client_load`)."""
         return client_load(self.between(t0, t1), self.reads_between(t0, t1))

@@ -5,8 +5,9 @@ not finished yet (growing the worker processes under `--workers auto`), borrows 
 cell's cold warm-up as its context's prefill sample where the plan says so, re-plans the
 cells not yet run once a cell shows the sequence-count limit the server does not report
 (`_learn_limit`), and stops after MAX_DEAD_CELLS cells in a row with only failures.
-`_keep` writes a finished cell's records, then its result. `_slo_search` bisects the
-concurrency per context around the SLO's limit; `_remaining_s` is the ETA.
+`_keep` writes a finished cell's records, then its result (a `CellResult`). `_slo_search`
+bisects the concurrency per context around the SLO's limit (`llmload.core.slosearch`, each
+level a cell run here); `_remaining_s` is the ETA.
 """
 
 from __future__ import annotations
@@ -17,10 +18,13 @@ from typing import Callable
 
 from llmload.core.capacity import PlannedCell, expected_duration_s, plan_matrix
 from llmload.core.cellfacts import CellFacts
+from llmload.core.cellresult import CellResult, CellSlo
 from llmload.core.cells import assemble_cell, not_run_cell
 from llmload.core.records import RequestRecord
+from llmload.core.resultsjson import cell_to_dict
 from llmload.core.scenario import Scenario
 from llmload.core.seqlimit import learn_sequence_limit
+from llmload.core.slosearch import SearchLevel, slo_search
 from llmload.io.probe import ServerInfo
 from llmload.matrix.cellrun import CellRunner, _CellTimeout
 from llmload.matrix.console import _clock, _echo_note, _label, _summary
@@ -72,8 +76,8 @@ def _run_plan(ctx: RunContext, driver: LocustDriver, prompts, plan: list[Planned
     for planned in plan:
         cell = not_run_cell(planned)
         if planned.runs:
-            cell.update(status="not_run", reason="measured during the decode warm-up at N=1"
-                        if planned in deferred.values() else "not run yet")
+            cell = replace(cell, status="not_run", reason="measured during the decode warm-up at N=1"
+                           if planned in deferred.values() else "not run yet")
         if writer.has_cell(cell):
             if _key(planned) not in done:
                 writer.update_cell(cell)
@@ -121,14 +125,12 @@ def _run_plan(ctx: RunContext, driver: LocustDriver, prompts, plan: list[Planned
             pre = _keep(writer, deferred.pop(planned.context_tokens), warm,
                         CellFacts(prefill_source="decode_warmup", exact_prompt_length=facts.exact_prompt_length,
                                   text_prompt=facts.text_prompt))
-            _echo_note(ctx, pre)
-            ctx.echo(f"    {_summary(pre)}")
-            prefill_tok_s = pre.get("prompt_tok_s") or prefill_tok_s
+            _say(ctx, pre)
+            prefill_tok_s = pre.prompt_tok_s or prefill_tok_s
         cell = _keep(writer, planned, records, facts)
-        _echo_note(ctx, cell)
-        if cell.get("total_tok_s") and planned.phase == "decode":
-            per_stream_rate = cell["total_tok_s"] / planned.concurrency
-        ctx.echo(f"    {_summary(cell)}")
+        if cell.total_tok_s and planned.phase == "decode":
+            per_stream_rate = cell.total_tok_s / planned.concurrency
+        _say(ctx, cell)
         if planned.phase == "decode" and ctx.info.max_sequences is None:
             replanned = _learn_limit(ctx, writer, plan, planned, cell, facts)
             if replanned is not None:
@@ -136,12 +138,12 @@ def _run_plan(ctx: RunContext, driver: LocustDriver, prompts, plan: list[Planned
                 at = [_key(c) for c in plan].index(_key(planned))
                 # The cells after this one, as re-planned (the list being walked: its tail only).
                 to_run[i:] = [c for c in plan[at + 1:] if c.runs and _key(c) not in done and not _borrowed(c)]
-        prefill_tok_s = cell.get("prompt_tok_s") or prefill_tok_s
-        all_failed = cell["status"] == "errors" and not cell.get("output_tokens") and not cell.get("prompt_tok_s")
+        prefill_tok_s = cell.prompt_tok_s or prefill_tok_s
+        all_failed = cell.status == "errors" and not cell.output_tokens and not cell.prompt_tok_s
         dead = dead + 1 if all_failed else 0
         if dead >= MAX_DEAD_CELLS:
             raise RunError(f"stopping: {dead} cells in a row had only failed requests "
-                           f"({(cell.get('error_samples') or ['?'])[0]})")
+                           f"({(cell.error_samples or ('?',))[0]})")
 
 
 def _borrowed(c: PlannedCell) -> bool:
@@ -149,20 +151,20 @@ def _borrowed(c: PlannedCell) -> bool:
     return c.phase == "prefill" and c.prefill_source == "decode_warmup"
 
 
-def _learn_limit(ctx: RunContext, writer, plan: list[PlannedCell], planned: PlannedCell, cell: dict,
+def _learn_limit(ctx: RunContext, writer, plan: list[PlannedCell], planned: PlannedCell, cell: CellResult,
                  facts: CellFacts) -> list[PlannedCell] | None:
     """Where the server reports no sequence-count limit, the one this cell's window shows
     (`llmload.core.seqlimit`), if any: the run goes on with it (ctx.info, results.json's server
     and plan) and returns the plan re-planned with it; None when the cell shows none."""
-    learned = learn_sequence_limit(planned=planned, status=cell["status"], preemptions=cell.get("preemptions"),
+    learned = learn_sequence_limit(planned=planned, status=cell.status, preemptions=cell.server_load.preemptions,
                                    running_samples=facts.running_samples, waiting_samples=facts.waiting_samples)
     if learned is None:
         return None
     ctx.info = replace(ctx.info, max_sequences=learned.max_sequences, max_sequences_source=learned.source)
     replanned = plan_for(ctx.scenario, ctx.info)
-    server = {**writer.results["server"], "max_sequences": learned.max_sequences,
+    server = {**writer.results.server, "max_sequences": learned.max_sequences,
               "max_sequences_source": learned.source}
-    writer.update(server=server, plan=[c.to_dict() for c in replanned])
+    writer.update(server=server, plan=tuple(replanned))
     ctx.echo(f"    sequences at once: {learned.max_sequences}, {learned.source}; re-planned:")
     before = {_key(c): c for c in plan}
     for c in replanned:
@@ -170,19 +172,27 @@ def _learn_limit(ctx: RunContext, writer, plan: list[PlannedCell], planned: Plan
         if c.status != was.status:
             ctx.echo(f"      {_label(c):<24} {c.status.replace('_', ' ')} (was {was.status.replace('_', ' ')})")
         if c.runs and not was.runs:  # now held within the pool: its row waits to be run
-            writer.update_cell({**not_run_cell(c), "status": "not_run", "reason": "not run yet"})
+            writer.update_cell(replace(not_run_cell(c), status="not_run", reason="not run yet"))
     return replanned
 
 
 def _keep(writer, planned: PlannedCell, records: list[RequestRecord], facts: CellFacts, *,
-          add: bool = False) -> dict:
+          add: bool = False) -> CellResult:
     """A finished cell: its records on disk first, then its result (`cells.assemble_cell`,
     the function `llmload report --recompute` calls too) into results.json (`add`: a cell
     outside the plan, e.g. one the SLO search ran)."""
     path = write_cell(writer.out_dir, planned, records, facts)
-    cell = replace(assemble_cell(planned, records, facts), records_file=f"{RECORDS_DIR}/{path.name}").to_dict()
+    cell = replace(assemble_cell(planned, records, facts), records_file=f"{RECORDS_DIR}/{path.name}")
     (writer.add_cell if add else writer.update_cell)(cell)
     return cell
+
+
+def _say(ctx: RunContext, cell: CellResult, *, note: bool = True) -> None:
+    """A finished cell on the console: its prompt-length warning (with `note`), then its line."""
+    shown = cell_to_dict(cell)  # renderers take Results once the report pipeline lands
+    if note:
+        _echo_note(ctx, shown)
+    ctx.echo(f"    {_summary(shown)}")
 
 
 MAX_SLO_SEARCH_CELLS = 6
@@ -191,34 +201,29 @@ MAX_SLO_SEARCH_CELLS = 6
 
 def _slo_search(ctx: RunContext, driver: LocustDriver, prompts, writer) -> None:
     """Bisect N per context between the last level meeting the SLO and the first failing
-    one (llmload.core.slo.next_search_level), each probe an extra decode cell in the results."""
-    from llmload.core.slo import capacity, next_search_level
+    one (`llmload.core.slosearch`), each level an extra decode cell in the results."""
     sc, info = ctx.scenario, ctx.info
     runner = CellRunner(ctx, driver, prompts)
     runner.seq = 1000  # cell ids apart from the matrix's
-    for context in sc.contexts:
-        tried: set[int] = set()
-        for _ in range(MAX_SLO_SEARCH_CELLS):
-            cells = [c for c in writer.results["cells"] if c["context_tokens"] == context]
-            caps = capacity(cells, sc.slo)
-            n = next_search_level(caps[0], tried=tried) if caps else None
-            if n is None:
-                break
-            tried.add(n)
-            planned = plan_for(sc, info, contexts=[context], prefill_contexts=[], concurrency=[n])[0]
-            ctx.echo(f"[SLO search] {_label(planned)} (between {caps[0].max_users} and "
-                     f"{caps[0].first_failing})")
-            if planned.runs:
-                try:
-                    records, facts = runner.run(planned)
-                except (_CellTimeout, WorkerLost) as exc:
-                    _keep(writer, planned, [], CellFacts(failure=str(exc), slo_search=True), add=True)
-                    raise RunError(f"SLO search stopped: {exc}") from None
-                cell = _keep(writer, planned, records, replace(facts, slo_search=True), add=True)
-            else:
-                cell = {**not_run_cell(planned), "slo_search": True}
-                writer.add_cell(cell)
-            ctx.echo(f"    {_summary(cell)}")
+
+    def measure(level: SearchLevel) -> CellResult:
+        planned = plan_for(sc, info, contexts=[level.context_tokens], prefill_contexts=[],
+                           concurrency=[level.concurrency])[0]
+        ctx.echo(f"[SLO search] {_label(planned)} (between {level.passing} and {level.failing})")
+        if planned.runs:
+            try:
+                records, facts = runner.run(planned)
+            except (_CellTimeout, WorkerLost) as exc:
+                _keep(writer, planned, [], CellFacts(failure=str(exc), slo_search=True), add=True)
+                raise RunError(f"SLO search stopped: {exc}") from None
+            cell = _keep(writer, planned, records, replace(facts, slo_search=True), add=True)
+        else:
+            cell = replace(not_run_cell(planned), slo=CellSlo(slo_search=True))
+            writer.add_cell(cell)
+        _say(ctx, cell, note=False)
+        return cell
+
+    slo_search(sc.contexts, writer.results.cells, sc.slo, measure, max_cells=MAX_SLO_SEARCH_CELLS)
 
 
 def _standalone(cell: PlannedCell) -> PlannedCell:

@@ -14,8 +14,9 @@ import time
 from dataclasses import replace
 from typing import Callable
 
-from llmload import __version__
 from llmload.core.capacity import PlannedCell
+from llmload.core.resultsjson import results_to_dict
+from llmload.core.runresults import DEFINITIONS, Results, new_results, utc_now_iso
 from llmload.core.scenario import Scenario
 from llmload.core.seqlimit import is_learned
 from llmload.io.hardware import host_facts
@@ -51,7 +52,7 @@ def _run_matrix(scenario: Scenario, *, api_key: str | None, run_dir, master_bind
         # A changed configuration is refused before anything starts.
         from llmload.output.resultswriter import ResultsWriter
         config = ResultsWriter.cleaned({"config": scenario.to_dict()})["config"]
-        diffs = [f"config.{d}" for d in differences(run_dir.previous.get("config") or {}, config)]
+        diffs = [f"config.{d}" for d in differences(dict(run_dir.previous.config), config)]
         if diffs:
             raise RunDirError(f"--resume {run_dir.path}: the configuration differs from the run's: "
                               f"{'; '.join(diffs[:3])}" + (f" (and {len(diffs) - 3} more)" if len(diffs) > 3 else ""))
@@ -80,7 +81,7 @@ def _run_matrix(scenario: Scenario, *, api_key: str | None, run_dir, master_bind
             previous = run_dir.previous
             done: dict = {}
             if previous is not None:
-                written = ResultsWriter.cleaned(meta)
+                written = ResultsWriter.cleaned(results_to_dict(meta))
                 diffs = resume_differences(previous, config=written["config"], server=written["server"],
                                            plan=written["plan"])
                 if diffs:
@@ -93,18 +94,18 @@ def _run_matrix(scenario: Scenario, *, api_key: str | None, run_dir, master_bind
             _echo_plan(plan, scenario, echo)
             out = str(run_dir.path)
             writer = ResultsWriter(out)
-            meta["energy"] = _open_power(ctx, echo)
+            meta = replace(meta, energy=_open_power(ctx, echo))
             if previous is not None:
                 writer.resume(previous, meta)
             else:
-                writer.start(meta)
+                writer.start(replace(meta, started_at=utc_now_iso()))
             _drive(ctx, prompts, plan, writer, done, master_bind=master_bind, expect_workers=expect_workers)
         finally:
             if owned is not None:
                 owned.release()
             if ctx.power is not None:
                 ctx.power.close()
-        _echo_matrix(writer.results, echo)
+        _echo_matrix(results_to_dict(writer.results), echo)  # renderers take Results once the report pipeline lands
         if writer.render_error:
             echo(f"Report not rendered ({writer.render_error}); results: {os.path.join(out, 'results.json')}")
         else:
@@ -113,10 +114,10 @@ def _run_matrix(scenario: Scenario, *, api_key: str | None, run_dir, master_bind
         return out
 
 
-def _learned_before(info: ServerInfo, previous: dict | None) -> ServerInfo:
+def _learned_before(info: ServerInfo, previous: Results | None) -> ServerInfo:
     """A resumed run keeps the sequence-count limit its earlier part learned (`loop._learn_limit`)
     while the server still reports none: its plan and server facts are the stored ones."""
-    server = (previous or {}).get("server") or {}
+    server = previous.server if previous is not None else {}
     if info.max_sequences is None and server.get("max_sequences") and is_learned(server.get("max_sequences_source")):
         return replace(info, max_sequences=int(server["max_sequences"]),
                        max_sequences_source=server["max_sequences_source"])
@@ -228,7 +229,8 @@ def _open_power(ctx: RunContext, echo: Callable[[str], None]) -> dict:
             "source": counters}
 
 
-def _meta(ctx: RunContext, plan: list[PlannedCell], prompts) -> dict:
+def _meta(ctx: RunContext, plan: list[PlannedCell], prompts) -> Results:
+    """The run's results before its first cell: its facts and plan (started when it starts)."""
     info, sc = ctx.info, ctx.scenario
     server = info.to_dict()
     server["token_ids_prompts"] = bool(prompts.pool_ids)
@@ -246,17 +248,9 @@ def _meta(ctx: RunContext, plan: list[PlannedCell], prompts) -> dict:
         # This machine's GPUs are not the server's: keep them out of the title and Hardware.
         hardware = {k: v for k, v in hardware.items() if k not in ("name", "gpu", "gpus", "vram_gb", "type")}
         hardware["measured_on"] = "load generator host; the server runs elsewhere"
-    return {
-        "llmload_version": __version__,
-        "provenance": "simulated" if info.simulated else "measured",
-        "sim_profile": info.sim_profile,
-        "config": sc.to_dict(),
-        "server": server,
-        "hardware": hardware,
-        "launch_command": sc.launch_command,
-        "plan": [c.to_dict() for c in plan],
-        "definitions": {"tbt": "genai-perf convention: a chunk of k tokens after a gap g gives k samples of g/k"},
-    }
+    return new_results(provenance="simulated" if info.simulated else "measured", started_at=None,
+                       sim_profile=info.sim_profile, config=sc.to_dict(), server=server, hardware=hardware,
+                       launch_command=sc.launch_command, plan=plan, definitions=DEFINITIONS)
 
 
 def _facts_line(facts: dict) -> str:

@@ -125,12 +125,14 @@ def compare_dirs(paths: list[str], *, as_json: bool = False, html_path: str | No
     from pathlib import Path
 
     from llmload.core.redact import scrub_obj
+    from llmload.core.resultsjson import results_to_dict
     from llmload.output.results import ResultsError, load_results
     from llmload.output.resultswriter import atomic_write_text
 
     try:
         # Scrubbed like every page llmload writes (a file from an older llmload may hold a key).
-        docs = [scrub_obj(load_results(p)) for p in paths]
+        # renderers take Results once the report pipeline lands
+        docs = [scrub_obj(results_to_dict(load_results(p))) for p in paths]
     except ResultsError as exc:
         raise CompareError(str(exc)) from None
     comparison = compare(docs, paths)

@@ -3,7 +3,7 @@ from its stored records, and its per-request table for other tools.
 
 `recompute(dir)` reads every records/ file (`llmload.output.recordstore`), derives its cell with
 `llmload.core.cells.assemble_cell` (the function the run used, so through `llmload.core.metrics`),
-and returns the results document with those cells in place of the written ones. A cell
+and returns the run's `Results` with those cells in place of the written ones. A cell
 without a records file (planned but not run, over capacity, or a schema-1 directory) is
 kept as written: it has no figures to derive. A cell whose results.json entry names a
 records file that is not there (`missing_records`) is a partial answer: both refuse it,
@@ -24,27 +24,23 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from llmload.core.cells import assemble_cell
+from llmload.core.runresults import Results
 from llmload.output.recordstore import RECORDS_DIR, RecordsError, cell_files, export_table, read_cell
-from llmload.output.results import load_results, new_cell
-from llmload.output.resultswriter import ResultsWriter
+from llmload.output.results import load_results
 
 EXPORT_FORMATS = ("csv", "parquet", "jsonl")
 LIST_COLUMNS = ("chunk_times_s", "chunk_tokens")
 
 
-def _key(cell: dict[str, Any]) -> tuple:
-    return (cell.get("phase"), cell.get("context_tokens"), cell.get("concurrency"))
-
-
-def missing_records(results_dir: str | os.PathLike[str], doc: dict[str, Any]) -> list[str]:
+def missing_records(results_dir: str | os.PathLike[str], results: Results) -> list[str]:
     """The records files results.json names that are not in the directory."""
-    return [c["records_file"] for c in doc.get("cells") or []
-            if isinstance(c.get("records_file"), str) and not (Path(results_dir) / c["records_file"]).is_file()]
+    return [c.records_file for c in results.cells
+            if c.records_file is not None and not (Path(results_dir) / c.records_file).is_file()]
 
 
-def _check_missing(results_dir: str | os.PathLike[str], doc: dict[str, Any], allow_missing: bool,
+def _check_missing(results_dir: str | os.PathLike[str], results: Results, allow_missing: bool,
                    what: str) -> list[str]:
-    missing = missing_records(results_dir, doc)
+    missing = missing_records(results_dir, results)
     if missing and not allow_missing:
         shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
         raise RecordsError(f"{results_dir}: {len(missing)} cell(s) of results.json have no records file "
@@ -53,33 +49,32 @@ def _check_missing(results_dir: str | os.PathLike[str], doc: dict[str, Any], all
 
 
 def recompute(results_dir: str | os.PathLike[str], *, allow_missing: bool = False
-              ) -> tuple[dict[str, Any], int, list[str]]:
-    """The results document with every cell that has records derived again; how many cells
+              ) -> tuple[Results, int, list[str]]:
+    """The run's results with every cell that has records derived again; how many cells
     were; and the records files results.json names that are missing (their cells kept as
     written). Raises RecordsError when the directory keeps no records, or some are missing
-    and not allow_missing."""
-    doc = load_results(results_dir)
+    and not allow_missing; ResultsError for an unreadable results.json."""
+    results = load_results(results_dir)
     files = cell_files(results_dir)
     if not files:
         raise RecordsError(f"{results_dir}: no {RECORDS_DIR}/ files to recompute from (a results directory "
-                           f"written before llmload kept its records, schema {doc.get('schema_version')})")
-    if doc.get("provenance") == "predicted":  # records are requests sent: never mixed into a prediction
+                           f"written before llmload kept its records, schema {results.schema_version})")
+    if results.provenance == "predicted":  # records are requests sent: never mixed into a prediction
         raise RecordsError(f"{results_dir}: results.json is a prediction (llmload predict) but {RECORDS_DIR}/ "
                            "holds requests of a run: two runs in one directory, not recomputed")
-    missing = _check_missing(results_dir, doc, allow_missing, "they would be kept as stored, not recomputed")
-    cells = list(doc.get("cells") or [])
-    index = {_key(c): i for i, c in enumerate(cells)}
+    missing = _check_missing(results_dir, results, allow_missing, "they would be kept as stored, not recomputed")
+    cells = list(results.cells)
+    index = {(c.phase, c.context_tokens, c.concurrency): i for i, c in enumerate(cells)}
     for path in files:
         planned, records, facts = read_cell(path)
-        cell = replace(assemble_cell(planned, records, facts), records_file=f"{RECORDS_DIR}/{path.name}").to_dict()
-        key = _key(cell)
+        cell = replace(assemble_cell(planned, records, facts), records_file=f"{RECORDS_DIR}/{path.name}")
+        key = (cell.phase, cell.context_tokens, cell.concurrency)
         if key in index:  # replaced whole: nothing of the written cell is kept
-            cells[index[key]] = new_cell(**cell)
+            cells[index[key]] = cell
         else:
             index[key] = len(cells)
-            cells.append(new_cell(**cell))
-    doc = {**doc, "cells": cells}
-    return ResultsWriter.cleaned(doc), len(files), missing
+            cells.append(cell)
+    return replace(results, cells=tuple(cells)), len(files), missing
 
 
 def export_records(results_dir: str | os.PathLike[str], fmt: str, out: BinaryIO, *,

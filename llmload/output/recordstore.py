@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 
 from llmload.core.capacity import PlannedCell
 from llmload.core.cellfacts import CellFacts
-from llmload.core.cells import planned_from_dict
+from llmload.core.resultsjson import planned_from_dict, planned_to_dict
 from llmload.core.records import RequestRecord
 from llmload.core.redact import scrub
 from llmload.output.resultswriter import atomic_file
@@ -121,7 +121,7 @@ def write_cell(out_dir: str | os.PathLike[str], planned: PlannedCell, records: l
     table = records_table(records)
     table = table.replace_schema_metadata({
         "llmload.records_version": str(RECORDS_VERSION),
-        "llmload.planned": json.dumps(planned.to_dict()),
+        "llmload.planned": json.dumps(planned_to_dict(planned)),
         "llmload.facts": scrub(facts.to_json()),
     })
     with atomic_file(path) as tmp:

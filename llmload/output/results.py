@@ -1,6 +1,10 @@
 """results.json: its schema (below), a new cell dict, and the reader (`load_results`).
 
-Writing the results directory (results.json, measurements.csv, report.md, report.html) is
+`load_results` reads a results directory's results.json into the typed, frozen `Results`
+(`llmload.core.runresults`), every value checked against its field's type by
+`llmload.core.resultsjson` (the one place results become JSON and back; a wrong type or a
+missing field is a `ResultsError` of one line naming the file and the field). Writing the
+results directory (results.json, measurements.csv, report.md, report.html) is
 `llmload.output.resultswriter`'s; rendering is `llmload.output.report`'s.
 
 results.json, schema version 2
@@ -10,7 +14,9 @@ per cell, `llmload.output.recordstore`) and the cell keys records_file, and writ
 listed below (version 1 wrote some only where they applied: median_waiting, preemptions,
 token_source, ...); the waiting-gauge median and the client lag percentiles follow
 `metrics.quantile` (linear interpolation). Version-1 files still render; they cannot be
-recomputed (no records).
+recomputed (no records). A key a file lacks (version 1 wrote some only where they applied;
+others came within version 2) reads as null; a key this llmload does not know is kept and
+written back (`llmload.core.resultsjson`).
 
 Top level:
 - schema_version: 2 (int). A reader refuses a newer version and reads version 1.
@@ -40,11 +46,12 @@ Top level:
 - hardware: free-form, possibly partial: name (for the title, e.g. "RTX 3090 24GB"), type,
   gpu, vram_gb, cpu, cpu_cores, ram_gb, os, and anything else (shown as "Key: value").
 - launch_command: the server's launch command (str) or null.
-- plan: list of planned cells (`capacity.PlannedCell.to_dict()`): phase, context_tokens,
+- plan: list of planned cells (`capacity.PlannedCell`, `resultsjson.planned_to_dict`): phase, context_tokens,
   concurrency, status ("run" | "over_capacity" | "exceeds_context"), reason,
   prompt_tokens, max_tokens, prefill_source.
 - cells: list of cell dicts, one per measured or skipped cell, keys CELL_KEYS in that order
-  (`llmload.core.cellresult.CellResult.to_dict()`; extra keys are kept):
+  (`llmload.core.cellresult.CellResult`, written by `llmload.core.resultsjson.cell_to_dict`;
+  extra keys are kept):
   - identity: phase ("prefill" | "decode"), context_tokens, concurrency (1 for prefill).
   - status: one of CELL_STATUSES.
   - figures (null where the cell did not run or the figure is undefined): prompt_tok_s,
@@ -100,56 +107,48 @@ from __future__ import annotations
 
 import json
 import os
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from llmload import __version__
 from llmload.core.cellresult import CELL_KEYS
+from llmload.core.resultsjson import ResultsError, results_from_dict
+from llmload.core.runresults import PROVENANCES, SCHEMA_VERSION, Results, utc_now_iso
 
-SCHEMA_VERSION = 2
+__all__ = ["CELL_STATUSES", "CSV_FILE", "HTML_FILE", "PROVENANCES", "REPORT_FILE", "RESULTS_FILE",
+           "SCHEMA_VERSION", "ResultsError", "load_results", "new_cell", "utc_now_iso"]
+
 RESULTS_FILE = "results.json"
 CSV_FILE = "measurements.csv"
 REPORT_FILE = "report.md"
 HTML_FILE = "report.html"
 
-PROVENANCES = ("measured", "simulated", "predicted")
 CELL_STATUSES = (
     "valid", "over_capacity", "exceeds_context", "errors", "saturated", "client_bound",
     "stalled", "not_run", "running",
 )
-CELL_IDENTITY = ("phase", "context_tokens", "concurrency")
-
-
-class ResultsError(ValueError):
-    """A results file that cannot be read: missing, not JSON, not ours, or too new."""
-
-
-def utc_now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def new_cell(*, phase: str, context_tokens: int, concurrency: int, status: str, **values: Any
              ) -> dict[str, Any]:
-    """A cell dict with every CELL_KEYS key (None where not given; error_samples [])."""
+    """A cell dict with every CELL_KEYS key (None where not given; error_samples []), as a
+    page takes it."""
     if phase not in ("prefill", "decode"):
         raise ValueError(f"cell phase {phase!r} must be 'prefill' or 'decode'")
     if status not in CELL_STATUSES:
         raise ValueError(f"cell status {status!r} is not one of {', '.join(CELL_STATUSES)}")
-    cell: dict[str, Any] = dict.fromkeys(CELL_KEYS)
-    cell.update(values)
+    cell: dict[str, Any] = {**dict.fromkeys(CELL_KEYS), "error_samples": []}
+    cell.update((k, v) for k, v in values.items() if not (k == "error_samples" and v is None))
     cell.update(phase=phase, context_tokens=int(context_tokens), concurrency=int(concurrency),
                 status=status)
-    if cell["error_samples"] is None:
-        cell["error_samples"] = []
     return cell
 
 
 # --------------------------------------------------------------------------- reader
 
 
-def load_results(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """A results document from a results directory or a results.json file."""
+def load_results(path: str | os.PathLike[str]) -> Results:
+    """The run of a results directory or a results.json file, checked (`resultsjson`).
+    Raises ResultsError, one line naming the file (and the field)."""
     path = Path(path)
     if path.is_dir():
         path = path / RESULTS_FILE
@@ -163,21 +162,4 @@ def load_results(path: str | os.PathLike[str]) -> dict[str, Any]:
         doc = json.loads(text)
     except json.JSONDecodeError as e:
         raise ResultsError(f"{path}: not valid JSON (line {e.lineno}: {e.msg})") from None
-    if not isinstance(doc, dict) or "schema_version" not in doc:
-        raise ResultsError(f"{path}: not an llmload results file (no schema_version)")
-    version = doc["schema_version"]
-    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise ResultsError(f"{path}: unsupported schema_version {version!r}")
-    if version > SCHEMA_VERSION:
-        raise ResultsError(
-            f"{path}: written by a newer llmload (schema {version}; this llmload "
-            f"{__version__} reads up to {SCHEMA_VERSION}): upgrade llmload"
-        )
-    for key in ("cells", "plan"):
-        items = doc.get(key, [])
-        if not isinstance(items, list):
-            raise ResultsError(f"{path}: '{key}' must be a list")
-        bad = next((i for i, item in enumerate(items) if not isinstance(item, dict)), None)
-        if bad is not None:
-            raise ResultsError(f"{path}: '{key}' item {bad} is {type(items[bad]).__name__}, not an object")
-    return doc
+    return results_from_dict(doc, source=str(path))

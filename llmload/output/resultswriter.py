@@ -1,8 +1,10 @@
 """Writing the results directory: results.json (the record), measurements.csv, report.md and
 report.html (`llmload.output.results` documents results.json and reads it).
 
-Files only; rendering is `llmload.output.report`'s. Every `ResultsWriter` call rewrites all three
-files, results.json first and atomically (temp file + os.replace), so a finished cell is on
+Files only; rendering is `llmload.output.report`'s. `ResultsWriter` keeps a run's `Results`
+(`llmload.core.runresults`, made by `new_results`) and its `CellResult`s; results.json is
+`llmload.core.resultsjson.results_to_dict` of it, cleaned for JSON here. Every call rewrites
+all three files, results.json first and atomically (temp file + os.replace), so a finished cell is on
 disk before the next one starts and a crash or Ctrl-C never loses a measured cell or leaves
 a half-written file. A failure to render the page or the CSV is logged and does not stop
 the run: results.json alone can render them again (`llmload.output.report`).
@@ -17,6 +19,7 @@ Files are written 0644 (umask permitting): a results directory is made to be sha
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -27,25 +30,17 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from llmload import __version__
+from llmload.core.cellresult import CellResult
 from llmload.core.redact import scrub_obj
-from llmload.output.results import (
-    CELL_IDENTITY,
-    CSV_FILE,
-    HTML_FILE,
-    PROVENANCES,
-    REPORT_FILE,
-    RESULTS_FILE,
-    SCHEMA_VERSION,
-    new_cell,
-    utc_now_iso,
-)
+from llmload.core.resultsjson import results_from_dict, results_to_dict
+from llmload.core.runresults import SCHEMA_VERSION, Results, utc_now_iso
+from llmload.output.results import CSV_FILE, HTML_FILE, REPORT_FILE, RESULTS_FILE
 
 logger = logging.getLogger(__name__)
 
 
-def _cell_key(cell: dict[str, Any]) -> tuple[Any, ...]:
-    return tuple(cell.get(k) for k in CELL_IDENTITY)
+def _identity(cell: CellResult) -> tuple[str, int, int]:
+    return (cell.phase, cell.context_tokens, cell.concurrency)
 
 
 # --------------------------------------------------------------------------- cleaning
@@ -74,9 +69,13 @@ def _json_fallback(obj: Any) -> str:
     return str(obj)
 
 
-def _document_text(doc: dict[str, Any]) -> str:
-    clean = scrub_obj(_clean(doc))
-    return json.dumps(clean, indent=2, ensure_ascii=False, allow_nan=False,
+def _json_values(doc: dict[str, Any]) -> dict[str, Any]:
+    """A document's values as results.json holds them: cleaned for JSON, secrets masked."""
+    return scrub_obj(_clean(doc))
+
+
+def _document_text(results: Results) -> str:
+    return json.dumps(_json_values(results_to_dict(results)), indent=2, ensure_ascii=False, allow_nan=False,
                       default=_json_fallback) + "\n"
 
 
@@ -122,128 +121,100 @@ written on every call; `finish` always draws the page."""
 
 
 class ResultsWriter:
-    """Keeps one run's results document and rewrites the results directory on every call
-    (report.html at most every HTML_EVERY_S, and at the end)."""
+    """Keeps one run's results and rewrites the results directory on every call (report.html
+    at most every HTML_EVERY_S, and at the end)."""
 
     def __init__(self, out_dir: str | os.PathLike[str]) -> None:
         self.out_dir = Path(out_dir)
-        self._doc: dict[str, Any] | None = None
+        self._results: Results | None = None
         self.render_error: str | None = None
         """Why the page/CSV could not be rendered last time (None: they were)."""
         self._html_at: float | None = None
         """When report.html was last drawn (time.monotonic)."""
 
     @property
-    def results(self) -> dict[str, Any]:
-        """The document as last written (cleaned of secrets)."""
-        return json.loads(_document_text(self._require()))
+    def results(self) -> Results:
+        """The results as last written (cleaned of secrets)."""
+        return results_from_dict(json.loads(_document_text(self._require())), source=str(self.out_dir / RESULTS_FILE))
 
-    def _require(self) -> dict[str, Any]:
-        if self._doc is None:
+    def _require(self) -> Results:
+        if self._results is None:
             raise RuntimeError("ResultsWriter.start() was not called")
-        return self._doc
+        return self._results
 
-    def start(self, meta: dict[str, Any]) -> None:
-        """Begin the document with the run's top-level keys (see `llmload.output.results`)."""
-        doc: dict[str, Any] = {
-            "schema_version": SCHEMA_VERSION,
-            "llmload_version": __version__,
-            "started_at": utc_now_iso(),
-            "finished_at": None,
-            "status": None,
-            "provenance": None,
-            "sim_profile": None,
-            "config": {},
-            "server": {},
-            "hardware": {},
-            "launch_command": None,
-            "plan": [],
-            "cells": [],
-        }
-        doc.update(meta)
-        doc["schema_version"] = SCHEMA_VERSION
-        if doc["provenance"] not in PROVENANCES:
-            raise ValueError(f"provenance {doc['provenance']!r} must be one of {PROVENANCES}")
-        if doc["provenance"] in ("simulated", "predicted") and not doc["sim_profile"]:
-            raise ValueError("a simulated run needs its sim_profile")
-        doc["cells"] = [new_cell(**c) for c in doc["cells"]]
-        self._doc = doc
+    def start(self, results: Results) -> None:
+        """Begin the run's results (`llmload.core.runresults.new_results`) and write them."""
+        self._results = results
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self._write()
 
     @staticmethod
     def cleaned(doc: dict[str, Any]) -> dict[str, Any]:
-        """A document as it would be written: JSON values, secrets masked."""
-        return json.loads(_document_text(doc))
+        """JSON values as they would be written: cleaned, secrets masked."""
+        return json.loads(json.dumps(_json_values(doc), allow_nan=False, default=_json_fallback))
 
-    def resume(self, previous: dict[str, Any], meta: dict[str, Any]) -> None:
-        """Continue a previous run's document: its cells, started_at and config are kept,
-        the run's facts (server, hardware...) come from `meta`, and the time is added to
-        resumed_at."""
-        doc = dict(previous)
-        doc.update({k: v for k, v in meta.items() if k not in ("config", "plan")})
-        doc["schema_version"] = SCHEMA_VERSION
-        doc["resumed_at"] = [*(previous.get("resumed_at") or []), utc_now_iso()]
-        doc["finished_at"] = None
-        doc["status"] = None
-        doc["cells"] = [new_cell(**c) for c in previous.get("cells") or []]
-        self._doc = doc
+    def resume(self, previous: Results, results: Results) -> None:
+        """Continue a previous run: its cells, started_at, config and plan are kept, the run's
+        facts (server, hardware...) come from `results`, and the time is added to resumed_at."""
+        self._results = dataclasses.replace(
+            previous, schema_version=SCHEMA_VERSION, llmload_version=results.llmload_version,
+            provenance=results.provenance, sim_profile=results.sim_profile, server=results.server,
+            hardware=results.hardware, launch_command=results.launch_command,
+            definitions=results.definitions, energy=results.energy,
+            resumed_at=(*(previous.resumed_at or ()), utc_now_iso()), finished_at=None, status=None)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self._write()
 
-    def has_cell(self, cell: dict[str, Any]) -> bool:
-        return any(_cell_key(c) == _cell_key(cell) for c in self._require()["cells"])
+    def has_cell(self, cell: CellResult) -> bool:
+        return any(_identity(c) == _identity(cell) for c in self._require().cells)
 
-    def add_cell(self, cell: dict[str, Any]) -> None:
-        """Add a cell (missing keys become None) and write everything. report.html (whose
-        charts take a moment to draw) is redrawn only for a cell with figures: a run lists
-        every planned cell first, and the page of a cell without figures can wait for the
-        next measured cell or `finish`."""
-        doc = self._require()
-        new = new_cell(**cell)
-        if any(_cell_key(c) == _cell_key(new) for c in doc["cells"]):
-            raise ValueError(f"cell {_cell_key(new)} is already in the results; update it")
-        doc["cells"].append(new)
-        self._write(html=any(new.get(k) is not None for k in _DRAWN_FIGURES))
+    def add_cell(self, cell: CellResult) -> None:
+        """Add a cell and write everything. report.html (whose charts take a moment to draw)
+        is redrawn only for a cell with figures: a run lists every planned cell first, and the
+        page of a cell without figures can wait for the next measured cell or `finish`."""
+        results = self._require()
+        if self.has_cell(cell):
+            raise ValueError(f"cell {_identity(cell)} is already in the results; update it")
+        self._results = dataclasses.replace(results, cells=(*results.cells, cell))
+        self._write(html=_drawn(cell))
 
-    def update_cell(self, cell: dict[str, Any]) -> None:
-        """Merge values into the cell with the same phase/context/concurrency and write."""
-        doc = self._require()
-        key = _cell_key(cell)
-        for i, existing in enumerate(doc["cells"]):
-            if _cell_key(existing) == key:
-                doc["cells"][i] = new_cell(**{**existing, **cell})
+    def update_cell(self, cell: CellResult) -> None:
+        """Replace the cell with the same phase/context/concurrency and write."""
+        results = self._require()
+        cells = list(results.cells)
+        for i, existing in enumerate(cells):
+            if _identity(existing) == _identity(cell):
+                cells[i] = cell
+                self._results = dataclasses.replace(results, cells=tuple(cells))
                 self._write()
                 return
-        raise ValueError(f"cell {key} is not in the results; add it first")
+        raise ValueError(f"cell {_identity(cell)} is not in the results; add it first")
 
     def update(self, **top_level: Any) -> None:
-        """Set top-level keys (e.g. server or hardware found out during the run) and write."""
-        doc = self._require()
+        """Set fields of the results (e.g. server or plan found out during the run) and write."""
         if "cells" in top_level or "schema_version" in top_level:
             raise ValueError("cells and schema_version are not set through update()")
-        doc.update(top_level)
+        self._results = dataclasses.replace(self._require(), **top_level)
         self._write()
 
     def finish(self, *, finished_at: str | None = None, **top_level: Any) -> None:
         """Mark the run finished (now, unless given) and write the final files."""
-        doc = self._require()
-        doc.update(top_level)
-        doc["finished_at"] = finished_at or utc_now_iso()
+        self._results = dataclasses.replace(self._require(), **top_level,
+                                            finished_at=finished_at or utc_now_iso())
         self._write(final=True)
 
     def _write(self, *, html: bool = True, final: bool = False) -> None:
-        text = _document_text(self._require())
-        atomic_write_text(self.out_dir / RESULTS_FILE, text)
+        results = self._require()
+        atomic_write_text(self.out_dir / RESULTS_FILE, _document_text(results))
         if html and not final and self._html_at is not None and time.monotonic() - self._html_at < HTML_EVERY_S:
             html = False
-        self._write_renderings(json.loads(text), html=html)
+        self._write_renderings(results, html=html)
         if html:
             self._html_at = time.monotonic()
 
-    def _write_renderings(self, clean: dict[str, Any], *, html: bool) -> None:
+    def _write_renderings(self, results: Results, *, html: bool) -> None:
         try:
-            write_renderings(clean, self.out_dir, html=html)
+            write_renderings(results, self.out_dir, html=html)
             self.render_error = None
         except Exception as exc:
             self.render_error = f"{type(exc).__name__}: {exc}"
@@ -252,28 +223,29 @@ class ResultsWriter:
             logger.debug("rendering failed", exc_info=True)
 
 
-def write_document(doc: dict[str, Any], out_dir: str | os.PathLike[str]) -> Path:
+def write_document(results: Results, out_dir: str | os.PathLike[str]) -> Path:
     """Rewrite a results directory's results.json (atomically, secrets masked) and its
-    renderings from `doc` (`llmload report --recompute`); returns the path of report.md."""
+    renderings from `results` (`llmload report --recompute`); returns the path of report.md."""
     out = Path(out_dir)
-    text = _document_text(doc)
-    atomic_write_text(out / RESULTS_FILE, text)
-    return write_renderings(json.loads(text), out)
+    atomic_write_text(out / RESULTS_FILE, _document_text(results))
+    return write_renderings(results, out)
 
 
-#: A cell with any of these is drawn on report.html (see ResultsWriter.add_cell).
-_DRAWN_FIGURES = ("total_tok_s", "prompt_tok_s", "ttft_ms", "tbt_ms")
+def _drawn(cell: CellResult) -> bool:
+    """A cell drawn on report.html: one with a rate or a latency (see ResultsWriter.add_cell)."""
+    return any(v is not None for v in (cell.total_tok_s, cell.prompt_tok_s, cell.ttft_ms, cell.tbt_ms))
 
 
-def write_renderings(doc: dict[str, Any], out_dir: str | os.PathLike[str], *,
-                     html: bool = True) -> Path:
-    """Write measurements.csv, report.md and (unless html is False) report.html of a
-    results document into out_dir (each atomically); returns the path of report.md."""
+def write_renderings(results: Results, out_dir: str | os.PathLike[str], *, html: bool = True) -> Path:
+    """Write measurements.csv, report.md and (unless html is False) report.html of a run's
+    results into out_dir (each atomically); returns the path of report.md. Rendered from the
+    results as results.json holds them, secrets masked (also those of a file written by an
+    older llmload, or edited by hand)."""
     # Imported here: pandas is slow to import and results.json must not depend on it.
     from llmload.output import report
 
     out = Path(out_dir)
-    doc = scrub_obj(doc)  # also a file written by an older llmload, or edited by hand
+    doc = _json_values(results_to_dict(results))  # renderers take Results once the report pipeline lands
     atomic_write_text(out / CSV_FILE, report.measurements_frame(doc).to_csv(index=False))
     atomic_write_text(out / REPORT_FILE, report.render_markdown(doc))
     if html:

@@ -22,10 +22,13 @@ import errno
 import fcntl
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from llmload.core.cellresult import CellResult
+from llmload.core.resultsjson import planned_to_dict
+from llmload.core.runresults import Results
 from llmload.output.recordstore import RECORDS_DIR
 from llmload.output.results import CSV_FILE, HTML_FILE, REPORT_FILE, RESULTS_FILE, ResultsError, load_results
 
@@ -45,8 +48,8 @@ class RunDirError(Exception):
 @dataclass
 class RunDir:
     path: Path
-    previous: dict[str, Any] | None
-    """The results document of the run being resumed, or None for a new run."""
+    previous: Results | None
+    """The results of the run being resumed, or None for a new run."""
     _fd: int | None = None
     created: bool = False
     """The claim made the directory: released with nothing written in it, it is removed (a
@@ -142,7 +145,7 @@ def _lock(folder: Path, label: str) -> int:
     raise RunDirError(f"{label}: could not lock the results directory")
 
 
-def _previous_run(folder: Path, *, force: bool, resume: bool, resumable: bool) -> dict[str, Any] | None:
+def _previous_run(folder: Path, *, force: bool, resume: bool, resumable: bool) -> Results | None:
     has_run = (folder / RESULTS_FILE).exists()
     if resume:
         if not has_run:
@@ -153,8 +156,8 @@ def _previous_run(folder: Path, *, force: bool, resume: bool, resumable: bool) -
             raise RunDirError(f"--resume: {e}") from None
     if has_run and not force:
         try:
-            doc = held_run(folder)
-            what = f"a run ({doc['status']}, started {doc.get('started_at') or '?'})"
+            held = held_run(folder)
+            what = f"a run ({held.status}, started {held.started_at or '?'})"
         except ResultsError:
             what = f"a {RESULTS_FILE} that cannot be read"
         resume_hint = f"--resume {folder} continues it, " if resumable else ""
@@ -163,14 +166,12 @@ def _previous_run(folder: Path, *, force: bool, resume: bool, resumable: bool) -
     return None
 
 
-def held_run(folder: str | os.PathLike[str]) -> dict[str, Any]:
+def held_run(folder: str | os.PathLike[str]) -> Results:
     """The run a directory holds, read with its lock held (`claim`, `lock`): no run is writing
     it, so a run whose status was never set (killed: SIGKILL, a power cut) reads as
     "interrupted", like one that was stopped. Raises ResultsError."""
-    doc = load_results(folder)
-    if doc.get("status") is None:
-        doc["status"] = "interrupted"
-    return doc
+    results = load_results(folder)
+    return results if results.status is not None else replace(results, status="interrupted")
 
 
 def differences(old: Any, new: Any, *, where: str = "") -> list[str]:
@@ -185,22 +186,22 @@ def differences(old: Any, new: Any, *, where: str = "") -> list[str]:
     return []
 
 
-def resume_differences(previous: dict[str, Any], *, config: dict[str, Any], server: dict[str, Any],
+def resume_differences(previous: Results, *, config: dict[str, Any], server: dict[str, Any],
                        plan: list[dict[str, Any]]) -> list[str]:
-    """Why a run cannot be resumed with this configuration and server ([] = it can)."""
-    diffs = [f"config.{d}" for d in differences(previous.get("config") or {}, config)]
-    old_server = {k: v for k, v in (previous.get("server") or {}).items() if k not in _SERVER_IGNORED}
+    """Why a run cannot be resumed with this configuration and server (as written: JSON
+    values) ([] = it can)."""
+    diffs = [f"config.{d}" for d in differences(dict(previous.config), config)]
+    old_server = {k: v for k, v in previous.server.items() if k not in _SERVER_IGNORED}
     new_server = {k: v for k, v in server.items() if k not in _SERVER_IGNORED}
     if config.get("host"):
-        old_server["base_url"] = (previous.get("server") or {}).get("base_url")
+        old_server["base_url"] = previous.server.get("base_url")
         new_server["base_url"] = server.get("base_url")
     diffs += [f"server.{d}" for d in differences(old_server, new_server)]
-    if not diffs and (previous.get("plan") or []) != plan:
+    if not diffs and [planned_to_dict(p) for p in previous.plan] != plan:
         diffs.append("plan: the cells to run differ")
     return diffs
 
 
-def finished_cells(previous: dict[str, Any]) -> dict[tuple, dict[str, Any]]:
+def finished_cells(previous: Results) -> dict[tuple, CellResult]:
     """The cells of a previous run that ran (or were planned out), by identity."""
-    return {(c.get("phase"), c.get("context_tokens"), c.get("concurrency")): c
-            for c in previous.get("cells") or [] if c.get("status") not in UNFINISHED}
+    return {(c.phase, c.context_tokens, c.concurrency): c for c in previous.cells if c.status not in UNFINISHED}

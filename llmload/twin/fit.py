@@ -2,7 +2,7 @@
 
 Pure apart from the results files the CLI reads and writes: every fitted cell runs through
 the simulator's engine model in virtual time, as `llmload.twin.predict` predicts cells
-(`virtual_decode`, `virtual_prefill`). From a results document:
+(`virtual_decode`, `virtual_prefill`). From a run's `Results`:
 - KV cache blocks, block size and the maximum model length come from the probe (`server`).
 - Step time (ms) = step_base_ms + step_per_seq_ms × N + step_per_kv_token_us × KV / 1000,
   from the valid decode cells' median time between tokens (one token per sequence per step);
@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from llmload.core.runresults import Results
 from llmload.twin.predict import virtual_decode, virtual_prefill
 from llmload.sim.profiles import NULL_BLOCKS, Profile, validate
 
@@ -86,19 +87,27 @@ class _Obs:
     output_tokens: int | None
 
 
-def _observations(doc: Mapping[str, Any]) -> list[_Obs]:
-    config = doc.get("config") or {}
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Sim:
+    """A fitted cell as the simulator reproduces it (None: not a figure of its phase)."""
+
+    tbt_ms: float | None = None
+    ttft_ms: float | None = None
+    total_tok_s: float | None = None
+
+
+def _observations(results: Results) -> list[_Obs]:
+    config = results.config
     out = []
-    for c in doc.get("cells") or []:
-        if c.get("status") != "valid":
+    for c in results.cells:
+        if c.status != "valid":
             continue
-        prompt = int(c.get("server_prompt_tokens") or c.get("prompt_tokens") or max(int(c["context_tokens"]), 1))
-        out.append(_Obs(phase=c["phase"], context_tokens=int(c["context_tokens"]),
-                        concurrency=int(c.get("concurrency") or 1), prompt_tokens=prompt,
-                        max_tokens=int(config.get("max_tokens") or 8192),
-                        window_s=float(c.get("measured_s") or config.get("duration_s") or 30.0),
-                        tbt_ms=c.get("tbt_ms"), ttft_ms=c.get("ttft_ms"),
-                        total_tok_s=c.get("total_tok_s"), output_tokens=c.get("output_tokens")))
+        prompt = int(c.server_prompt_tokens or c.prompt_tokens or max(c.context_tokens, 1))
+        out.append(_Obs(phase=c.phase, context_tokens=c.context_tokens, concurrency=c.concurrency or 1,
+                        prompt_tokens=prompt, max_tokens=int(config.get("max_tokens") or 8192),
+                        window_s=float(c.measured_s or config.get("duration_s") or 30.0),
+                        tbt_ms=c.tbt_ms, ttft_ms=c.ttft_ms, total_tok_s=c.total_tok_s,
+                        output_tokens=c.output_tokens))
     return out
 
 
@@ -130,8 +139,8 @@ def _identifiable(columns: list[np.ndarray], names: Sequence[str], priority: Seq
     return keep
 
 
-def _base_for(doc: Mapping[str, Any], base: Profile) -> tuple[Profile, list[str]]:
-    server = doc.get("server") or {}
+def _base_for(results: Results, base: Profile) -> tuple[Profile, list[str]]:
+    server = results.server
     notes = []
     changes: dict[str, Any] = {}
     block = server.get("block_size") or base.block_size
@@ -168,24 +177,24 @@ def _tail_tokens(prompt: int, block_size: int) -> int:
     return prompt - block_size * ((prompt - 1) // block_size)
 
 
-def _simulate(profile: Profile, o: _Obs) -> dict[str, float | None]:
+def _simulate(profile: Profile, o: _Obs) -> _Sim:
     if o.phase == "prefill":
         [r] = virtual_prefill(profile, o.prompt_tokens)
-        return {"ttft_ms": r.ttft_s * 1e3 if r.ttft_s is not None else None}
+        return _Sim(ttft_ms=r.ttft_s * 1e3 if r.ttft_s is not None else None)
     from llmload.core.metrics import window_figures
     records, facts = virtual_decode(profile, prompt_tokens=o.prompt_tokens, concurrency=o.concurrency,
                                     max_tokens=o.max_tokens, window_s=o.window_s)
     fig = window_figures([r for r in records if r.tag == "decode"], facts.t0_s, facts.t1_s,
                          concurrency=o.concurrency)
-    return {"tbt_ms": fig.tbt_ms, "ttft_ms": fig.ttft_ms, "total_tok_s": fig.total_tok_s}
+    return _Sim(tbt_ms=fig.tbt_ms, ttft_ms=fig.ttft_ms, total_tok_s=fig.total_tok_s)
 
 
-def fit_profile(doc: Mapping[str, Any], *, base: Profile | None = None, source: str = "",
+def fit_profile(results: Results, *, base: Profile | None = None, source: str = "",
                 iterations: int = FIT_ITERATIONS) -> FitResult:
-    """Fit a simulator profile to a results document (see the module docstring)."""
+    """Fit a simulator profile to a run's results (see the module docstring)."""
     base = base or Profile()
-    profile, notes = _base_for(doc, base)
-    obs = _observations(doc)
+    profile, notes = _base_for(results, base)
+    obs = _observations(results)
     decode = [o for o in obs if o.phase == "decode" and o.tbt_ms is not None]
     warm = [o for o in decode if o.ttft_ms is not None]
     prefill = [o for o in obs if o.phase == "prefill" and o.ttft_ms is not None and o.prompt_tokens > 0]
@@ -238,14 +247,14 @@ def fit_profile(doc: Mapping[str, Any], *, base: Profile | None = None, source: 
         sims = [_simulate(profile, o) for o in decode + prefill]
         dec_sim, pf_sim = sims[:len(decode)], sims[len(decode):]
         profile = _correct(profile, step_cols, [o.tbt_ms for o in decode],
-                           [s["tbt_ms"] for s in dec_sim], STEP_PARAMS, step_keep)
+                           [s.tbt_ms for s in dec_sim], STEP_PARAMS, step_keep)
         if warm:
             idx = [decode.index(o) for o in warm]
             profile = _correct(profile, fe_cols, [o.ttft_ms for o in warm],
-                               [dec_sim[i]["ttft_ms"] for i in idx], FRONTEND_PARAMS, fe_keep)
+                               [dec_sim[i].ttft_ms for i in idx], FRONTEND_PARAMS, fe_keep)
         if prefill:
             profile = _correct(profile, pf_cols, [o.ttft_ms for o in prefill],
-                               [s["ttft_ms"] for s in pf_sim], PREFILL_PARAMS, pf_keep)
+                               [s.ttft_ms for s in pf_sim], PREFILL_PARAMS, pf_keep)
 
     profile = validate(dataclasses.replace(
         profile, name="fitted", fitted_from=source,
@@ -296,10 +305,10 @@ def _residuals(profile: Profile, obs: list[_Obs]) -> list[Residual]:
         figures = ("ttft_ms",) if o.phase == "prefill" else ("total_tok_s", "tbt_ms", "ttft_ms")
         for figure in figures:
             measured = getattr(o, figure)
-            if measured is not None and sim.get(figure) is not None:
+            if measured is not None and getattr(sim, figure) is not None:
                 out.append(Residual(phase=o.phase, context_tokens=o.context_tokens,
                                     concurrency=o.concurrency, figure=figure,
-                                    measured=float(measured), fitted=float(sim[figure])))
+                                    measured=float(measured), fitted=float(getattr(sim, figure))))
     return out
 
 

@@ -7,11 +7,12 @@ The profile is a built-in one or one fitted to a run (`llmload.twin.fit`).
 
 Predict (`predict_results`): plan the matrix against the profile's KV cache (the runner's
 planner), run each cell the way the runner does (warm-up, N requests at once from t0, a
-closed loop, cancelled at the window's end) in virtual time, and write the run's schema with
-provenance "predicted".
+closed loop, cancelled at the window's end) in virtual time, and give the run's `Results`
+(`llmload.core.runresults.new_results`) with provenance "predicted"; with an SLO search, the
+bisection is the run's own (`llmload.core.slosearch`), each level a predicted cell, unbounded
+(it ends when the two levels are adjacent).
 
-The seed page as a results document (`seed_results`) lets `llmload fit` take the page itself
-as data.
+The seed page as results (`seed_results`) lets `llmload fit` take the page itself as data.
 """
 
 from __future__ import annotations
@@ -19,13 +20,15 @@ from __future__ import annotations
 import dataclasses
 import logging
 from array import array
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
 
 from llmload.core.capacity import PlannedCell, plan_matrix
 from llmload.core.cellfacts import CellFacts, ServerSample
+from llmload.core.cellresult import CellResult
 from llmload.core.cells import assemble_cell, not_run_cell
 from llmload.core.records import RequestRecord
+from llmload.core.runresults import DEFINITIONS, Results, new_results, utc_now_iso
+from llmload.core.slosearch import SearchLevel, slo_search
 from llmload.sim.calibration import unique_prompt
 from llmload.sim.engine import EngineRequest
 from llmload.sim.profiles import Profile
@@ -110,8 +113,8 @@ def virtual_decode(profile: Profile, *, prompt_tokens: int, concurrency: int, ma
 
 
 def predict_cell(profile: Profile, planned: PlannedCell, *, window_s: float,
-                 slo: Mapping[str, float] | None = None) -> dict[str, Any]:
-    """The results-file cell the runner would have written for `planned`, in virtual time."""
+                 slo: Mapping[str, float] | None = None) -> CellResult:
+    """The cell the runner would have written for `planned`, in virtual time."""
     # The cells are the runner's own: the one assembly function (llmload.core.cells).
     if not planned.runs:
         return not_run_cell(planned)
@@ -123,7 +126,7 @@ def predict_cell(profile: Profile, planned: PlannedCell, *, window_s: float,
                                         concurrency=planned.concurrency, max_tokens=planned.max_tokens,
                                         window_s=window_s)
         facts = dataclasses.replace(facts, slo=dict(slo) if slo else None)
-    return assemble_cell(planned, records, facts).to_dict()
+    return assemble_cell(planned, records, facts)
 
 
 def plan_for(profile: Profile, *, contexts: Sequence[int], prefill_contexts: Sequence[int],
@@ -137,10 +140,9 @@ def plan_for(profile: Profile, *, contexts: Sequence[int], prefill_contexts: Seq
 def predict_results(profile: Profile, *, contexts: Sequence[int], prefill_contexts: Sequence[int],
                     concurrency: Sequence[int], max_tokens: int, duration_s: float,
                     slo: Mapping[str, float] | None = None, slo_search: bool = False,
-                    profile_source: str | None = None, on_cell=None) -> dict[str, Any]:
-    """A results document (schema of `llmload.output.results`) predicted for the matrix."""
-    from llmload import __version__
-    from llmload.output.results import new_cell, utc_now_iso
+                    profile_source: str | None = None,
+                    on_cell: Callable[[CellResult], None] | None = None) -> Results:
+    """The results predicted for the matrix (`on_cell`: each cell as it is predicted)."""
     from llmload.core.scenario import Scenario
     plan = plan_for(profile, contexts=contexts, prefill_contexts=prefill_contexts,
                     concurrency=concurrency, max_tokens=max_tokens)
@@ -151,55 +153,42 @@ def predict_results(profile: Profile, *, contexts: Sequence[int], prefill_contex
     started = utc_now_iso()
     cells = []
     for planned in plan:
-        cell = new_cell(**predict_cell(profile, planned, window_s=duration_s, slo=slo))
+        cell = predict_cell(profile, planned, window_s=duration_s, slo=slo)
         cells.append(cell)
         if on_cell is not None:
             on_cell(cell)
     if slo and slo_search:
         cells += _slo_search(profile, cells, contexts=contexts, max_tokens=max_tokens,
                              duration_s=duration_s, slo=slo, on_cell=on_cell)
-    return {
-        "schema_version": 1, "llmload_version": __version__, "started_at": started,
-        "finished_at": utc_now_iso(), "status": "complete", "provenance": "predicted",
-        "sim_profile": profile.name, "predicted_from": profile.fitted_from or None,
-        "config": scenario.to_dict(),
-        "server": {"model": profile.served_model_name, "model_root": profile.model,
-                   "engine": "vllm", "version": profile.engine_version,
-                   "max_model_len": profile.max_model_len, "kv_cache_tokens": profile.usable_kv_tokens,
-                   "block_size": profile.block_size, "kv_cache_source": "profile, less 1 null block",
-                   "max_sequences": profile.max_num_seqs, "max_sequences_source": "profile",
-                   "prefix_caching": profile.enable_prefix_caching, "fixed_output_length": True},
-        "hardware": {}, "launch_command": None,
-        "plan": [c.to_dict() for c in plan], "cells": cells,
-        "definitions": {"tbt": "genai-perf convention: a chunk of k tokens after a gap g gives k samples of g/k",
-                        "predicted": "virtual-time run of llmload's engine model with the profile"},
-    }
+    return new_results(
+        provenance="predicted", started_at=started, finished_at=utc_now_iso(), status="complete",
+        sim_profile=profile.name, predicted_from=profile.fitted_from or None, config=scenario.to_dict(),
+        server={"model": profile.served_model_name, "model_root": profile.model,
+                "engine": "vllm", "version": profile.engine_version,
+                "max_model_len": profile.max_model_len, "kv_cache_tokens": profile.usable_kv_tokens,
+                "block_size": profile.block_size, "kv_cache_source": "profile, less 1 null block",
+                "max_sequences": profile.max_num_seqs, "max_sequences_source": "profile",
+                "prefix_caching": profile.enable_prefix_caching, "fixed_output_length": True},
+        hardware={}, launch_command=None, plan=plan, cells=cells,
+        definitions={**DEFINITIONS, "predicted": "virtual-time run of llmload's engine model with the profile"})
 
 
-def _slo_search(profile: Profile, cells: list[dict[str, Any]], *, contexts: Sequence[int],
-                max_tokens: int, duration_s: float, slo: Mapping[str, float], on_cell=None
-                ) -> list[dict[str, Any]]:
-    """The runner's SLO bisection (llmload.core.slo.next_search_level), in virtual time."""
-    from llmload.output.results import new_cell
-    from llmload.core.slo import capacity, next_search_level
-    extra: list[dict[str, Any]] = []
-    for context in contexts:
-        tried: set[int] = set()
-        while True:
-            mine = [c for c in cells + extra if c["context_tokens"] == context]
-            caps = capacity(mine, slo)
-            n = next_search_level(caps[0], tried=tried) if caps else None
-            if n is None:
-                break
-            tried.add(n)
-            [planned] = plan_for(profile, contexts=[context], prefill_contexts=[], concurrency=[n],
-                                 max_tokens=max_tokens)
-            cell = new_cell(**{**predict_cell(profile, planned, window_s=duration_s, slo=slo),
-                               "slo_search": True})
-            extra.append(cell)
-            if on_cell is not None:
-                on_cell(cell)
-    return extra
+def _slo_search(profile: Profile, cells: list[CellResult], *, contexts: Sequence[int], max_tokens: int,
+                duration_s: float, slo: Mapping[str, float],
+                on_cell: Callable[[CellResult], None] | None = None) -> list[CellResult]:
+    """The run's SLO bisection (`llmload.core.slosearch`) in virtual time: each level a
+    predicted cell; no bound on the levels per context."""
+
+    def measure(level: SearchLevel) -> CellResult:
+        [planned] = plan_for(profile, contexts=[level.context_tokens], prefill_contexts=[],
+                             concurrency=[level.concurrency], max_tokens=max_tokens)
+        cell = predict_cell(profile, planned, window_s=duration_s, slo=slo)
+        cell = dataclasses.replace(cell, slo=dataclasses.replace(cell.slo, slo_search=True))
+        if on_cell is not None:
+            on_cell(cell)
+        return cell
+
+    return slo_search(contexts, cells, slo, measure)
 
 
 # --------------------------------------------------------------------------- the seed page
@@ -210,11 +199,10 @@ def _slo_search(profile: Profile, cells: list[dict[str, Any]], *, contexts: Sequ
 SEED_USABLE_KV_TOKENS = (3700 - 1) * 16
 
 
-def seed_results() -> dict[str, Any]:
-    """The seed page (shared/reference/seed-speed-test-matrix.md) as a results document:
-    its published figures (`llmload.sim.calibration`) in the run's schema, so `llmload fit`
-    can take the page itself as data."""
-    from llmload.output.results import new_cell
+def seed_results() -> Results:
+    """The seed page (shared/reference/seed-speed-test-matrix.md) as results: its published
+    figures (`llmload.sim.calibration`) in the run's schema, so `llmload fit` can take the
+    page itself as data."""
     from llmload.sim import calibration as cal
     plan = plan_matrix(contexts=list(cal.SEED_CONTEXTS), prefill_contexts=list(cal.SEED_PREFILL_CONTEXTS),
                        concurrency=list(cal.SEED_CONCURRENCY), max_tokens=cal.SEED_MAX_OUTPUT_TOKENS,
@@ -223,32 +211,28 @@ def seed_results() -> dict[str, Any]:
     cells = []
     for planned in plan:
         key = (planned.context_tokens, planned.concurrency)
-        values: dict[str, Any] = {"prompt_tokens": planned.prompt_tokens, "reason": planned.reason}
-        status = planned.status
+        cell = CellResult(phase=planned.phase, context_tokens=planned.context_tokens,
+                          concurrency=planned.concurrency, status=planned.status,
+                          prompt_tokens=planned.prompt_tokens, reason=planned.reason)
         if planned.phase == "prefill" and planned.context_tokens in cal.SEED_PREFILL:
             f = cal.SEED_PREFILL[planned.context_tokens]
-            values.update(prompt_tok_s=f.prompt_tok_s, ttft_ms=f.ttft_ms, completed_requests=1)
-            status = "valid"
+            cell = dataclasses.replace(cell, status="valid", prompt_tok_s=f.prompt_tok_s, ttft_ms=f.ttft_ms,
+                                       completed_requests=1)
         elif planned.phase == "decode" and key in cal.SEED_DECODE:
             f = cal.SEED_DECODE[key]
-            values.update(total_tok_s=f.total_tok_s, per_request_tok_s=f.per_request_tok_s,
-                          ttft_ms=f.ttft_ms, tbt_ms=f.tbt_ms, output_tokens=f.output_tokens,
-                          avg_active=float(planned.concurrency), completed_requests=0,
-                          measured_s=cal.SEED_WINDOW_S)
-            status = "valid"
-        cells.append(new_cell(phase=planned.phase, context_tokens=planned.context_tokens,
-                              concurrency=planned.concurrency, status=status, **values))
-    return {
-        "schema_version": 1, "llmload_version": "seed page", "started_at": None, "finished_at": None,
-        "status": "complete", "provenance": "measured", "sim_profile": None,
-        "config": {"contexts": list(cal.SEED_CONTEXTS), "prefill_contexts": list(cal.SEED_PREFILL_CONTEXTS),
-                   "concurrency": list(cal.SEED_CONCURRENCY), "duration_s": cal.SEED_WINDOW_S,
-                   "max_tokens": cal.SEED_MAX_OUTPUT_TOKENS, "warmup": True},
-        "server": {"model": "bench", "model_root": "casperhansen/deepseek-r1-distill-qwen-14b-awq",
-                   "engine": "vllm", "version": "0.32.0", "max_model_len": 57344,
-                   "kv_cache_tokens": SEED_USABLE_KV_TOKENS, "block_size": 16,
-                   "kv_cache_source": "seed page (3,700 blocks), less 1 null block",
-                   "max_sequences": 128, "max_sequences_source": "seed page (--max-num-seqs 128)"},
-        "hardware": {"name": "RTX 3090 24GB", "gpu": "RTX 3090", "vram_gb": 24},
-        "launch_command": None, "plan": [c.to_dict() for c in plan], "cells": cells,
-    }
+            cell = dataclasses.replace(cell, status="valid", total_tok_s=f.total_tok_s,
+                                       per_request_tok_s=f.per_request_tok_s, ttft_ms=f.ttft_ms, tbt_ms=f.tbt_ms,
+                                       output_tokens=f.output_tokens, avg_active=float(planned.concurrency),
+                                       completed_requests=0, measured_s=cal.SEED_WINDOW_S)
+        cells.append(cell)
+    return new_results(
+        provenance="measured", started_at=None, status="complete", llmload_version="seed page",
+        config={"contexts": list(cal.SEED_CONTEXTS), "prefill_contexts": list(cal.SEED_PREFILL_CONTEXTS),
+                "concurrency": list(cal.SEED_CONCURRENCY), "duration_s": cal.SEED_WINDOW_S,
+                "max_tokens": cal.SEED_MAX_OUTPUT_TOKENS, "warmup": True},
+        server={"model": "bench", "model_root": "casperhansen/deepseek-r1-distill-qwen-14b-awq",
+                "engine": "vllm", "version": "0.32.0", "max_model_len": 57344,
+                "kv_cache_tokens": SEED_USABLE_KV_TOKENS, "block_size": 16,
+                "kv_cache_source": "seed page (3,700 blocks), less 1 null block",
+                "max_sequences": 128, "max_sequences_source": "seed page (--max-num-seqs 128)"},
+        hardware={"name": "RTX 3090 24GB", "gpu": "RTX 3090", "vram_gb": 24}, plan=plan, cells=cells)
