@@ -1,18 +1,14 @@
 """The `llmload` command's own behaviour: sim serving, bad input, help."""
 
 import json
-import subprocess
-import sys
 import urllib.request
 
-
-def llmload(*args, timeout=60):
-    return subprocess.run([sys.executable, "-m", "llmload", *args], capture_output=True, text=True, timeout=timeout)
+from tests_helpers import llmload, one_line_error, start_llmload
 
 
 def test_llmload_sim_serves_until_stopped():
-    p = subprocess.Popen([sys.executable, "-m", "llmload", "sim", "--profile", "tiny", "--port", "0",
-                          "--set", "tokens_per_chunk=2"], stdout=subprocess.PIPE, text=True)
+    # A process: the point is that it serves until SIGTERM, then exits 0.
+    p = start_llmload("sim", "--profile", "tiny", "--port", "0", "--set", "tokens_per_chunk=2")
     try:
         line = p.stdout.readline()
         assert line.startswith("llmload sim listening on http://127.0.0.1:") and "(profile tiny)" in line
@@ -22,6 +18,8 @@ def test_llmload_sim_serves_until_stopped():
     finally:
         p.terminate()
         assert p.wait(timeout=10) == 0
+        p.stdout.close()
+        p.stderr.close()
 
 
 def test_sim_lists_profiles():
@@ -31,10 +29,21 @@ def test_sim_lists_profiles():
 
 def test_sim_bad_input_is_one_line():
     for args, needle in ((["--set", "nope=1"], "nope"), (["--profile", "no-such-profile"], "no-such-profile")):
-        r = llmload("sim", *args)
-        assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr
+        assert needle in one_line_error(llmload("sim", *args))
 
 
 def test_report_of_a_missing_directory_is_one_line(tmp_path):
-    r = llmload("report", str(tmp_path))
-    assert r.returncode == 2 and "no such results file" in r.stderr  # bad input: exit 2 and "Traceback" not in r.stderr
+    assert "no such results file" in one_line_error(llmload("report", str(tmp_path)))
+
+
+def test_a_crash_in_process_shows_its_traceback(monkeypatch, tmp_path):
+    """What the no-traceback checks rest on: a command that crashes in this process has its
+    traceback in the stderr `llmload` returns, as Python prints it for a process."""
+    import llmload.output.results as results
+
+    def crash(*args, **kwargs):
+        raise RuntimeError("a bug")
+    monkeypatch.setattr(results, "load_results", crash)
+    r = llmload("report", tmp_path)
+    assert r.returncode == 1
+    assert "Traceback" in r.stderr and "RuntimeError: a bug" in r.stderr
