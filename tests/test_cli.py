@@ -47,3 +47,37 @@ def test_a_crash_in_process_shows_its_traceback(monkeypatch, tmp_path):
     r = llmload("report", tmp_path)
     assert r.returncode == 1
     assert "Traceback" in r.stderr and "RuntimeError: a bug" in r.stderr
+
+
+def _signal_masks() -> dict[str, str]:
+    """The kernel's view of this process's signals: caught, ignored, blocked (bit masks)."""
+    with open("/proc/self/status") as status:
+        return {k: v.strip() for k, v in (line.split(":", 1) for line in status)
+                if k in ("SigCgt", "SigIgn", "SigBlk")}
+
+
+def test_a_run_in_this_process_gives_back_the_signal_handlers(tmp_path):
+    """`llmload run` handles Ctrl-C, SIGTERM and SIGHUP through gevent while it runs; run
+    in this process (as these tests run it), it leaves this process's handlers as it found
+    them, in Python and in the kernel: pytest's Ctrl-C still raises KeyboardInterrupt."""
+    import os
+    import signal
+    import socket
+
+    import gevent
+
+    before = ({s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}, _signal_masks())
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: the run fails at its probe, its handlers installed
+    r = llmload("run", "--host", f"http://127.0.0.1:{port}", "--out", tmp_path / "x")
+    assert "cannot reach" in one_line_error(r, code=1)
+    after = ({s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}, _signal_masks())
+    assert after == before
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        gevent.sleep(0.5)
+    except KeyboardInterrupt as exc:
+        assert type(exc) is KeyboardInterrupt  # Python's own, not the run's
+    else:
+        raise AssertionError("SIGINT raised no KeyboardInterrupt")

@@ -166,16 +166,15 @@ def test_server_that_rejects_unknown_fields(server):
     assert rec.status == "error" and "unknown fields" in rec.error
 
 
-def test_sim_multi_token_chunks_counts_and_tbt_convention():
+def test_sim_multi_token_chunks_counts_and_tbt_convention(sims):
     """Against llmload sim with 3 tokens per chunk: counts equal the server's usage exactly,
     and each chunk's gap is split into 3 time-between-token samples of a third each."""
     from llmload.core.metrics import tbt_samples_s
-    from llmload.sim.launcher import SimProcess
-    with SimProcess(profile="tiny", overrides={"tokens_per_chunk": 3, "step_base_ms": 10}) as sim:
-        b = json.dumps({"model": "tiny", "prompt": list(range(100, 164)), "max_tokens": 100,
-                        "ignore_eos": True, "stream": True,
-                        "stream_options": {"include_usage": True, "continuous_usage_stats": True}}).encode()
-        rec = StreamingClient(sim.url).stream("/v1/completions", b, user_id="u")
+    sim = sims(tokens_per_chunk=3, step_base_ms=10)
+    b = json.dumps({"model": "tiny", "prompt": list(range(100, 164)), "max_tokens": 100,
+                    "ignore_eos": True, "stream": True,
+                    "stream_options": {"include_usage": True, "continuous_usage_stats": True}}).encode()
+    rec = StreamingClient(sim.url).stream("/v1/completions", b, user_id="u")
     assert rec.status == "ok", rec.error
     assert rec.output_tokens == rec.completion_tokens == 100
     assert rec.prompt_tokens == 64

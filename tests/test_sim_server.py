@@ -9,7 +9,6 @@ import urllib.parse
 
 import pytest
 
-from llmload.sim.launcher import SimProcess
 from llmload.sim.tokenizer import Tokenizer
 
 STREAM_USAGE = {"include_usage": True, "continuous_usage_stats": True}
@@ -341,16 +340,13 @@ def test_client_disconnect_aborts_and_frees_blocks(sim_tiny):
 
 # -- other configurations ----------------------------------------------------------------
 @pytest.fixture(scope="module")
-def sim_small_kv():
-    with SimProcess(profile="tiny", overrides={"num_gpu_blocks": 64}) as sim:
-        yield sim
+def sim_small_kv(sims):
+    return sims(num_gpu_blocks=64)
 
 
 @pytest.fixture(scope="module")
-def sim_spec():
-    with SimProcess(profile="tiny", overrides={"tokens_per_chunk": 3},
-                    api_key="sekret") as sim:
-        yield sim
+def sim_spec(sims):
+    return sims(tokens_per_chunk=3, api_key="sekret")
 
 
 def test_requests_queue_when_the_kv_cache_is_full(sim_small_kv):
