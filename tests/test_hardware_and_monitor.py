@@ -8,7 +8,7 @@ from llmload.loadgen.monitor import LoadMonitor
 
 
 def test_gpu_facts_from_nvml(fake_nvml):
-    fake_nvml("300")  # the name comes as bytes, as older pynvml gives it
+    fake_nvml("300")  # its name comes as bytes, as older pynvml gives it
     gpus = hardware.gpu_facts()
     assert gpus == [{"index": 0, "name": "Fake GPU 0", "driver": "999.99",
                      "memory_total_bytes": 24 * 2**30, "power_limit_w": 350.0, "pcie_gen": 4, "pcie_width": 16}]
