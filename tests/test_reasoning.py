@@ -10,7 +10,7 @@ import pytest
 from llmload.output.recordstore import cell_files, read_cell
 from llmload.sim.profiles import ProfileError, load_profile
 from test_sim_server import STREAM_USAGE, call, stream
-from tests_helpers import llmload
+from tests_helpers import BUSY_MACHINE, llmload
 
 THINK = 16
 """Tokens of thinking before each answer."""
@@ -108,7 +108,7 @@ def test_each_request_counts_thinking_and_answering_exactly(think_run):
 def test_the_cell_the_report_and_recompute(think_run):
     doc = json.loads((think_run / "results.json").read_text())
     (cell,) = [c for c in doc["cells"] if c["phase"] == "decode"]
-    assert cell["status"] == "valid", cell["reason"]
+    assert cell["status"] in BUSY_MACHINE, cell["reason"]
     # 16 steps of ~2 ms between the first token and the first answer token
     assert 0.016 * 1000 < cell["ttfa_ms"] - cell["ttft_ms"] < 1000
     assert cell["ttfa_samples"] >= 4 and cell["ttfa_p99_ms"] >= cell["ttfa_ms"]

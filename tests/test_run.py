@@ -1,7 +1,6 @@
 """`llmload run` end to end against the simulator on port 0 (integration tests), in this
 process (click's CliRunner) except where signals or worker processes are the point."""
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +11,8 @@ import pytest
 from llmload.output.recordstore import read_cell
 from llmload.sim.profiles import load_profile
 from llmload.twin.predict import predict_results
-from tests_helpers import StreamServer, cells_of, llmload, one_line_error, start_llmload, wait_for
+from tests_helpers import (BUSY_MACHINE, StreamServer, a_measured_cell_in, cells_of, llmload, one_line_error,
+                           start_llmload, wait_for)
 
 KV_BLOCKS = 200  # with max_tokens 256: (1K, 4) needs 4 x 80 = 320 blocks: over capacity
 SMALL = ["--contexts", "0,1K", "--prefill-contexts", "1K,2K", "--concurrency", "1,2,4",
@@ -22,10 +22,6 @@ EXPECTED = {
     ("decode", 0, 1): "valid", ("decode", 0, 2): "valid", ("decode", 0, 4): "valid",
     ("decode", 1024, 1): "valid", ("decode", 1024, 2): "valid", ("decode", 1024, 4): "over_capacity",
 }
-BUSY_MACHINE = ("valid", "client_bound", "saturated")
-"""What a decode cell that is valid in virtual time may come out as in real time on a busy
-machine: a starved load generator (client_bound) or simulator (a late step, a request
-waiting: saturated) shows in the status; a failed request or a frozen stream never does."""
 
 
 @pytest.fixture(scope="module")
@@ -182,7 +178,7 @@ def test_a_plain_server_without_usage_that_rejects_unknown_fields(tmp_path):
         assert "Output length: not fixed" in (out / "report.md").read_text()
         for n in (1, 2):
             c = cells[("decode", 0, n)]
-            assert c["status"] == "valid", c
+            assert c["status"] in BUSY_MACHINE and not c["errors"], c
             assert c["token_source"] == "chunks"
             assert c["output_tokens"] > 0
         assert "Measured" in (out / "report.md").read_text()
@@ -214,22 +210,13 @@ def test_workers_started_elsewhere_connect_with_master_bind(sim, tmp_path):
         output, _ = run.communicate(timeout=120)
         assert run.returncode == 0, "".join(lines) + output
         _, cells = cells_of(out)
-        assert [cells[("decode", 0, n)]["status"] for n in (1, 2)] == ["valid", "valid"]
+        assert all(cells[("decode", 0, n)]["status"] in BUSY_MACHINE for n in (1, 2)), cells
         worker.wait(timeout=30)
     finally:
         for p in (run, worker):
             if p is not None and p.poll() is None:
                 p.kill()
                 p.wait()
-
-
-def a_valid_cell_in(out: Path) -> bool:
-    """Whether the run in progress has written a measured cell to disk."""
-    results = out / "results.json"
-    try:
-        return any(c["status"] == "valid" for c in json.loads(results.read_text())["cells"])
-    except (OSError, ValueError):  # not there yet, or caught between two writes
-        return False
 
 
 @pytest.mark.fault('the server dies in the middle of a run',
@@ -239,7 +226,7 @@ def test_a_server_that_dies_mid_run_loses_no_measured_cell(tmp_path):
     out = tmp_path / "dying"
     with SimProcess(profile="tiny") as s:
         def kill_after_a_valid_cell():
-            wait_for(lambda: a_valid_cell_in(out), 60, "a measured cell")
+            wait_for(lambda: a_measured_cell_in(out), 60, "a measured cell")
             s.stop()
         killer = gevent.spawn(kill_after_a_valid_cell)  # runs while the run below waits
         r = llmload("run", "--host", s.url, "--contexts", "0,1K", "--prefill-contexts", "", "--concurrency", "1,2",
@@ -249,10 +236,11 @@ def test_a_server_that_dies_mid_run_loses_no_measured_cell(tmp_path):
     assert r.returncode != 0
     one_line_error(r, code=r.returncode)
     doc, cells = cells_of(out)
-    assert cells[("decode", 0, 1)]["status"] == "valid"
+    assert cells[("decode", 0, 1)]["status"] in BUSY_MACHINE
     assert cells[("decode", 0, 1)]["output_tokens"] > 0
     assert doc["status"] == "failed"
-    assert "valid" in (out / "report.md").read_text().lower()
+    label = {"valid": "Valid", "client_bound": "Client bound", "saturated": "Saturated"}
+    assert label[cells[("decode", 0, 1)]["status"]] in (out / "report.md").read_text()  # the page kept it too
 
 
 def test_cells_that_do_not_fit_are_marked_saturated(sims, tmp_path):
@@ -301,7 +289,7 @@ def test_sigterm_keeps_measured_cells_and_stops_the_embedded_simulator(tmp_path)
     run = start_llmload("run", "--sim-profile", "tiny", "--contexts", "0", "--prefill-contexts", "",
                         "--concurrency", "1,2,4", "--duration", "3s", "--max-tokens", "64", "--out", out)
     try:
-        wait_for(lambda: a_valid_cell_in(out), 60, "a measured cell")
+        wait_for(lambda: a_measured_cell_in(out), 60, "a measured cell")
         children = psutil.Process(run.pid).children(recursive=True)
         assert children, "the embedded simulator should be a child process"
         run.send_signal(signal.SIGTERM)
@@ -314,7 +302,7 @@ def test_sigterm_keeps_measured_cells_and_stops_the_embedded_simulator(tmp_path)
     assert "Traceback" not in stderr and "Interrupted" in stdout
     doc, cells = cells_of(out)
     assert doc["status"] == "interrupted"
-    assert cells[("decode", 0, 1)]["status"] == "valid"
+    assert cells[("decode", 0, 1)]["status"] in BUSY_MACHINE
     gone, alive = psutil.wait_procs(children, timeout=10)
     assert not alive
 

@@ -91,6 +91,21 @@ def cells_of(out: Path) -> tuple[dict, dict]:
     return doc, {(c["phase"], c["context_tokens"], c["concurrency"]): c for c in doc["cells"]}
 
 
+BUSY_MACHINE = ("valid", "client_bound", "saturated")
+"""What a decode cell that is valid by the engine model may come out as in real time on a
+busy machine: a starved load generator (client_bound) or simulator (a late step, a request
+waiting: saturated) shows in its status; a failed request or a frozen stream never does."""
+
+
+def a_measured_cell_in(out: Path) -> bool:
+    """Whether the run in progress has written a measured decode or prefill cell to disk."""
+    try:
+        _, cells = cells_of(out)
+    except (OSError, ValueError, KeyError):  # not there yet, or caught between two writes
+        return False
+    return any(c["status"] in BUSY_MACHINE for c in cells.values())
+
+
 def wait_for(predicate: Callable[[], object], timeout_s: float, what: str):
     """predicate()'s first true value, polled every 0.1 s; fails after timeout_s."""
     deadline = time.monotonic() + timeout_s
