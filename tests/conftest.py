@@ -42,15 +42,20 @@ def sim_tiny(sims):
 
 
 @pytest.fixture(autouse=True)
-def fresh_scrubber():
-    """Each test starts as a new `llmload` process would: the secret scrubber
-    (`llmload.core.redact.SCRUBBER`, process-wide: the commands and Locust tell it the run's
-    secrets) knows no secret yet. (`tests_helpers.llmload` gives the root logger back after
-    each command.)"""
+def fresh_process():
+    """Each test starts as a new `llmload` process would (commands run in this process,
+    `tests_helpers.llmload`): the secret scrubber (`llmload.core.redact.SCRUBBER`, told the
+    run's secrets by the commands and Locust) knows no secret, and no streaming connection is
+    open (the load monitor samples every one in the process, `llmload.io.client.open_streams`:
+    a connection an earlier test left open would count in a later run's figures). The root
+    logger is given back by `tests_helpers.llmload` after each command."""
     from llmload.core.redact import SCRUBBER
+    from llmload.io.plainsocket import _OPEN
     SCRUBBER.__init__()  # forget the secrets an earlier test's command told it
     yield
     SCRUBBER.__init__()
+    for left_open in list(_OPEN.values()):
+        left_open.close()
 
 
 FAKE_NVML = Path(__file__).with_name("fake_nvml") / "pynvml.py"
