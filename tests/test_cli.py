@@ -80,6 +80,9 @@ def test_ctrl_c_after_a_run_in_this_process_is_pythons_keyboard_interrupt():
     import sys
 
     code = ("import locust, os, signal, gevent\n"
+            # Python's Ctrl-C, as in a terminal (a shell that starts the tests as a background
+            # job hands them SIGINT ignored, which Python then keeps).
+            "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
             "from tests_helpers import llmload\n"
             f"r = llmload('run', '--host', 'http://127.0.0.1:{_closed_port()}')\n"
             "assert r.returncode == 1, r.stderr\n"
