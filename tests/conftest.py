@@ -47,13 +47,18 @@ def fresh_process():
     `tests_helpers.llmload`): the secret scrubber (`llmload.core.redact.SCRUBBER`, told the
     run's secrets by the commands and Locust) knows no secret, and no streaming connection is
     open (the load monitor samples every one in the process, `llmload.io.client.open_streams`:
-    a connection an earlier test left open would count in a later run's figures). The root
-    logger is given back by `tests_helpers.llmload` after each command."""
+    a connection an earlier test left open would count in a later run's figures); the root
+    logger's level is the test's own (its handlers `tests_helpers.llmload` gives back after
+    each command: pytest's own come and go between a test's phases)."""
+    import logging
+
     from llmload.core.redact import SCRUBBER
     from llmload.io.plainsocket import _OPEN
     SCRUBBER.__init__()  # forget the secrets an earlier test's command told it
+    level = logging.getLogger().level
     yield
     SCRUBBER.__init__()
+    logging.getLogger().setLevel(level)
     for left_open in list(_OPEN.values()):
         left_open.close()
 
