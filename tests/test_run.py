@@ -190,10 +190,9 @@ def test_workers_started_elsewhere_connect_with_master_bind(sim, tmp_path):
     """`--master-bind` + `--expect-workers`: a worker started by hand with plain Locust, on the
     port the run chose (port 0) and said."""
     out = tmp_path / "remote"
-    run = subprocess.Popen([sys.executable, "-m", "llmload", "run", "--host", sim.url, "--contexts", "0",
-                            "--prefill-contexts", "", "--concurrency", "1,2", "--duration", "1s",
-                            "--max-tokens", "64", "--out", str(out), "--master-bind", "127.0.0.1:0",
-                            "--expect-workers", "1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    run = start_llmload("run", "--host", sim.url, "--contexts", "0", "--prefill-contexts", "", "--concurrency", "1,2",
+                        "--duration", "1s", "--max-tokens", "64", "--out", out, "--master-bind", "127.0.0.1:0",
+                        "--expect-workers", "1")
     worker = None
     try:
         lines = []
@@ -207,8 +206,8 @@ def test_workers_started_elsewhere_connect_with_master_bind(sim, tmp_path):
         worker = subprocess.Popen([sys.executable, "-m", "locust", "-f", str(locustfile), "--worker",
                                    "--master-host", "127.0.0.1", "--master-port", str(port)],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        output, _ = run.communicate(timeout=120)
-        assert run.returncode == 0, "".join(lines) + output
+        output, errors = run.communicate(timeout=120)
+        assert run.returncode == 0, "".join(lines) + output + errors
         _, cells = cells_of(out)
         assert all(cells[("decode", 0, n)]["status"] in BUSY_MACHINE for n in (1, 2)), cells
         worker.wait(timeout=30)
