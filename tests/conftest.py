@@ -1,15 +1,85 @@
-"""Shared fixtures: one simulated vLLM server (`tiny` profile, port 0) per test session."""
+"""Shared fixtures: simulated vLLM servers on port 0 (one per configuration, for the session),
+what a new `llmload` process starts with (for each test), a fake NVML, and two short
+runs for the compare and browser tests."""
+
+# Locust monkey-patches the standard library for gevent (as every llmload entry point
+# does first): before anything here opens a socket, since `llmload run` runs in this
+# process (tests_helpers.llmload).
+import locust  # noqa: F401  isort: skip
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
 
 import pytest
 
 from llmload.sim.launcher import SimProcess
+from tests_helpers import llmload
 
 
 @pytest.fixture(scope="session")
-def sim_tiny():
+def sims():
+    """`sims(profile="tiny", api_key=None, **overrides)`: a running `llmload sim` of that
+    configuration (`.url` is its base URL), started on port 0 the first time it is asked
+    for and shared by every test that asks for the same one until the session ends."""
+    running: dict[tuple, SimProcess] = {}
+
+    def get(profile: str = "tiny", api_key: str | None = None, **overrides) -> SimProcess:
+        key = (profile, api_key, tuple(sorted(overrides.items())))
+        if key not in running:
+            running[key] = SimProcess(profile=profile, api_key=api_key, overrides=overrides).start()
+        return running[key]
+    yield get
+    for sim in running.values():
+        sim.stop()
+
+
+@pytest.fixture(scope="session")
+def sim_tiny(sims):
     """A running `llmload sim --profile tiny`; `.url` is its base URL."""
-    with SimProcess(profile="tiny") as sim:
-        yield sim
+    return sims()
+
+
+@pytest.fixture(autouse=True)
+def fresh_process():
+    """Each test starts as a new `llmload` process would (commands run in this process,
+    `tests_helpers.llmload`): the secret scrubber (`llmload.core.redact.SCRUBBER`, told the
+    run's secrets by the commands and Locust) knows no secret, and no streaming connection is
+    open (the load monitor samples every one in the process, `llmload.io.client.open_streams`:
+    a connection an earlier test left open would count in a later run's figures); the root
+    logger's level is the test's own (its handlers `tests_helpers.llmload` gives back after
+    each command: pytest's own come and go between a test's phases)."""
+    import logging
+
+    from llmload.core.redact import SCRUBBER
+    from llmload.io.plainsocket import _OPEN
+    SCRUBBER.__init__()  # forget the secrets an earlier test's command told it
+    level = logging.getLogger().level
+    yield
+    SCRUBBER.__init__()
+    logging.getLogger().setLevel(level)
+    for left_open in list(_OPEN.values()):
+        left_open.close()
+
+
+FAKE_NVML = Path(__file__).with_name("fake_nvml") / "pynvml.py"
+
+
+@pytest.fixture
+def fake_nvml(monkeypatch):
+    """`fake_nvml(gpus="W1,W2"|"none", counter=False)`: tests/fake_nvml/pynvml.py, the one
+    stand-in for NVIDIA's pynvml, imported as `pynvml` in this process with its environment
+    set (one GPU per value, drawing that many watts; "none": nvmlInit fails)."""
+    def install(gpus: str, *, counter: bool = False):
+        monkeypatch.setenv("LLMLOAD_FAKE_NVML", gpus)
+        monkeypatch.setenv("LLMLOAD_FAKE_NVML_COUNTER", "1" if counter else "0")
+        spec = importlib.util.spec_from_file_location("pynvml", FAKE_NVML)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        monkeypatch.setitem(sys.modules, "pynvml", module)
+        return module
+    return install
 
 
 # Two short runs on the simulator whose profiles differ only in step time (10 vs 20 ms per
@@ -23,19 +93,14 @@ CONCURRENCY = {"A": "1,4", "B": "1,4,8"}
 
 @pytest.fixture(scope="session")
 def two_sim_runs(tmp_path_factory):
-    import json
-    import subprocess
-    import sys
-
     base = tmp_path_factory.mktemp("compare")
     outs = {}
     for label, step_ms in STEP_MS.items():
         profile = base / f"tiny-step{int(step_ms)}ms.json"
         profile.write_text(json.dumps({"base": "tiny", "step_base_ms": step_ms}))
         out = base / f"run{label}"
-        r = subprocess.run([sys.executable, "-m", "llmload", "run", "--sim-profile", str(profile),
-                            *COMPARE_ARGS, "--concurrency", CONCURRENCY[label], "--out", str(out)],
-                           capture_output=True, text=True, timeout=300)
+        r = llmload("run", "--sim-profile", str(profile), *COMPARE_ARGS, "--concurrency", CONCURRENCY[label],
+                    "--out", str(out))
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
         outs[label] = (out, r.stdout)
     return outs

@@ -50,12 +50,12 @@ def test_servers_without_continuous_usage(server, usage, source):
 
 @pytest.mark.parametrize("flags", [["--crlf"], ["--no-space"], ["--pings"], ["--crlf", "--pings", "--chat-role"]])
 def test_format_variants(server, flags):
-    s = server("--interval-ms", "5", *flags)
+    s = server("--interval-ms", "50", *flags)
     rec = StreamingClient(s.url).stream("/v1/completions", body(5), user_id="u")
     assert rec.status == "ok", rec.error
     assert rec.output_tokens == 5
-    # Chunks that the kernel delivers in one read are one arrival; on a loaded machine two
-    # 5-ms-apart writes can meet, so allow one merge.
+    # Chunks that the kernel delivers in one read are one arrival: writes 50 ms apart meet
+    # only when the client is starved that long (a busy machine), so allow one merge.
     assert len(rec.chunk_times_s) >= 4
 
 
@@ -76,8 +76,10 @@ def test_one_token_per_chunk_gives_no_zero_gaps(server):
     samples = tbt_samples_s(rec)
     assert rec.output_tokens == 20
     assert len(samples) == 20 - rec.chunk_tokens[0]
-    # Chunks that meet in one read (a loaded machine) share their gap: never a 0-ms sample.
-    assert samples.min() > 0.0005
+    # Chunks that meet in one read (a loaded machine) are one arrival, whose gap its tokens
+    # share: never a 0-ms sample. (A server that writes late on a busy machine may send two
+    # chunks well under its 3 ms apart: only > 0 holds there.)
+    assert samples.min() > 0.0
 
 
 @pytest.mark.fault('an in-stream {"error": ...} event after 3 tokens',
@@ -166,16 +168,15 @@ def test_server_that_rejects_unknown_fields(server):
     assert rec.status == "error" and "unknown fields" in rec.error
 
 
-def test_sim_multi_token_chunks_counts_and_tbt_convention():
+def test_sim_multi_token_chunks_counts_and_tbt_convention(sims):
     """Against llmload sim with 3 tokens per chunk: counts equal the server's usage exactly,
     and each chunk's gap is split into 3 time-between-token samples of a third each."""
     from llmload.core.metrics import tbt_samples_s
-    from llmload.sim.launcher import SimProcess
-    with SimProcess(profile="tiny", overrides={"tokens_per_chunk": 3, "step_base_ms": 10}) as sim:
-        b = json.dumps({"model": "tiny", "prompt": list(range(100, 164)), "max_tokens": 100,
-                        "ignore_eos": True, "stream": True,
-                        "stream_options": {"include_usage": True, "continuous_usage_stats": True}}).encode()
-        rec = StreamingClient(sim.url).stream("/v1/completions", b, user_id="u")
+    sim = sims(tokens_per_chunk=3, step_base_ms=10)
+    b = json.dumps({"model": "tiny", "prompt": list(range(100, 164)), "max_tokens": 100,
+                    "ignore_eos": True, "stream": True,
+                    "stream_options": {"include_usage": True, "continuous_usage_stats": True}}).encode()
+    rec = StreamingClient(sim.url).stream("/v1/completions", b, user_id="u")
     assert rec.status == "ok", rec.error
     assert rec.output_tokens == rec.completion_tokens == 100
     assert rec.prompt_tokens == 64

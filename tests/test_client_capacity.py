@@ -3,10 +3,7 @@
 simulator) on port 0; timing bounds are generous (speed belongs in benchmarks/)."""
 
 import json
-import os
 import socket as pysocket
-import subprocess
-import sys
 import time
 from collections import Counter
 
@@ -25,7 +22,7 @@ from llmload.loadgen.monitor import LoadMonitor
 from llmload.matrix.driver import spawn_rate_for
 from llmload.matrix.loop import CELL_CHANGE_S, _remaining_s
 from llmload.core.scenario import Scenario, ScenarioError
-from tests_helpers import StreamServer
+from tests_helpers import StreamServer, llmload
 
 
 # ----------------------------------------------------------------------------- the estimate
@@ -238,11 +235,6 @@ def test_open_file_limit_is_raised_and_a_shortfall_said():
     assert fd_shortfall(1000, 4, soft_limit=1000) == 0
 
 
-def llmload(*args, env=None, timeout=300):
-    return subprocess.run([sys.executable, "-m", "llmload", *args], capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env or {})})
-
-
 def test_workers_auto_on_the_simulator_says_its_choice(tmp_path):
     out = tmp_path / "run"
     r = llmload("run", "--contexts", "0", "--prefill-contexts", "", "--concurrency", "1,4", "--duration", "1s",
@@ -256,11 +248,14 @@ def test_workers_auto_on_the_simulator_says_its_choice(tmp_path):
     assert all("client_added_delay_ms_p99" in c for c in decode)
 
 
-def test_workers_auto_grows_from_the_measured_rate_against_a_server(tmp_path):
+def test_workers_auto_grows_from_the_measured_rate_against_a_server(tmp_path, monkeypatch):
+    from llmload.core import autoworkers
     server = StreamServer("--port", "0", "--interval-ms", "5", "--tokens", "40")
     try:
         out = tmp_path / "run"
-        # One process is given 50 events/s here, so N = 2 after N = 1 (200 tok/s) needs workers.
+        # One process is given 50 events/s here (LLMLOAD_EVENTS_PER_PROCESS, read when llmload is
+        # imported), so N = 2 after N = 1 (200 tok/s) needs workers.
+        monkeypatch.setattr(autoworkers, "EVENTS_PER_PROCESS", 50.0)
         r = llmload("run", "--host", server.url, "--contexts", "0", "--prefill-contexts", "", "--concurrency",
                     "1,2", "--duration", "1s", "--max-tokens", "40", "--workers", "auto", "--out", str(out),
                     env={"LLMLOAD_EVENTS_PER_PROCESS": "50"})

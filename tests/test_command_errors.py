@@ -2,52 +2,32 @@
 the file and what is wrong, exit 2 (`llmload.core.exitcodes`), never a traceback; a partial
 answer says what is missing and is refused unless asked to accept it.
 
-The commands run in this process (click's CliRunner) on results directories made here:
-results.json and records/ files written directly, no server.
+The commands run in this process (click's CliRunner, `tests_helpers.llmload`) on results
+directories made here: results.json and records/ files written directly, no server.
 """
 
 import json
-import subprocess
-import sys
-from array import array
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from click.testing import CliRunner
 
-from llmload.cli import main
 from llmload.core.capacity import PlannedCell
 from llmload.core.cellfacts import CellFacts
 from llmload.core.cells import assemble_cell
-from llmload.core.records import RequestRecord
 from llmload.core.resultsjson import cell_to_dict, results_to_dict
 from llmload.twin.predict import seed_results
 from llmload.output.recordstore import write_cell
+from tests_helpers import llmload, one_line_error, record
 
 fault = pytest.mark.fault
 T0 = 1_764_000_000.0
 
 
-def invoke(*args: str):
-    return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def one_line(r, code: int = 2) -> str:
-    """The command failed with `code`, without a traceback, saying why in one line."""
-    assert r.exit_code == code, (r.exit_code, r.output)
-    assert r.exception is None or isinstance(r.exception, SystemExit), repr(r.exception)
-    lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip() and not ln.startswith(("Usage: ", "Try '"))]
-    assert len(lines) == 1, r.stderr
-    return lines[0]
-
-
-def _records(n: int) -> list[RequestRecord]:
-    return [RequestRecord(user_id=f"u{i}", tag="decode", send_s=T0 + 0.1 * i, first_byte_s=T0 + 0.1 * i + 0.01,
-                          chunk_times_s=array("d", [T0 + 0.1 * i + 0.02 + 0.01 * k for k in range(8)]),
-                          chunk_tokens=array("I", [1] * 8), end_s=T0 + 0.1 * i + 0.1, status="ok",
-                          finish_reason="length", prompt_tokens=10, completion_tokens=8,
-                          token_source="continuous_usage", http_status=200)
+def _records(n: int):
+    return [record(f"u{i}", T0 + 0.1 * i, [(T0 + 0.1 * i + 0.02 + 0.01 * k, 1) for k in range(8)], T0 + 0.1 * i + 0.1,
+                   finish="length", tag="decode", first_byte_s=T0 + 0.1 * i + 0.01, prompt_tokens=10,
+                   completion_tokens=8, http_status=200)
             for i in range(n)]
 
 
@@ -88,7 +68,7 @@ def test_damaged_records_metadata_names_the_records_file(tmp_path, command):
     _set_metadata(damaged, "llmload.facts", "{not json")
     out = tmp_path / "out.file"
     args = [*command, run] + (["-o", out] if command[0] == "export" else [])
-    line = one_line(invoke(*args))
+    line = one_line_error(llmload(*args))
     assert str(damaged) in line and "llmload.facts" in line and "results.json" not in line
     assert not out.exists()
 
@@ -102,7 +82,7 @@ def test_cells_that_are_not_objects_are_one_line_in_every_command(tmp_path, comm
     bad.mkdir()
     (bad / "results.json").write_text('{"schema_version": 2, "cells": [1, "x"]}')
     args = {"compare": ["compare", good, bad, "--no-html"], "fit": ["fit", bad], "report": ["report", bad]}[command]
-    line = one_line(invoke(*args))
+    line = one_line_error(llmload(*args))
     assert str(bad / "results.json") in line and "not an object" in line
 
 
@@ -112,7 +92,7 @@ def test_cells_that_are_not_objects_are_one_line_in_every_command(tmp_path, comm
 def test_fit_of_a_missing_or_corrupt_results_file_exits_2(tmp_path, text):
     if text is not None:
         (tmp_path / "results.json").write_text(text)
-    assert str(tmp_path / "results.json") in one_line(invoke("fit", tmp_path))
+    assert str(tmp_path / "results.json") in one_line_error(llmload("fit", tmp_path))
 
 
 @fault("one records file of a run deleted, then `report --recompute` or `export`",
@@ -123,15 +103,15 @@ def test_a_missing_records_file_is_said_and_refused_unless_allowed(tmp_path):
     (run / "records" / "decode-0-x2.parquet").unlink()
     before = (run / "results.json").read_bytes()
     for args in (["report", "--recompute", run], ["export", run, "-o", tmp_path / "e.csv"]):
-        line = one_line(invoke(*args))
+        line = one_line_error(llmload(*args))
         assert "records/decode-0-x2.parquet" in line and "--allow-missing" in line
     assert (run / "results.json").read_bytes() == before and not (tmp_path / "e.csv").exists()
-    r = invoke("report", "--recompute", "--allow-missing", run)
-    assert r.exit_code == 0, r.output
-    assert "Recomputed 1 cell(s)" in r.output and "Kept 1 cell(s) as stored" in r.output
-    assert "records/decode-0-x2.parquet" in r.output
-    r = invoke("export", run, "--allow-missing", "-o", tmp_path / "e.csv")
-    assert r.exit_code == 0, r.output
+    r = llmload("report", "--recompute", "--allow-missing", run)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Recomputed 1 cell(s)" in r.stdout and "Kept 1 cell(s) as stored" in r.stdout
+    assert "records/decode-0-x2.parquet" in r.stdout
+    r = llmload("export", run, "--allow-missing", "-o", tmp_path / "e.csv")
+    assert r.returncode == 0, r.stdout + r.stderr
     assert len((tmp_path / "e.csv").read_text().splitlines()) == 1 + 3  # the 0 × 1 cell's 3 requests
 
 
@@ -153,21 +133,8 @@ def test_an_unwritable_output_exits_2_in_every_command(tmp_path, command):
                         "--duration", "1s", "--out", target]}[command]
     if command == "fit":  # these two cells are too few to fit: give it a fittable run
         (run / "results.json").write_text(json.dumps(results_to_dict(seed_results())))
-    line = one_line(invoke(*args))
+    line = one_line_error(llmload(*args))
     assert str(blocker) in line
-
-
-def llmload(*args: str, timeout: float = 60):
-    return subprocess.run([sys.executable, "-m", "llmload", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout)
-
-
-def one_line_of_process(r, code: int = 2) -> str:
-    assert r.returncode == code, (r.returncode, r.stdout, r.stderr)
-    assert "Traceback" not in r.stderr + r.stdout
-    lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip() and not ln.startswith(("Usage: ", "Try '"))]
-    assert len(lines) == 1, r.stderr
-    return lines[0]
 
 
 ONE_CELL = ["--contexts", "0", "--prefill-contexts", "", "--concurrency", "1", "--duration", "1s",
@@ -178,14 +145,14 @@ ONE_CELL = ["--contexts", "0", "--prefill-contexts", "", "--concurrency", "1", "
        "one line naming --master-bind, exit 2, before the plan; --out is not created (so not marked failed)")
 def test_a_bad_master_bind_is_refused_before_the_plan(tmp_path):
     r = llmload("run", *ONE_CELL, "--master-bind", "nonsense", "--out", tmp_path / "out")
-    assert "--master-bind" in one_line_of_process(r)
+    assert "--master-bind" in one_line_error(r)
     assert "Plan" not in r.stdout and not (tmp_path / "out").exists()
 
 
 @fault("`llmload run --host http://127.0.0.1:99999` (a port out of range)", "one line naming --host, exit 2")
 def test_a_host_port_out_of_range_names_host(tmp_path):
     r = llmload("run", *ONE_CELL, "--host", "http://127.0.0.1:99999", "--out", tmp_path / "out")
-    line = one_line_of_process(r)
+    line = one_line_error(r)
     assert "--host" in line and "65535" in line
 
 
@@ -205,14 +172,14 @@ def profile(tmp_path):
 def test_predict_never_overwrites_a_run_unless_forced(tmp_path, profile):
     run = make_run(tmp_path / "run")
     before = (run / "results.json").read_bytes()
-    line = one_line(invoke("predict", profile, *PREDICT, "--out", run))
+    line = one_line_error(llmload("predict", profile, *PREDICT, "--out", run))
     assert "already holds a run" in line and "--force" in line and "--resume" not in line
     assert (run / "results.json").read_bytes() == before and (run / "records").is_dir()
-    r = invoke("predict", profile, *PREDICT, "--out", run, "--force")
-    assert r.exit_code == 0, r.output
+    r = llmload("predict", profile, *PREDICT, "--out", run, "--force")
+    assert r.returncode == 0, r.stdout + r.stderr
     assert json.loads((run / "results.json").read_text())["provenance"] == "predicted"
     assert not (run / "records").exists()
-    assert "Recomputed" not in invoke("report", "--recompute", run).output
+    assert "Recomputed" not in llmload("report", "--recompute", run).stdout
 
 
 @fault("`llmload predict --out DIR` or `report --recompute DIR` while a run writes into DIR",
@@ -228,7 +195,7 @@ def test_predict_and_recompute_take_the_runs_lock(tmp_path, profile, command):
     try:
         args = (["predict", profile, *PREDICT, "--out", run, "--force"] if command == "predict"
                 else ["report", "--recompute", run])
-        line = one_line(invoke(*args))
+        line = one_line_error(llmload(*args))
         assert f"pid {os.getpid()}" in line and str(run) in line
     finally:
         held.release()
@@ -241,7 +208,7 @@ def test_predict_and_recompute_take_the_runs_lock(tmp_path, profile, command):
 def test_recompute_never_mixes_records_into_a_prediction(tmp_path):
     run = make_run(tmp_path / "run", provenance="predicted")
     before = (run / "results.json").read_bytes()
-    assert "prediction" in one_line(invoke("report", "--recompute", run))
+    assert "prediction" in one_line_error(llmload("report", "--recompute", run))
     assert (run / "results.json").read_bytes() == before
 
 
@@ -254,7 +221,7 @@ def test_a_failed_probe_leaves_no_empty_directory(tmp_path):
         port = s.getsockname()[1]  # closed again: nothing listens there
     out = tmp_path / "new"
     r = llmload("run", *ONE_CELL, "--host", f"http://127.0.0.1:{port}", "--out", out)
-    assert "cannot reach" in one_line_of_process(r, code=1)
+    assert "cannot reach" in one_line_error(r, code=1)
     assert not out.exists()
 
 
@@ -263,7 +230,7 @@ def test_a_failed_probe_leaves_no_empty_directory(tmp_path):
        "at 0 tok/s, exit 0)")
 def test_a_window_too_short_to_measure_is_refused(tmp_path):
     r = llmload("run", *ONE_CELL, "--duration", "0.001", "--out", tmp_path / "out")
-    line = one_line_of_process(r)
+    line = one_line_error(r)
     assert "--duration" in line and "too short" in line and "1 s" in line
     assert not (tmp_path / "out").exists()
 
@@ -275,7 +242,7 @@ def test_a_duplicate_key_in_a_scenario_file_is_refused(tmp_path):
     scenario.write_text("contexts: [0]\nprefill_contexts: []\nconcurrency: 1\nmax_tokens: 8\nduration: 1s\n"
                         "concurrency: 2\n")
     r = llmload("run", scenario, "--sim-profile", "tiny", "--out", tmp_path / "out")
-    line = one_line_of_process(r)
+    line = one_line_error(r)
     assert str(scenario) in line and "'concurrency' is given twice (line 6)" in line
     assert not (tmp_path / "out").exists()
 
@@ -293,5 +260,5 @@ def test_a_killed_runs_null_status_reads_as_interrupted(tmp_path):
         assert held.previous.status == "interrupted"
     finally:
         held.release()
-    line = one_line_of_process(llmload("run", *ONE_CELL, "--out", run))
+    line = one_line_error(llmload("run", *ONE_CELL, "--out", run))
     assert "already holds a run (interrupted, started 2026-12-01" in line and "--resume" in line

@@ -3,15 +3,15 @@
 Each test carries `@pytest.mark.fault(what, behaviour)`: the reliability table of
 docs/reliability.md is generated from these marks (tests/fault_table.py), so the table lists
 what is tested here.
-Servers are real local processes on port 0 (the simulator, tests/stream_server.py).
+Servers are real local processes on port 0 (the simulator, tests/stream_server.py); `llmload
+run` runs in this process (click's CliRunner) except where a signal or a killed process is
+the point.
 """
 
 import json
 import os
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -19,46 +19,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from llmload.sim.launcher import SimProcess
-from tests_helpers import StreamServer
+from llmload.core.cells import client_overloaded
+from tests_helpers import BUSY_MACHINE, StreamServer, cells_of, llmload, one_line_error, start_llmload, wait_for
 
 fault = pytest.mark.fault
 ONE_CELL = ["--contexts", "0", "--prefill-contexts", "", "--concurrency", "1", "--max-tokens", "64"]
-
-
-def llmload(*args, env=None, timeout=180):
-    return subprocess.run([sys.executable, "-m", "llmload", *args], capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env or {})})
-
-
-def start(*args, env=None):
-    return subprocess.Popen([sys.executable, "-m", "llmload", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
-
-
-def cells_of(out: Path) -> tuple[dict, dict]:
-    doc = json.loads((out / "results.json").read_text())
-    return doc, {(c["phase"], c["context_tokens"], c["concurrency"]): c for c in doc["cells"]}
-
-
-def one_line_error(r, code=2) -> str:
-    assert r.returncode == code, (r.returncode, r.stdout, r.stderr)
-    assert "Traceback" not in r.stderr and "Traceback" not in r.stdout
-    # click's usage errors add its "Usage:" and "Try --help" lines; the error itself is one line
-    lines = [ln for ln in r.stderr.strip().splitlines()
-             if ln.strip() and not ln.startswith(("Usage: ", "Try '"))]
-    assert len(lines) == 1, r.stderr
-    return lines[0]
-
-
-def wait_for(predicate, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def measured(out: Path) -> int:
@@ -70,9 +35,8 @@ def measured(out: Path) -> int:
 
 
 @pytest.fixture(scope="module")
-def sim():
-    with SimProcess(profile="tiny") as s:
-        yield s
+def sim(sim_tiny):
+    return sim_tiny
 
 
 @pytest.fixture
@@ -112,31 +76,31 @@ def assert_no_secret(out: Path, *texts: str) -> None:
        "Bearer, OPENAI_API_KEY=, HF_TOKEN=), in the --host query string, token= in --server-info, "
        "HF_TOKEN in the environment; -vv logging",
        "masked as *** in results.json, CSV, Markdown, HTML, terminal and log output; exit 0")
-def test_a_key_given_every_way_is_in_no_file_and_no_output(tmp_path):
-    with SimProcess(profile="tiny", api_key=KEY) as sim:
-        out = tmp_path / "secrets"
-        launch = (f"vllm serve m --api-key {KEY} --api_key {KEY} --hf-token {SECRETS['--hf-token value']} "
-                  f"-H 'Authorization: Bearer {KEY}' OPENAI_API_KEY={KEY} HF_TOKEN={SECRETS['HF_TOKEN env']}")
-        r = llmload("-vv", "run", "--host", f"{sim.url}/v1?api_key={SECRETS['host query']}", *ONE_CELL,
-                    "--duration", "1s", "--api-key", KEY, "--launch-command", launch,
-                    "--server-info", f"quantization=AWQ,token={SECRETS['server-info token']}", "--out", str(out),
-                    env={"HF_TOKEN": SECRETS["HF_TOKEN env"]})
-        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
-        assert_no_secret(out, r.stdout, r.stderr)
-        doc, _ = cells_of(out)
-        # Masked, not dropped: the reader sees where a secret was.
-        assert doc["launch_command"].count("***") == 6, doc["launch_command"]
-        assert doc["config"]["host"].endswith("?api_key=***")
-        assert doc["server"]["token"] == "***" and doc["server"]["quantization"] == "AWQ"
-        assert "DEBUG" in r.stderr  # the log output was there to be checked
-        # An older file (or one edited by hand) holding a secret is masked when rendered again.
-        raw = json.loads((out / "results.json").read_text())
-        raw["launch_command"] = f"--api-key {KEY}"
-        (out / "results.json").write_text(json.dumps(raw))
-        r2 = llmload("report", str(out))
-        assert r2.returncode == 0, r2.stderr
-        for name in ("report.md", "report.html", "measurements.csv"):
-            assert KEY not in (out / name).read_text()
+def test_a_key_given_every_way_is_in_no_file_and_no_output(sims, tmp_path):
+    sim = sims(api_key=KEY)
+    out = tmp_path / "secrets"
+    launch = (f"vllm serve m --api-key {KEY} --api_key {KEY} --hf-token {SECRETS['--hf-token value']} "
+              f"-H 'Authorization: Bearer {KEY}' OPENAI_API_KEY={KEY} HF_TOKEN={SECRETS['HF_TOKEN env']}")
+    r = llmload("-vv", "run", "--host", f"{sim.url}/v1?api_key={SECRETS['host query']}", *ONE_CELL,
+                "--duration", "1s", "--api-key", KEY, "--launch-command", launch,
+                "--server-info", f"quantization=AWQ,token={SECRETS['server-info token']}", "--out", str(out),
+                env={"HF_TOKEN": SECRETS["HF_TOKEN env"]})
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    assert_no_secret(out, r.stdout, r.stderr)
+    doc, _ = cells_of(out)
+    # Masked, not dropped: the reader sees where a secret was.
+    assert doc["launch_command"].count("***") == 6, doc["launch_command"]
+    assert doc["config"]["host"].endswith("?api_key=***")
+    assert doc["server"]["token"] == "***" and doc["server"]["quantization"] == "AWQ"
+    assert "DEBUG" in r.stderr  # the log output was there to be checked
+    # An older file (or one edited by hand) holding a secret is masked when rendered again.
+    raw = json.loads((out / "results.json").read_text())
+    raw["launch_command"] = f"--api-key {KEY}"
+    (out / "results.json").write_text(json.dumps(raw))
+    r2 = llmload("report", str(out))
+    assert r2.returncode == 0, r2.stderr
+    for name in ("report.md", "report.html", "measurements.csv"):
+        assert KEY not in (out / name).read_text()
 
 
 @fault("server echoes the Authorization header (the key) in its HTTP 401 error body",
@@ -198,7 +162,7 @@ def test_a_killed_run_resumes_with_every_cell_once(sim, tmp_path):
     out = tmp_path / "resume"
     args = ["--host", sim.url, "--contexts", "0,1K", "--prefill-contexts", "", "--concurrency", "1,2",
             "--duration", "1s", "--max-tokens", "64", "--out", str(out)]
-    run = start("run", *args)
+    run = start_llmload("run", *args)
     try:
         wait_for(lambda: measured(out) >= 1, 120, "a measured cell")
         run.send_signal(signal.SIGKILL)
@@ -219,7 +183,7 @@ def test_a_killed_run_resumes_with_every_cell_once(sim, tmp_path):
     doc2, cells2 = cells_of(out)
     keys = [(c["phase"], c["context_tokens"], c["concurrency"]) for c in doc2["cells"]]
     assert sorted(keys) == sorted(set(keys)) and len(keys) == 4
-    assert all(c["status"] == "valid" for c in cells2.values()), {k: c["status"] for k, c in cells2.items()}
+    assert all(c["status"] in BUSY_MACHINE and not c["errors"] for c in cells2.values()), cells2
     assert doc2["config"] == doc1["config"] and doc2["started_at"] == doc1["started_at"]
     assert doc2["status"] == "complete" and len(doc2["resumed_at"]) == 1
     for key, cell in done1.items():
@@ -257,7 +221,7 @@ def client_connections(port: int) -> list:
        "connection to the server 2 s later")
 def test_sigkill_of_the_controller_leaves_no_worker_and_no_connection(sim, tmp_path):
     port = int(sim.url.rsplit(":", 1)[1])
-    run = start("run", "--host", sim.url, "--contexts", "0", "--prefill-contexts", "", "--concurrency", "4",
+    run = start_llmload("run", "--host", sim.url, "--contexts", "0", "--prefill-contexts", "", "--concurrency", "4",
                 "--duration", "60s", "--max-tokens", "2048", "--workers", "2", "--out", str(tmp_path / "k"))
     try:
         wait_for(lambda: len(client_connections(port)) >= 4, 90, "4 users connected")
@@ -281,7 +245,7 @@ def test_sigkill_of_the_controller_leaves_no_worker_and_no_connection(sim, tmp_p
 @pytest.mark.parametrize("sig, code", [(signal.SIGHUP, 129), (signal.SIGINT, 130)])
 def test_sighup_is_handled_like_sigterm(sig, code, sim, tmp_path):
     out = tmp_path / "hup"
-    run = start("run", "--host", sim.url, "--contexts", "0", "--prefill-contexts", "", "--concurrency", "1,2,4",
+    run = start_llmload("run", "--host", sim.url, "--contexts", "0", "--prefill-contexts", "", "--concurrency", "1,2,4",
                 "--duration", "2s", "--max-tokens", "64", "--out", str(out))
     wait_for(lambda: measured(out) >= 1, 120, "a measured cell")
     run.send_signal(sig)
@@ -289,7 +253,7 @@ def test_sighup_is_handled_like_sigterm(sig, code, sim, tmp_path):
     assert run.returncode == code, stderr
     assert "Traceback" not in stderr and "Interrupted" in stdout
     doc, cells = cells_of(out)
-    assert doc["status"] == "interrupted" and cells[("decode", 0, 1)]["status"] == "valid"
+    assert doc["status"] == "interrupted" and cells[("decode", 0, 1)]["status"] in BUSY_MACHINE
 
 
 @fault("a worker process is killed (SIGKILL) in the middle of a window",
@@ -298,7 +262,7 @@ def test_sighup_is_handled_like_sigterm(sig, code, sim, tmp_path):
 def test_a_lost_worker_marks_the_cell_and_stops(sim, tmp_path):
     port = int(sim.url.rsplit(":", 1)[1])
     out = tmp_path / "lost"
-    run = start("run", "--host", sim.url, "--contexts", "0", "--prefill-contexts", "", "--concurrency", "4",
+    run = start_llmload("run", "--host", sim.url, "--contexts", "0", "--prefill-contexts", "", "--concurrency", "4",
                 "--duration", "20s", "--max-tokens", "2048", "--workers", "2", "--out", str(out))
     try:
         wait_for(lambda: len(client_connections(port)) >= 4, 90, "4 users connected")
@@ -373,8 +337,14 @@ def test_a_slow_clean_server_in_short_windows_is_not_client_bound(tmp_path, stre
     assert r.returncode == 0, r.stdout + r.stderr
     cells = _decode_cells(out)
     for n in (1, 4):
-        assert cells[n]["status"] == "valid", (n, cells[n]["reason"], cells[n]["client_added_delay_source"])
-        assert cells[n]["stall_check_note"].startswith("stall check did not apply: the 3.0 s window")
+        c = cells[n]
+        assert c["client_added_delay_ms_p99"] is None, c  # no estimate from a few samples ...
+        assert c["client_added_delay_source"].startswith("not estimated: ")
+        # ... so valid; on a busy machine client_bound only where the client's measured CPU or
+        # loop lag says so, or saturated by a late server.
+        measured = client_overloaded({"cpu_pct_mean": c["client_cpu_pct_mean"], "lag_ms_p50": c["loop_lag_ms_p50"]})
+        assert c["status"] in ("valid", "saturated") or c["status"] == "client_bound" and measured, (n, c["reason"])
+        assert c["stall_check_note"].startswith("stall check did not apply: the 3.0 s window")
     assert "stall check did not apply" in (out / "report.md").read_text()
 
 
@@ -419,8 +389,9 @@ def test_retry_after_is_honoured_within_the_window(tmp_path, stream_server):
     assert r.returncode == 1, r.stdout + r.stderr
     _, cells = cells_of(out)
     cell = cells[("decode", 0, 1)]
-    assert cell["requests_sent"] == 3, cell  # at t0, t0 + 1 s, t0 + 2 s
-    assert cell["errors"] == 3 + 1  # and the warm-up
+    # At t0, t0 + 1 s and t0 + 2 s (the third may miss the window on a busy machine), never ~12.
+    assert cell["requests_sent"] in (2, 3), cell
+    assert cell["errors"] == cell["requests_sent"] + 1  # and the warm-up
     assert cell["error_samples"][0].startswith("HTTP 429") or "injected failure" in cell["error_samples"][0]
 
 
@@ -477,7 +448,7 @@ def test_a_silent_server_is_a_probe_timeout(tmp_path):
     try:
         port = listener.getsockname()[1]
         line = one_line_error(llmload("run", "--host", f"http://127.0.0.1:{port}", *ONE_CELL,
-                                      "--out", str(tmp_path / "t"), timeout=60), code=1)
+                                      "--out", str(tmp_path / "t")), code=1)
         assert "probe timeout" in line and "cannot reach" not in line
     finally:
         stop.set()

@@ -1,8 +1,5 @@
 """Hardware facts (NVML through a stand-in module: CI has no GPU) and the load monitor."""
 
-import sys
-import types
-
 import gevent
 
 from llmload.io import hardware
@@ -11,40 +8,17 @@ from llmload.core.cells import is_client_bound
 from llmload.loadgen.monitor import LoadMonitor
 
 
-def fake_pynvml(fail_init=False):
-    m = types.ModuleType("pynvml")
-
-    class NVMLError(Exception):
-        pass
-    m.NVMLError = NVMLError
-
-    def init():
-        if fail_init:
-            raise NVMLError("Driver Not Loaded")
-    m.nvmlInit = init
-    m.nvmlShutdown = lambda: None
-    m.nvmlSystemGetDriverVersion = lambda: "580.65"
-    m.nvmlDeviceGetCount = lambda: 1
-    m.nvmlDeviceGetHandleByIndex = lambda i: object()
-    m.nvmlDeviceGetName = lambda h: b"NVIDIA GeForce RTX 3090"
-    m.nvmlDeviceGetMemoryInfo = lambda h: types.SimpleNamespace(total=24 * 2**30)
-    m.nvmlDeviceGetPowerManagementLimit = lambda h: 350000
-    m.nvmlDeviceGetMaxPcieLinkGeneration = lambda h: 4
-    m.nvmlDeviceGetMaxPcieLinkWidth = lambda h: 16
-    return m
-
-
-def test_gpu_facts_from_nvml(monkeypatch):
-    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml())
+def test_gpu_facts_from_nvml(fake_nvml):
+    fake_nvml("300")  # its name comes as bytes, as older pynvml gives it
     gpus = hardware.gpu_facts()
-    assert gpus == [{"index": 0, "name": "NVIDIA GeForce RTX 3090", "driver": "580.65",
+    assert gpus == [{"index": 0, "name": "Fake GPU 0", "driver": "999.99",
                      "memory_total_bytes": 24 * 2**30, "power_limit_w": 350.0, "pcie_gen": 4, "pcie_width": 16}]
     facts = hardware.host_facts()
-    assert facts["vram_gb"] == 24 and facts["name"] == "NVIDIA GeForce RTX 3090 24GB"
+    assert facts["vram_gb"] == 24 and facts["name"] == "Fake GPU 0 24GB"
 
 
-def test_no_driver_means_no_gpu_facts_not_an_error(monkeypatch):
-    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(fail_init=True))
+def test_no_driver_means_no_gpu_facts_not_an_error(fake_nvml):
+    fake_nvml("none")
     assert hardware.gpu_facts() == []
     facts = hardware.host_facts()
     assert "gpu" not in facts and facts["cpu_cores"] >= 1 and facts["os"]

@@ -1,21 +1,17 @@
 """The LLM figures over time (web UI charts, companion page): points, windows, merging."""
 
-from array import array
-
 import numpy as np
 import pytest
 
 from llmload.core.live import LiveStats
 from llmload.core.livehistory import HISTORY_WINDOW_S, LiveHistory
-from llmload.core.records import RequestRecord
 from llmload.loadgen.webui import companion_path
+from tests_helpers import record
 
 
 def rec(send, ttft, gap, n, status="ok"):
     """A request sent at `send` whose first token comes ttft later, then n−1 more every gap."""
-    times = [send + ttft + i * gap for i in range(n)]
-    return RequestRecord(user_id="u", send_s=send, chunk_times_s=array("d", times),
-                         chunk_tokens=array("I", [1] * n), end_s=times[-1], status=status)
+    return record("u", send, [(send + ttft + i * gap, 1) for i in range(n)], status=status)
 
 
 def test_points_carry_percentiles_of_requests_ended_in_the_window():

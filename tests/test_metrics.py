@@ -2,7 +2,6 @@
 
 import dataclasses
 import json
-from array import array
 
 import numpy as np
 import pytest
@@ -16,21 +15,9 @@ from llmload.core.metrics import (
     tbt_samples_s,
     window_figures,
 )
-from llmload.core.records import RequestRecord
+from tests_helpers import record as rec
 
 
-def rec(user, send_s, chunks, end_s, status="ok", finish=None, error=None, **kw):
-    return RequestRecord(
-        user_id=user,
-        send_s=send_s,
-        chunk_times_s=array("d", [t for t, _ in chunks]),
-        chunk_tokens=array("I", [k for _, k in chunks]),
-        end_s=end_s,
-        status=status,
-        finish_reason=finish,
-        error=error,
-        **kw,
-    )
 
 
 # --------------------------------------------------------------------------- TBT

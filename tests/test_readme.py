@@ -1,9 +1,9 @@
 """Smoke test of the README's two set-up commands."""
 
 import re
-import subprocess
-import sys
 from pathlib import Path
+
+from tests_helpers import llmload_process
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
@@ -29,8 +29,7 @@ def test_the_main_job_runs_the_quick_demo_and_says_where_the_report_is(tmp_path)
     run_part = setup_commands()[0].split("&&")[-1].strip()
     args = run_part.split()[1:]  # drop the `.venv/bin/llmload` program path
     out = tmp_path / "quick"
-    r = subprocess.run([sys.executable, "-m", "llmload", *args, "--out", str(out)], cwd=ROOT,
-                       capture_output=True, text=True, timeout=600)
+    r = llmload_process(*args, "--out", out, cwd=ROOT, timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert f"Report: {out / 'report.md'}" in r.stdout
     report = (out / "report.md").read_text()

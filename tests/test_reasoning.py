@@ -3,25 +3,18 @@ chat decode cell run against it, its records, figures, recompute and report."""
 
 import json
 import statistics
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 from llmload.output.recordstore import cell_files, read_cell
-from llmload.sim.launcher import SimProcess
 from llmload.sim.profiles import ProfileError, load_profile
 from test_sim_server import STREAM_USAGE, call, stream
+from tests_helpers import BUSY_MACHINE, llmload
 
 THINK = 16
 """Tokens of thinking before each answer."""
 MAX_TOKENS = 64
-
-
-def llmload(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "llmload", *args], capture_output=True, text=True,
-                          timeout=timeout)
 
 
 def chat(max_tokens):
@@ -30,10 +23,8 @@ def chat(max_tokens):
 
 
 @pytest.fixture(scope="module")
-def sim_think():
-    with SimProcess(profile="tiny", overrides={"think_tokens": 4, "tokens_per_chunk": 3,
-                                               "reasoning_field": "reasoning_content"}) as sim:
-        yield sim
+def sim_think(sims):
+    return sims(think_tokens=4, tokens_per_chunk=3, reasoning_field="reasoning_content")
 
 
 def test_the_simulator_thinks_first_in_chat_only(sim_think):
@@ -53,9 +44,9 @@ def test_the_simulator_thinks_first_in_chat_only(sim_think):
     assert all("reasoning" not in json.dumps(e) for _, e in completion)
 
 
-def test_a_chunk_where_thinking_ends_carries_both(sim_think):
-    with SimProcess(profile="tiny", overrides={"think_tokens": 3, "tokens_per_chunk": 3}) as sim:
-        chunks = [e for _, e in stream(sim.url, "/v1/chat/completions", chat(7)) if isinstance(e, dict)]
+def test_a_chunk_where_thinking_ends_carries_both(sims):
+    sim = sims(think_tokens=3, tokens_per_chunk=3)
+    chunks = [e for _, e in stream(sim.url, "/v1/chat/completions", chat(7)) if isinstance(e, dict)]
     deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]][1:]
     assert [(len(d.get("reasoning", "").split()), len(d.get("content", "").split())) for d in deltas] == [
         (1, 0), (2, 1), (0, 3)]
@@ -117,7 +108,7 @@ def test_each_request_counts_thinking_and_answering_exactly(think_run):
 def test_the_cell_the_report_and_recompute(think_run):
     doc = json.loads((think_run / "results.json").read_text())
     (cell,) = [c for c in doc["cells"] if c["phase"] == "decode"]
-    assert cell["status"] == "valid", cell["reason"]
+    assert cell["status"] in BUSY_MACHINE, cell["reason"]
     # 16 steps of ~2 ms between the first token and the first answer token
     assert 0.016 * 1000 < cell["ttfa_ms"] - cell["ttft_ms"] < 1000
     assert cell["ttfa_samples"] >= 4 and cell["ttfa_p99_ms"] >= cell["ttfa_ms"]

@@ -1,7 +1,6 @@
 """Pure parts of issue 9: the secret scrubber, stall detection, exit codes, the ETA clock."""
 
 import logging
-from array import array
 
 import pytest
 
@@ -13,6 +12,7 @@ from llmload.core.redact import MASK, Scrubber, SecretFilter
 from llmload.core.resultsjson import cell_to_dict
 from llmload.core.runresults import new_results
 from llmload.matrix.console import _clock
+from tests_helpers import record
 
 KEY = "sk-abcdefghijklmnopqrstuvwx"
 
@@ -74,9 +74,8 @@ def test_the_log_filter_masks_messages_and_tracebacks():
 
 
 def rec(times, *, end, status="cancelled", finish=None, user="u"):
-    return RequestRecord(user_id=user, send_s=times[0] - 0.05, chunk_times_s=array("d", times),
-                         chunk_tokens=array("I", [1] * len(times)), end_s=end, status=status,
-                         finish_reason=finish)
+    """A request sent 50 ms before its first token, one token per chunk at `times`."""
+    return record(user, times[0] - 0.05, [(t, 1) for t in times], end, status=status, finish=finish)
 
 
 def test_longest_stall_counts_silence_after_the_first_token_inside_the_window():
@@ -144,11 +143,9 @@ def _decode_cell_of(warm_ok: bool, window_ok: bool) -> CellResult:
     t0 = 100.0
 
     def request(user, tag, send, ok):
-        return RequestRecord(user_id=user, tag=tag, send_s=send, first_byte_s=send + 0.01 if ok else None,
-                             chunk_times_s=array("d", [send + 0.02, send + 0.03] if ok else []),
-                             chunk_tokens=array("I", [1, 1] if ok else []), end_s=send + 0.04,
-                             status="ok" if ok else "error", finish_reason="length" if ok else None,
-                             error=None if ok else "HTTP 500: boom")
+        return record(user, send, [(send + 0.02, 1), (send + 0.03, 1)] if ok else [], send + 0.04,
+                      status="ok" if ok else "error", finish="length" if ok else None, tag=tag,
+                      first_byte_s=send + 0.01 if ok else None, error=None if ok else "HTTP 500: boom")
     records = [request(f"u{u}", "warmup", t0 - 1.0, warm_ok) for u in range(4)]
     records += [request(f"u{u}", "decode", t0 + 0.1 * k, window_ok) for u in range(4) for k in range(3)]
     planned = PlannedCell(phase="decode", context_tokens=0, concurrency=4, status="run", reason="",
@@ -189,11 +186,9 @@ def _stall_cell(*, window_s: float, stall_s: float, cpu_pct: float = 0.4, late_m
             first = send + 0.01
             chunks = [first] + [first + (stall_s if k % 2 else 0.0) + 0.005 * (i + 1) for i in range(19)]
             done = chunks[-1] <= t1
-            records.append(RequestRecord(
-                user_id=f"u{u}", tag="decode", send_s=send, first_byte_s=first,
-                chunk_times_s=array("d", [c for c in chunks if c <= t1]),
-                chunk_tokens=array("I", [1] * sum(c <= t1 for c in chunks)), end_s=min(chunks[-1], t1),
-                status="ok" if done else "cancelled", finish_reason="length" if done else None))
+            records.append(record(f"u{u}", send, [(c, 1) for c in chunks if c <= t1], min(chunks[-1], t1),
+                                  status="ok" if done else "cancelled", finish="length" if done else None,
+                                  tag="decode", first_byte_s=first))
             send, k = chunks[-1], k + 1
     ages = Counter({0: 5, round(late_ms / ADDED_DELAY_BIN_MS): 5}) if late_ms else Counter({0: 10})
     reads = tuple(IntervalSample(t_s=t0 + 0.25 * i, reads=10, events=12, bytes_=2400, streams=4, ages=ages)

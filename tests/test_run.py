@@ -1,15 +1,18 @@
-"""`llmload run` end to end against the simulator on port 0 (integration tests)."""
+"""`llmload run` end to end against the simulator on port 0 (integration tests), in this
+process (click's CliRunner) except where signals or worker processes are the point."""
 
-import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
+import gevent
 import pytest
 
 from llmload.output.recordstore import read_cell
-from llmload.sim.launcher import SimProcess
+from llmload.sim.profiles import load_profile
+from llmload.twin.predict import predict_results
+from tests_helpers import (BUSY_MACHINE, StreamServer, a_measured_cell_in, cells_of, llmload, one_line_error,
+                           start_llmload, wait_for)
 
 KV_BLOCKS = 200  # with max_tokens 256: (1K, 4) needs 4 x 80 = 320 blocks: over capacity
 SMALL = ["--contexts", "0,1K", "--prefill-contexts", "1K,2K", "--concurrency", "1,2,4",
@@ -21,20 +24,9 @@ EXPECTED = {
 }
 
 
-def llmload(*args, env=None, timeout=300):
-    return subprocess.run([sys.executable, "-m", "llmload", *args], capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env or {})})
-
-
 @pytest.fixture(scope="module")
-def sim():
-    with SimProcess(profile="tiny", overrides={"num_gpu_blocks": KV_BLOCKS}) as s:
-        yield s
-
-
-def cells_of(out_dir: Path) -> dict:
-    doc = json.loads((out_dir / "results.json").read_text())
-    return doc, {(c["phase"], c["context_tokens"], c["concurrency"]): c for c in doc["cells"]}
+def sim(sims):
+    return sims(num_gpu_blocks=KV_BLOCKS)
 
 
 @pytest.fixture(scope="module")
@@ -45,10 +37,21 @@ def small_run(sim, tmp_path_factory):
     return r, out
 
 
-def test_statuses_are_exactly_the_predicted_ones(small_run):
+def test_the_predicted_statuses_are_exact_in_virtual_time():
+    doc = predict_results(load_profile("tiny", {"num_gpu_blocks": KV_BLOCKS}), contexts=[0, 1024],
+                          prefill_contexts=[1024, 2048], concurrency=[1, 2, 4], max_tokens=256, duration_s=2.0)
+    assert {(c["phase"], c["context_tokens"], c["concurrency"]): c["status"] for c in doc["cells"]} == EXPECTED
+
+
+def test_statuses_are_the_predicted_ones(small_run):
     _, out = small_run
     doc, cells = cells_of(out)
-    assert {k: c["status"] for k, c in cells.items()} == EXPECTED
+    assert set(cells) == set(EXPECTED)
+    for key, c in cells.items():
+        if key[0] == "decode" and EXPECTED[key] == "valid":
+            assert c["status"] in BUSY_MACHINE and not c["errors"] and not c["preemptions"], c
+        else:  # the plan's statuses, and a prefill cell (valid unless a request failed)
+            assert c["status"] == EXPECTED[key], c
     assert doc["provenance"] == "simulated" and doc["sim_profile"] == "tiny"
     assert doc["server"]["kv_cache_tokens"] == (KV_BLOCKS - 1) * 16  # less the null block, as vLLM V1
 
@@ -103,9 +106,11 @@ def test_workers_give_the_same_statuses_and_figures(sim, small_run, tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     _, one = cells_of(out1)
     _, two = cells_of(out2)
-    assert {k: c["status"] for k, c in two.items()} == EXPECTED
+    assert set(two) == set(EXPECTED)
     for key, c in two.items():
-        if key[0] == "decode" and c["status"] == "valid":
+        assert c["status"] in (BUSY_MACHINE if key[0] == "decode" and EXPECTED[key] == "valid" else (EXPECTED[key],))
+    for key, c in two.items():
+        if key[0] == "decode" and c["status"] == one[key]["status"] == "valid":
             assert c["total_tok_s"] == pytest.approx(one[key]["total_tok_s"], rel=0.05)
             assert c["tbt_ms"] == pytest.approx(one[key]["tbt_ms"], rel=0.05)
 
@@ -116,38 +121,33 @@ def test_unreachable_server_fails_at_once_with_one_line(tmp_path):
     import socket
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    r = llmload("run", "--host", f"http://127.0.0.1:{port}", "--out", str(tmp_path / "x"), timeout=60)
-    assert r.returncode == 1, r.stderr
-    assert "cannot reach" in r.stderr and "Traceback" not in r.stderr
-    assert len(r.stderr.strip().splitlines()) == 1
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    r = llmload("run", "--host", f"http://127.0.0.1:{port}", "--out", str(tmp_path / "x"))
+    assert "cannot reach" in one_line_error(r, code=1)
 
 
 @pytest.mark.fault('--model the server does not serve',
                    'one line naming the model, exit 1')
 def test_unknown_model_fails_with_one_line(sim, tmp_path):
-    r = llmload("run", "--host", sim.url, "--model", "nope", "--out", str(tmp_path / "x"), timeout=60)
-    assert r.returncode == 1, r.stderr
-    assert "'nope' is not served" in r.stderr and "Traceback" not in r.stderr
+    r = llmload("run", "--host", sim.url, "--model", "nope", "--out", str(tmp_path / "x"))
+    assert "'nope' is not served" in one_line_error(r, code=1)
 
 
 @pytest.mark.fault('a wrong API key (HTTP 401 on the probe)',
                    'one line "rejected the API key", exit 1; no key in output or files')
-def test_rejected_api_key_fails_with_one_line_and_is_never_written(tmp_path):
-    with SimProcess(profile="tiny", api_key="right-key") as s:
-        r = llmload("run", "--host", s.url, "--out", str(tmp_path / "x"), env={"OPENAI_API_KEY": "wrong-key"},
-                    timeout=60)
-        assert r.returncode == 1, r.stderr
-        assert "rejected the API key" in r.stderr and "Traceback" not in r.stderr
-        assert "wrong-key" not in r.stdout + r.stderr
-        out = tmp_path / "ok"
-        r = llmload("run", "--host", s.url, "--contexts", "0", "--prefill-contexts", "", "--concurrency", "1",
-                    "--duration", "1s", "--max-tokens", "32", "--out", str(out), "--api-key", "right-key")
-        assert r.returncode == 0, r.stdout + r.stderr
-        files = [f for f in out.rglob("*") if f.is_file()]  # records/ too
-        assert any(f.suffix == ".parquet" for f in files)
-        for f in files:
-            assert b"right-key" not in f.read_bytes()
+def test_rejected_api_key_fails_with_one_line_and_is_never_written(sims, tmp_path):
+    s = sims(api_key="right-key")
+    r = llmload("run", "--host", s.url, "--out", str(tmp_path / "x"), env={"OPENAI_API_KEY": "wrong-key"})
+    assert "rejected the API key" in one_line_error(r, code=1)
+    assert "wrong-key" not in r.stdout + r.stderr
+    out = tmp_path / "ok"
+    r = llmload("run", "--host", s.url, "--contexts", "0", "--prefill-contexts", "", "--concurrency", "1",
+                "--duration", "1s", "--max-tokens", "32", "--out", str(out), "--api-key", "right-key")
+    assert r.returncode == 0, r.stdout + r.stderr
+    files = [f for f in out.rglob("*") if f.is_file()]  # records/ too
+    assert any(f.suffix == ".parquet" for f in files)
+    for f in files:
+        assert b"right-key" not in f.read_bytes()
 
 
 @pytest.mark.fault('bad option values or a missing scenario file',
@@ -158,15 +158,13 @@ def test_rejected_api_key_fails_with_one_line_and_is_never_written(tmp_path):
     (["no-such-file.yaml"], "no-such-file.yaml"),
 ])
 def test_bad_input_is_one_line_and_non_zero(args, needle, tmp_path):
-    r = llmload("run", *args, "--out", str(tmp_path / "x"), timeout=60)
-    assert r.returncode == 2
-    assert needle in r.stderr and "Traceback" not in r.stderr
+    r = llmload("run", *args, "--out", str(tmp_path / "x"))
+    assert needle in one_line_error(r)
 
 
 def test_a_plain_server_without_usage_that_rejects_unknown_fields(tmp_path):
     """An OpenAI-compatible server that is not vLLM: no usage in the stream, 400 on any field
     it does not know. llmload sends only the standard fields and counts chunks (flagged)."""
-    from tests_helpers import StreamServer
     s = StreamServer("--reject-unknown", "--usage", "none", "--interval-ms", "2", "--tokens", "40",
                      "--accepted", "model,prompt,max_tokens,stream,stream_options,temperature")
     try:
@@ -180,7 +178,7 @@ def test_a_plain_server_without_usage_that_rejects_unknown_fields(tmp_path):
         assert "Output length: not fixed" in (out / "report.md").read_text()
         for n in (1, 2):
             c = cells[("decode", 0, n)]
-            assert c["status"] == "valid", c
+            assert c["status"] in BUSY_MACHINE and not c["errors"], c
             assert c["token_source"] == "chunks"
             assert c["output_tokens"] > 0
         assert "Measured" in (out / "report.md").read_text()
@@ -189,74 +187,68 @@ def test_a_plain_server_without_usage_that_rejects_unknown_fields(tmp_path):
 
 
 def test_workers_started_elsewhere_connect_with_master_bind(sim, tmp_path):
-    """`--master-bind` + `--expect-workers`: a worker started by hand with plain Locust."""
-    import socket
-    from pathlib import Path
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    """`--master-bind` + `--expect-workers`: a worker started by hand with plain Locust, on the
+    port the run chose (port 0) and said."""
     out = tmp_path / "remote"
-    run = subprocess.Popen([sys.executable, "-m", "llmload", "run", "--host", sim.url, "--contexts", "0",
-                            "--prefill-contexts", "", "--concurrency", "1,2", "--duration", "1s",
-                            "--max-tokens", "64", "--out", str(out), "--master-bind", f"127.0.0.1:{port}",
-                            "--expect-workers", "1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    locustfile = Path(__file__).resolve().parent.parent / "locustfiles" / "llm.py"
-    worker = subprocess.Popen([sys.executable, "-m", "locust", "-f", str(locustfile), "--worker",
-                               "--master-host", "127.0.0.1", "--master-port", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    run = start_llmload("run", "--host", sim.url, "--contexts", "0", "--prefill-contexts", "", "--concurrency", "1,2",
+                        "--duration", "1s", "--max-tokens", "64", "--out", out, "--master-bind", "127.0.0.1:0",
+                        "--expect-workers", "1")
+    worker = None
     try:
-        output, _ = run.communicate(timeout=120)
-        assert run.returncode == 0, output
-        assert "Waiting for 1 Locust worker(s)" in output
+        lines = []
+        while not (lines and lines[-1].startswith("Waiting for 1 Locust worker(s) on port ")):
+            line = run.stdout.readline()
+            assert line, "".join(lines)
+            lines.append(line)
+        port = int(lines[-1].split(" on port ")[1].split()[0])
+        assert port > 0
+        locustfile = Path(__file__).resolve().parent.parent / "locustfiles" / "llm.py"
+        worker = subprocess.Popen([sys.executable, "-m", "locust", "-f", str(locustfile), "--worker",
+                                   "--master-host", "127.0.0.1", "--master-port", str(port)],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        output, errors = run.communicate(timeout=120)
+        assert run.returncode == 0, "".join(lines) + output + errors
         _, cells = cells_of(out)
-        assert [cells[("decode", 0, n)]["status"] for n in (1, 2)] == ["valid", "valid"]
+        assert all(cells[("decode", 0, n)]["status"] in BUSY_MACHINE for n in (1, 2)), cells
         worker.wait(timeout=30)
     finally:
         for p in (run, worker):
-            if p.poll() is None:
+            if p is not None and p.poll() is None:
                 p.kill()
                 p.wait()
-
-
-def wait_for_a_valid_cell(out: Path, timeout_s: float = 60.0) -> None:
-    """Until the run in progress has written its first measured cell to disk."""
-    import time
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        results = out / "results.json"
-        if results.exists() and any(c["status"] == "valid" for c in json.loads(results.read_text())["cells"]):
-            return
-        time.sleep(0.2)
 
 
 @pytest.mark.fault('the server dies in the middle of a run',
                    'the run stops with one line, status failed, every measured cell kept')
 def test_a_server_that_dies_mid_run_loses_no_measured_cell(tmp_path):
+    from llmload.sim.launcher import SimProcess
     out = tmp_path / "dying"
     with SimProcess(profile="tiny") as s:
-        run = subprocess.Popen([sys.executable, "-m", "llmload", "run", "--host", s.url, "--contexts", "0,1K",
-                                "--prefill-contexts", "", "--concurrency", "1,2", "--duration", "3s",
-                                "--max-tokens", "64", "--out", str(out)],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        wait_for_a_valid_cell(out)
-    # The simulator is gone now; the run notices, stops and keeps what it measured.
-    stdout, stderr = run.communicate(timeout=120)
-    assert run.returncode != 0
-    assert "Traceback" not in stderr and len(stderr.strip().splitlines()) == 1, stderr
+        def kill_after_a_valid_cell():
+            wait_for(lambda: a_measured_cell_in(out), 60, "a measured cell")
+            s.stop()
+        killer = gevent.spawn(kill_after_a_valid_cell)  # runs while the run below waits
+        r = llmload("run", "--host", s.url, "--contexts", "0,1K", "--prefill-contexts", "", "--concurrency", "1,2",
+                    "--duration", "3s", "--max-tokens", "64", "--out", str(out))
+        killer.get(timeout=10)
+    # The simulator went mid-run; the run noticed, stopped and kept what it measured.
+    assert r.returncode != 0
+    one_line_error(r, code=r.returncode)
     doc, cells = cells_of(out)
-    assert cells[("decode", 0, 1)]["status"] == "valid"
+    assert cells[("decode", 0, 1)]["status"] in BUSY_MACHINE
     assert cells[("decode", 0, 1)]["output_tokens"] > 0
     assert doc["status"] == "failed"
-    assert "valid" in (out / "report.md").read_text().lower()
+    label = {"valid": "Valid", "client_bound": "Client bound", "saturated": "Saturated"}
+    assert label[cells[("decode", 0, 1)]["status"]] in (out / "report.md").read_text()  # the page kept it too
 
 
-def test_cells_that_do_not_fit_are_marked_saturated(tmp_path):
+def test_cells_that_do_not_fit_are_marked_saturated(sims, tmp_path):
     """Told a KV size the server does not have, llmload runs a cell that cannot fit: the
     server queues half the requests, and the cell says so instead of passing for valid."""
-    with SimProcess(profile="tiny", overrides={"num_gpu_blocks": 40}) as s:
-        out = tmp_path / "sat"
-        r = llmload("run", "--host", s.url, "--contexts", "0", "--prefill-contexts", "", "--concurrency", "4",
-                    "--duration", "3s", "--max-tokens", "256", "--kv-cache-tokens", "100000", "--out", str(out))
+    s = sims(num_gpu_blocks=40)
+    out = tmp_path / "sat"
+    r = llmload("run", "--host", s.url, "--contexts", "0", "--prefill-contexts", "", "--concurrency", "4",
+                "--duration", "3s", "--max-tokens", "256", "--kv-cache-tokens", "100000", "--out", str(out))
     assert r.returncode == 0, r.stdout + r.stderr
     _, cells = cells_of(out)
     cell = cells[("decode", 0, 4)]
@@ -264,13 +256,13 @@ def test_cells_that_do_not_fit_are_marked_saturated(tmp_path):
     assert cell["preemptions"] > 0 or cell["median_waiting"] >= 1
 
 
-def test_chat_endpoint_prompts_have_the_planned_length(tmp_path):
+def test_chat_endpoint_prompts_have_the_planned_length(sims, tmp_path):
     # A tokenizer that is not one token per word (a token per 3 characters of a filler word):
     # the text is fitted to the server's count, once per length, for every user's nonce.
     out = tmp_path / "chat"
-    with SimProcess(profile="tiny", overrides={"word_piece_chars": 3}) as s:
-        r = llmload("run", "--host", s.url, "--endpoint", "chat", "--contexts", "1K", "--prefill-contexts", "",
-                    "--concurrency", "1,2", "--duration", "1s", "--max-tokens", "64", "--out", str(out))
+    s = sims(word_piece_chars=3)
+    r = llmload("run", "--host", s.url, "--endpoint", "chat", "--contexts", "1K", "--prefill-contexts", "",
+                "--concurrency", "1,2", "--duration", "1s", "--max-tokens", "64", "--out", str(out))
     assert r.returncode == 0, r.stdout + r.stderr
     assert "Text prompts exact by the server's count: 1K tokens" in r.stdout
     _, cells = cells_of(out)
@@ -293,20 +285,23 @@ def test_sigterm_keeps_measured_cells_and_stops_the_embedded_simulator(tmp_path)
 
     import psutil
     out = tmp_path / "term"
-    run = subprocess.Popen([sys.executable, "-m", "llmload", "run", "--sim-profile", "tiny", "--contexts", "0",
-                            "--prefill-contexts", "", "--concurrency", "1,2,4", "--duration", "3s",
-                            "--max-tokens", "64", "--out", str(out)],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    wait_for_a_valid_cell(out)
-    children = psutil.Process(run.pid).children(recursive=True)
-    assert children, "the embedded simulator should be a child process"
-    run.send_signal(signal.SIGTERM)
-    stdout, stderr = run.communicate(timeout=60)
+    run = start_llmload("run", "--sim-profile", "tiny", "--contexts", "0", "--prefill-contexts", "",
+                        "--concurrency", "1,2,4", "--duration", "3s", "--max-tokens", "64", "--out", out)
+    try:
+        wait_for(lambda: a_measured_cell_in(out), 60, "a measured cell")
+        children = psutil.Process(run.pid).children(recursive=True)
+        assert children, "the embedded simulator should be a child process"
+        run.send_signal(signal.SIGTERM)
+        stdout, stderr = run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.communicate()
     assert run.returncode == 143  # 128 + SIGTERM (issue 9: was 130, the SIGINT code)
     assert "Traceback" not in stderr and "Interrupted" in stdout
     doc, cells = cells_of(out)
     assert doc["status"] == "interrupted"
-    assert cells[("decode", 0, 1)]["status"] == "valid"
+    assert cells[("decode", 0, 1)]["status"] in BUSY_MACHINE
     gone, alive = psutil.wait_procs(children, timeout=10)
     assert not alive
 
@@ -315,7 +310,6 @@ def test_sigterm_keeps_measured_cells_and_stops_the_embedded_simulator(tmp_path)
 def test_text_prompts_without_a_tokenizer_are_calibrated_from_usage(endpoint, tmp_path):
     """No /tokenize, no token-ID prompts: llmload asks the server to count two prompts and
     sizes text prompts from that (1.5 tokens per word here, + 3 template tokens for chat)."""
-    from tests_helpers import StreamServer
     s = StreamServer("--tokens-per-word", "1.5", "--interval-ms", "2", "--tokens", "20")
     try:
         out = tmp_path / endpoint

@@ -2,8 +2,6 @@
 (llmload.core.seqlimit), the re-plan it causes, and where each limit comes from."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,7 +15,7 @@ from llmload.core.scenario import load_scenario
 from llmload.core.seqlimit import KV_FULL_FRACTION, is_learned, learn_sequence_limit
 from llmload.io.probe import ServerInfo
 from llmload.matrix.runner import _learned_before
-from llmload.sim.launcher import SimProcess
+from tests_helpers import llmload
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -136,17 +134,15 @@ KV_BLOCKS = 50  # a sequence of 1 + 128 tokens takes 9 blocks: 4 fit, 8 do not, 
 STEP_MS = 10.0  # 100 tokens/s per stream: the load generator keeps up on a busy machine
 
 
-def test_a_run_learns_the_limit_from_a_queued_cell_and_plans_later_cells_queued(tmp_path):
+def test_a_run_learns_the_limit_from_a_queued_cell_and_plans_later_cells_queued(sims, tmp_path):
     """The simulator runs at most 2 sequences and, like vLLM, reports that nowhere; no launch
     command says it. The cell at N = 4 queues 2 and shows the limit; N = 8, planned over
     capacity (8 × 9 blocks > 50), is re-planned queued with that source (only 2 are held at
     once) and runs; the report and `report --recompute` keep the source."""
     out = tmp_path / "run"
-    with SimProcess(profile="tiny", overrides={"max_num_seqs": MAX_NUM_SEQS, "num_gpu_blocks": KV_BLOCKS,
-                                                    "step_base_ms": STEP_MS}) as sim:
-        r = subprocess.run([sys.executable, "-m", "llmload", "run", "--host", sim.url, "--contexts", "0",
-                            "--prefill-contexts", "", "--concurrency", "1,4,8", "--duration", "4s",
-                            "--max-tokens", "128", "--out", str(out)], capture_output=True, text=True, timeout=300)
+    sim = sims(max_num_seqs=MAX_NUM_SEQS, num_gpu_blocks=KV_BLOCKS, step_base_ms=STEP_MS)
+    r = llmload("run", "--host", sim.url, "--contexts", "0", "--prefill-contexts", "", "--concurrency", "1,4,8",
+                "--duration", "4s", "--max-tokens", "128", "--out", str(out))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "Sequences at once: unknown" in r.stdout  # the probe found no limit
     assert "decode 0 × 8             queued (was over capacity)" in r.stdout
@@ -163,8 +159,7 @@ def test_a_run_learns_the_limit_from_a_queued_cell_and_plans_later_cells_queued(
     assert cells[8]["status"] in ("saturated", "client_bound") and cells[8]["output_tokens"] > 0
     for page in ("report.md", "report.html"):
         assert f"Sequences at once: 2, {source}" in (out / page).read_text(), page
-    again = subprocess.run([sys.executable, "-m", "llmload", "report", str(out), "--recompute"],
-                           capture_output=True, text=True, timeout=120)
+    again = llmload("report", str(out), "--recompute")
     assert again.returncode == 0, again.stdout + again.stderr
     recomputed = json.loads((out / "results.json").read_text())
     assert recomputed["server"]["max_sequences_source"] == source and recomputed["plan"] == doc["plan"]

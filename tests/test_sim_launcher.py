@@ -55,19 +55,15 @@ def test_module_entry_point_prints_one_line_and_stops_on_sigterm():
         proc.stderr.close()
 
 
-def test_module_entry_point_rejects_bad_overrides_in_one_line():
-    result = subprocess.run([sys.executable, "-m", "llmload.sim", "--set", "novalue"],
-                            capture_output=True, text=True, timeout=30)
-    assert result.returncode == 2 and result.stdout == ""
-    assert result.stderr.strip() == "error: --set expects key=value, got 'novalue'"
+def test_module_entry_point_rejects_bad_overrides_in_one_line(capsys):
+    from llmload.sim.server import main_cli  # what `python -m llmload.sim` runs, here in this process
+    assert main_cli(["--set", "novalue"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.strip() == "error: --set expects key=value, got 'novalue'"
 
 
 def test_simulator_stops_when_its_parent_is_killed_outright():
     """A parent killed with SIGKILL runs no cleanup: the child notices EOF on its stdin."""
-    import subprocess
-    import sys
-    import time
-
     import psutil
     code = ("from llmload.sim.launcher import SimProcess\nimport time\n"
             "s = SimProcess(profile='tiny').start()\nprint(s.pid, flush=True)\ntime.sleep(60)")

@@ -9,15 +9,13 @@ import pytest
 
 from llmload.core.prompts import PromptBuilder
 from llmload.io.probe import build_prompts, probe_server, prompt_counter
-from llmload.sim.launcher import SimProcess
 
 TARGETS = (512, 2048)
 
 
 @pytest.fixture(scope="module")
-def sim():
-    with SimProcess(profile="tiny", overrides={"word_piece_chars": 3}) as s:
-        yield s
+def sim(sims):
+    return sims(word_piece_chars=3)
 
 
 def post(url, body):

@@ -5,7 +5,7 @@ import re
 from pathlib import Path
 
 from html_check import external_urls, parse
-from test_locust_mode import SHORT, free_port, locust, sim  # noqa: F401  (sim: a fixture)
+from test_locust_mode import SHORT, distributed, locust, sim  # noqa: F401  (sim: a fixture)
 
 
 def companion_of(out: str, html: Path) -> tuple[str, object]:
@@ -39,12 +39,8 @@ def test_headless_run_writes_the_llm_page_beside_locusts_report(sim, tmp_path):
 
 
 def test_distributed_llm_page_merges_the_workers(sim, tmp_path):
-    port = free_port()
     html = tmp_path / "dist.html"
-    master = locust("--headless", "--master", "--expect-workers", "2", "--master-bind-host", "127.0.0.1",
-                    "--master-bind-port", str(port), "-u", "4", "-r", "4", "-t", "8s", "--host", sim.url,
-                    *SHORT, "--html", str(html))
-    workers = [locust("--worker", "--master-host", "127.0.0.1", "--master-port", str(port)) for _ in range(2)]
+    master, workers = distributed("-u", "4", "-r", "4", "-t", "8s", "--host", sim.url, *SHORT, "--html", str(html))
     try:
         out, _ = master.communicate(timeout=120)
         worker_out = [w.communicate(timeout=30)[0] for w in workers]

@@ -1,17 +1,143 @@
-"""Helpers shared by the tests: the fault-injecting stream server as a subprocess, and a
+"""Helpers shared by the tests: `llmload` in this process (click's CliRunner) or as a process,
+what a run wrote (`cells_of`) and its one-line errors, the fault-injecting stream server as
+a subprocess, the one request-record builder, ports that servers chose themselves, and a
 readiness probe for the real engines' servers."""
 
+from __future__ import annotations
+
 import json
+import logging
+import os
 import socket
 import subprocess
 import sys
+import time
+import traceback
 import urllib.request
+from array import array
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Iterable
+
+from llmload.core.records import RequestRecord
 
 SERVER = Path(__file__).with_name("stream_server.py")
 
 
+# ----------------------------------------------------------------------------- llmload
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Ran:
+    """A finished `llmload` command: its exit status and what it printed."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def llmload(*args, env: dict[str, str] | None = None) -> Ran:
+    """`llmload ARGS` in this process, through click's CliRunner, as a process would see it:
+    its exit status, stdout and stderr; its log lines in stderr (the command's
+    `logging.basicConfig` writes there, at its -v level, and the root logger is given back
+    afterwards); a crash's traceback in stderr, where Python would print it; `env` set
+    in os.environ for the call only."""
+    from click.testing import CliRunner
+
+    from llmload.cli import main
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    root.handlers.clear()
+    try:
+        result = CliRunner().invoke(main, [str(a) for a in args], env=env, prog_name="llmload")
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+    stderr = result.stderr
+    if result.exc_info is not None and not isinstance(result.exception, SystemExit):
+        stderr += "".join(traceback.format_exception(*result.exc_info))
+    return Ran(returncode=result.exit_code, stdout=result.stdout, stderr=stderr)
+
+
+def llmload_process(*args, env: dict[str, str] | None = None, cwd: Path | None = None,
+                    timeout: float = 300) -> Ran:
+    """`python -m llmload ARGS` as a process (where the process boundary is the point);
+    `env` added to this process's environment."""
+    r = subprocess.run([sys.executable, "-m", "llmload", *map(str, args)], capture_output=True, text=True,
+                       timeout=timeout, cwd=cwd, env={**os.environ, **(env or {})})
+    return Ran(returncode=r.returncode, stdout=r.stdout, stderr=r.stderr)
+
+
+def start_llmload(*args, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """`python -m llmload ARGS` started as a process, stdout and stderr piped (text), for a
+    test that signals or kills it."""
+    return subprocess.Popen([sys.executable, "-m", "llmload", *map(str, args)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+
+
+def one_line_error(r: Ran, code: int = 2) -> str:
+    """The command failed with `code`, without a traceback, saying why in one line of stderr
+    (click's "Usage:" and "Try '...--help'" lines around a usage error aside)."""
+    assert r.returncode == code, (r.returncode, r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr and "Traceback" not in r.stdout, r.stderr
+    lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip() and not ln.startswith(("Usage: ", "Try '"))]
+    assert len(lines) == 1, r.stderr
+    return lines[0]
+
+
+def cells_of(out: Path) -> tuple[dict, dict]:
+    """A run's results.json, and its cells by (phase, context_tokens, concurrency)."""
+    doc = json.loads((Path(out) / "results.json").read_text())
+    return doc, {(c["phase"], c["context_tokens"], c["concurrency"]): c for c in doc["cells"]}
+
+
+BUSY_MACHINE = ("valid", "client_bound", "saturated")
+"""What a decode cell that is valid by the engine model may come out as in real time on a
+busy machine: a starved load generator (client_bound) or simulator (a late step, a request
+waiting: saturated) shows in its status; a failed request or a frozen stream never does."""
+
+
+def a_measured_cell_in(out: Path) -> bool:
+    """Whether the run in progress has written a measured decode or prefill cell to disk."""
+    try:
+        _, cells = cells_of(out)
+    except (OSError, ValueError, KeyError):  # not there yet, or caught between two writes
+        return False
+    return any(c["status"] in BUSY_MACHINE for c in cells.values())
+
+
+def wait_for(predicate: Callable[[], object], timeout_s: float, what: str):
+    """predicate()'s first true value, polled every 0.1 s; fails after timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+# ----------------------------------------------------------------------------- records
+
+
+def record(user: str = "u", send_s: float = 0.0, chunks: Iterable[tuple[float, int]] = (),
+           end_s: float | None = None, *, status: str = "ok", finish: str | None = None, **fields) -> RequestRecord:
+    """A `RequestRecord` sent at send_s whose token-carrying chunks are (arrival time, tokens)
+    pairs, ended at end_s (default: its last chunk, or its send); any other field by name."""
+    chunks = list(chunks)
+    if end_s is None:
+        end_s = chunks[-1][0] if chunks else send_s
+    return RequestRecord(user_id=user, send_s=send_s, chunk_times_s=array("d", [t for t, _ in chunks]),
+                         chunk_tokens=array("I", [k for _, k in chunks]), end_s=end_s, status=status,
+                         finish_reason=finish, **fields)
+
+
+# ----------------------------------------------------------------------------- servers
+
+
 class StreamServer:
+    """tests/stream_server.py as a subprocess on a port it chose; `.url` is its base URL."""
+
     def __init__(self, *args: str) -> None:
         self.proc = subprocess.Popen([sys.executable, str(SERVER), *args], stdout=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline()
@@ -21,6 +147,19 @@ class StreamServer:
     def close(self) -> None:
         self.proc.terminate()
         self.proc.wait(timeout=5)
+
+
+def listening_ports(pid: int, *, count: int = 1, timeout_s: float = 60.0) -> list[int]:
+    """The TCP ports process `pid` listens on, once it listens on `count` of them: how a
+    test reads the port a server chose when it was given port 0 and does not print it
+    (Locust's master and web UI)."""
+    import psutil
+    proc = psutil.Process(pid)
+
+    def ports():
+        found = sorted({c.laddr.port for c in proc.net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN})
+        return found if len(found) >= count else None
+    return wait_for(ports, timeout_s, f"pid {pid} to listen on {count} port(s)")
 
 
 def get_json(url: str, *, timeout_s: float = 2.0):
@@ -34,7 +173,7 @@ def get_json(url: str, *, timeout_s: float = 2.0):
 
 def free_port() -> int:
     """A port free on 127.0.0.1 now, for a server that cannot bind port 0 and say which port
-    it got (Locust's web UI and master, vLLM: each prints the port it was given)."""
+    it got (vLLM: it prints the port it was given). Racy: another process may take it first."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import sys
+from contextlib import contextmanager
+from typing import Iterator
 
 import click
 
@@ -88,30 +90,30 @@ def run(scenario_file, out_dir, resume_dir, force, max_error_rate, master_bind, 
         scenario = resolve(base, file_values, cli_values)
     except (ScenarioError, ValueError, OSError) as exc:
         raise click.UsageError(scrub(str(exc))) from None
-    _interrupt_on_signals()
-    try:
-        out = run_matrix(scenario, api_key=api_key or None, out_dir=resume_dir or out_dir,
-                         master_bind=master_bind, expect_workers=expect_workers, echo=echo,
-                         force=force, resume=bool(resume_dir))
-    except RunDirError as exc:
-        raise Refused(scrub(str(exc))) from None
-    except OSError as exc:
-        where = f" {exc.filename}" if getattr(exc, "filename", None) else ""
-        raise click.ClickException(scrub(f"cannot write the results{where}: {exc.strerror or exc}")) from None
-    except (ProbeError, RunError, ValueError) as exc:
-        raise click.ClickException(scrub(str(exc))) from None
-    except _Signalled as exc:
-        sys.exit(exitcodes.SIGNAL_BASE + exc.signum)
-    except KeyboardInterrupt:
-        sys.exit(exitcodes.SIGNAL_BASE + 2)
-    try:
-        failed = exitcodes.cells_over_error_rate(load_results(out), max_error_rate)
-    except ResultsError as exc:
-        raise click.ClickException(scrub(str(exc))) from None
-    if failed:
-        echo(f"Finished with errors: {len(failed)} cell(s) with failed requests above "
-              f"--max-error-rate {max_error_rate:g} (exit status {exitcodes.CELL_ERRORS}).")
-        sys.exit(exitcodes.CELL_ERRORS)
+    with _interrupt_on_signals():
+        try:
+            out = run_matrix(scenario, api_key=api_key or None, out_dir=resume_dir or out_dir,
+                             master_bind=master_bind, expect_workers=expect_workers, echo=echo,
+                             force=force, resume=bool(resume_dir))
+        except RunDirError as exc:
+            raise Refused(scrub(str(exc))) from None
+        except OSError as exc:
+            where = f" {exc.filename}" if getattr(exc, "filename", None) else ""
+            raise click.ClickException(scrub(f"cannot write the results{where}: {exc.strerror or exc}")) from None
+        except (ProbeError, RunError, ValueError) as exc:
+            raise click.ClickException(scrub(str(exc))) from None
+        except _Signalled as exc:
+            sys.exit(exitcodes.SIGNAL_BASE + exc.signum)
+        except KeyboardInterrupt:
+            sys.exit(exitcodes.SIGNAL_BASE + 2)
+        try:
+            failed = exitcodes.cells_over_error_rate(load_results(out), max_error_rate)
+        except ResultsError as exc:
+            raise click.ClickException(scrub(str(exc))) from None
+        if failed:
+            echo(f"Finished with errors: {len(failed)} cell(s) with failed requests above "
+                 f"--max-error-rate {max_error_rate:g} (exit status {exitcodes.CELL_ERRORS}).")
+            sys.exit(exitcodes.CELL_ERRORS)
 
 
 def _check_bind(value: str | None) -> str | None:
@@ -134,12 +136,15 @@ class _Signalled(KeyboardInterrupt):
         self.signum = signum
 
 
-def _interrupt_on_signals() -> None:
+@contextmanager
+def _interrupt_on_signals() -> Iterator[None]:
     """Ctrl-C, SIGTERM and SIGHUP (a closed terminal or ssh session) end a run the same way:
     measured cells saved, the simulator and workers stopped, exit 128 + the signal number.
     Installed through gevent's loop (which also overrides the SIGINT that a shell ignores for
     background jobs); the interrupt is thrown into the main greenlet, where the run's cleanup
-    is, not into the hub."""
+    is, not into the hub. They hold while the command runs: on leaving, the process's own
+    handlers are back (gevent's leave the default action behind), so a program that runs the
+    command in its own process (the tests, through click's CliRunner) keeps its Ctrl-C."""
     import signal
 
     import gevent
@@ -152,5 +157,14 @@ def _interrupt_on_signals() -> None:
             main_greenlet.throw(_Signalled(signum))
         return stop
 
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        gevent.signal_handler(sig, stopper(int(sig)))
+    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {sig: signal.getsignal(sig) for sig in signals}
+    watchers = [gevent.signal_handler(sig, stopper(int(sig))) for sig in signals]
+    try:
+        yield
+    finally:
+        for watcher in watchers:
+            watcher.cancel()
+        for sig, handler in previous.items():
+            if handler is not None:
+                signal.signal(sig, handler)

@@ -1,5 +1,5 @@
-"""A stand-in for NVIDIA's pynvml, put on PYTHONPATH by tests: NVML replaced at its import
-boundary. Configured by the environment of the process that imports it:
+"""A stand-in for NVIDIA's pynvml, put on PYTHONPATH by tests (or imported as `pynvml` in the
+test process by the `fake_nvml` fixture): NVML replaced at its import boundary. Configured by the environment of the process that imports it:
 LLMLOAD_FAKE_NVML = "none" (nvmlInit fails: no driver), or "W1,W2,..." (one GPU per value,
 each drawing that constant power in watts), with LLMLOAD_FAKE_NVML_COUNTER=1 for GPUs that
 have the total-energy counter (it counts W × elapsed wall time since nvmlInit)."""
@@ -43,7 +43,7 @@ def nvmlDeviceGetHandleByIndex(i):
 
 
 def nvmlDeviceGetName(h):
-    return f"Fake GPU {h}"
+    return f"Fake GPU {h}".encode()  # bytes, as pynvml before 11.5 returns it
 
 
 def nvmlDeviceGetMemoryInfo(h):
