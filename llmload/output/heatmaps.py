@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 import textwrap
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 from matplotlib import colormaps
@@ -16,6 +15,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import FuncFormatter
 
+from llmload.core.cellresult import CellResult
 from llmload.core.units import format_tokens
 from llmload.output.chartkit import (
     HATCH_EDGE,
@@ -71,18 +71,18 @@ def _text_colour(rgb: tuple[float, float, float]) -> str:
 # --------------------------------------------------------------------------- decode matrix
 
 
-def _heat_label(cell: dict[str, Any] | None) -> tuple[str, bool]:
+def _heat_label(cell: CellResult | None) -> tuple[str, bool]:
     """The text of a heat-map cell and whether it has a figure."""
     if cell is None:
         return MISSING, False
-    status = cell.get("status") or "not_run"
+    status = cell.status or "not_run"
     word = status_label(cell)
-    total = cell.get("total_tok_s")
+    total = cell.total_tok_s
     if not is_finite(total):
         return "\n".join(textwrap.wrap(word, 9)), False
     lines = [fmt_rate(total)]
-    if is_finite(cell.get("ttft_ms")):
-        lines.append(fmt_ms(cell["ttft_ms"]))
+    if is_finite(cell.ttft_ms):
+        lines.append(fmt_ms(cell.ttft_ms))
     if status != "valid":
         lines.append(word)
     return "\n".join(lines), True
@@ -98,19 +98,19 @@ def _heat_norm(values: np.ndarray):
     return Normalize(lo * 0.9 if hi > lo else lo * 0.5, hi if hi > lo else lo * 1.5)
 
 
-def decode_heatmap(cells: Sequence[dict[str, Any]]) -> Chart | None:
+def decode_heatmap(cells: Sequence[CellResult]) -> Chart | None:
     """Total tok/s over contexts × concurrency, each cell labelled with value and TTFT;
     cells without a valid figure hatched, with their status word."""
     decode = decode_cells(cells)
     if not decode:
         return None
-    contexts = sorted({int(c["context_tokens"]) for c in decode})
-    levels = sorted({int(c["concurrency"]) for c in decode})
-    by_key = {(int(c["context_tokens"]), int(c["concurrency"])): c for c in decode}
+    contexts = sorted({int(c.context_tokens) for c in decode})
+    levels = sorted({int(c.concurrency) for c in decode})
+    by_key = {(int(c.context_tokens), int(c.concurrency)): c for c in decode}
     values = np.full((len(contexts), len(levels)), np.nan)
     for (ctx, n), c in by_key.items():
-        if is_finite(c.get("total_tok_s")):
-            values[contexts.index(ctx), levels.index(n)] = c["total_tok_s"]
+        if is_finite(c.total_tok_s):
+            values[contexts.index(ctx), levels.index(n)] = c.total_tok_s
 
     def draw() -> Figure:
         width = max(4.8, 0.92 * len(levels) + 1.9)
@@ -124,7 +124,7 @@ def decode_heatmap(cells: Sequence[dict[str, Any]]) -> Chart | None:
             for j, n in enumerate(levels):
                 cell = by_key.get((ctx, n))
                 text, has_figure = _heat_label(cell)
-                valid = cell is not None and cell.get("status") == "valid"
+                valid = cell is not None and cell.status == "valid"
                 if has_figure:
                     face = cmap(norm(values[i, j]))
                     colour = _text_colour(to_rgb(face))
