@@ -11,7 +11,7 @@ from typing import Any, Callable
 from llmload.core.capacity import PlannedCell, expected_duration_s
 from llmload.core.cellresult import CellResult
 from llmload.core.scenario import Scenario
-from llmload.core.units import format_tokens
+from llmload.core.units import format_duration_s, format_tokens
 from llmload.io.probe import ServerInfo
 from llmload.matrix.context import RunContext
 from llmload.output.asresults import as_cell
@@ -33,11 +33,8 @@ def _label(planned: PlannedCell) -> str:
 
 
 def _clock(seconds: float) -> str:
-    """m:ss, or h:mm:ss from an hour on."""
-    seconds = int(round(seconds))
-    if seconds >= 3600:
-        return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
-    return f"{seconds // 60}:{seconds % 60:02d}"
+    """Elapsed time and ETA on the console: m:ss, or h:mm:ss from an hour on."""
+    return format_duration_s(seconds, clock=True)
 
 
 def _summary(cell: Cell) -> str:

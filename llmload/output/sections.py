@@ -16,7 +16,7 @@ from llmload.core.cellresult import CellResult
 from llmload.core.runresults import Results
 from llmload.core.servercheck import ServerCheck
 from llmload.core.slo import ContextCapacity, capacity, describe_slo, parse_slo
-from llmload.output.pageformat import MISSING, fmt_context, fmt_count, fmt_ms, phase_cells
+from llmload.output.pageformat import MISSING, fmt_context, fmt_count, fmt_ms, fmt_rate, phase_cells
 from llmload.output.pagetables import Column, Table, column_table, make_table, phase_label
 
 
@@ -53,16 +53,12 @@ CAPACITY_NOTE = (
     "SLO, per second of the window.")
 
 
-def _rate(value: float | None) -> str:
-    return MISSING if value is None else f"{value:,.1f}"
-
-
 def capacity_row(found: ContextCapacity) -> tuple[str, ...]:
     """One context's answer as the table's text."""
     users = MISSING if found.max_users is None else f"{found.max_users:,}"
     if found.first_failing is None and found.max_users:
         users = f"≥ {users}"
-    return (fmt_context(found.context_tokens), users, _rate(found.total_tok_s), _rate(found.goodput_tok_s),
+    return (fmt_context(found.context_tokens), users, fmt_rate(found.total_tok_s), fmt_rate(found.goodput_tok_s),
             found.binding, MISSING if found.first_failing is None else str(found.first_failing),
             "; ".join(found.few_samples) or "none")
 
