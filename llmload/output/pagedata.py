@@ -38,20 +38,24 @@ from llmload.output.pagetext import (
 from llmload.output.sections import Section, page_sections
 
 
-#: Section headings, shared by report.md and report.html (the seed page's words).
-SECTION_TITLES = {
-    "hardware": "Hardware",
-    "engine": "Engine",
-    "run": "Run",
-    "launch": "Launch command",
-    "prefill": "Prefill (prompt tok/s by context length)",
-    "decode": "Sustained decode (total tok/s; rows context, columns simultaneous requests; "
-              "TTFT under each value)",
-    "all": "All measurements (latencies are medians; total tok/s is output across all "
-           "simultaneous requests)",
-    "errors": "Errors",
-    "checks": "Checks against the server's own figures",
-}
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SectionTitles:
+    """Section headings, shared by report.md and report.html (the seed page's words)."""
+
+    hardware: str = "Hardware"
+    engine: str = "Engine"
+    run: str = "Run"
+    launch: str = "Launch command"
+    prefill: str = "Prefill (prompt tok/s by context length)"
+    decode: str = ("Sustained decode (total tok/s; rows context, columns simultaneous requests; "
+                   "TTFT under each value)")
+    all: str = ("All measurements (latencies are medians; total tok/s is output across all "
+                "simultaneous requests)")
+    errors: str = "Errors"
+    checks: str = "Checks against the server's own figures"
+
+
+SECTION_TITLES = SectionTitles()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -86,14 +86,13 @@ _INT_COLUMNS = [
 def _csv_row(results: Results, cell: CellResult) -> dict[str, Any]:
     flat = cell.to_dict()  # results.json's cell: the CSV's columns are its keys
     row = {column: flat.get(column) for column in CSV_COLUMNS}
-    row["provenance"] = results.provenance
-    row["sim_profile"] = results.sim_profile
-    row["error_samples"] = " | ".join(cell.error_samples) or None
     check = cell.server_check
-    row["server_check_figure"] = check.figure if check else None
-    row["server_check_client"] = check.client if check else None
-    row["server_check_server"] = check.server if check else None
-    row["server_check_agrees"] = check.agrees if check else None
+    row.update(provenance=results.provenance, sim_profile=results.sim_profile,
+               error_samples=" | ".join(cell.error_samples) or None,
+               server_check_figure=check.figure if check else None,
+               server_check_client=check.client if check else None,
+               server_check_server=check.server if check else None,
+               server_check_agrees=check.agrees if check else None)
     return row
 
 
