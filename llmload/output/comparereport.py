@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 from llmload.output.compare import CellRow, CompareError, Comparison, compare
-from llmload.output.pageformat import MISSING, STATUS_LABELS, fmt_ms, fmt_rate, fmt_tbt_ms
+from llmload.output.pageformat import MISSING, STATUS_LABELS, cell_place, fmt_ms, fmt_rate, fmt_tbt_ms
 
 _FORMATS = {"total_tok_s": fmt_rate, "per_request_tok_s": fmt_rate,
             "prompt_tok_s": fmt_rate, "ttft_ms": fmt_ms, "tbt_ms": fmt_tbt_ms}
@@ -89,7 +89,7 @@ def without_figures(rows: tuple[CellRow, ...]) -> list[tuple[tuple[str, ...], li
     groups: dict[tuple[str, ...], list[str]] = {}
     for row in rows:
         if not row.has_figures:
-            groups.setdefault(row.statuses, []).append(row.label.split(" ", 1)[1])
+            groups.setdefault(row.statuses, []).append(cell_place(row.phase, row.context_tokens, row.concurrency))
     return list(groups.items())
 
 

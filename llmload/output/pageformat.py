@@ -63,11 +63,17 @@ def status_label(cell: CellResult) -> str:
     return STATUS_LABELS.get(status, status.replace("_", " ").capitalize())
 
 
+def cell_place(phase: str, context_tokens: int, concurrency: int) -> str:
+    """"16K" (a prefill cell), "16K × 4" (a decode cell): where in its phase a cell is."""
+    if phase == "prefill":
+        return format_tokens(context_tokens)
+    return f"{format_tokens(context_tokens)} × {concurrency}"
+
+
 def cell_label(phase: str, context_tokens: int, concurrency: int) -> str:
     """"prefill 16K", "decode 16K × 4": a cell as the terminal and the compare page name it."""
-    if phase == "prefill":
-        return f"prefill {format_tokens(context_tokens)}"
-    return f"decode {format_tokens(context_tokens)} × {concurrency}"
+    word = "prefill" if phase == "prefill" else "decode"
+    return f"{word} {cell_place(phase, context_tokens, concurrency)}"
 
 
 # --------------------------------------------------------------------------- cells
