@@ -110,7 +110,7 @@ def test_the_entry_points_take_a_results_dict_or_results_alike():
     assert as_results(run) is run
     assert render_markdown(doc) == render_markdown(run)
     assert measurements_frame(doc).equals(measurements_frame(run))
-    with pytest.raises(TypeError, match="status"):
+    with pytest.raises(ValueError, match="a cell has no .status."):
         as_results({"cells": [{"phase": "decode", "context_tokens": 0, "concurrency": 1}]})
 
 

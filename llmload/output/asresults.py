@@ -18,7 +18,7 @@ as "not a well-formed llmload results file").
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import fields
+from dataclasses import MISSING, fields
 from typing import Any
 
 from llmload.core.capacity import PlannedCell
@@ -27,6 +27,7 @@ from llmload.core.runresults import Results
 
 _FIELDS = frozenset(f.name for f in fields(Results)) - {"extra"}
 _MAPPINGS = ("config", "server", "hardware")
+_CELL_REQUIRED = tuple(f.name for f in fields(CellResult) if f.default is MISSING and f.default_factory is MISSING)
 
 
 def as_cell(cell: Mapping[str, Any] | CellResult) -> CellResult:
@@ -35,6 +36,9 @@ def as_cell(cell: Mapping[str, Any] | CellResult) -> CellResult:
         return cell
     if not isinstance(cell, Mapping):
         raise TypeError(f"a cell is an object, not {type(cell).__name__}")
+    missing = [key for key in _CELL_REQUIRED if key not in cell]
+    if missing:
+        raise ValueError(f"a cell has no {', '.join(map(repr, missing))}")
     return CellResult.from_dict({k: v for k, v in cell.items() if k in CELL_KEYS})
 
 
