@@ -6,6 +6,7 @@ import pytest
 
 from html_check import external_urls, parse
 from llmload.output import report
+from llmload.output.asresults import as_results
 from llmload.output.pageformat import page_cells
 from llmload.output.pagetables import ALL_COLUMNS, matrix_cell_text
 from llmload.output.report import render_html
@@ -49,7 +50,7 @@ def test_every_cell_has_its_status_and_figures(seed_page):
     root = parse(seed_page)
     head, rows, _ = table_rows(root, "all")
     assert head == [h for h, _ in ALL_COLUMNS]
-    cells = page_cells(results)
+    cells = page_cells(as_results(results))
     assert len(rows) == len(cells)
     for row, cell in zip(rows, cells):
         assert row == [render(cell) for _, render in ALL_COLUMNS]
@@ -58,7 +59,7 @@ def test_every_cell_has_its_status_and_figures(seed_page):
     head, matrix, table = table_rows(root, "matrix")
     assert head == ["context", "1", "2", "4", "8", "16", "32", "64", "128"]
     assert matrix[0][:4] == ["0", "80.0 (39 ms)", "153.7 (44 ms)", "291.6 (33 ms)"]
-    by_key = {(c["context_tokens"], c["concurrency"]): c for c in cells if c["phase"] == "decode"}
+    by_key = {(c.context_tokens, c.concurrency): c for c in cells if c.phase == "decode"}
     for row, ctx in zip(matrix, (0, 16384, 32768, 49152)):
         for text, n in zip(row[1:], (1, 2, 4, 8, 16, 32, 64, 128)):
             assert text == matrix_cell_text(by_key[(ctx, n)])

@@ -13,7 +13,10 @@ import pytest
 from llmload.core.goodput import request_goodput
 from llmload.core.records import RequestRecord
 from llmload.core.scenario import ScenarioError, resolve
-from llmload.core.slo import SLOError, capacity, judge_cell, min_samples, next_search_level, parse_slo, render_capacity
+from llmload.core.slo import SLOError, capacity, judge_cell, min_samples, next_search_level, parse_slo
+from llmload.output.asresults import as_cell, as_results
+from llmload.output.markdown import section_body
+from llmload.output.sections import capacity_section
 from llmload.sim.launcher import SimProcess
 
 
@@ -79,11 +82,12 @@ def test_capacity_walk_stops_at_the_first_failure():
 
 def test_render_capacity_section():
     results = {"config": {"slo": {"tbt_p99_ms": 20.0}}}
-    text = render_capacity(results, [cell(1, tbt_p99_ms=10, total_tok_s=100, tbt_samples=50),
-                                     cell(2, tbt_p99_ms=30)])
+    text = section_body(capacity_section(as_results(results), [as_cell(cell(1, tbt_p99_ms=10, total_tok_s=100,
+                                                                              tbt_samples=50)),
+                                                                 as_cell(cell(2, tbt_p99_ms=30))]))
     assert "TBT p99 ≤ 20 ms" in text
     assert "| 1K | 1 | 100.0 | — | TBT | 2 | N=1: TBT p99 (50 samples) |" in text
-    assert render_capacity({"config": {}}, [cell(1)]) is None
+    assert capacity_section(as_results({"config": {}}), [as_cell(cell(1))]) is None
 
 
 def rec(send, times, *, status="cancelled", user="u"):

@@ -75,7 +75,7 @@ def predict(profile, contexts, concurrency, prefill_contexts, max_tokens, durati
     from llmload.core.resultsjson import results_to_dict
     from llmload.output.resultswriter import ResultsWriter
     from llmload.output.rundir import RunDirError, claim
-    from llmload.matrix.console import _echo_matrix
+    from llmload.output.terminal import echo_matrix
     from llmload.core.scenario import ScenarioError, resolve
     from llmload.sim.profiles import load_profile, parse_overrides
     from llmload.twin.predict import predict_results
@@ -111,7 +111,7 @@ def predict(profile, contexts, concurrency, prefill_contexts, max_tokens, durati
     click.echo(f"Predicted {len(results.cells)} cells in "
                f"{time.monotonic() - started:.1f} s (virtual time; profile {prof.name}"
                + (f", fitted from {prof.fitted_from}" if prof.fitted_from else "") + ")")
-    _echo_matrix(results_to_dict(writer.results), click.echo)  # renderers take Results once the report pipeline lands
+    echo_matrix(writer.results, click.echo)
     click.echo(f"Report: {out_dir}/report.md")
 
 

@@ -15,7 +15,7 @@ Rules:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,52 +83,3 @@ def cell_energy(window: PowerWindow, *, output_tokens: int | None,
         energy_above_idle_j=above,
         j_per_output_token_above_idle=above / tokens if above is not None and tokens else None,
     )
-
-
-# --------------------------------------------------------------------------- page
-
-
-def _f(value: Any, fmt: str) -> str:
-    return "—" if value is None else format(value, fmt)
-
-
-def energy_parts(results: Mapping[str, Any], cells: Iterable[Mapping[str, Any]]
-                 ) -> tuple[str, list[str], list[list[str]], str] | None:
-    """The "Energy per token" section as (intro, columns, rows, note), or None when the run
-    did not try; without readings, the intro says why and there is no table."""
-    info = results.get("energy") or {}
-    if not info:
-        return None
-    if info.get("status") != "measured":
-        return f"Not measured: {info.get('reason') or 'no GPU readings'}.", [], [], ""
-    from llmload.core.units import format_tokens
-    gpus = ", ".join(info.get("gpus") or []) or "?"
-    idle = info.get("idle_power_w")
-    intro = (f"GPUs: {gpus} · idle power before the run: {_f(idle, ',.1f')} W · energy from the "
-             f"{info.get('source') or 'power trace'}")
-    columns = ["context", "requests at once", "mean power", "max power", "energy", "J per output token",
-               "output tokens per J", "J per output token above idle"]
-    rows = [[format_tokens(int(c["context_tokens"])), str(c["concurrency"]),
-             f"{_f(c.get('power_mean_w'), ',.1f')} W", f"{_f(c.get('power_max_w'), ',.1f')} W",
-             f"{_f(c.get('energy_j'), ',.0f')} J", _f(c.get("j_per_output_token"), ",.3f"),
-             _f(c.get("output_tokens_per_j"), ",.2f"), _f(c.get("j_per_output_token_above_idle"), ",.3f")]
-            for c in cells if c.get("phase") == "decode" and c.get("energy_j") is not None]
-    if not rows:
-        rows = [["—"] * len(columns)]
-    note = ("Power is the sum over the GPUs, sampled through each decode window; energy is "
-            "the GPUs' energy counters' difference where they have one, else the power trace "
-            "integrated (trapezoid). Above idle: energy minus idle power × window.")
-    return intro, columns, rows, note
-
-
-def render_energy(results: Mapping[str, Any], cells: Iterable[Mapping[str, Any]]) -> str | None:
-    """The page's "Energy per token" section body (markdown), or None when the run did not try."""
-    parts = energy_parts(results, cells)
-    if parts is None:
-        return None
-    intro, columns, rows, note = parts
-    if not columns:
-        return intro
-    lines = [intro, "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines + ["", note])

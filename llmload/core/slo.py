@@ -30,6 +30,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from llmload.core.cellresult import CellResult
+
 #: Bound name as written by users → (normalised key, cell figure, kind, percentile).
 BOUNDS: dict[str, tuple[str, str, str, float]] = {
     "ttft_p50": ("ttft_p50_ms", "ttft_ms", "TTFT", 50.0),
@@ -143,16 +145,28 @@ class CellVerdict:
     """Percentiles in the verdict taken from fewer samples than they need, e.g. "TTFT p99 (4)"."""
 
 
-def _samples(cell: Mapping[str, Any], kind: str) -> int | None:
+def _typed(cell: CellResult | Mapping[str, Any]) -> CellResult:
+    """A cell as `CellResult` (a results.json cell dict is read with `CellResult.from_dict`)."""
+    return cell if isinstance(cell, CellResult) else CellResult.from_dict(dict(cell))
+
+
+def _samples(cell: CellResult, kind: str) -> int | None:
     if kind == "TTFT":
-        return cell.get("ttft_samples", cell.get("requests_sent"))
-    return cell.get("tbt_samples")
+        # A file written before the sample counts: the requests sent are the TTFT samples.
+        return cell.slo.ttft_samples if cell.slo.ttft_samples is not None else cell.requests_sent
+    return cell.slo.tbt_samples
 
 
-def judge_cell(cell: Mapping[str, Any], slo: Mapping[str, float]) -> CellVerdict:
-    """The verdict on one decode cell from its figures in results.json."""
-    status = cell.get("status")
-    base = {"context_tokens": int(cell["context_tokens"]), "concurrency": int(cell["concurrency"])}
+def _figure(cell: CellResult, figure: str) -> float | None:
+    """The cell's figure that a bound limits (BOUNDS: a field of CellResult)."""
+    return getattr(cell, figure)
+
+
+def judge_cell(cell: CellResult | Mapping[str, Any], slo: Mapping[str, float]) -> CellVerdict:
+    """The verdict on one decode cell from its figures."""
+    cell = _typed(cell)
+    status = cell.status
+    base = {"context_tokens": int(cell.context_tokens), "concurrency": int(cell.concurrency)}
     if status in UNJUDGED or status is None:
         return CellVerdict(**base, meets=None, failed=(), few_samples=())
     failed: list[str] = []
@@ -162,7 +176,7 @@ def judge_cell(cell: Mapping[str, Any], slo: Mapping[str, float]) -> CellVerdict
     if status not in ("over_capacity", "exceeds_context"):
         for normal, bound in slo.items():
             name, figure, kind, q = _BY_NORMAL[normal]
-            value = cell.get(figure)
+            value = _figure(cell, figure)
             if value is None:
                 continue  # undefined figure (no sample): nothing measured to exceed the bound
             over = value < bound if name == "per_request_tok_s" else value > bound
@@ -196,19 +210,19 @@ class ContextCapacity:
     """Levels below the answer that could not be judged (skipped in the walk)."""
 
 
-def capacity(cells: Iterable[Mapping[str, Any]], slo: Mapping[str, float]) -> list[ContextCapacity]:
-    """Capacity under the SLO per decode context, from a results document's cells."""
-    by_context: dict[int, list[Mapping[str, Any]]] = {}
-    for cell in cells:
-        if cell.get("phase") == "decode":
-            by_context.setdefault(int(cell["context_tokens"]), []).append(cell)
-    return [_context_capacity(ctx, sorted(cs, key=lambda c: int(c["concurrency"])), slo)
+def capacity(cells: Iterable[CellResult | Mapping[str, Any]], slo: Mapping[str, float]) -> list[ContextCapacity]:
+    """Capacity under the SLO per decode context, from a run's cells."""
+    by_context: dict[int, list[CellResult]] = {}
+    for cell in map(_typed, cells):
+        if cell.phase == "decode":
+            by_context.setdefault(int(cell.context_tokens), []).append(cell)
+    return [_context_capacity(ctx, sorted(cs, key=lambda c: int(c.concurrency)), slo)
             for ctx, cs in sorted(by_context.items())]
 
 
-def _context_capacity(context: int, cells: list[Mapping[str, Any]],
+def _context_capacity(context: int, cells: list[CellResult],
                       slo: Mapping[str, float]) -> ContextCapacity:
-    best: tuple[Mapping[str, Any], CellVerdict] | None = None
+    best: tuple[CellResult, CellVerdict] | None = None
     failing: CellVerdict | None = None
     judged = False
     unjudged: list[int] = []
@@ -227,8 +241,8 @@ def _context_capacity(context: int, cells: list[Mapping[str, Any]],
     return ContextCapacity(
         context_tokens=context,
         max_users=best[1].concurrency if best else (0 if judged else None),
-        total_tok_s=best[0].get("total_tok_s") if best else None,
-        goodput_tok_s=best[0].get("goodput_tok_s") if best else None,
+        total_tok_s=best[0].total_tok_s if best else None,
+        goodput_tok_s=best[0].slo.goodput_tok_s if best else None,
         binding=", ".join(failing.failed) if failing else "not reached",
         first_failing=failing.concurrency if failing else None,
         few_samples=tuple(dict.fromkeys(few)),
@@ -247,56 +261,3 @@ def next_search_level(cap: ContextCapacity, *, tried: Iterable[int] = ()) -> int
         return None
     mid = (lo + hi) // 2
     return None if mid in set(tried) or mid < 1 else mid
-
-
-# --------------------------------------------------------------------------- page
-
-
-def _fmt_rate(value: float | None) -> str:
-    return "—" if value is None else f"{value:,.1f}"
-
-
-def _context_label(tokens: int) -> str:
-    from llmload.core.units import format_tokens
-    return format_tokens(tokens)
-
-
-def capacity_parts(results: Mapping[str, Any], cells: Iterable[Mapping[str, Any]]
-                   ) -> tuple[str, list[str], list[list[str]], str] | None:
-    """The "Capacity under SLO" section as (intro, columns, rows, note), or None without an
-    SLO: report.md and report.html are both rendered from it."""
-    slo = parse_slo((results.get("config") or {}).get("slo"))
-    if not slo:
-        return None
-    found = capacity(cells, slo)
-    if not found:
-        return None
-    columns = ["context", "max users", "total tok/s there", "goodput tok/s there", "binding limit",
-               "first failing N", "verdicts on few samples"]
-    rows = []
-    for r in found:
-        users = "—" if r.max_users is None else f"{r.max_users:,}"
-        if r.first_failing is None and r.max_users:
-            users = f"≥ {users}"
-        rows.append([_context_label(r.context_tokens), users, _fmt_rate(r.total_tok_s),
-                     _fmt_rate(r.goodput_tok_s), r.binding,
-                     "—" if r.first_failing is None else str(r.first_failing),
-                     "; ".join(r.few_samples) or "none"])
-    note = ("Max users: the largest measured number of simultaneous requests whose cell met "
-            "every bound, with every smaller measured level meeting it too (≥: no measured level "
-            "failed). Binding limit: what the first failing level failed on. A percentile from "
-            "fewer samples than it needs (p99: 100, p90: 10) is listed: that verdict rests on "
-            "an extrapolated tail. Goodput: output tokens of the requests that each met the "
-            "SLO, per second of the window.")
-    return f"SLO: {describe_slo(slo)}.", columns, rows, note
-
-
-def render_capacity(results: Mapping[str, Any], cells: Iterable[Mapping[str, Any]]) -> str | None:
-    """The page's "Capacity under SLO" section body (markdown), or None without an SLO."""
-    parts = capacity_parts(results, cells)
-    if parts is None:
-        return None
-    intro, columns, rows, note = parts
-    lines = [intro, "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines + ["", note])

@@ -116,15 +116,21 @@ def format_tokens(n: int) -> str:
     return f"{n:,}"
 
 
-def format_duration_s(seconds: float) -> str:
-    """A human duration: 0.5 → "500 ms", 30 → "30 s", 150 → "2 min 30 s", 3900 → "1 h 05 min"."""
-    if seconds < 1:
+def format_duration_s(seconds: float, *, clock: bool = False) -> str:
+    """A duration as people read it: 0.5 → "500 ms", 30 → "30 s", 150 → "2 min 30 s",
+    3900 → "1 h 05 min"; with `clock`, as a clock shows it, in whole seconds: 150 → "2:30",
+    from an hour on h:mm:ss (3900 → "1:05:00")."""
+    if not clock and seconds < 1:
         return f"{seconds * 1000:.0f} ms"
-    if seconds < 60:
+    if not clock and seconds < 60:
         return f"{seconds:.1f} s".replace(".0 s", " s")
-    total_s = round(seconds)
+    total_s = int(round(seconds))
     if total_s < 3600:
         minutes, secs = divmod(total_s, 60)
+        if clock:
+            return f"{minutes}:{secs:02d}"
         return f"{minutes} min" if secs == 0 else f"{minutes} min {secs:02d} s"
     hours, rest = divmod(total_s, 3600)
+    if clock:
+        return f"{hours}:{rest // 60:02d}:{rest % 60:02d}"
     return f"{hours} h {rest // 60:02d} min"

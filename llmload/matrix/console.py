@@ -1,67 +1,57 @@
-"""What a run says on the console: the server, the plan, each cell's line, the final tables.
-
-Cell labels (`_label`), the m:ss clock (`_clock`), a cell's one-line summary (`_summary`),
-and the page's main tables and SLO capacity in aligned text (`_echo_matrix`, which
-`llmload report` uses too).
+"""What a run says on the console while it runs: the server, the plan, the prompts, each
+cell's line. Cell labels (`_label`), the m:ss clock (`_clock`), a cell's one-line summary
+(`_summary`). The matrix at the end is `llmload.output.terminal.echo_matrix`'s.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Mapping
+from typing import Any, Callable
 
 from llmload.core.capacity import PlannedCell, expected_duration_s
+from llmload.core.cellresult import CellResult
 from llmload.core.scenario import Scenario
-from llmload.core.units import format_tokens
+from llmload.core.units import format_duration_s, format_tokens
 from llmload.io.probe import ServerInfo
 from llmload.matrix.context import RunContext
+from llmload.output.asresults import as_cell
+from llmload.output.pageformat import cell_label
+from llmload.output.pagetext import limit_lines
+
+Cell = CellResult | Mapping[str, Any]
+"""A cell as the run holds it: typed, or its results.json dict."""
 
 
-def _echo_note(ctx: RunContext, cell: dict) -> None:
-    if cell.get("prompt_length_note"):
-        ctx.echo(f"    warning: {cell['prompt_length_note']}")
-
-
-def _echo_matrix(results: dict, echo: Callable[[str], None]) -> None:
-    """The page's main tables, in the terminal (aligned text), and the SLO capacity."""
-    from llmload.output.pageformat import page_cells
-    from llmload.core.slo import render_capacity
-    from llmload.output.terminal import run_summary
-    summary = run_summary(results)
-    if summary:
-        echo("\n" + summary + "\n")
-    slo_table = render_capacity(results, page_cells(results))
-    if slo_table:
-        echo("Capacity under SLO:\n" + slo_table + "\n")
+def _echo_note(ctx: RunContext, cell: Cell) -> None:
+    note = as_cell(cell).prompt_length_note
+    if note:
+        ctx.echo(f"    warning: {note}")
 
 
 def _label(planned: PlannedCell) -> str:
-    if planned.phase == "prefill":
-        return f"prefill {format_tokens(planned.context_tokens)}"
-    return f"decode {format_tokens(planned.context_tokens)} × {planned.concurrency}"
+    return cell_label(planned.phase, planned.context_tokens, planned.concurrency)
 
 
 def _clock(seconds: float) -> str:
-    """m:ss, or h:mm:ss from an hour on."""
-    seconds = int(round(seconds))
-    if seconds >= 3600:
-        return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
-    return f"{seconds // 60}:{seconds % 60:02d}"
+    """Elapsed time and ETA on the console: m:ss, or h:mm:ss from an hour on."""
+    return format_duration_s(seconds, clock=True)
 
 
-def _summary(cell: dict) -> str:
-    status = cell["status"]
-    if cell["phase"] == "prefill":
-        if cell.get("prompt_tok_s") is None:
-            return f"prefill {format_tokens(cell['context_tokens'])}: {status} {cell.get('reason') or ''}"
-        return (f"prefill {format_tokens(cell['context_tokens'])}: {cell['prompt_tok_s']:,.0f} prompt tok/s, "
-                f"TTFT {cell['ttft_ms']:,.0f} ms ({status})")
-    if cell.get("total_tok_s") is None:
-        return f"{status}: {cell.get('reason') or ''}"
-    tbt = f"{cell['tbt_ms']:.1f}" if cell.get("tbt_ms") is not None else "—"
-    ttft = f"{cell['ttft_ms']:,.0f}" if cell.get("ttft_ms") is not None else "—"
-    return (f"{status}: {cell['total_tok_s']:,.1f} tok/s total, TBT {tbt} ms, TTFT {ttft} ms, "
-            f"{cell['output_tokens']:,} tokens in {cell['measured_s']:.1f} s"
-            + (f" — {cell['reason']}" if cell.get("reason") else ""))
+def _summary(cell: Cell) -> str:
+    c = as_cell(cell)
+    status = c.status
+    if c.phase == "prefill":
+        if c.prompt_tok_s is None:
+            return f"prefill {format_tokens(c.context_tokens)}: {status} {c.reason or ''}"
+        return (f"prefill {format_tokens(c.context_tokens)}: {c.prompt_tok_s:,.0f} prompt tok/s, "
+                f"TTFT {c.ttft_ms:,.0f} ms ({status})")
+    if c.total_tok_s is None:
+        return f"{status}: {c.reason or ''}"
+    tbt = f"{c.tbt_ms:.1f}" if c.tbt_ms is not None else "—"
+    ttft = f"{c.ttft_ms:,.0f}" if c.ttft_ms is not None else "—"
+    return (f"{status}: {c.total_tok_s:,.1f} tok/s total, TBT {tbt} ms, TTFT {ttft} ms, "
+            f"{c.output_tokens:,} tokens in {c.measured_s:.1f} s"
+            + (f" — {c.reason}" if c.reason else ""))
 
 
 def _echo_server(info: ServerInfo, echo: Callable[[str], None]) -> None:
@@ -69,7 +59,6 @@ def _echo_server(info: ServerInfo, echo: Callable[[str], None]) -> None:
     echo(f"Server: {info.base_url} · {what} {info.version or ''}".rstrip())
     echo(f"  model {info.model} · prefix caching "
          f"{'on' if info.prefix_caching else 'off' if info.prefix_caching is False else 'unknown'}")
-    from llmload.output.pagetext import limit_lines
     for line in limit_lines(info.to_dict()):
         echo(f"  {line}")
 

@@ -21,11 +21,12 @@ from llmload.core.scenario import Scenario
 from llmload.core.seqlimit import is_learned
 from llmload.io.hardware import host_facts
 from llmload.io.probe import ServerInfo, build_prompts, probe_server
-from llmload.matrix.console import _echo_matrix, _echo_plan, _echo_prompts, _echo_server
+from llmload.matrix.console import _echo_plan, _echo_prompts, _echo_server
 from llmload.matrix.context import RunContext
 from llmload.matrix.driver import LocustDriver
 from llmload.matrix.loop import _run_plan, _slo_search, plan_for
 from llmload.matrix.server import server_for
+from llmload.output.terminal import echo_matrix
 
 
 def run_matrix(scenario: Scenario, *, api_key: str | None = None, out_dir: str | None = None,
@@ -105,7 +106,7 @@ def _run_matrix(scenario: Scenario, *, api_key: str | None, run_dir, master_bind
                 owned.release()
             if ctx.power is not None:
                 ctx.power.close()
-        _echo_matrix(results_to_dict(writer.results), echo)  # renderers take Results once the report pipeline lands
+        echo_matrix(writer.results, echo)
         if writer.render_error:
             echo(f"Report not rendered ({writer.render_error}); results: {os.path.join(out, 'results.json')}")
         else:

@@ -6,8 +6,9 @@ that nothing ever opens a window) and returned as `Chart` values whose `svg` is 
 element ready to be put inside an HTML page: the report page's (`llmload.output.charts`,
 `llmload.output.heatmaps`), the compare page's (`llmload.output.comparecharts`) and the web
 UI's over time (`llmload.output.livechart`). Rules:
-- Input is cell dicts of a results document (`llmload.output.results`), nothing else; a chart
-  with nothing to draw is None, never an empty frame.
+- Input is a run's page cells (`CellResult`s, `llmload.output.pageformat.page_cells`),
+  nothing else; a figure is read by a function of the cell (`CellFigure`); a chart with nothing
+  to draw is None, never an empty frame.
 - Colour-blind safe and print safe: lines use the Okabe–Ito palette *and* a distinct
   marker per series; the heat map uses cividis (monotonic lightness, readable in grey);
   cells that are not valid are hatched and carry their status word, so status never rests
@@ -36,6 +37,7 @@ matplotlib.use("Agg")  # no display, ever (the charts draw on Figure objects; no
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: E402
 
+from llmload.core.cellresult import CellResult  # noqa: E402
 from llmload.core.units import format_tokens  # noqa: E402
 
 #: Okabe & Ito (2008), the colour-blind safe qualitative palette (black last).
@@ -78,14 +80,18 @@ def is_finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def decode_cells(cells: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [c for c in cells if c.get("phase") == "decode"]
+CellFigure = Callable[[CellResult], Any]
+"""A figure of a cell, read from it: `lambda c: c.total_tok_s`."""
 
 
-def by_context(cells: Iterable[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
-    out: dict[int, list[dict[str, Any]]] = {}
-    for c in sorted(cells, key=lambda c: (c["context_tokens"], c.get("concurrency", 1))):
-        out.setdefault(int(c["context_tokens"]), []).append(c)
+def decode_cells(cells: Iterable[CellResult]) -> list[CellResult]:
+    return [c for c in cells if c.phase == "decode"]
+
+
+def by_context(cells: Iterable[CellResult]) -> dict[int, list[CellResult]]:
+    out: dict[int, list[CellResult]] = {}
+    for c in sorted(cells, key=lambda c: (c.context_tokens, c.concurrency)):
+        out.setdefault(int(c.context_tokens), []).append(c)
     return out
 
 
@@ -155,20 +161,22 @@ def mark_invalid(ax, xs, ys, ok, colour) -> None:
                 markeredgecolor=colour, markeredgewidth=1.0, zorder=4)
 
 
-def series_points(cells: list[dict[str, Any]], key: str) -> tuple[list[int], list[float], list[bool]]:
+def series_points(cells: list[CellResult], figure: CellFigure) -> tuple[list[int], list[float], list[bool]]:
+    """(N, figure, valid) of the cells where the figure is a number."""
     xs, ys, ok = [], [], []
     for c in cells:
-        if is_finite(c.get(key)):
-            xs.append(int(c["concurrency"]))
-            ys.append(float(c[key]))
-            ok.append(c.get("status") == "valid")
+        value = figure(c)
+        if is_finite(value):
+            xs.append(int(c.concurrency))
+            ys.append(float(value))
+            ok.append(c.status == "valid")
     return xs, ys, ok
 
 
-def prefill_rows(cells: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+def prefill_rows(cells: Iterable[CellResult]) -> list[CellResult]:
     """Prefill cells with a prompt tok/s, by context."""
-    return sorted((c for c in cells if c.get("phase") == "prefill" and is_finite(c.get("prompt_tok_s"))),
-                  key=lambda c: c["context_tokens"])
+    return sorted((c for c in cells if c.phase == "prefill" and is_finite(c.prompt_tok_s)),
+                  key=lambda c: c.context_tokens)
 
 
 def prefill_axes(rate, ttft, contexts: Sequence[int]) -> None:

@@ -1,15 +1,15 @@
 """Two or more results directories side by side: `llmload compare DIR_A DIR_B [DIR_C ...]`.
 
-Pure over results documents (`llmload.output.results`): this module compares them
-(`compare` → `Comparison`); `llmload.output.comparereport` reads the files and renders the
+Pure over runs (`Results`; the results dicts a caller holds are read with
+`llmload.output.asresults`): this module compares them (`compare` → `Comparison`); `llmload.output.comparereport` reads the files and renders the
 comparison three ways: aligned text for the terminal, JSON (`Comparison.to_dict`), and a
 self-contained HTML page. Rules:
 - The first run is the reference: every ratio is run / first (B / A, C / A), printed to two
   decimals; a ratio is None when either figure is missing or the reference is 0.
 - A ratio is marked when it differs from 1 by more than the two runs' own noise: the
   root-sum-square of each cell's relative noise where both results carry one (a cell's
-  `noise_rel` mapping, figure → relative standard deviation, e.g. from repeated cells),
-  else ±NOISE_DEFAULT_REL (5%).
+  `noise_rel` mapping in results.json, figure → relative standard deviation, e.g. from
+  repeated cells: `asresults.cell_noise`), else ±NOISE_DEFAULT_REL (5%).
 - Configuration, server and hardware differences come first: a figure means little until
   one knows what changed.
 - Cells are matched by (phase, context, concurrency). Cells every run has are compared,
@@ -21,26 +21,30 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from llmload.core.units import format_tokens
-from llmload.output.pageformat import MISSING, PHASE_ORDER, page_cells
-from llmload.output.pagetext import render_title
+from llmload.core.cellresult import CellResult
+from llmload.core.runresults import Results
+from llmload.output.asresults import as_results, cell_noise
+from llmload.output.pageformat import MISSING, PHASE_ORDER, cell_label, page_cells
+from llmload.output.pagetext import page_title
 
 NOISE_DEFAULT_REL = 0.05
 """The noise assumed for a figure whose runs do not say theirs."""
 
-#: Figures compared per phase: (key, label, higher is better).
-DECODE_FIGURES = (
-    ("total_tok_s", "total tok/s", True),
-    ("per_request_tok_s", "per request tok/s", True),
-    ("ttft_ms", "TTFT", False),
-    ("tbt_ms", "time between tokens", False),
+CompareFigure = tuple[str, str, bool, Callable[[CellResult], Any]]
+"""A figure compared: (key, label, higher is better, the figure of a cell)."""
+DECODE_FIGURES: tuple[CompareFigure, ...] = (
+    ("total_tok_s", "total tok/s", True, lambda c: c.total_tok_s),
+    ("per_request_tok_s", "per request tok/s", True, lambda c: c.per_request_tok_s),
+    ("ttft_ms", "TTFT", False, lambda c: c.ttft_ms),
+    ("tbt_ms", "time between tokens", False, lambda c: c.tbt_ms),
 )
-PREFILL_FIGURES = (
-    ("prompt_tok_s", "prompt tok/s", True),
-    ("ttft_ms", "TTFT", False),
+PREFILL_FIGURES: tuple[CompareFigure, ...] = (
+    ("prompt_tok_s", "prompt tok/s", True, lambda c: c.prompt_tok_s),
+    ("ttft_ms", "TTFT", False, lambda c: c.ttft_ms),
 )
 #: Top-level sections whose differences are listed, and keys that differ between any two
 #: runs without meaning anything.
@@ -123,19 +127,22 @@ class Comparison:
     prefill: tuple[CellRow, ...]
     unmatched: tuple[Unmatched, ...]
     noise_default_rel: float = NOISE_DEFAULT_REL
+    pages: tuple[tuple[CellResult, ...], ...] = field(default=(), repr=False, compare=False)
+    """Each run's page cells (`page_cells`), for the compare page's charts; not in `to_dict`."""
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+        d: dict[str, Any] = {
+            "runs": [asdict(r) for r in self.runs],
+            "differences": [asdict(x) for x in self.differences],
+            "decode": [asdict(r) for r in self.decode],
+            "prefill": [asdict(r) for r in self.prefill],
+            "unmatched": [asdict(u) for u in self.unmatched],
+            "noise_default_rel": self.noise_default_rel,
+        }
         for section in ("decode", "prefill", "unmatched"):
             for row, obj in zip(d[section], getattr(self, section)):
                 row["cell"] = obj.label
         return d
-
-
-def cell_label(phase: str, context_tokens: int, concurrency: int) -> str:
-    if phase == "prefill":
-        return f"prefill {format_tokens(context_tokens)}"
-    return f"decode {format_tokens(context_tokens)} × {concurrency}"
 
 
 # --------------------------------------------------------------------------- comparing
@@ -147,20 +154,22 @@ def _number(value: Any) -> float | None:
     return float(value)
 
 
-def _noise(cell: dict[str, Any], figure: str) -> float | None:
-    noise = cell.get("noise_rel")
-    value = _number(noise.get(figure)) if isinstance(noise, dict) else None
+def _noise(noise: Mapping[str, Any] | None, figure: str) -> float | None:
+    value = _number(noise.get(figure)) if isinstance(noise, Mapping) else None
     return value if value is not None and value >= 0 else None
 
 
-def _figure_row(cells: list[dict[str, Any]], key: str, label: str, higher: bool) -> FigureRow:
-    values = tuple(_number(c.get(key)) for c in cells)
+def _figure_row(cells: list[CellResult], noise_rel: list[Mapping[str, Any] | None],
+                spec: CompareFigure) -> FigureRow:
+    """One figure of a cell every run has; `noise_rel`: each run's noise_rel of the cell."""
+    key, label, higher, figure = spec
+    values = tuple(_number(figure(c)) for c in cells)
     ref = values[0]
     ratios = tuple(v / ref if v is not None and ref else None for v in values)
-    ref_noise = _noise(cells[0], key)
+    ref_noise = _noise(noise_rel[0], key)
     noises, beyond = [], []
-    for i, cell in enumerate(cells):
-        own = _noise(cell, key)
+    for i in range(len(cells)):
+        own = _noise(noise_rel[i], key)
         if i == 0:
             noise = ref_noise if ref_noise is not None else NOISE_DEFAULT_REL
         elif own is not None and ref_noise is not None:
@@ -174,17 +183,17 @@ def _figure_row(cells: list[dict[str, Any]], key: str, label: str, higher: bool)
                      ratios=ratios, noise_rel=tuple(noises), beyond_noise=tuple(beyond))
 
 
-def _flatten(doc: dict[str, Any]) -> dict[str, str]:
+def _flatten(results: Results) -> dict[str, str]:
     flat: dict[str, str] = {}
     for section in DIFF_SECTIONS:
-        for key, value in sorted((doc.get(section) or {}).items()):
+        for key, value in sorted(getattr(results, section).items()):
             if isinstance(value, dict):
                 for sub, v in sorted(value.items()):
                     flat[f"{section}.{key}.{sub}"] = _text(v)
             else:
                 flat[f"{section}.{key}"] = _text(value)
     for key in DIFF_TOP_LEVEL:
-        flat[key] = _text(doc.get(key))
+        flat[key] = _text(getattr(results, key))
     return {k: v for k, v in flat.items() if k not in DIFF_IGNORED}
 
 
@@ -200,8 +209,8 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-def differences(docs: list[dict[str, Any]]) -> tuple[Difference, ...]:
-    flats = [_flatten(d) for d in docs]
+def differences(runs: Sequence[Results]) -> tuple[Difference, ...]:
+    flats = [_flatten(r) for r in runs]
     keys = sorted({k for f in flats for k in f}, key=lambda k: (k.count("."), k))
     out = []
     for key in keys:
@@ -211,15 +220,19 @@ def differences(docs: list[dict[str, Any]]) -> tuple[Difference, ...]:
     return tuple(out)
 
 
-def _key(cell: dict[str, Any]) -> tuple[str, int, int]:
-    return (cell.get("phase") or "", int(cell.get("context_tokens") or 0), int(cell.get("concurrency") or 1))
+def _key(cell: CellResult) -> tuple[str, int, int]:
+    return (cell.phase or "", int(cell.context_tokens or 0), int(cell.concurrency or 1))
 
 
-def compare(docs: list[dict[str, Any]], paths: list[str]) -> Comparison:
-    """The comparison of results documents (the first is the reference)."""
-    if len(docs) < 2:
+def compare(runs: Sequence[Results | Mapping[str, Any]], paths: list[str]) -> Comparison:
+    """The comparison of runs (the first is the reference)."""
+    if len(runs) < 2:
         raise CompareError("compare needs at least two results directories")
-    by_run = [{_key(c): c for c in page_cells(d)} for d in docs]
+    typed = [as_results(r) for r in runs]
+    # A cell's noise, by the key its page cell is found by (the last cell of a key, as there).
+    noises = [{_key(c): noise for c, noise in zip(t.cells, cell_noise(r))} for t, r in zip(typed, runs)]
+    pages = tuple(page_cells(r) for r in typed)
+    by_run = [{_key(c): c for c in cells} for cells in pages]
     common = set(by_run[0]).intersection(*by_run[1:])
     every = sorted(set().union(*by_run), key=lambda k: (PHASE_ORDER.get(k[0], 9), k[1], k[2]))
     rows: dict[str, list[CellRow]] = {"decode": [], "prefill": []}
@@ -228,19 +241,19 @@ def compare(docs: list[dict[str, Any]], paths: list[str]) -> Comparison:
         phase, ctx, n = key
         if key not in common:
             unmatched.append(Unmatched(phase=phase, context_tokens=ctx, concurrency=n, statuses=tuple(
-                (run.get(key) or {}).get("status") if key in run else None for run in by_run)))
+                run[key].status if key in run else None for run in by_run)))
             continue
         cells = [run[key] for run in by_run]
+        noise = [run_noise.get(key) for run_noise in noises]
         spec = DECODE_FIGURES if phase == "decode" else PREFILL_FIGURES
         rows.setdefault(phase, []).append(CellRow(
             phase=phase, context_tokens=ctx, concurrency=n,
-            statuses=tuple(c.get("status") or "not_run" for c in cells),
-            figures=tuple(_figure_row(cells, *f) for f in spec)))
-    runs = tuple(Run(label=_run_label(i), path=p, title=render_title(d).lstrip("# "),
-                     simulated=d.get("provenance") == "simulated")
-                 for i, (d, p) in enumerate(zip(docs, paths)))
-    return Comparison(runs=runs, differences=differences(docs), decode=tuple(rows["decode"]),
-                      prefill=tuple(rows["prefill"]), unmatched=tuple(unmatched))
+            statuses=tuple(c.status or "not_run" for c in cells),
+            figures=tuple(_figure_row(cells, noise, f) for f in spec)))
+    run_rows = tuple(Run(label=_run_label(i), path=p, title=page_title(r), simulated=r.provenance == "simulated")
+                     for i, (r, p) in enumerate(zip(typed, paths)))
+    return Comparison(runs=run_rows, differences=differences(typed), decode=tuple(rows["decode"]),
+                      prefill=tuple(rows["prefill"]), unmatched=tuple(unmatched), pages=pages)
 
 
 def _run_label(i: int) -> str:

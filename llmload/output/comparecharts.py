@@ -6,13 +6,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
+from llmload.core.cellresult import CellResult
 from llmload.core.units import format_tokens
 from llmload.output.chartkit import (
+    CellFigure,
     Chart,
     decode_cells,
     is_finite,
@@ -28,21 +29,21 @@ from llmload.output.chartkit import (
     thousands,
 )
 
-RUN_FIGURES = (
-    ("total_tok_s", "Total tok/s", thousands),
-    ("per_request_tok_s", "Per-request tok/s", thousands),
-    ("ttft_ms", "TTFT p50", ms),
-    ("tbt_ms", "Time between tokens p50", ms),
+RUN_FIGURES: tuple[tuple[CellFigure, str, object], ...] = (
+    (lambda c: c.total_tok_s, "Total tok/s", thousands),
+    (lambda c: c.per_request_tok_s, "Per-request tok/s", thousands),
+    (lambda c: c.ttft_ms, "TTFT p50", ms),
+    (lambda c: c.tbt_ms, "Time between tokens p50", ms),
 )
+RunCells = tuple[str, Sequence[CellResult]]
+"""A run's label and its page cells."""
 
 
-def compare_curves(runs: Sequence[tuple[str, Sequence[dict[str, Any]]]]) -> Chart | None:
+def compare_curves(runs: Sequence[RunCells]) -> Chart | None:
     """Every run's decode figures against N overlaid, one column per context."""
     decode = [(label, decode_cells(cells)) for label, cells in runs]
-    contexts = sorted({int(c["context_tokens"]) for _, cells in decode for c in cells
-                       if is_finite(c.get("total_tok_s"))})
-    levels = sorted({int(c["concurrency"]) for _, cells in decode for c in cells
-                     if is_finite(c.get("total_tok_s"))})
+    contexts = sorted({int(c.context_tokens) for _, cells in decode for c in cells if is_finite(c.total_tok_s)})
+    levels = sorted({int(c.concurrency) for _, cells in decode for c in cells if is_finite(c.total_tok_s)})
     if not contexts:
         return None
     contexts = contexts[:6]
@@ -52,12 +53,12 @@ def compare_curves(runs: Sequence[tuple[str, Sequence[dict[str, Any]]]]) -> Char
                      layout="constrained")
         grid = fig.subplots(len(RUN_FIGURES), len(contexts), squeeze=False)
         for col, ctx in enumerate(contexts):
-            for row, (key, title, formatter) in enumerate(RUN_FIGURES):
+            for row, (figure, title, formatter) in enumerate(RUN_FIGURES):
                 ax = grid[row][col]
                 for i, (label, cells) in enumerate(decode):
-                    group = [c for c in cells if int(c["context_tokens"]) == ctx]
-                    group.sort(key=lambda c: c["concurrency"])
-                    xs, ys, ok = series_points(group, key)
+                    group = [c for c in cells if int(c.context_tokens) == ctx]
+                    group.sort(key=lambda c: c.concurrency)
+                    xs, ys, ok = series_points(group, figure)
                     if xs:
                         st = series_style(i)
                         ax.plot(xs, ys, label=label, linewidth=1.7, markersize=4.5, **st)
@@ -82,11 +83,11 @@ def compare_curves(runs: Sequence[tuple[str, Sequence[dict[str, Any]]]]) -> Char
                  svg=render_chart("compare_curves", draw))
 
 
-def compare_prefill(runs: Sequence[tuple[str, Sequence[dict[str, Any]]]]) -> Chart | None:
+def compare_prefill(runs: Sequence[RunCells]) -> Chart | None:
     series = []
     for label, cells in runs:
         series.append((label, prefill_rows(cells)))
-    xs_all = sorted({int(c["context_tokens"]) for _, rows in series for c in rows})
+    xs_all = sorted({int(c.context_tokens) for _, rows in series for c in rows})
     if not xs_all:
         return None
 
@@ -95,10 +96,10 @@ def compare_prefill(runs: Sequence[tuple[str, Sequence[dict[str, Any]]]]) -> Cha
         for i, (label, rows) in enumerate(series):
             if not rows:
                 continue
-            xs = [int(c["context_tokens"]) for c in rows]
-            rate.plot(xs, [c["prompt_tok_s"] for c in rows], label=f"run {label}", linewidth=1.7,
+            xs = [int(c.context_tokens) for c in rows]
+            rate.plot(xs, [c.prompt_tok_s for c in rows], label=f"run {label}", linewidth=1.7,
                       markersize=5, **series_style(i))
-            ttft.plot(xs, [c["ttft_ms"] for c in rows], linewidth=1.7, markersize=5, **series_style(i))
+            ttft.plot(xs, [c.ttft_ms for c in rows], linewidth=1.7, markersize=5, **series_style(i))
         prefill_axes(rate, ttft, xs_all)
         fig.legend(loc="outside right upper")
         return fig

@@ -9,10 +9,9 @@ Ratios are printed to two decimals; a ratio beyond the runs' noise is marked " *
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from llmload.output.compare import CellRow, CompareError, Comparison, compare
-from llmload.output.pageformat import MISSING, STATUS_LABELS, fmt_ms, fmt_rate, fmt_tbt_ms, page_cells
+from llmload.output.pageformat import MISSING, STATUS_LABELS, cell_place, fmt_ms, fmt_rate, fmt_tbt_ms
 
 _FORMATS = {"total_tok_s": fmt_rate, "per_request_tok_s": fmt_rate,
             "prompt_tok_s": fmt_rate, "ttft_ms": fmt_ms, "tbt_ms": fmt_tbt_ms}
@@ -90,20 +89,20 @@ def without_figures(rows: tuple[CellRow, ...]) -> list[tuple[tuple[str, ...], li
     groups: dict[tuple[str, ...], list[str]] = {}
     for row in rows:
         if not row.has_figures:
-            groups.setdefault(row.statuses, []).append(row.label.split(" ", 1)[1])
+            groups.setdefault(row.statuses, []).append(cell_place(row.phase, row.context_tokens, row.concurrency))
     return list(groups.items())
 
 
 # --------------------------------------------------------------------------- HTML
 
 
-def render_html(c: Comparison, docs: list[dict[str, Any]]) -> str:
+def render_html(c: Comparison) -> str:
     """The self-contained compare page: tables and the curves of every run overlaid."""
     from llmload.output.comparecharts import compare_curves, compare_prefill
     from llmload.output.heatmaps import ratio_heatmap
     from llmload.output.templating import render_template
 
-    runs = [(r.label, page_cells(d)) for r, d in zip(c.runs, docs)]
+    runs = [(r.label, cells) for r, cells in zip(c.runs, c.pages)]
     made = {
         "ratio": ratio_heatmap(c),
         "curves": compare_curves(runs),
@@ -135,7 +134,7 @@ def compare_dirs(paths: list[str], *, as_json: bool = False, html_path: str | No
         docs = [scrub_obj(results_to_dict(load_results(p))) for p in paths]
     except ResultsError as exc:
         raise CompareError(str(exc)) from None
-    comparison = compare(docs, paths)
+    comparison = compare(docs, paths)  # reads the docs as Results (`llmload.output.asresults`)
     text = (json.dumps(comparison.to_dict(), indent=2, ensure_ascii=False) if as_json
             else render_text(comparison))
     if html_path is None:
@@ -143,5 +142,5 @@ def compare_dirs(paths: list[str], *, as_json: bool = False, html_path: str | No
     page = Path(html_path)
     if page.parent and not page.parent.exists():
         page.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(page, render_html(comparison, docs))
+    atomic_write_text(page, render_html(comparison))
     return text, str(page)

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import math
 import textwrap
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 from matplotlib import colormaps
@@ -16,6 +15,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import FuncFormatter
 
+from llmload.core.cellresult import CellResult
 from llmload.core.units import format_tokens
 from llmload.output.chartkit import (
     HATCH_EDGE,
@@ -23,7 +23,6 @@ from llmload.output.chartkit import (
     Chart,
     decode_cells,
     is_finite,
-    panels_figure,
     render_chart,
     thousands,
 )
@@ -68,21 +67,61 @@ def _text_colour(rgb: tuple[float, float, float]) -> str:
     return "#111111" if luminance > 0.45 else "#ffffff"
 
 
+Key = tuple[int, int]
+"""A heat-map cell: (context, N)."""
+
+
+def _grid(keys: Iterable[Key]) -> tuple[list[int], list[int]]:
+    """The contexts (rows) and levels (columns) of a heat map, in order."""
+    keys = list(keys)
+    return sorted({ctx for ctx, _ in keys}), sorted({n for _, n in keys})
+
+
+def _values(contexts: list[int], levels: list[int], value: Mapping[Key, float | None]) -> np.ndarray:
+    """The grid's numbers; NaN where a cell has none."""
+    values = np.full((len(contexts), len(levels)), np.nan)
+    for (ctx, n), v in value.items():
+        if v is not None:
+            values[contexts.index(ctx), levels.index(n)] = v
+    return values
+
+
+def _heat_figure(width_in: float, height_in: float, panels: int = 1) -> tuple[Figure, list]:
+    """A figure of heat maps, one above the other."""
+    fig = Figure(figsize=(width_in, height_in * panels), layout="constrained")
+    return fig, list(fig.subplots(panels, 1, squeeze=False)[:, 0])
+
+
+def _heat_panel(ax, values: np.ndarray, contexts: list[int], levels: list[int], *, cmap, norm,
+                draw_cell: Callable[[int, int, str | None], None]):
+    """One heat map: the coloured cells, each cell's marks (`draw_cell(i, j, colour)`: colour
+    is the text colour that reads on the cell's face, None where the cell has no number),
+    the axes. Returns the mesh, for a colour bar."""
+    mesh = ax.pcolormesh(np.ma.masked_invalid(values), cmap=cmap, norm=norm,
+                         edgecolors="white", linewidth=1.5)
+    for i in range(len(contexts)):
+        for j in range(len(levels)):
+            finite = np.isfinite(values[i, j])
+            draw_cell(i, j, _text_colour(to_rgb(cmap(norm(values[i, j])))) if finite else None)
+    _cell_axes(ax, contexts, levels)
+    return mesh
+
+
 # --------------------------------------------------------------------------- decode matrix
 
 
-def _heat_label(cell: dict[str, Any] | None) -> tuple[str, bool]:
+def _heat_label(cell: CellResult | None) -> tuple[str, bool]:
     """The text of a heat-map cell and whether it has a figure."""
     if cell is None:
         return MISSING, False
-    status = cell.get("status") or "not_run"
+    status = cell.status or "not_run"
     word = status_label(cell)
-    total = cell.get("total_tok_s")
+    total = cell.total_tok_s
     if not is_finite(total):
         return "\n".join(textwrap.wrap(word, 9)), False
     lines = [fmt_rate(total)]
-    if is_finite(cell.get("ttft_ms")):
-        lines.append(fmt_ms(cell["ttft_ms"]))
+    if is_finite(cell.ttft_ms):
+        lines.append(fmt_ms(cell.ttft_ms))
     if status != "valid":
         lines.append(word)
     return "\n".join(lines), True
@@ -98,48 +137,38 @@ def _heat_norm(values: np.ndarray):
     return Normalize(lo * 0.9 if hi > lo else lo * 0.5, hi if hi > lo else lo * 1.5)
 
 
-def decode_heatmap(cells: Sequence[dict[str, Any]]) -> Chart | None:
+def decode_heatmap(cells: Sequence[CellResult]) -> Chart | None:
     """Total tok/s over contexts × concurrency, each cell labelled with value and TTFT;
     cells without a valid figure hatched, with their status word."""
     decode = decode_cells(cells)
     if not decode:
         return None
-    contexts = sorted({int(c["context_tokens"]) for c in decode})
-    levels = sorted({int(c["concurrency"]) for c in decode})
-    by_key = {(int(c["context_tokens"]), int(c["concurrency"])): c for c in decode}
-    values = np.full((len(contexts), len(levels)), np.nan)
-    for (ctx, n), c in by_key.items():
-        if is_finite(c.get("total_tok_s")):
-            values[contexts.index(ctx), levels.index(n)] = c["total_tok_s"]
+    by_key = {(int(c.context_tokens), int(c.concurrency)): c for c in decode}
+    contexts, levels = _grid(by_key)
+    values = _values(contexts, levels, {k: c.total_tok_s if is_finite(c.total_tok_s) else None
+                                        for k, c in by_key.items()})
 
     def draw() -> Figure:
-        width = max(4.8, 0.92 * len(levels) + 1.9)
-        height = max(1.9, 0.66 * len(contexts) + 1.0)
-        fig, (ax,) = panels_figure(width, height)
-        cmap = colormaps[HEATMAP_CMAP]
-        norm = _heat_norm(values)
-        mesh = ax.pcolormesh(np.ma.masked_invalid(values), cmap=cmap, norm=norm,
-                             edgecolors="white", linewidth=1.5)
-        for i, ctx in enumerate(contexts):
-            for j, n in enumerate(levels):
-                cell = by_key.get((ctx, n))
-                text, has_figure = _heat_label(cell)
-                valid = cell is not None and cell.get("status") == "valid"
-                if has_figure:
-                    face = cmap(norm(values[i, j]))
-                    colour = _text_colour(to_rgb(face))
-                else:
-                    ax.add_patch(Rectangle((j, i), 1, 1, facecolor=NOT_RUN_FACE, edgecolor="white",
-                                           linewidth=1.5, zorder=1))
-                    colour = "#444444"
-                if not valid and cell is not None:
-                    ax.add_patch(Rectangle((j + 0.04, i + 0.06), 0.92, 0.88, fill=False, hatch="///",
-                                           edgecolor=HATCH_EDGE if not has_figure else colour,
-                                           linewidth=0, zorder=2, alpha=0.55))
-                ax.text(j + 0.5, i + 0.5, text, ha="center", va="center", fontsize=8.2,
-                        color=colour, zorder=3, linespacing=1.15,
-                        fontweight="bold" if valid else "normal")
-        _cell_axes(ax, contexts, levels)
+        fig, (ax,) = _heat_figure(max(4.8, 0.92 * len(levels) + 1.9), max(1.9, 0.66 * len(contexts) + 1.0))
+
+        def draw_cell(i: int, j: int, colour: str | None) -> None:
+            cell = by_key.get((contexts[i], levels[j]))
+            text, has_figure = _heat_label(cell)
+            valid = cell is not None and cell.status == "valid"
+            if colour is None:
+                ax.add_patch(Rectangle((j, i), 1, 1, facecolor=NOT_RUN_FACE, edgecolor="white",
+                                       linewidth=1.5, zorder=1))
+                colour = "#444444"
+            if not valid and cell is not None:
+                ax.add_patch(Rectangle((j + 0.04, i + 0.06), 0.92, 0.88, fill=False, hatch="///",
+                                       edgecolor=HATCH_EDGE if not has_figure else colour,
+                                       linewidth=0, zorder=2, alpha=0.55))
+            ax.text(j + 0.5, i + 0.5, text, ha="center", va="center", fontsize=8.2,
+                    color=colour, zorder=3, linespacing=1.15,
+                    fontweight="bold" if valid else "normal")
+
+        mesh = _heat_panel(ax, values, contexts, levels, cmap=colormaps[HEATMAP_CMAP], norm=_heat_norm(values),
+                           draw_cell=draw_cell)
         ax.xaxis.set_label_position("top")
         ax.set_xlabel("simultaneous requests (N)")
         if np.isfinite(values).any():
@@ -174,46 +203,40 @@ def ratio_heatmap(comparison) -> Chart | None:
     rows = list(comparison.decode)
     if not rows or len(comparison.runs) < 2:
         return None
-    contexts = sorted({r.context_tokens for r in rows})
-    levels = sorted({r.concurrency for r in rows})
     by_key = {(r.context_tokens, r.concurrency): r for r in rows}
+    contexts, levels = _grid(by_key)
     others = list(comparison.runs[1:])
     ref = comparison.runs[0].label
 
+    def log_ratio(row, k: int) -> float | None:
+        ratio = row.figures[0].ratios[k]
+        return math.log2(ratio) if ratio is not None and ratio > 0 else None
+
     def draw() -> Figure:
-        width = max(4.6, 0.85 * len(levels) + 1.9)
-        height = max(1.8, 0.6 * len(contexts) + 1.0)
-        fig = Figure(figsize=(width, height * len(others)), layout="constrained")
-        axes = fig.subplots(len(others), 1, squeeze=False)[:, 0]
+        fig, axes = _heat_figure(max(4.6, 0.85 * len(levels) + 1.9), max(1.8, 0.6 * len(contexts) + 1.0),
+                                 len(others))
         cmap = LinearSegmentedColormap.from_list("llmload_ratio", RATIO_COLOURS)
         for k, (ax, run) in enumerate(zip(axes, others), start=1):
-            values = np.full((len(contexts), len(levels)), np.nan)
-            for (ctx, n), row in by_key.items():
-                ratio = row.figures[0].ratios[k]
-                if ratio is not None and ratio > 0:
-                    values[contexts.index(ctx), levels.index(n)] = math.log2(ratio)
+            values = _values(contexts, levels, {key: log_ratio(row, k) for key, row in by_key.items()})
             span = max(float(np.nanmax(np.abs(values))) if np.isfinite(values).any() else 0.0,
                        math.log2(1.25))
-            norm = Normalize(-span, span)
-            mesh = ax.pcolormesh(np.ma.masked_invalid(values), cmap=cmap, norm=norm,
-                                 edgecolors="white", linewidth=1.5)
-            for i, ctx in enumerate(contexts):
-                for j, n in enumerate(levels):
-                    row = by_key.get((ctx, n))
-                    if row is None or not np.isfinite(values[i, j]):
-                        ax.add_patch(Rectangle((j, i), 1, 1, facecolor=NOT_RUN_FACE, edgecolor="white",
-                                               linewidth=1.5, hatch="///"))
-                        word = "not in\nevery run" if row is None else (
-                            f"{ref} {_short(row.statuses[0])}\n{run.label} {_short(row.statuses[k])}")
-                        ax.text(j + 0.5, i + 0.5, word, ha="center", va="center", fontsize=7.4,
-                                color="#444444")
-                        continue
-                    fig_row = row.figures[0]
-                    text = f"{fig_row.ratios[k]:.2f}×" + (" *" if fig_row.beyond_noise[k] else "")
-                    colour = _text_colour(to_rgb(cmap(norm(values[i, j]))))
-                    ax.text(j + 0.5, i + 0.5, text, ha="center", va="center", fontsize=8.6,
-                            color=colour, fontweight="bold" if fig_row.beyond_noise[k] else "normal")
-            _cell_axes(ax, contexts, levels)
+
+            def draw_cell(i: int, j: int, colour: str | None) -> None:
+                row = by_key.get((contexts[i], levels[j]))
+                if colour is None:
+                    ax.add_patch(Rectangle((j, i), 1, 1, facecolor=NOT_RUN_FACE, edgecolor="white",
+                                           linewidth=1.5, hatch="///"))
+                    word = "not in\nevery run" if row is None else (
+                        f"{ref} {_short(row.statuses[0])}\n{run.label} {_short(row.statuses[k])}")
+                    ax.text(j + 0.5, i + 0.5, word, ha="center", va="center", fontsize=7.4, color="#444444")
+                    return
+                fig_row = row.figures[0]
+                text = f"{fig_row.ratios[k]:.2f}×" + (" *" if fig_row.beyond_noise[k] else "")
+                ax.text(j + 0.5, i + 0.5, text, ha="center", va="center", fontsize=8.6,
+                        color=colour, fontweight="bold" if fig_row.beyond_noise[k] else "normal")
+
+            mesh = _heat_panel(ax, values, contexts, levels, cmap=cmap, norm=Normalize(-span, span),
+                               draw_cell=draw_cell)
             ax.set_title(f"Total tok/s, {run.label} / {ref}", loc="left", pad=18)
             bar = _colour_bar(fig, mesh, ax, aspect=12)
             ticks: list[float] = []

@@ -1,5 +1,6 @@
-"""The page's text: title, subtitle, byline, the simulation warning, and the Hardware, Engine
-and Run paragraphs, each from a results dict (`llmload.output.results` documents it).
+"""The page's text: title, subtitle, byline, the simulation warning (`Notice`), and the
+Hardware, Engine and Run paragraphs, each from a `Results` (`llmload.output.results`
+documents its fields). Plain text: the renderers add Markdown or HTML around it.
 
 A simulated run says so in the title, the subtitle and a warning line: a simulated matrix must
 never pass for a measurement of hardware.
@@ -7,10 +8,13 @@ never pass for a measurement of hardware.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from llmload.core.cellresult import CellResult
+from llmload.core.runresults import Results
 from llmload.core.seqlimit import is_learned
 from llmload.core.units import format_duration_s
 from llmload.output.pageformat import fmt_context, phase_cells
@@ -23,54 +27,55 @@ def _join(items: Iterable[tuple[str, Any]]) -> str:
 # --------------------------------------------------------------------------- header
 
 
-def _model_name(results: dict[str, Any]) -> str:
-    server = results.get("server") or {}
+def _model_name(results: Results) -> str:
+    server = results.server
     root = server.get("model_root")
     if root:
         return root.rstrip("/").rsplit("/", 1)[-1]
-    return server.get("model") or (results.get("config") or {}).get("model") or "unknown model"
+    return server.get("model") or results.config.get("model") or "unknown model"
 
 
-def is_simulated(results: dict[str, Any]) -> bool:
-    return results.get("provenance") in ("simulated", "predicted")
+def is_simulated(results: Results) -> bool:
+    return results.provenance in ("simulated", "predicted")
 
 
-def _predicted_word(results: dict[str, Any]) -> str | None:
+def _predicted_word(results: Results) -> str | None:
     """"Predicted (fitted from DIR)" for `llmload predict` output, else None."""
-    if results.get("provenance") != "predicted":
+    if results.provenance != "predicted":
         return None
-    source = results.get("predicted_from")
+    source = results.predicted_from
     return f"Predicted (fitted from {source})" if source else f"Predicted (profile {sim_profile(results)})"
 
 
-def sim_profile(results: dict[str, Any]) -> str:
-    return results.get("sim_profile") or (results.get("config") or {}).get("sim_profile") or "?"
+def sim_profile(results: Results) -> str:
+    return results.sim_profile or results.config.get("sim_profile") or "?"
 
 
-def _hardware_name(results: dict[str, Any]) -> str:
-    hardware = results.get("hardware") or {}
+def _hardware_name(results: Results) -> str:
+    hardware = results.hardware
     if hardware.get("name"):
         return str(hardware["name"])
     gpu, vram = hardware.get("gpu"), hardware.get("vram_gb")
     if gpu:
         return f"{gpu} {vram:g}GB" if isinstance(vram, (int, float)) else str(gpu)
-    base_url = (results.get("server") or {}).get("base_url")
+    base_url = results.server.get("base_url")
     if not base_url:
         return "unknown hardware"
     return urlsplit(base_url).netloc or base_url
 
 
-def render_title(results: dict[str, Any]) -> str:
+def page_title(results: Results) -> str:
+    """"Speed test matrix — MODEL on HARDWARE" (a simulated run: "· Simulated (...)")."""
     model = _model_name(results)
     if is_simulated(results):
-        return f"# Speed test matrix — {model} · {_provenance_word(results)}"
-    return f"# Speed test matrix — {model} on {_hardware_name(results)}"
+        return f"Speed test matrix — {model} · {_provenance_word(results)}"
+    return f"Speed test matrix — {model} on {_hardware_name(results)}"
 
 
-def _levels(results: dict[str, Any], key: str, phase: str, field: str) -> list[int]:
-    values = (results.get("config") or {}).get(key)
+def _levels(results: Results, key: str, phase: str, level: Callable[[CellResult], int]) -> list[int]:
+    values = results.config.get(key)
     if values is None:
-        values = {c[field] for c in results.get("cells") or [] if c.get("phase") == phase}
+        values = {level(c) for c in results.cells if c.phase == phase}
     return sorted(set(int(v) for v in values))
 
 
@@ -84,7 +89,7 @@ def _span(noun: str, values: list[str]) -> str:
     return f"{count} {words} ({inside})"
 
 
-def _provenance_word(results: dict[str, Any]) -> str:
+def _provenance_word(results: Results) -> str:
     if _predicted_word(results):
         return _predicted_word(results)
     if is_simulated(results):
@@ -92,11 +97,11 @@ def _provenance_word(results: dict[str, Any]) -> str:
     return "Measured"
 
 
-def render_subtitle(results: dict[str, Any]) -> str:
-    server = results.get("server") or {}
-    contexts = _levels(results, "contexts", "decode", "context_tokens")
-    levels = _levels(results, "concurrency", "decode", "concurrency")
-    prefill = _levels(results, "prefill_contexts", "prefill", "context_tokens")
+def render_subtitle(results: Results) -> str:
+    server = results.server
+    contexts = _levels(results, "contexts", "decode", lambda c: c.context_tokens)
+    levels = _levels(results, "concurrency", "decode", lambda c: c.concurrency)
+    prefill = _levels(results, "prefill_contexts", "prefill", lambda c: c.context_tokens)
     parts = [server.get("engine"), server.get("version"), server.get("quantization")]
     parts.append(
         _span("context", [fmt_context(c) for c in contexts])
@@ -109,8 +114,8 @@ def render_subtitle(results: dict[str, Any]) -> str:
     return " · ".join(str(p) for p in parts if p)
 
 
-def render_byline(results: dict[str, Any]) -> str:
-    finished_at, status = results.get("finished_at"), results.get("status")
+def render_byline(results: Results) -> str:
+    finished_at, status = results.finished_at, results.status
     if finished_at:
         finished = f"finished {finished_at}"
         finished += f" ({status})" if status and status != "complete" else ""
@@ -118,26 +123,35 @@ def render_byline(results: dict[str, Any]) -> str:
         finished = "not finished (in progress or interrupted)"
     return " · ".join(
         [
-            f"Generated by llmload {results.get('llmload_version') or '(unknown version)'}",
-            f"started {results.get('started_at') or 'at an unknown time'}",
+            f"Generated by llmload {results.llmload_version or '(unknown version)'}",
+            f"started {results.started_at or 'at an unknown time'}",
             finished,
         ]
     )
 
 
-def render_simulation_warning(results: dict[str, Any]) -> str | None:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Notice:
+    """The warning on a page whose numbers no server on hardware made."""
+
+    word: str
+    """"Simulated", or "Predicted (fitted from DIR)"."""
+    text: str
+    predicted: bool
+
+
+def simulation_notice(results: Results) -> Notice | None:
+    """The simulated (or predicted) run's warning; None for a measured run."""
     if not is_simulated(results):
         return None
-    if _predicted_word(results):
-        return (
-            f"> **{_predicted_word(results)}.** Every number on this page was predicted by "
-            f"llmload's simulator running the fitted profile {sim_profile(results)} in virtual "
-            f"time: no request was sent to any server."
-        )
-    return (
-        f"> **Simulated.** Every number on this page comes from llmload's built-in simulator "
-        f"(profile {sim_profile(results)}), not from a server running on hardware."
-    )
+    predicted = _predicted_word(results)
+    if predicted:
+        return Notice(word=predicted, predicted=True, text=(
+            f"Every number on this page was predicted by llmload's simulator running the fitted "
+            f"profile {sim_profile(results)} in virtual time: no request was sent to any server."))
+    return Notice(word="Simulated", predicted=False, text=(
+        f"Every number on this page comes from llmload's built-in simulator (profile "
+        f"{sim_profile(results)}), not from a server running on hardware."))
 
 
 # --------------------------------------------------------------------------- sections
@@ -147,13 +161,13 @@ def _gb(value: Any) -> Any:
     return f"{value:g} GB" if isinstance(value, (int, float)) else value
 
 
-def _cpu(hardware: dict[str, Any]) -> Any:
+def _cpu(hardware: Mapping[str, Any]) -> Any:
     cpu, cores = hardware.get("cpu"), hardware.get("cpu_cores")
     return f"{cpu} ({cores}C)" if cpu and cores else cpu
 
 
 #: Hardware fields in page order: label, key, formatter of the whole dict.
-HARDWARE_FIELDS: list[tuple[str, str, Callable[[dict[str, Any]], Any]]] = [
+HARDWARE_FIELDS: list[tuple[str, str, Callable[[Mapping[str, Any]], Any]]] = [
     ("Type", "type", lambda h: h.get("type")),
     ("GPU", "gpu", lambda h: h.get("gpu")),
     ("VRAM", "vram_gb", lambda h: _gb(h.get("vram_gb"))),
@@ -164,15 +178,15 @@ HARDWARE_FIELDS: list[tuple[str, str, Callable[[dict[str, Any]], Any]]] = [
 _HARDWARE_SHOWN = {key for _, key, _ in HARDWARE_FIELDS} | {"name", "cpu_cores"}
 
 
-def _hardware_line(hardware: dict[str, Any]) -> str:
+def _hardware_line(hardware: Mapping[str, Any]) -> str:
     items = [(label, render(hardware)) for label, _, render in HARDWARE_FIELDS]
     extra = sorted(k for k in hardware if k not in _HARDWARE_SHOWN)
     items += [(k.replace("_", " ").capitalize(), hardware[k]) for k in extra]
     return _join(items)
 
 
-def render_hardware(results: dict[str, Any]) -> str:
-    line = _hardware_line(results.get("hardware") or {})
+def render_hardware(results: Results) -> str:
+    line = _hardware_line(results.hardware)
     if is_simulated(results):
         text = f"None: simulated by llmload (profile {sim_profile(results)})."
         return text + (f" Load generator host: {line}" if line else "")
@@ -195,7 +209,7 @@ LIMITS = [
 ]
 
 
-def limit_lines(server: dict[str, Any]) -> list[str]:
+def limit_lines(server: Mapping[str, Any]) -> list[str]:
     """The server's three capacity limits, each with where it was found."""
     lines = []
     for label, key, source_key, unit in LIMITS:
@@ -217,8 +231,9 @@ def _on_off(value: Any) -> str | None:
     return None if value is None else ("on" if value else "off")
 
 
-def render_engine(results: dict[str, Any]) -> str:
-    server = results.get("server") or {}
+def engine_paragraphs(results: Results) -> tuple[str, ...]:
+    """What the server is, how it was reached, and its three capacity limits."""
+    server = results.server
     first = _join((label, server.get(key)) for label, key in ENGINE_FIELDS) or "Unknown."
     second = _join(
         [
@@ -228,20 +243,20 @@ def render_engine(results: dict[str, Any]) -> str:
         ]
     )
     limits = " · ".join(limit_lines(server))
-    return first + "".join(f"\n\n{part}" for part in (second, limits) if part)
+    return tuple(part for part in (first, second, limits) if part)
 
 
-def _prefill_mode(results: dict[str, Any], cells: list[dict[str, Any]]) -> str:
-    sources = {c.get("prefill_source") for c in phase_cells(cells, "prefill")}
+def _prefill_mode(results: Results, cells: Sequence[CellResult]) -> str:
+    sources = {c.prefill_source for c in phase_cells(cells, "prefill")}
     if not sources:
         return "No prefill test"
     mode = "Measured during decode warm-up" if "decode_warmup" in sources else "Cold requests"
-    repeats = (results.get("config") or {}).get("prefill_repeats") or 1
+    repeats = results.config.get("prefill_repeats") or 1
     return mode + (f" (median of {repeats})" if repeats > 1 else "")
 
 
-def render_run(results: dict[str, Any], cells: list[dict[str, Any]]) -> str:
-    server, config = results.get("server") or {}, results.get("config") or {}
+def render_run(results: Results, cells: Sequence[CellResult]) -> str:
+    server, config = results.server, results.config
     duration_s, max_tokens = config.get("duration_s"), config.get("max_tokens")
     return _join(
         [
@@ -256,7 +271,7 @@ def render_run(results: dict[str, Any], cells: list[dict[str, Any]]) -> str:
     )
 
 
-def _output_length(server: dict[str, Any]) -> str | None:
+def _output_length(server: Mapping[str, Any]) -> str | None:
     fixed = server.get("fixed_output_length")
     if fixed is None:
         return None

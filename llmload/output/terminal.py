@@ -1,4 +1,6 @@
-"""Aligned plain-text tables for the terminal (`llmload run`'s summary, `llmload compare`).
+"""The terminal's renderings: aligned plain-text tables (`aligned_table`, also
+`llmload compare`'s) and the run's matrix at the end of a run (`echo_matrix`, from the
+page data as report.md and report.html).
 
 Plain text, not a terminal library: the output is read in terminals, CI logs and pasted
 into tickets alike, so it carries no colour codes and no box-drawing, only columns padded
@@ -8,8 +10,14 @@ to their widest cell (by display width, so "—" and "×" count as one).
 from __future__ import annotations
 
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+from llmload.core.runresults import Results
+from llmload.output.asresults import as_results
+from llmload.output.markdown import section_body
+from llmload.output.pagedata import PageData, page_data
+from llmload.output.sections import CAPACITY_TITLE
 
 
 def display_width(text: str) -> int:
@@ -48,16 +56,25 @@ def aligned_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, inde
     return "\n".join(out)
 
 
-def run_summary(results: dict[str, Any]) -> str:
+def run_summary(page: PageData) -> str:
     """The page's two main tables (prefill, decode matrix) as aligned text."""
-    from llmload.output.pagedata import page_data
-
-    data = page_data(results)
     parts = []
-    if data.prefill:
-        parts.append("Prefill (prompt tok/s, TTFT):\n" + aligned_table(data.prefill.columns,
-                                                                         data.prefill.rows, indent=2))
-    if data.decode:
+    if page.prefill:
+        parts.append("Prefill (prompt tok/s, TTFT):\n" + aligned_table(page.prefill.columns,
+                                                                         page.prefill.rows, indent=2))
+    if page.decode:
         parts.append("Sustained decode (total tok/s (TTFT); rows context, columns requests at once):\n"
-                     + aligned_table(data.decode.columns, data.decode.rows, indent=2))
+                     + aligned_table(page.decode.columns, page.decode.rows, indent=2))
     return "\n\n".join(parts)
+
+
+def echo_matrix(results: Results | Mapping[str, Any], echo: Callable[[str], None]) -> None:
+    """The page's main tables in the terminal (aligned text), and the capacity under SLO
+    (as on the page), at the end of `llmload run` and `llmload predict`."""
+    page = page_data(as_results(results))
+    summary = run_summary(page)
+    if summary:
+        echo("\n" + summary + "\n")
+    capacity = page.section(CAPACITY_TITLE)
+    if capacity:
+        echo(f"{CAPACITY_TITLE}:\n" + section_body(capacity) + "\n")

@@ -1,0 +1,196 @@
+"""The report pipeline: a typed Results → page data (typed rows) → Markdown, HTML, terminal,
+compare; and the sections after the decode matrix (SLO capacity, energy, reasoning, the
+server's own timing), built in output/ from the core's figures."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from llmload.core.capacity import PlannedCell
+from llmload.core.cellresult import CellEnergy, CellResult, CellSlo, ServerTiming
+from llmload.core.runresults import Results
+from llmload.core.servercheck import ServerCheck
+from llmload.core.units import format_duration_s
+from llmload.output.asresults import as_results
+from llmload.output.compare import compare
+from llmload.output.markdown import markdown_table, section_body
+from llmload.output.pagedata import page_data
+from llmload.output.report import measurements_frame, render_markdown
+from llmload.output.sections import capacity_section, energy_section, reasoning_section, server_timing_section
+from llmload.output.terminal import echo_matrix
+
+
+def decode(n: int, context: int = 0, status: str = "valid", **figures) -> CellResult:
+    return CellResult(phase="decode", context_tokens=context, concurrency=n, status=status, **figures)
+
+
+CHECK = ServerCheck(figure="per_request_tok_s", client=80.4, server=76.0, source="server timings")
+
+
+def small_run(**changes) -> Results:
+    """One prefill cell, two decode cells at context 0 (one saturated, with failed requests and
+    a check the server contradicts), and a context the run did not reach."""
+    cells = (
+        CellResult(phase="prefill", context_tokens=1024, concurrency=1, status="valid", prompt_tok_s=2_000.0,
+                   ttft_ms=512.0, prefill_source="standalone"),
+        decode(1, total_tok_s=80.0, per_request_tok_s=80.4, ttft_ms=39.0, tbt_ms=12.4, server_check=CHECK),
+        decode(2, 0, "saturated", total_tok_s=150.0, ttft_ms=44.0, errors=2,
+               error_samples=("HTTP 500",)),
+    )
+    plan = (
+        PlannedCell(phase="decode", context_tokens=1024, concurrency=1, status="run", reason="fits",
+                    prompt_tokens=1024, max_tokens=64),
+        PlannedCell(phase="decode", context_tokens=1024, concurrency=2, status="over_capacity",
+                    reason="2 × 1,088 tokens > 2,000", prompt_tokens=1024, max_tokens=64),
+    )
+    run = Results(llmload_version="9.9", provenance="measured", server={"model": "tiny", "engine": "vllm"},
+                  hardware={"name": "Box 24GB"}, config={"warmup": True}, plan=plan, cells=cells)
+    return dataclasses.replace(run, **changes)
+
+
+# ----------------------------------------------------------------------------- page data
+
+
+def test_page_cells_are_typed_and_in_page_order_with_planned_cells_not_run():
+    page = page_data(small_run())
+    assert all(isinstance(c, CellResult) for c in page.cells)
+    assert [(c.phase, c.context_tokens, c.concurrency, c.status) for c in page.cells] == [
+        ("prefill", 1024, 1, "valid"), ("decode", 0, 1, "valid"), ("decode", 0, 2, "saturated"),
+        ("decode", 1024, 1, "not_run"), ("decode", 1024, 2, "over_capacity")]
+    assert page.cells[-1].reason == "2 × 1,088 tokens > 2,000"
+
+
+def test_the_tables_are_rows_of_text_with_each_cells_status():
+    page = page_data(small_run())
+    assert page.decode.columns == ("context", "1", "2")
+    assert page.decode.rows == (("0", "80.0 (39 ms)", "Saturated: 150.0 (44 ms)"),
+                                ("1K", "Not run", "Over capacity"))
+    assert page.decode.statuses == ((None, "valid", "saturated"), (None, "not_run", "over_capacity"))
+    assert page.prefill.rows == (("1K", "2,000", "512 ms"),)
+    assert page.prefill.statuses == ((None, "valid", None),)
+    assert [row[3] for row in page.all_measurements.rows] == ["Valid", "Valid", "Saturated", "Not run",
+                                                              "Over capacity"]
+    assert page.decode_notes[0].startswith("Over capacity:")
+
+
+def test_lists_and_paragraphs_are_items_not_markdown():
+    page = page_data(small_run())
+    assert page.title == "Speed test matrix — tiny on Box 24GB"
+    assert page.errors == ("Sustained decode 0 × 2: 2 failed — HTTP 500",)
+    (check,) = page.checks
+    assert check.disagrees and check.text == ("Sustained decode 0 × 1: per request tok/s 80.4 measured, 76.0 by "
+                                              "the server (server timings): +5.8%, DISAGREE")
+    assert page.engine[0] == "Engine: vllm" and len(page.engine) == 2
+    assert page.warning is None and page.sections == ()
+
+
+def test_markdown_writes_the_items_and_the_notice():
+    md = render_markdown(small_run())
+    assert md.startswith("# Speed test matrix — tiny on Box 24GB\n")
+    assert "## Errors\n- Sustained decode 0 × 2: 2 failed — HTTP 500\n" in md
+    assert "## Checks against the server's own figures\n- Sustained decode 0 × 1: per request tok/s" in md
+    predicted = render_markdown(small_run(provenance="predicted", predicted_from="runs/a.**b"))
+    assert "\n> **Predicted (fitted from runs/a.**b).** Every number on this page was predicted" in predicted
+    page = page_data(small_run(provenance="simulated", sim_profile="p1"))
+    assert (page.warning.word, page.warning.predicted) == ("Simulated", False)
+    assert page.warning.text.startswith("Every number on this page comes from llmload's built-in simulator "
+                                        "(profile p1)")
+
+
+def test_the_entry_points_take_a_results_dict_or_results_alike():
+    doc = {"schema_version": 2, "llmload_version": "9.9", "provenance": "measured", "server": None,
+           "config": {"warmup": False}, "future_key": 1,
+           "cells": [{"phase": "decode", "context_tokens": 0, "concurrency": 1, "status": "valid",
+                      "total_tok_s": 10.0, "noise_rel": {"total_tok_s": 0.1}}],
+           "plan": []}
+    run = as_results(doc)
+    assert run.server == {} and run.extra == {"future_key": 1} and run.cells[0].total_tok_s == 10.0
+    assert as_results(run) is run
+    assert render_markdown(doc) == render_markdown(run)
+    assert measurements_frame(doc).equals(measurements_frame(run))
+    with pytest.raises(ValueError, match="a cell has no .status."):
+        as_results({"cells": [{"phase": "decode", "context_tokens": 0, "concurrency": 1}]})
+
+
+def test_the_csv_row_is_the_cells_flat_form_with_its_check():
+    frame = measurements_frame(small_run())
+    row = frame[(frame.phase == "decode") & (frame.concurrency == 1)].iloc[0]
+    assert (row.total_tok_s, row.server_check_figure, row.server_check_agrees) == (80.0, "per_request_tok_s", False)
+    assert frame.error_samples.tolist()[2] == "HTTP 500"
+    assert len(frame) == 5 and frame.status.tolist()[3] == "not_run"
+
+
+# ----------------------------------------------------------------------------- sections
+
+
+SLO_CELLS = [decode(1, tbt_p99_ms=10.0, total_tok_s=100.0, slo=CellSlo(tbt_samples=50, goodput_tok_s=90.0)),
+             decode(2, tbt_p99_ms=30.0, total_tok_s=180.0, slo=CellSlo(tbt_samples=500))]
+
+
+def test_capacity_section_from_the_cores_figures():
+    run = small_run(config={"slo": {"tbt_p99_ms": 20.0}})
+    section = capacity_section(run, SLO_CELLS)
+    assert section.title == "Capacity under SLO" and section.intro == "SLO: TBT p99 ≤ 20 ms."
+    assert section.table.rows == (("0", "1", "100.0", "90.0", "TBT", "2", "N=1: TBT p99 (50 samples)"),)
+    assert section.note.startswith("Max users:")
+    passing = capacity_section(run, SLO_CELLS[:1])
+    assert passing.table.rows[0][1] == "≥ 1" and passing.table.rows[0][4] == "not reached"
+    assert capacity_section(small_run(), SLO_CELLS) is None
+
+
+def test_energy_section_measured_unmeasured_and_without_cells():
+    assert energy_section(small_run(), []) is None
+    off = energy_section(small_run(energy={"status": "not_measured", "reason": "no GPU"}), [])
+    assert (off.intro, off.table, off.note) == ("Not measured: no GPU.", None, None)
+    info = {"status": "measured", "gpus": ["GPU0", "GPU1"], "idle_power_w": 20.0, "source": "counter"}
+    cell = decode(4, context=1024, energy=CellEnergy(power_mean_w=200.0, power_max_w=300.0, energy_j=400.0,
+                                                      j_per_output_token=4.0, output_tokens_per_j=0.25))
+    on = energy_section(small_run(energy=info), [cell, decode(8)])
+    assert on.intro == "GPUs: GPU0, GPU1 · idle power before the run: 20.0 W · energy from the counter"
+    assert on.table.rows == (("1K", "4", "200.0 W", "300.0 W", "400 J", "4.000", "0.25", "—"),)
+    empty = energy_section(small_run(energy=info), [decode(8)])
+    assert empty.table.rows == (("—",) * 8,)
+
+
+def test_reasoning_and_server_timing_sections_only_where_seen():
+    assert reasoning_section([decode(1)]) is None and server_timing_section([decode(1)]) is None
+    thinking = decode(4, ttft_ms=40.0, ttfa_ms=400.0, ttfa_samples=3, requests_sent=4, reasoning_token_share=0.25)
+    assert reasoning_section([thinking]).table.rows == (("0", "4", "40 ms", "400 ms", "—", "3 of 4", "25.0%"),)
+    timing = ServerTiming(server_queue_ms=5.0, server_timing_requests=12, server_timing_checks=(
+        ServerCheck(figure="ttft_ms", client=60.0, server=40.0, source="s", tolerance=0.25),))
+    row = server_timing_section([decode(2, server_timing=timing)]).table.rows[0]
+    assert row[3:8] == ("12", "60 ms", "40 ms", "+50.0% DISAGREE", "5 ms") and row[8] == "—"
+
+
+def test_a_section_is_rendered_alike_in_markdown_and_on_the_terminal():
+    run = small_run(config={"slo": {"tbt_p99_ms": 20.0}}, cells=tuple(SLO_CELLS))
+    section = page_data(run).sections[0]
+    body = section_body(section)
+    assert body == "\n\n".join([section.intro, markdown_table(section.table), section.note])
+    assert f"## Capacity under SLO\n{body}\n" in render_markdown(run)
+    lines: list[str] = []
+    echo_matrix(run, lines.append)
+    assert lines[-1] == f"Capacity under SLO:\n{body}\n"
+    assert lines[0].startswith("\nSustained decode (total tok/s (TTFT)")
+
+
+# ----------------------------------------------------------------------------- compare, durations
+
+
+def test_compare_takes_results_and_keeps_each_runs_page_cells_out_of_its_json():
+    a, b = small_run(), small_run(hardware={"name": "Other"})
+    c = compare([a, b], ["a", "b"])
+    assert [d.key for d in c.differences] == ["hardware.name"]
+    assert [len(cells) for cells in c.pages] == [5, 5] and "pages" not in c.to_dict()
+    row = next(r for r in c.decode if r.concurrency == 1 and r.context_tokens == 0)
+    assert row.figures[0].ratios == (1.0, 1.0) and row.label == "decode 0 × 1"
+
+
+@pytest.mark.parametrize("seconds, words, clock", [
+    (0.5, "500 ms", "0:00"), (30, "30 s", "0:30"), (150, "2 min 30 s", "2:30"),
+    (3599.6, "1 h 00 min", "1:00:00"), (3900, "1 h 05 min", "1:05:00")])
+def test_one_duration_formatter_in_words_and_as_a_clock(seconds, words, clock):
+    assert format_duration_s(seconds) == words
+    assert format_duration_s(seconds, clock=True) == clock
