@@ -19,6 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from llmload.core.cellresult import ClientLoad
 from llmload.core.cells import client_overloaded
 from tests_helpers import BUSY_MACHINE, StreamServer, cells_of, llmload, one_line_error, start_llmload, wait_for
 
@@ -342,7 +343,8 @@ def test_a_slow_clean_server_in_short_windows_is_not_client_bound(tmp_path, stre
         assert c["client_added_delay_source"].startswith("not estimated: ")
         # ... so valid; on a busy machine client_bound only where the client's measured CPU or
         # loop lag says so, or saturated by a late server.
-        measured = client_overloaded({"cpu_pct_mean": c["client_cpu_pct_mean"], "lag_ms_p50": c["loop_lag_ms_p50"]})
+        measured = client_overloaded(ClientLoad(client_cpu_pct_mean=c["client_cpu_pct_mean"],
+                                                loop_lag_ms_p50=c["loop_lag_ms_p50"]))
         assert c["status"] in ("valid", "saturated") or c["status"] == "client_bound" and measured, (n, c["reason"])
         assert c["stall_check_note"].startswith("stall check did not apply: the 3.0 s window")
     assert "stall check did not apply" in (out / "report.md").read_text()

@@ -40,7 +40,7 @@ def small_run(sim, tmp_path_factory):
 def test_the_predicted_statuses_are_exact_in_virtual_time():
     doc = predict_results(load_profile("tiny", {"num_gpu_blocks": KV_BLOCKS}), contexts=[0, 1024],
                           prefill_contexts=[1024, 2048], concurrency=[1, 2, 4], max_tokens=256, duration_s=2.0)
-    assert {(c["phase"], c["context_tokens"], c["concurrency"]): c["status"] for c in doc["cells"]} == EXPECTED
+    assert {(c.phase, c.context_tokens, c.concurrency): c.status for c in doc.cells} == EXPECTED
 
 
 def test_statuses_are_the_predicted_ones(small_run):
