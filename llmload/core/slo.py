@@ -145,11 +145,6 @@ class CellVerdict:
     """Percentiles in the verdict taken from fewer samples than they need, e.g. "TTFT p99 (4)"."""
 
 
-def _typed(cell: CellResult | Mapping[str, Any]) -> CellResult:
-    """A cell as `CellResult` (a results.json cell dict is read with `CellResult.from_dict`)."""
-    return cell if isinstance(cell, CellResult) else CellResult.from_dict(dict(cell))
-
-
 def _samples(cell: CellResult, kind: str) -> int | None:
     if kind == "TTFT":
         # A file written before the sample counts: the requests sent are the TTFT samples.
@@ -162,9 +157,8 @@ def _figure(cell: CellResult, figure: str) -> float | None:
     return getattr(cell, figure)
 
 
-def judge_cell(cell: CellResult | Mapping[str, Any], slo: Mapping[str, float]) -> CellVerdict:
+def judge_cell(cell: CellResult, slo: Mapping[str, float]) -> CellVerdict:
     """The verdict on one decode cell from its figures."""
-    cell = _typed(cell)
     status = cell.status
     base = {"context_tokens": int(cell.context_tokens), "concurrency": int(cell.concurrency)}
     if status in UNJUDGED or status is None:
@@ -210,10 +204,10 @@ class ContextCapacity:
     """Levels below the answer that could not be judged (skipped in the walk)."""
 
 
-def capacity(cells: Iterable[CellResult | Mapping[str, Any]], slo: Mapping[str, float]) -> list[ContextCapacity]:
+def capacity(cells: Iterable[CellResult], slo: Mapping[str, float]) -> list[ContextCapacity]:
     """Capacity under the SLO per decode context, from a run's cells."""
     by_context: dict[int, list[CellResult]] = {}
-    for cell in map(_typed, cells):
+    for cell in cells:
         if cell.phase == "decode":
             by_context.setdefault(int(cell.context_tokens), []).append(cell)
     return [_context_capacity(ctx, sorted(cs, key=lambda c: int(c.concurrency)), slo)

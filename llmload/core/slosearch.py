@@ -16,7 +16,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from llmload.core.cellresult import CellResult
-from llmload.core.resultsjson import cell_to_dict
 from llmload.core.slo import capacity, next_search_level
 
 
@@ -42,8 +41,7 @@ def slo_search(contexts: Iterable[int], cells: Sequence[CellResult], slo: Mappin
         tried: set[int] = set()
         while max_cells is None or len(tried) < max_cells:
             mine = [c for c in (*cells, *found) if c.context_tokens == context]
-            # slo.capacity reads cells as results.json holds them until it takes CellResult
-            caps = capacity([cell_to_dict(c) for c in mine], slo)
+            caps = capacity(mine, slo)
             n = next_search_level(caps[0], tried=tried) if caps else None
             if n is None:
                 break

@@ -5,8 +5,7 @@ cell's line. Cell labels (`_label`), the m:ss clock (`_clock`), a cell's one-lin
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Callable
+from typing import Callable
 
 from llmload.core.capacity import PlannedCell, expected_duration_s
 from llmload.core.cellresult import CellResult
@@ -14,16 +13,11 @@ from llmload.core.scenario import Scenario
 from llmload.core.units import format_duration_s, format_tokens
 from llmload.io.probe import ServerInfo
 from llmload.matrix.context import RunContext
-from llmload.output.asresults import as_cell
 from llmload.output.pageformat import cell_label
 from llmload.output.pagetext import limit_lines
 
-Cell = CellResult | Mapping[str, Any]
-"""A cell as the run holds it: typed, or its results.json dict."""
-
-
-def _echo_note(ctx: RunContext, cell: Cell) -> None:
-    note = as_cell(cell).prompt_length_note
+def _echo_note(ctx: RunContext, cell: CellResult) -> None:
+    note = cell.prompt_length_note
     if note:
         ctx.echo(f"    warning: {note}")
 
@@ -37,8 +31,7 @@ def _clock(seconds: float) -> str:
     return format_duration_s(seconds, clock=True)
 
 
-def _summary(cell: Cell) -> str:
-    c = as_cell(cell)
+def _summary(c: CellResult) -> str:
     status = c.status
     if c.phase == "prefill":
         if c.prompt_tok_s is None:

@@ -21,7 +21,6 @@ from llmload.core.cellfacts import CellFacts
 from llmload.core.cellresult import CellResult, CellSlo
 from llmload.core.cells import assemble_cell, not_run_cell
 from llmload.core.records import RequestRecord
-from llmload.core.resultsjson import cell_to_dict
 from llmload.core.scenario import Scenario
 from llmload.core.seqlimit import learn_sequence_limit
 from llmload.core.slosearch import SearchLevel, slo_search
@@ -189,10 +188,9 @@ def _keep(writer, planned: PlannedCell, records: list[RequestRecord], facts: Cel
 
 def _say(ctx: RunContext, cell: CellResult, *, note: bool = True) -> None:
     """A finished cell on the console: its prompt-length warning (with `note`), then its line."""
-    shown = cell_to_dict(cell)  # renderers take Results once the report pipeline lands
     if note:
-        _echo_note(ctx, shown)
-    ctx.echo(f"    {_summary(shown)}")
+        _echo_note(ctx, cell)
+    ctx.echo(f"    {_summary(cell)}")
 
 
 MAX_SLO_SEARCH_CELLS = 6

@@ -1,15 +1,15 @@
 """Two or more results directories side by side: `llmload compare DIR_A DIR_B [DIR_C ...]`.
 
-Pure over runs (`Results`; the results dicts a caller holds are read with
-`llmload.output.asresults`): this module compares them (`compare` → `Comparison`); `llmload.output.comparereport` reads the files and renders the
-comparison three ways: aligned text for the terminal, JSON (`Comparison.to_dict`), and a
+Pure over runs (`Results`): this module compares them (`compare` → `Comparison`);
+`llmload.output.comparereport` reads the files and renders the comparison three ways: aligned text for the terminal, JSON (`Comparison.to_dict`), and a
 self-contained HTML page. Rules:
 - The first run is the reference: every ratio is run / first (B / A, C / A), printed to two
   decimals; a ratio is None when either figure is missing or the reference is 0.
 - A ratio is marked when it differs from 1 by more than the two runs' own noise: the
   root-sum-square of each cell's relative noise where both results carry one (a cell's
   `noise_rel` mapping in results.json, figure → relative standard deviation, e.g. from
-  repeated cells: `asresults.cell_noise`), else ±NOISE_DEFAULT_REL (5%).
+  repeated cells; llmload does not write it, so it is one of the cell's keys kept as read in
+  `CellResult.extra`), else ±NOISE_DEFAULT_REL (5%).
 - Configuration, server and hardware differences come first: a figure means little until
   one knows what changed.
 - Cells are matched by (phase, context, concurrency). Cells every run has are compared,
@@ -27,7 +27,6 @@ from typing import Any
 
 from llmload.core.cellresult import CellResult
 from llmload.core.runresults import Results
-from llmload.output.asresults import as_results, cell_noise
 from llmload.output.pageformat import MISSING, PHASE_ORDER, cell_label, page_cells
 from llmload.output.pagetext import page_title
 
@@ -224,14 +223,13 @@ def _key(cell: CellResult) -> tuple[str, int, int]:
     return (cell.phase or "", int(cell.context_tokens or 0), int(cell.concurrency or 1))
 
 
-def compare(runs: Sequence[Results | Mapping[str, Any]], paths: list[str]) -> Comparison:
+def compare(runs: Sequence[Results], paths: list[str]) -> Comparison:
     """The comparison of runs (the first is the reference)."""
     if len(runs) < 2:
         raise CompareError("compare needs at least two results directories")
-    typed = [as_results(r) for r in runs]
     # A cell's noise, by the key its page cell is found by (the last cell of a key, as there).
-    noises = [{_key(c): noise for c, noise in zip(t.cells, cell_noise(r))} for t, r in zip(typed, runs)]
-    pages = tuple(page_cells(r) for r in typed)
+    noises = [{_key(c): c.extra.get("noise_rel") for c in r.cells} for r in runs]
+    pages = tuple(page_cells(r) for r in runs)
     by_run = [{_key(c): c for c in cells} for cells in pages]
     common = set(by_run[0]).intersection(*by_run[1:])
     every = sorted(set().union(*by_run), key=lambda k: (PHASE_ORDER.get(k[0], 9), k[1], k[2]))
@@ -251,8 +249,8 @@ def compare(runs: Sequence[Results | Mapping[str, Any]], paths: list[str]) -> Co
             statuses=tuple(c.status or "not_run" for c in cells),
             figures=tuple(_figure_row(cells, noise, f) for f in spec)))
     run_rows = tuple(Run(label=_run_label(i), path=p, title=page_title(r), simulated=r.provenance == "simulated")
-                     for i, (r, p) in enumerate(zip(typed, paths)))
-    return Comparison(runs=run_rows, differences=differences(typed), decode=tuple(rows["decode"]),
+                     for i, (r, p) in enumerate(zip(runs, paths)))
+    return Comparison(runs=run_rows, differences=differences(runs), decode=tuple(rows["decode"]),
                       prefill=tuple(rows["prefill"]), unmatched=tuple(unmatched), pages=pages)
 
 

@@ -123,18 +123,15 @@ def compare_dirs(paths: list[str], *, as_json: bool = False, html_path: str | No
     Raises CompareError with one line for unreadable results."""
     from pathlib import Path
 
-    from llmload.core.redact import scrub_obj
-    from llmload.core.resultsjson import results_to_dict
     from llmload.output.results import ResultsError, load_results
-    from llmload.output.resultswriter import atomic_write_text
+    from llmload.output.resultswriter import as_written, atomic_write_text
 
     try:
-        # Scrubbed like every page llmload writes (a file from an older llmload may hold a key).
-        # renderers take Results once the report pipeline lands
-        docs = [scrub_obj(results_to_dict(load_results(p))) for p in paths]
+        # As every page llmload writes: secrets masked (a file from an older llmload may hold a key).
+        runs = [as_written(load_results(p), source=p) for p in paths]
     except ResultsError as exc:
         raise CompareError(str(exc)) from None
-    comparison = compare(docs, paths)  # reads the docs as Results (`llmload.output.asresults`)
+    comparison = compare(runs, paths)
     text = (json.dumps(comparison.to_dict(), indent=2, ensure_ascii=False) if as_json
             else render_text(comparison))
     if html_path is None:

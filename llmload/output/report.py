@@ -4,8 +4,7 @@ The page reproduces the seed page (shared reference seed-speed-test-matrix.md): 
 subtitle, Hardware, Engine, Run, Launch command, Prefill, Sustained decode matrix with its
 notes, All measurements. Rules:
 - Input is the run's `Results` (`llmload.output.results` documents its fields) and nothing
-  else, so a saved results.json renders the same page again. The entry points also take the
-  results dict a caller holds (`llmload.output.asresults`).
+  else, so a saved results.json renders the same page again.
 - A simulated run says so in the title, the subtitle and a warning line
   (`llmload.output.pagetext`): a simulated matrix must never pass for a measurement of
   hardware. The CSV carries `provenance` too.
@@ -21,33 +20,29 @@ notes, All measurements. Rules:
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
 
 from llmload.core.cellresult import CellResult
+from llmload.core.resultsjson import cell_to_dict
 from llmload.core.runresults import Results
-from llmload.output.asresults import as_results
 from llmload.output.markdown import page_markdown
 from llmload.output.pagedata import SECTION_TITLES, page_data
 from llmload.output.pageformat import page_cells
 
-RunResults = Results | Mapping[str, Any]
-"""What the entry points take: a `Results`, or the results dict a caller holds."""
-
 # --------------------------------------------------------------------------- Markdown
 
 
-def render_markdown(results: RunResults) -> str:
+def render_markdown(results: Results) -> str:
     """The speed test matrix page as Markdown (report.md)."""
-    return page_markdown(page_data(as_results(results)))
+    return page_markdown(page_data(results))
 
 
 # --------------------------------------------------------------------------- HTML
 
 
-def render_html(results: RunResults) -> str:
+def render_html(results: Results) -> str:
     """The same page as `render_markdown`, standalone HTML (Jinja2 template
     `templates/report.html.j2`) with the charts of `llmload.output.charts` as inline SVG: no
     script, no external URL, so it opens from disk, prints and diffs."""
@@ -55,7 +50,7 @@ def render_html(results: RunResults) -> str:
     from llmload.output import charts
     from llmload.output.templating import render_template
 
-    page = page_data(as_results(results))
+    page = page_data(results)
     return render_template("report.html.j2", page=page, titles=SECTION_TITLES,
                            charts=charts.report_charts(page.cells),
                            server_note=charts.server_note(page.cells))
@@ -84,7 +79,7 @@ _INT_COLUMNS = [
 
 
 def _csv_row(results: Results, cell: CellResult) -> dict[str, Any]:
-    flat = cell.to_dict()  # results.json's cell: the CSV's columns are its keys
+    flat = cell_to_dict(cell)  # results.json's cell: the CSV's columns are its keys
     row = {column: flat.get(column) for column in CSV_COLUMNS}
     check = cell.server_check
     row.update(provenance=results.provenance, sim_profile=results.sim_profile,
@@ -96,15 +91,14 @@ def _csv_row(results: Results, cell: CellResult) -> dict[str, Any]:
     return row
 
 
-def measurements_frame(results: RunResults) -> pd.DataFrame:
+def measurements_frame(results: Results) -> pd.DataFrame:
     """One row per cell (page order), machine-readable: raw numbers, empty where missing."""
-    typed = as_results(results)
-    rows = [_csv_row(typed, c) for c in page_cells(typed)]
+    rows = [_csv_row(results, c) for c in page_cells(results)]
     frame = pd.DataFrame(rows, columns=CSV_COLUMNS)
     for column in _INT_COLUMNS:
         frame[column] = pd.array(frame[column].tolist(), dtype="Int64")
     return frame
 
 
-def write_csv(results: RunResults, path: str | os.PathLike[str]) -> None:
+def write_csv(results: Results, path: str | os.PathLike[str]) -> None:
     measurements_frame(results).to_csv(path, index=False)

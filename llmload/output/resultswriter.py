@@ -79,6 +79,12 @@ def _document_text(results: Results) -> str:
                       default=_json_fallback) + "\n"
 
 
+def as_written(results: Results, *, source: str = RESULTS_FILE) -> Results:
+    """The results as results.json holds them (cleaned for JSON: NaN and inf are None; secrets
+    masked): what every page renders. `source` names the file in a ResultsError."""
+    return results_from_dict(json.loads(_document_text(results)), source=source)
+
+
 @contextmanager
 def atomic_file(path: Path) -> Iterator[str]:
     """A temporary file beside `path` to write, which replaces `path` in one step when the
@@ -135,7 +141,7 @@ class ResultsWriter:
     @property
     def results(self) -> Results:
         """The results as last written (cleaned of secrets)."""
-        return results_from_dict(json.loads(_document_text(self._require())), source=str(self.out_dir / RESULTS_FILE))
+        return as_written(self._require(), source=str(self.out_dir / RESULTS_FILE))
 
     def _require(self) -> Results:
         if self._results is None:
@@ -245,9 +251,9 @@ def write_renderings(results: Results, out_dir: str | os.PathLike[str], *, html:
     from llmload.output import report
 
     out = Path(out_dir)
-    doc = _json_values(results_to_dict(results))  # renderers take Results once the report pipeline lands
-    atomic_write_text(out / CSV_FILE, report.measurements_frame(doc).to_csv(index=False))
-    atomic_write_text(out / REPORT_FILE, report.render_markdown(doc))
+    shown = as_written(results, source=str(out / RESULTS_FILE))
+    atomic_write_text(out / CSV_FILE, report.measurements_frame(shown).to_csv(index=False))
+    atomic_write_text(out / REPORT_FILE, report.render_markdown(shown))
     if html:
-        atomic_write_text(out / HTML_FILE, report.render_html(doc))
+        atomic_write_text(out / HTML_FILE, report.render_html(shown))
     return out / REPORT_FILE

@@ -10,11 +10,10 @@ to their widest cell (by display width, so "—" and "×" count as one).
 from __future__ import annotations
 
 import unicodedata
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from llmload.core.runresults import Results
-from llmload.output.asresults import as_results
 from llmload.output.markdown import section_body
 from llmload.output.pagedata import PageData, page_data
 from llmload.output.sections import CAPACITY_TITLE
@@ -68,10 +67,10 @@ def run_summary(page: PageData) -> str:
     return "\n\n".join(parts)
 
 
-def echo_matrix(results: Results | Mapping[str, Any], echo: Callable[[str], None]) -> None:
+def echo_matrix(results: Results, echo: Callable[[str], None]) -> None:
     """The page's main tables in the terminal (aligned text), and the capacity under SLO
     (as on the page), at the end of `llmload run` and `llmload predict`."""
-    page = page_data(as_results(results))
+    page = page_data(results)
     summary = run_summary(page)
     if summary:
         echo("\n" + summary + "\n")
