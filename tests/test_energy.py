@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from llmload.core.energy import PowerWindow, cell_energy, trapezoid_j, window_energy_j
-from llmload.output.asresults import as_cell, as_results
 from llmload.output.markdown import section_body
 from llmload.output.sections import energy_section
 from llmload.io.hardware import PowerMonitor
+from tests_helpers import cell_of, results_of
 
 
 class Clock:
@@ -119,14 +119,14 @@ def test_energy_counter_preferred_and_two_gpus_summed(monkeypatch):
 
 
 def test_render_energy_section():
-    assert energy_section(as_results({}), []) is None
-    assert section_body(energy_section(as_results({"energy": {"status": "not_measured", "reason": "NVML sees no GPU"}}),
+    assert energy_section(results_of({}), []) is None
+    assert section_body(energy_section(results_of({"energy": {"status": "not_measured", "reason": "NVML sees no GPU"}}),
                                        [])) == "Not measured: NVML sees no GPU."
     window = PowerWindow(t0=0, t1=2, times_s=(0, 1, 2), watts=((100,), (300,), (100,)))
     cell = {"phase": "decode", "context_tokens": 1024, "concurrency": 4, "status": "valid",
             **dataclasses.asdict(cell_energy(window, output_tokens=100, idle_power_w=20))}
-    text = section_body(energy_section(as_results({"energy": {"status": "measured", "gpus": ["GPU0"], "idle_power_w": 20,
-                                                              "source": "power trace (trapezoid)"}}), [as_cell(cell)]))
+    text = section_body(energy_section(results_of({"energy": {"status": "measured", "gpus": ["GPU0"], "idle_power_w": 20,
+                                                              "source": "power trace (trapezoid)"}}), [cell_of(cell)]))
     assert "| 1K | 4 | 200.0 W | 300.0 W | 400 J | 4.000 | 0.25 | 3.600 |" in text
 
 

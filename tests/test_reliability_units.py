@@ -12,7 +12,7 @@ from llmload.core.redact import MASK, Scrubber, SecretFilter
 from llmload.core.resultsjson import cell_to_dict
 from llmload.core.runresults import new_results
 from llmload.matrix.console import _clock
-from tests_helpers import record
+from tests_helpers import cell_of, record
 
 KEY = "sk-abcdefghijklmnopqrstuvwx"
 
@@ -218,11 +218,10 @@ def test_a_seen_stall_outranks_an_estimated_client_delay():
                    "the cell says the stall check did not apply (stall_check_note), and the report's Checks "
                    "list it; a 6 s window says nothing")
 def test_a_window_no_longer_than_the_stall_bound_says_the_stall_check_did_not_apply():
-    from llmload.output.asresults import as_cell
     from llmload.output.pagetables import check_items
     short = _stall_cell(window_s=3.0, stall_s=10.0)
     assert short["stall_check_note"] == ("stall check did not apply: the 3.0 s window is not longer than the "
                                          "stall bound (3.0 s)")
     assert short["status"] != "stalled"
-    assert f"Sustained decode 0 × 4: {short['stall_check_note']}" in [i.text for i in check_items([as_cell(short)])]
+    assert f"Sustained decode 0 × 4: {short['stall_check_note']}" in [i.text for i in check_items([cell_of(short)])]
     assert _stall_cell(window_s=6.0, stall_s=10.0)["stall_check_note"] is None

@@ -6,11 +6,11 @@ import pytest
 
 from html_check import external_urls, parse
 from llmload.output import report
-from llmload.output.asresults import as_results
 from llmload.output.pageformat import page_cells
 from llmload.output.pagetables import ALL_COLUMNS, matrix_cell_text
 from llmload.output.report import render_html
 from test_report import seed_results
+from tests_helpers import results_of
 
 CHARTS = ("heatmap", "scaling", "latency", "prefill")
 
@@ -50,7 +50,7 @@ def test_every_cell_has_its_status_and_figures(seed_page):
     root = parse(seed_page)
     head, rows, _ = table_rows(root, "all")
     assert head == [h for h, _ in ALL_COLUMNS]
-    cells = page_cells(as_results(results))
+    cells = page_cells(results_of(results))
     assert len(rows) == len(cells)
     for row, cell in zip(rows, cells):
         assert row == [render(cell) for _, render in ALL_COLUMNS]

@@ -10,11 +10,11 @@ import pytest
 
 from llmload.core.capacity import PlannedCell
 from llmload.core.cellresult import CellEnergy, CellResult, CellSlo, ServerTiming
+from llmload.core.resultsjson import ResultsError, results_from_dict
 from llmload.core.runresults import Results
 from llmload.core.servercheck import ServerCheck
 from llmload.core.units import format_duration_s
-from llmload.output.asresults import as_results
-from llmload.output.compare import compare
+from llmload.output.compare import NOISE_DEFAULT_REL, compare
 from llmload.output.markdown import markdown_table, section_body
 from llmload.output.pagedata import page_data
 from llmload.output.report import measurements_frame, render_markdown
@@ -99,19 +99,29 @@ def test_markdown_writes_the_items_and_the_notice():
                                         "(profile p1)")
 
 
-def test_the_entry_points_take_a_results_dict_or_results_alike():
+def test_a_document_read_back_renders_as_its_typed_run_and_compare_weighs_a_hand_added_noise_rel():
     doc = {"schema_version": 2, "llmload_version": "9.9", "provenance": "measured", "server": None,
            "config": {"warmup": False}, "future_key": 1,
            "cells": [{"phase": "decode", "context_tokens": 0, "concurrency": 1, "status": "valid",
                       "total_tok_s": 10.0, "noise_rel": {"total_tok_s": 0.1}}],
            "plan": []}
-    run = as_results(doc)
+    run = results_from_dict(doc)
     assert run.server == {} and run.extra == {"future_key": 1} and run.cells[0].total_tok_s == 10.0
-    assert as_results(run) is run
-    assert render_markdown(doc) == render_markdown(run)
-    assert measurements_frame(doc).equals(measurements_frame(run))
-    with pytest.raises(ValueError, match="a cell has no .status."):
-        as_results({"cells": [{"phase": "decode", "context_tokens": 0, "concurrency": 1}]})
+    assert run.cells[0].extra == {"noise_rel": {"total_tok_s": 0.1}}  # not a field: kept as read
+    typed = Results(llmload_version="9.9", provenance="measured", config={"warmup": False},
+                    cells=(decode(1, total_tok_s=10.0),))
+    assert render_markdown(run) == render_markdown(typed)
+    assert measurements_frame(run).equals(measurements_frame(typed))
+
+    def faster(r: Results) -> Results:  # 12% more tok/s: inside ±14%, beyond ±5%
+        return dataclasses.replace(r, cells=(dataclasses.replace(r.cells[0], total_tok_s=11.2),))
+    [own] = compare([run, faster(run)], ["a", "b"]).decode
+    assert own.figures[0].noise_rel[1] == pytest.approx(0.1 * 2 ** 0.5) and own.figures[0].beyond_noise[1] is False
+    [default] = compare([typed, faster(typed)], ["a", "b"]).decode
+    assert default.figures[0].noise_rel[1] == NOISE_DEFAULT_REL and default.figures[0].beyond_noise[1] is True
+    with pytest.raises(ResultsError, match=r"^x/results.json: cells\[0\].status is missing$"):
+        results_from_dict({**doc, "cells": [{"phase": "decode", "context_tokens": 0, "concurrency": 1}]},
+                          source="x/results.json")
 
 
 def test_the_csv_row_is_the_cells_flat_form_with_its_check():

@@ -14,10 +14,10 @@ from llmload.core.goodput import request_goodput
 from llmload.core.records import RequestRecord
 from llmload.core.scenario import ScenarioError, resolve
 from llmload.core.slo import SLOError, capacity, judge_cell, min_samples, next_search_level, parse_slo
-from llmload.output.asresults import as_cell, as_results
 from llmload.output.markdown import section_body
 from llmload.output.sections import capacity_section
 from llmload.sim.launcher import SimProcess
+from tests_helpers import cell_of, results_of
 
 
 def test_parse_slo_forms_and_errors():
@@ -45,7 +45,7 @@ def test_min_samples():
 
 
 def cell(n, status="valid", **figures):
-    return {"phase": "decode", "context_tokens": 1024, "concurrency": n, "status": status, **figures}
+    return cell_of({"phase": "decode", "context_tokens": 1024, "concurrency": n, "status": status, **figures})
 
 
 def test_judge_cell_limits_and_few_samples():
@@ -82,12 +82,12 @@ def test_capacity_walk_stops_at_the_first_failure():
 
 def test_render_capacity_section():
     results = {"config": {"slo": {"tbt_p99_ms": 20.0}}}
-    text = section_body(capacity_section(as_results(results), [as_cell(cell(1, tbt_p99_ms=10, total_tok_s=100,
-                                                                              tbt_samples=50)),
-                                                                 as_cell(cell(2, tbt_p99_ms=30))]))
+    text = section_body(capacity_section(results_of(results), [cell(1, tbt_p99_ms=10, total_tok_s=100,
+                                                                    tbt_samples=50),
+                                                               cell(2, tbt_p99_ms=30)]))
     assert "TBT p99 ≤ 20 ms" in text
     assert "| 1K | 1 | 100.0 | — | TBT | 2 | N=1: TBT p99 (50 samples) |" in text
-    assert capacity_section(as_results({"config": {}}), [as_cell(cell(1))]) is None
+    assert capacity_section(results_of({"config": {}}), [cell(1)]) is None
 
 
 def rec(send, times, *, status="cancelled", user="u"):
@@ -141,7 +141,7 @@ def test_slo_capacity_and_search_on_the_simulator(slo_run):
     assert {n for n, c in cells.items() if not c.get("slo_search")} == {1, 2, 4, 8, 16}
     searched = sorted(n for n, c in cells.items() if c.get("slo_search"))
     assert searched and all(8 < n < 16 for n in searched)
-    [cap] = capacity(doc["cells"], doc["config"]["slo"])
+    [cap] = capacity(results_of(doc).cells, doc["config"]["slo"])
     assert cap.binding == "TBT"
     assert abs(cap.max_users - 12) <= 1, (cap, {n: c["tbt_ms"] for n, c in cells.items()})
     # Goodput: every request of a passing cell met the bound; none of the 16-user cell did.
@@ -164,6 +164,6 @@ def test_slo_search_in_virtual_time_finds_the_exact_level():
                                           slo=parse_slo("tbt_p99=35ms"), slo_search=True))
     searched = sorted(c["concurrency"] for c in doc["cells"] if c.get("slo_search"))
     assert searched == [12, 13, 14]  # 8..16 → 12 passes, 14 fails, 13 fails
-    [cap] = capacity(doc["cells"], doc["config"]["slo"])
+    [cap] = capacity(results_of(doc).cells, doc["config"]["slo"])
     assert (cap.max_users, cap.first_failing, cap.binding) == (12, 13, "TBT")
     assert cap.few_samples == ()  # thousands of token gaps behind each TBT p99

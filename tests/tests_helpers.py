@@ -1,7 +1,8 @@
 """Helpers shared by the tests: `llmload` in this process (click's CliRunner) or as a process,
-what a run wrote (`cells_of`) and its one-line errors, the fault-injecting stream server as
-a subprocess, the one request-record builder, ports that servers chose themselves, and a
-readiness probe for the real engines' servers."""
+what a run wrote (`cells_of`) and its one-line errors, the typed results of a test's partial
+results dict (`results_of`, `cell_of`), the fault-injecting stream server as a subprocess,
+the one request-record builder, ports that servers chose themselves, and a readiness probe
+for the real engines' servers."""
 
 from __future__ import annotations
 
@@ -19,7 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
+from llmload import __version__
+from llmload.core.cellresult import CellResult
 from llmload.core.records import RequestRecord
+from llmload.core.resultsjson import cell_from_dict, results_from_dict
+from llmload.core.runresults import Results
 
 SERVER = Path(__file__).with_name("stream_server.py")
 
@@ -115,6 +120,27 @@ def wait_for(predicate: Callable[[], object], timeout_s: float, what: str):
             return value
         time.sleep(0.1)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+# ----------------------------------------------------------------------------- results
+
+CELL_IDENTITY = {"phase": "decode", "context_tokens": 0, "concurrency": 1, "status": "valid"}
+"""What `cell_of` gives a partial cell dict that lacks it."""
+
+
+def cell_of(cell: dict) -> CellResult:
+    """A test's partial results.json cell read as llmload reads one (`cell_from_dict`), its
+    missing identity keys taken from CELL_IDENTITY."""
+    return cell_from_dict({**CELL_IDENTITY, **cell})
+
+
+def results_of(doc: dict) -> Results:
+    """A test's partial results document read as llmload reads one (`results_from_dict`):
+    schema_version 2, provenance "measured" and this llmload_version where it lacks them,
+    each cell's missing identity keys as in `cell_of`."""
+    full = {"schema_version": 2, "provenance": "measured", "llmload_version": __version__, **doc}
+    full["cells"] = [{**CELL_IDENTITY, **c} for c in doc.get("cells", [])]
+    return results_from_dict(full)
 
 
 # ----------------------------------------------------------------------------- records
