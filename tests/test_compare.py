@@ -10,6 +10,7 @@ from html_check import external_urls, parse
 from llmload.output.compare import NOISE_DEFAULT_REL, compare
 from llmload.output.comparereport import fmt_ratio, render_text
 from test_report import seed_results
+from tests_helpers import results_of
 
 
 def llmload(*args, cwd=None):
@@ -95,7 +96,7 @@ def test_compare_page_is_self_contained_with_overlaid_curves(compared):
 
 
 def test_identical_runs_have_ratio_one_and_no_mark():
-    docs = [seed_results(), seed_results()]
+    docs = [results_of(seed_results()), results_of(seed_results())]
     c = compare(docs, ["a", "b"])
     assert c.differences == ()
     for row in c.decode:
@@ -112,7 +113,7 @@ def test_own_noise_is_used_where_the_runs_carry_it():
             if cell.get("total_tok_s"):
                 cell["total_tok_s"] *= scale
                 cell["noise_rel"] = {"total_tok_s": 0.06}
-    row = next(r for r in compare([a, b], ["a", "b"]).decode if r.figures[0].values[0])
+    row = next(r for r in compare([results_of(a), results_of(b)], ["a", "b"]).decode if r.figures[0].values[0])
     f = row.figures[0]
     assert f.ratios[1] == pytest.approx(1.08)
     assert f.noise_rel[1] == pytest.approx(0.06 * 2 ** 0.5)

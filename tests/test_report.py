@@ -18,6 +18,7 @@ from llmload.core.runresults import new_results, utc_now_iso
 from llmload.output.results import SCHEMA_VERSION, ResultsError, load_results, new_cell
 from llmload.output.resultswriter import ResultsWriter
 from llmload.core.scenario import Scenario
+from tests_helpers import results_of
 
 K = 1024
 LAUNCH = (
@@ -110,7 +111,7 @@ def lines_of(page):
 
 
 def test_seed_header_sections():
-    lines = lines_of(render_markdown(seed_results()))
+    lines = lines_of(render_markdown(results_of(seed_results())))
     assert lines[0] == "# Speed test matrix — deepseek-r1-distill-qwen-14b-awq on RTX 3090 24GB"
     assert (
         "vllm · 0.32.0 · AWQ · 4 contexts (0–48K) × 8 concurrency levels (1–128) · "
@@ -140,7 +141,7 @@ def test_seed_header_sections():
 
 
 def test_seed_prefill_table():
-    page = render_markdown(seed_results())
+    page = render_markdown(results_of(seed_results()))
     assert (
         "## Prefill (prompt tok/s by context length)\n"
         "| context | prompt tok/s | TTFT |\n"
@@ -153,7 +154,7 @@ def test_seed_prefill_table():
 
 
 def test_seed_decode_matrix_and_notes():
-    page = render_markdown(seed_results())
+    page = render_markdown(results_of(seed_results()))
     oc = " | Over capacity"
     assert (
         "## Sustained decode (total tok/s; rows context, columns simultaneous requests; "
@@ -214,7 +215,7 @@ def expand_shorthand(table):
 
 
 def test_seed_all_measurements_table_row_for_row():
-    page = render_markdown(seed_results())
+    page = render_markdown(results_of(seed_results()))
     heading = (
         "## All measurements (latencies are medians; total tok/s is output across all "
         "simultaneous requests)\n"
@@ -228,14 +229,14 @@ def test_cell_order_does_not_depend_on_insertion_order():
     results = seed_results()
     shuffled = copy.deepcopy(results)
     shuffled["cells"].reverse()
-    assert render_markdown(shuffled) == render_markdown(results)
+    assert render_markdown(results_of(shuffled)) == render_markdown(results_of(results))
 
 
 def test_simulated_run_cannot_pass_for_hardware():
     results = seed_results()
     results.update(provenance="simulated", sim_profile="rtx3090-r1-qwen14b-awq",
                    hardware={"name": "H200 141GB", "gpu": "H200"})
-    page = render_markdown(results)
+    page = render_markdown(results_of(results))
     title = lines_of(page)[0]
     assert "Simulated (profile rtx3090-r1-qwen14b-awq)" in title
     assert "H200" not in title and "RTX 3090 24GB" not in title
@@ -257,7 +258,7 @@ def test_other_statuses_in_matrix_and_table():
                                          error_samples=["HTTP 500", "timeout"])
     by_key[("decode", 48 * K, 1)].update(status="exceeds_context", total_tok_s=None,
                                          ttft_ms=None)
-    page = render_markdown(results)
+    page = render_markdown(results_of(results))
     assert "| 0 | 80.0 (39 ms) | Client bound: 153.7 (44 ms) | Saturated: 291.6 (33 ms) |" in page
     assert "| 16K | 61.7 (63 ms) | Errors | Over capacity |" in page
     assert "| 48K | Exceeds context | Over capacity |" in page
@@ -272,24 +273,24 @@ def test_interrupted_run_shows_planned_cells_as_not_run():
     results = seed_results()
     results["cells"] = [c for c in results["cells"] if c["context_tokens"] < 32 * K]
     results["finished_at"] = None
-    page = render_markdown(results)
+    page = render_markdown(results_of(results))
     assert "| 32K | Not run | Over capacity |" in page
     assert "| 48K | Not run |" in page
     assert "| Prefill | 32K | 1 | Not run |" in page
     assert "not finished (in progress or interrupted)" in page
-    assert len(measurements_frame(results)) == 36
+    assert len(measurements_frame(results_of(results))) == 36
 
 
 def test_unknown_hardware_titles_with_the_host():
     results = seed_results()
     results["hardware"] = {}
-    page = render_markdown(results)
+    page = render_markdown(results_of(results))
     assert lines_of(page)[0].endswith(" on gpu-box:8000")
     assert "## Hardware\nNot detected." in page
 
 
 def test_minimal_results_render():
-    page = render_markdown({"schema_version": 1, "provenance": "measured", "cells": []})
+    page = render_markdown(results_of({"schema_version": 1, "provenance": "measured", "cells": []}))
     assert page.startswith("# Speed test matrix — unknown model on unknown hardware\n")
 
 
@@ -297,7 +298,7 @@ def test_minimal_results_render():
 
 
 def test_measurements_frame_is_raw_and_complete(tmp_path):
-    frame = measurements_frame(seed_results())
+    frame = measurements_frame(results_of(seed_results()))
     assert list(frame.columns) == CSV_COLUMNS
     assert {"ttft_p90_ms", "ttft_p99_ms", "tbt_p90_ms", "tbt_p99_ms"} <= set(frame.columns)
     assert len(frame) == 36
@@ -309,7 +310,7 @@ def test_measurements_frame_is_raw_and_complete(tmp_path):
     assert str(frame.output_tokens.dtype) == "Int64"
     assert (frame.provenance == "measured").all()
     path = tmp_path / "m.csv"
-    write_csv(seed_results(), path)
+    write_csv(results_of(seed_results()), path)
     back = pd.read_csv(path)
     assert list(back.columns) == CSV_COLUMNS
     assert back.loc[4, "output_tokens"] == 2399
@@ -497,8 +498,8 @@ def test_saved_file_renders_the_same_page(tmp_path):
         writer.add_cell(cell_from_dict(cell))
     writer.finish(finished_at=results["finished_at"])
     saved = load_doc(tmp_path)
-    assert render_markdown(saved) == (tmp_path / "report.md").read_text()
-    assert render_markdown(saved) == render_markdown(json.loads(json.dumps(results)))
+    assert render_markdown(results_of(saved)) == (tmp_path / "report.md").read_text()
+    assert render_markdown(results_of(saved)) == render_markdown(results_of(json.loads(json.dumps(results))))
 
 
 def test_checks_section_flags_disagreement_with_both_numbers():
@@ -510,7 +511,7 @@ def test_checks_section_flags_disagreement_with_both_numbers():
     by_key[("decode", 0, 2)]["server_check"] = ServerCheck(
         figure="output_tokens", client=4610.0, server=4611.0, source="generated-token counter delta").to_dict()
     by_key[("decode", 0, 4)].update(token_source="chunks", usage_mismatches=2)
-    page = render_markdown(results)
+    page = render_markdown(results_of(results))
     assert "## Checks against the server's own figures" in page
     assert ("- Sustained decode 0 × 1: per request tok/s 80.4 measured, 76.0 by the server (server timings): "
             "+5.8%, DISAGREE") in page

@@ -17,7 +17,7 @@ CHARTS = ("heatmap", "scaling", "latency", "prefill")
 
 @pytest.fixture(scope="module")
 def seed_page():
-    return render_html(seed_results())
+    return render_html(results_of(seed_results()))
 
 
 def simulated(results):
@@ -93,11 +93,11 @@ def test_the_charts_are_inline_svg(seed_page):
 
 
 def test_rendering_is_deterministic():
-    assert render_html(seed_results()) == render_html(seed_results())
+    assert render_html(results_of(seed_results())) == render_html(results_of(seed_results()))
 
 
 def test_simulated_page_says_so_as_large_as_the_title():
-    page = render_html(simulated(seed_results()))
+    page = render_html(results_of(simulated(seed_results())))
     root = parse(page)
     (box,) = root.find_all("div", id="simulated")
     (word,) = [e for e in box.iter() if e.attrs.get("class") == "word"]
@@ -107,7 +107,7 @@ def test_simulated_page_says_so_as_large_as_the_title():
     word_size = style.split(".simulated .word {", 1)[1].split("font-size:", 1)[1].split(";", 1)[0].strip()
     assert h1_size == word_size
     assert "Simulated (profile rtx3090-r1-qwen14b-awq)" in root.find_all("h1")[0].all_text()
-    assert "Simulated" not in render_html(seed_results()).split("<body>", 1)[1].split("<h2>", 1)[0]
+    assert "Simulated" not in render_html(results_of(seed_results())).split("<body>", 1)[1].split("<h2>", 1)[0]
 
 
 def test_status_words_in_the_heatmap_and_server_figures_when_present():
@@ -123,7 +123,7 @@ def test_status_words_in_the_heatmap_and_server_figures_when_present():
             c.update(status=status, **extra)
         elif c["phase"] == "decode" and c["status"] == "valid":
             c.update(max_waiting=0, median_waiting=0)
-    root = parse(render_html(results))
+    root = parse(render_html(results_of(results)))
     svgs = {s.attrs["data-chart"]: s for s in root.find_all("svg", **{"class": "chart"})}
     heat = svgs["heatmap"].texts()
     assert "Saturated" in heat and "Client bound" in heat and "Errors" in heat
@@ -140,7 +140,7 @@ def test_markup_in_results_is_escaped():
     results["launch_command"] = "vllm serve <script>alert(1)</script>"
     results["cells"][5]["error_samples"] = ["<img src=x onerror=alert(1)>"]
     results["cells"][5]["errors"] = 1
-    page = render_html(results)
+    page = render_html(results_of(results))
     root = parse(page)
     assert not root.find_all("script") and not root.find_all("img")
     assert "&lt;script&gt;" in page
@@ -148,9 +148,9 @@ def test_markup_in_results_is_escaped():
 
 def test_an_empty_run_renders_without_charts():
     results = {"schema_version": 1, "provenance": "measured", "cells": [], "plan": []}
-    root = parse(render_html(results))
+    root = parse(render_html(results_of(results)))
     assert root.find_all("svg") == []
-    assert report.render_markdown(results)
+    assert report.render_markdown(results_of(results))
 
 
 def test_server_figures_that_are_zero_everywhere_are_one_sentence_not_a_chart():
@@ -158,7 +158,7 @@ def test_server_figures_that_are_zero_everywhere_are_one_sentence_not_a_chart():
     for c in results["cells"]:
         if c["phase"] == "decode" and c["status"] == "valid":
             c.update(max_waiting=0, median_waiting=0, preemptions=0)
-    root = parse(render_html(results))
+    root = parse(render_html(results_of(results)))
     assert not root.find_all("svg", **{"data-chart": "server"})
     (h2,) = [h for h in root.find_all("h2") if h.all_text() == "Server load"]
     text = root.all_text()
@@ -172,13 +172,13 @@ def test_checks_against_the_server_are_on_the_html_page_too():
     by_key = {(c["phase"], c["context_tokens"], c["concurrency"]): c for c in results["cells"]}
     by_key[("decode", 0, 1)]["server_check"] = ServerCheck(
         figure="per_request_tok_s", client=80.4, server=76.0, source="server timings").to_dict()
-    root = parse(render_html(results))
+    root = parse(render_html(results_of(results)))
     (ul,) = root.find_all("ul", **{"class": "checks"})
     (item,) = ul.find_all("li")
     assert item.attrs.get("class") == "disagree"
     assert item.all_text() == ("Sustained decode 0 × 1: per request tok/s 80.4 measured, 76.0 by the "
                                "server (server timings): +5.8%, DISAGREE")
-    md = report.render_markdown(results)
+    md = report.render_markdown(results_of(results))
     assert "- " + item.all_text() in md
 
 
@@ -199,16 +199,16 @@ def with_reasoning(results):
 
 def test_the_page_says_nothing_of_reasoning_unless_a_run_saw_some(seed_page):
     assert "reasoning" not in seed_page.lower() and "first answer" not in seed_page.lower()
-    assert "reasoning" not in report.render_markdown(seed_results()).lower()
+    assert "reasoning" not in report.render_markdown(results_of(seed_results())).lower()
     plain = copy.deepcopy(seed_results())  # TTFA is defined on any run, but alone it says nothing
     for cell in plain["cells"]:
         cell.update(ttfa_ms=cell.get("ttft_ms"), ttfa_samples=1)
-    assert "reasoning" not in render_html(plain).lower()
+    assert "reasoning" not in render_html(results_of(plain)).lower()
 
 
 def test_the_reasoning_section_in_both_pages():
     results = with_reasoning(seed_results())
-    root = parse(render_html(results))
+    root = parse(render_html(results_of(results)))
     headings = [h.all_text() for h in root.find_all("h2")]
     assert "Reasoning" in headings
     head, rows, _ = table_rows(root, "extra")
@@ -216,6 +216,6 @@ def test_the_reasoning_section_in_both_pages():
                     "answers begun", "reasoning share"]
     assert rows == [["0", "1", "39 ms", "412 ms", "530 ms", "1 of 1", "56.2%"],
                     ["0", "4", "33 ms", "1,250 ms", "1,610 ms", "3 of 4", "25.0%"]]
-    md = report.render_markdown(results)
+    md = report.render_markdown(results_of(results))
     assert "## Reasoning" in md
     assert "| 0 | 4 | 33 ms | 1,250 ms | 1,610 ms | 3 of 4 | 25.0% |" in md
