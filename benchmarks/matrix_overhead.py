@@ -1,7 +1,7 @@
 """Where a matrix run's wall time goes: windows, warm-ups, and everything else (a benchmark).
 
 Runs a scenario (default: the quick demo, scenarios/quick.yaml, on the embedded
-simulator) through `llmload.matrix.runner.run_matrix` in this process and prints a Markdown table:
+simulator) through `llmload.matrix.runmatrix.run_matrix` in this process and prints a Markdown table:
 the run's wall time from its first cell to its last, against the sum of its windows and
 warm-ups (each cell's `timing` in results.json: users changed, warm-up, window, the rest),
 and the overhead per cell, against the target of ≤ 1 s per cell. Also the whole command's
@@ -33,7 +33,7 @@ def main() -> None:
     sys.path.insert(0, str(ROOT))
     import gevent.monkey
     gevent.monkey.patch_all()
-    from llmload.matrix.runner import run_matrix
+    from llmload.matrix.runmatrix import run_matrix
     from llmload.core.scenario import load_scenario, resolve
 
     values = load_scenario(args.scenario)

@@ -53,13 +53,13 @@ def fresh_process():
     import logging
 
     from llmload.core.redact import SCRUBBER
-    from llmload.io.plainsocket import _OPEN
+    from llmload.io.plainsocket import OPEN_SOCKETS
     SCRUBBER.__init__()  # forget the secrets an earlier test's command told it
     level = logging.getLogger().level
     yield
     SCRUBBER.__init__()
     logging.getLogger().setLevel(level)
-    for left_open in list(_OPEN.values()):
+    for left_open in list(OPEN_SOCKETS.values()):
         left_open.close()
 
 

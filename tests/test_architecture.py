@@ -31,10 +31,10 @@ def test_an_upward_import_breaks_the_layers_contract(tmp_path):
     shutil.copytree(ROOT / "llmload", tmp_path / "llmload", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "setup.cfg", tmp_path / "setup.cfg")
     units = tmp_path / "llmload" / "core" / "units.py"
-    units.write_text(units.read_text() + "\nimport llmload.matrix.runner  # noqa\n")
+    units.write_text(units.read_text() + "\nimport llmload.matrix.runmatrix  # noqa\n")
     done = _lint(tmp_path)
     assert done.returncode != 0
-    assert "llmload.core.units -> llmload.matrix.runner" in done.stdout
+    assert "llmload.core.units -> llmload.matrix.runmatrix" in done.stdout
 
 
 def test_no_module_outside_the_simulator_is_over_the_size_limit():

@@ -1,4 +1,4 @@
-"""The cell runner (`llmload.matrix.cellrun.CellRunner.run`): one prefill and one decode cell
+"""The cell runner (`llmload.matrix.cellrun.CellMeasurer.measure`): one prefill and one decode cell
 against the simulator on port 0, in this process with a local Locust runner
 (`llmload.matrix.driver.LocustDriver`), and what it returns: the cell's records
 (`RequestRecord`) and facts (`CellFacts`: the window, the server's and the load generator's
@@ -9,7 +9,7 @@ import pytest
 from llmload.core.capacity import plan_matrix
 from llmload.core.scenario import Scenario
 from llmload.io.probe import build_prompts, probe_server
-from llmload.matrix.cellrun import CellRunner
+from llmload.matrix.cellrun import CellMeasurer
 from llmload.matrix.context import RunContext
 from llmload.matrix.driver import LocustDriver
 
@@ -21,7 +21,7 @@ TIMING_KEYS = {"users_s", "warmup_s", "window_s", "wall_s", "overhead_s"}
 @pytest.fixture(scope="module")
 def cells(sim_tiny):
     """The plan's prefill cell (1K, standalone) and decode cell (256 × 2), run in that order
-    by one CellRunner: {phase: (planned, records, facts)}."""
+    by one CellMeasurer: {phase: (planned, records, facts)}."""
     info = probe_server(sim_tiny.url)
     scenario = Scenario(host=sim_tiny.url, duration_s=WINDOW_S, prefill_repeats=REPEATS, request_timeout_s=30.0)
     plan = plan_matrix(contexts=[256], prefill_contexts=[1024], concurrency=[2], max_tokens=32,
@@ -33,8 +33,8 @@ def cells(sim_tiny):
     ctx = RunContext(scenario=scenario, info=info, echo=lambda line: None)
     driver = LocustDriver(host=sim_tiny.url, workers=0, master_bind=None, expect_workers=None, api_key=None)
     try:
-        runner = CellRunner(ctx, driver, prompts)
-        return {planned.phase: (planned, *runner.run(planned)) for planned in plan}
+        measurer = CellMeasurer(ctx, driver, prompts)
+        return {planned.phase: (planned, *measurer.measure(planned)) for planned in plan}
     finally:
         driver.close()
 

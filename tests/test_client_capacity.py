@@ -20,7 +20,7 @@ from llmload.core.cellresult import ClientLoad
 from llmload.core.cells import is_client_bound
 from llmload.loadgen.monitor import LoadMonitor
 from llmload.matrix.driver import spawn_rate_for
-from llmload.matrix.loop import CELL_CHANGE_S, _remaining_s
+from llmload.matrix.loop import CELL_CHANGE_S, remaining_s
 from llmload.core.scenario import Scenario, ScenarioError
 from tests_helpers import StreamServer, llmload
 
@@ -102,16 +102,16 @@ def test_no_coalescing_estimate_rests_on_too_few_intervals_or_events():
 
 def test_queued_bytes_reads_the_kernel_receive_queue():
     from llmload.io.client import open_streams, queued_bytes
-    from llmload.io.plainsocket import _OPEN, _PlainSocket
+    from llmload.io.plainsocket import OPEN_SOCKETS, PlainSocket
     from gevent import socket as gsocket
     listener = pysocket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(1)
     client = gsocket.create_connection(listener.getsockname())
     peer, _ = listener.accept()
-    plain = _PlainSocket(client)
+    plain = PlainSocket(client)
     try:
-        assert open_streams() >= 1 and plain._fd in _OPEN
+        assert open_streams() >= 1 and plain._fd in OPEN_SOCKETS
         peer.sendall(b"x" * 1234)
         deadline = time.monotonic() + 5
         while 1234 not in queued_bytes() and time.monotonic() < deadline:
@@ -121,7 +121,7 @@ def test_queued_bytes_reads_the_kernel_receive_queue():
         plain.close()
         peer.close()
         listener.close()
-    assert plain._fd not in _OPEN
+    assert plain._fd not in OPEN_SOCKETS
 
 
 def _stream_with_monitor(hog_ms: float) -> tuple[ClientLoad, dict]:
@@ -202,8 +202,8 @@ def test_eta_counts_windows_warmups_and_changes():
     cells = [PlannedCell(phase="decode", context_tokens=1024, concurrency=n, status="run", reason="",
                          prompt_tokens=1000, max_tokens=256, prefill_source=None) for n in (1, 4)]
     # 5 prompts of 1,000 tokens at 1,000 tok/s: 5 s of warm-ups; two 10 s windows; 2 changes
-    assert _remaining_s(cells, 10.0, 1000.0, 0.3) == pytest.approx(5.0 + 20.0 + 0.6)
-    assert _remaining_s(cells, 10.0, 1000.0) == pytest.approx(5.0 + 20.0 + 2 * CELL_CHANGE_S)
+    assert remaining_s(cells, 10.0, 1000.0, 0.3) == pytest.approx(5.0 + 20.0 + 0.6)
+    assert remaining_s(cells, 10.0, 1000.0) == pytest.approx(5.0 + 20.0 + 2 * CELL_CHANGE_S)
 
 
 # ----------------------------------------------------------------------------- workers auto, files

@@ -11,7 +11,7 @@ from llmload.core.records import RequestRecord
 from llmload.core.redact import MASK, Scrubber, SecretFilter
 from llmload.core.resultsjson import cell_to_dict
 from llmload.core.runresults import new_results
-from llmload.matrix.console import _clock
+from llmload.matrix.console import eta_clock
 from tests_helpers import cell_of, record
 
 KEY = "sk-abcdefghijklmnopqrstuvwx"
@@ -114,8 +114,8 @@ def test_error_rate_and_the_cells_that_fail_a_run():
 
 
 def test_eta_clock_shows_hours_past_an_hour():
-    assert _clock(59) == "0:59" and _clock(3599) == "59:59"
-    assert _clock(4 * 3600 + 20 * 60) == "4:20:00" and _clock(3601) == "1:00:01"
+    assert eta_clock(59) == "0:59" and eta_clock(3599) == "59:59"
+    assert eta_clock(4 * 3600 + 20 * 60) == "4:20:00" and eta_clock(3601) == "1:00:01"
 
 
 def test_prose_that_mentions_tokens_is_not_masked():

@@ -14,7 +14,7 @@ from llmload.core.runresults import new_results
 from llmload.core.scenario import load_scenario
 from llmload.core.seqlimit import KV_FULL_FRACTION, is_learned, learn_sequence_limit
 from llmload.io.probe import ServerInfo
-from llmload.matrix.runner import _learned_before
+from llmload.matrix.runmatrix import learned_before
 from tests_helpers import llmload
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -113,14 +113,14 @@ def test_a_resumed_run_keeps_the_learned_limit_while_the_server_reports_none():
     src = "learned from cell 0×4: running plateaued at 2 while 2 waited"
     previous = new_results(provenance="measured", started_at=None,
                            server={"max_sequences": 2, "max_sequences_source": src})
-    kept = _learned_before(info, previous)
+    kept = learned_before(info, previous)
     assert (kept.max_sequences, kept.max_sequences_source) == (2, src)
     given = ServerInfo(base_url="http://x", model="m", models=("m",), engine="vllm", max_sequences=16,
                        max_sequences_source="launch command --max-num-seqs")
-    assert _learned_before(given, previous) == given  # the server's (or the user's) word wins
-    assert _learned_before(info, new_results(provenance="measured", started_at=None, server={
+    assert learned_before(given, previous) == given  # the server's (or the user's) word wins
+    assert learned_before(info, new_results(provenance="measured", started_at=None, server={
         "max_sequences": 16, "max_sequences_source": "/props total_slots"})) == info
-    assert _learned_before(info, None) == info
+    assert learned_before(info, None) == info
 
 
 def test_the_seed_scenarios_launch_command_gives_the_sequence_limit():

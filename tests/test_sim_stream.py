@@ -5,7 +5,7 @@ from gevent import socket as gsocket
 
 from llmload.sim.engine import SeqOutput
 from llmload.sim.protocol import GenerationRequest
-from llmload.sim.server import SimApp, _Stream
+from llmload.sim.server import SimApp, SimStream
 from llmload.sim.profiles import load_profile
 
 
@@ -13,7 +13,7 @@ def _stream(num_output):
     request = GenerationRequest(chat=False, prompt_ids=[10, 11], max_tokens=num_output,
                                 min_tokens=0, ignore_eos=True, cache_salt=None, stream=True,
                                 include_usage=False, continuous_usage=False)
-    return _Stream("cmpl-test", request, seed=1, num_output=num_output,
+    return SimStream("cmpl-test", request, seed=1, num_output=num_output,
                    finish_reason="length", hashes=None)
 
 

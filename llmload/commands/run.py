@@ -1,4 +1,4 @@
-"""`llmload run`: the speed test matrix from a scenario file and options (`llmload.matrix.runner`
+"""`llmload run`: the speed test matrix from a scenario file and options (`llmload.matrix.runmatrix`
 runs it). Ctrl-C, SIGTERM and SIGHUP end it with the measured cells kept."""
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def run(scenario_file, out_dir, resume_dir, force, max_error_rate, master_bind, 
     from llmload.output.results import ResultsError, load_results
     from llmload.output.rundir import RunDirError
     from llmload.matrix.context import RunError
-    from llmload.matrix.runner import run_matrix
+    from llmload.matrix.runmatrix import run_matrix
     from llmload.core.scenario import Scenario, ScenarioError, load_scenario, resolve
     remember_secrets(api_key=api_key, host=options.get("host"))
     if resume_dir and out_dir and os.path.abspath(resume_dir) != os.path.abspath(out_dir):

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from llmload.core.metrics import WindowFigures, _token_chunks
+from llmload.core.metrics import WindowFigures, token_chunks
 from llmload.core.records import RequestRecord
 
 #: A cell is "N at once" only if at least this fraction of N was active/streaming on average.
@@ -57,7 +57,7 @@ def longest_stall(records: Iterable[RequestRecord], t0: float, t1: float) -> Sta
     queueing, not a stall (judged by "saturated"). None when no request had a first token."""
     best: Stall | None = None
     for record in records:
-        times, _ = _token_chunks(record)
+        times, _ = token_chunks(record)
         if times.size == 0:
             continue
         edges = times

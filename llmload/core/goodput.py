@@ -19,7 +19,7 @@ import numpy as np
 from llmload.core.cellresult import CellSlo
 from llmload.core.metrics import tbt_samples_s
 from llmload.core.records import RequestRecord
-from llmload.core.slo import _BY_NORMAL
+from llmload.core.slo import BY_NORMAL
 
 
 def _request_meets(record: RequestRecord, t0: float, t1: float, slo: Mapping[str, float]) -> bool:
@@ -32,7 +32,7 @@ def _request_meets(record: RequestRecord, t0: float, t1: float, slo: Mapping[str
     inside = (times >= t0) & (times <= t1)
     gaps_ms = tbt_samples_s(record, t0, t1) * 1000.0
     for normal, bound in slo.items():
-        name, _, kind, q = _BY_NORMAL[normal]
+        name, _, kind, q = BY_NORMAL[normal]
         if kind == "TTFT":
             if record.send_s < t0:
                 continue  # sent before the window: its TTFT is not the window's

@@ -41,7 +41,7 @@ _EMPTY = np.empty(0, dtype=np.float64)
 # --------------------------------------------------------------------------- chunks / TBT
 
 
-def _token_chunks(record: RequestRecord) -> tuple[np.ndarray, np.ndarray]:
+def token_chunks(record: RequestRecord) -> tuple[np.ndarray, np.ndarray]:
     """Arrival times (s) and token counts of the record's token-carrying chunks."""
     times = np.asarray(record.chunk_times_s, dtype=np.float64)
     tokens = np.asarray(record.chunk_tokens, dtype=np.int64)
@@ -56,7 +56,7 @@ def _token_chunks(record: RequestRecord) -> tuple[np.ndarray, np.ndarray]:
     return times, tokens
 
 
-def _inside(times: np.ndarray, t0: float | None, t1: float | None) -> np.ndarray:
+def inside_window(times: np.ndarray, t0: float | None, t1: float | None) -> np.ndarray:
     mask = np.ones(times.shape, dtype=bool)
     if t0 is not None:
         mask &= times >= t0
@@ -73,10 +73,10 @@ def tbt_samples_s(
     With t0/t1, a gap counts only if both the chunk and its predecessor arrived inside
     [t0, t1]: a gap that straddles the window edge is partly outside the measurement.
     """
-    times, tokens = _token_chunks(record)
+    times, tokens = token_chunks(record)
     if times.size < 2:
         return _EMPTY
-    keep = _inside(times[:-1], t0, t1) & _inside(times[1:], t0, t1)
+    keep = inside_window(times[:-1], t0, t1) & inside_window(times[1:], t0, t1)
     gaps_s = np.diff(times)[keep]
     k = tokens[1:][keep]
     return np.repeat(gaps_s / k, k)
@@ -162,7 +162,7 @@ def _overlap_s(start_s: float, end_s: float, t0: float, t1: float) -> float:
     return max(0.0, min(end_s, t1) - max(start_s, t0))
 
 
-def _stream_rate_tok_s(times: np.ndarray, tokens: np.ndarray) -> float | None:
+def stream_rate_tok_s(times: np.ndarray, tokens: np.ndarray) -> float | None:
     """Tokens after the first chunk / (last − first chunk time): the stream's decode rate,
     TTFT excluded; None if undefined. measurement.md's (tokens − 1) / (last − first) when
     the first chunk carries one token. When it carries k (a server that holds back partial
@@ -211,10 +211,10 @@ class _StreamTotals:
 def _sum_streams(in_flight: Iterable[RequestRecord], t0: float, t1: float) -> _StreamTotals:
     totals = _StreamTotals()
     for record in in_flight:
-        times, tokens = _token_chunks(record)
-        inside = _inside(times, t0, t1)
+        times, tokens = token_chunks(record)
+        inside = inside_window(times, t0, t1)
         totals.output_tokens += int(tokens[inside].sum())
-        rate = _stream_rate_tok_s(times[inside], tokens[inside])
+        rate = stream_rate_tok_s(times[inside], tokens[inside])
         if rate is not None:
             totals.rates_tok_s.append(rate)
         totals.tbt_parts.append(tbt_samples_s(record, t0, t1))

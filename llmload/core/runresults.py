@@ -6,7 +6,7 @@ what every renderer, the twin and the exit-code logic take. Its cells are
 Free-form parts (the scenario's config, the server's facts, the hardware, the energy note)
 stay mappings: their keys are the scenario's and the probe's, not figures of a cell.
 `new_results` is the one constructor of a run's results as llmload writes them: a measured
-or simulated run (`llmload.matrix.runner`), a resumed one (the writer keeps the earlier
+or simulated run (`llmload.matrix.runmatrix`), a resumed one (the writer keeps the earlier
 part's), a prediction and the seed page (`llmload.twin.predict`); the schema version is
 SCHEMA_VERSION's. Turning it into results.json and back is `llmload.core.resultsjson`'s job,
 and only its.

@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from llmload.core.scenariovalues import _PARSERS
+from llmload.core.scenariovalues import PARSERS
 
 K = 1024
 #: Keys that would carry a secret: rejected in files, never fields of Scenario.
@@ -96,7 +96,7 @@ class Scenario:
         # Constructing a Scenario directly validates it the same way files and flags are.
         for f in fields(self):
             try:
-                value = _PARSERS[f.name](getattr(self, f.name))
+                value = PARSERS[f.name](getattr(self, f.name))
             except ValueError as e:
                 raise ScenarioError(f"key {f.name!r}: {e}") from None
             object.__setattr__(self, f.name, value)
@@ -129,9 +129,9 @@ def _canonical_key(key: Any, source: str) -> str:
             "pass it with --api-key or the environment"
         )
     name = KEY_ALIASES.get(name, name)
-    if name not in _PARSERS:
+    if name not in PARSERS:
         raise ScenarioError(
-            f"{source}: unknown key {key!r}; valid keys: {', '.join(_PARSERS)}"
+            f"{source}: unknown key {key!r}; valid keys: {', '.join(PARSERS)}"
         )
     return name
 
@@ -144,7 +144,7 @@ def _normalize_mapping(values: Mapping[Any, Any], *, source: str) -> dict[str, A
         if name in out:
             raise ScenarioError(f"{source}: key {key!r} is given twice (as {name!r})")
         try:
-            out[name] = _PARSERS[name](value)
+            out[name] = PARSERS[name](value)
         except ValueError as e:
             # On the command line the key is the flag the user typed (--duration, --host).
             label = (f"--{_FLAG_NAMES.get(name, name).replace('_', '-')}" if source == "command line"

@@ -2,7 +2,7 @@
 says ("16K", "30s", "0,16K,32K", "yes", "gpu=RTX 3090,vram_gb=24") into the field's value.
 
 Pure. Each parser raises ValueError with the problem; `llmload.core.scenario` adds the
-source and the key (`ScenarioError`). The keys of `_PARSERS` are the valid scenario keys.
+source and the key (`ScenarioError`). The keys of `PARSERS` are the valid scenario keys.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-from llmload.core.units import parse_duration, parse_int_list, parse_token_list, parse_tokens
+from llmload.core.units import parse_duration, parse_int_list, parse_pairs, parse_token_list, parse_tokens
 
 ENDPOINTS = ("completions", "chat")
 _TRUE = {"true", "yes", "on", "1"}
@@ -156,10 +156,7 @@ def _facts(value: Any) -> dict[str, Any] | None:
     if value is None or value == "":
         return None
     if isinstance(value, str):
-        pairs = [item.partition("=") for item in value.split(",") if item.strip()]
-        if any(not sep for _, sep, _ in pairs):
-            raise ValueError(f"expected key=value pairs separated by commas, got {value!r}")
-        value = {k.strip(): _number_or_text(v.strip()) for k, _, v in pairs}
+        value = {k: _number_or_text(v) for k, v in parse_pairs(value)}
     if not isinstance(value, Mapping):
         raise ValueError(f"expected a mapping of name: value, got {value!r}")
     out = {}
@@ -190,7 +187,7 @@ def _token_tuple(value: Any) -> tuple[int, ...]:
     return tuple(parse_token_list(value))
 
 
-_PARSERS: dict[str, Callable[[Any], Any]] = {
+PARSERS: dict[str, Callable[[Any], Any]] = {
     "name": _nonempty_text,
     "description": lambda v: "" if v is None else _text(v),
     "host": _host,

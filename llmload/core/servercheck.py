@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from llmload.core.metrics import _inside, _stream_rate_tok_s, _token_chunks, prefill_figures
+from llmload.core.metrics import inside_window, stream_rate_tok_s, token_chunks, prefill_figures
 from llmload.core.records import RequestRecord
 
 #: Client and server figures that differ by more than this fraction are flagged.
@@ -70,9 +70,9 @@ def timing_check(records: Iterable[RequestRecord], t0: float, t1: float) -> Serv
         if record.send_s > t1 or record.end_s < t0:
             continue
         theirs = server_stream_rate_tok_s(record)
-        times, tokens = _token_chunks(record)
-        inside = _inside(times, t0, t1)
-        ours = _stream_rate_tok_s(times[inside], tokens[inside])
+        times, tokens = token_chunks(record)
+        inside = inside_window(times, t0, t1)
+        ours = stream_rate_tok_s(times[inside], tokens[inside])
         if theirs is not None and ours is not None:
             client.append(ours)
             server.append(theirs)
@@ -86,8 +86,8 @@ def tokens_between(records: Iterable[RequestRecord], t0: float, t1: float) -> in
     """Tokens of the chunks that arrived in [t0, t1]."""
     total = 0
     for record in records:
-        times, tokens = _token_chunks(record)
-        total += int(tokens[_inside(times, t0, t1)].sum())
+        times, tokens = token_chunks(record)
+        total += int(tokens[inside_window(times, t0, t1)].sum())
     return total
 
 
@@ -171,8 +171,8 @@ def server_timing(records: Iterable[RequestRecord], t0: float | None = None,
         queue.append(r.server_queue_ms or 0.0)
         ours_ttft.append((r.chunk_times_s[0] - r.send_s) * 1000.0)
         theirs_ttft.append(r.server_ttft_ms + (r.server_queue_ms or 0.0))
-        times, tokens = _token_chunks(r)
-        rate = _stream_rate_tok_s(times, tokens)
+        times, tokens = token_chunks(r)
+        rate = stream_rate_tok_s(times, tokens)
         if r.server_mean_itl_ms is not None and rate:
             ours_itl.append(1000.0 / rate)
             theirs_itl.append(r.server_mean_itl_ms)

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmload.core.cellresult import CellResult
+from llmload.core.units import parse_pairs
 
 #: Bound name as written by users → (normalised key, cell figure, kind, percentile).
 BOUNDS: dict[str, tuple[str, str, str, float]] = {
@@ -42,7 +43,7 @@ BOUNDS: dict[str, tuple[str, str, str, float]] = {
     "tbt_p99": ("tbt_p99_ms", "tbt_p99_ms", "TBT", 99.0),
     "per_request_tok_s": ("per_request_tok_s", "per_request_tok_s", "per-request rate", 50.0),
 }
-_BY_NORMAL = {v[0]: (k, *v[1:]) for k, v in BOUNDS.items()}
+BY_NORMAL = {v[0]: (k, *v[1:]) for k, v in BOUNDS.items()}
 _DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?|\.\d+)\s*(ms|s|us|µs)$", re.I)
 _UNIT_MS = {"ms": 1.0, "s": 1000.0, "us": 0.001, "µs": 0.001}
 
@@ -88,10 +89,10 @@ def parse_slo(value: Any) -> dict[str, float] | None:
     if value is None or value == "" or value == {}:
         return None
     if isinstance(value, str):
-        pairs = [item.partition("=") for item in value.split(",") if item.strip()]
-        if any(not sep for _, sep, _ in pairs):
-            raise SLOError(f"slo: expected name=value pairs separated by commas, got {value!r}")
-        items = [(k.strip(), v.strip()) for k, _, v in pairs]
+        try:
+            items = parse_pairs(value)
+        except ValueError:
+            raise SLOError(f"slo: expected name=value pairs separated by commas, got {value!r}") from None
     elif isinstance(value, Mapping):
         items = list(value.items())
     else:
@@ -99,8 +100,8 @@ def parse_slo(value: Any) -> dict[str, float] | None:
     out: dict[str, float] = {}
     for raw_key, raw in items:
         key = str(raw_key).strip().lower().replace("-", "_")
-        if key in _BY_NORMAL and key not in BOUNDS:
-            key, raw = _BY_NORMAL[key][0], (f"{raw}ms" if key.endswith("_ms") else raw)
+        if key in BY_NORMAL and key not in BOUNDS:
+            key, raw = BY_NORMAL[key][0], (f"{raw}ms" if key.endswith("_ms") else raw)
         if key not in BOUNDS:
             raise SLOError(f"slo: unknown bound {raw_key!r}; known: {', '.join(BOUNDS)}")
         normal = BOUNDS[key][0]
@@ -114,7 +115,7 @@ def describe_slo(slo: Mapping[str, float]) -> str:
     """`TTFT p99 ≤ 2,000 ms · TBT p99 ≤ 50 ms · per-request ≥ 20 tok/s`."""
     parts = []
     for normal, bound in slo.items():
-        name, _, kind, q = _BY_NORMAL[normal]
+        name, _, kind, q = BY_NORMAL[normal]
         if name == "per_request_tok_s":
             parts.append(f"per-request rate ≥ {bound:g} tok/s")
         else:
@@ -169,7 +170,7 @@ def judge_cell(cell: CellResult, slo: Mapping[str, float]) -> CellVerdict:
     few: list[str] = []
     if status not in ("over_capacity", "exceeds_context"):
         for normal, bound in slo.items():
-            name, figure, kind, q = _BY_NORMAL[normal]
+            name, figure, kind, q = BY_NORMAL[normal]
             value = _figure(cell, figure)
             if value is None:
                 continue  # undefined figure (no sample): nothing measured to exceed the bound

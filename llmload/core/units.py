@@ -134,3 +134,12 @@ def format_duration_s(seconds: float, *, clock: bool = False) -> str:
     if clock:
         return f"{hours}:{rest // 60:02d}:{rest % 60:02d}"
     return f"{hours} h {rest // 60:02d} min"
+
+
+def parse_pairs(text: str) -> list[tuple[str, str]]:
+    """`a=1, b=2` as [("a", "1"), ("b", "2")], names and values stripped; ValueError for an
+    item without "=" (the caller says what the pairs were for)."""
+    pairs = [item.partition("=") for item in text.split(",") if item.strip()]
+    if any(not sep for _, sep, _ in pairs):
+        raise ValueError(f"expected key=value pairs separated by commas, got {text!r}")
+    return [(k.strip(), v.strip()) for k, _, v in pairs]

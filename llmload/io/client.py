@@ -31,8 +31,8 @@ from llmload.wire.chunked import ChunkedDecoder, ChunkedError
 from llmload.core.clock import now
 from llmload.core.engines import server_truth
 from llmload.io.endpoint import Endpoint
-from llmload.io.failures import _describe, _read_body, _retry_after_s
-from llmload.io.plainsocket import _OPEN, READ_SIZE, _PlainSocket
+from llmload.io.failures import describe_failure, read_error_body, retry_after_s
+from llmload.io.plainsocket import OPEN_SOCKETS, READ_SIZE, PlainSocket
 from llmload.wire.httphead import ResponseHeadParser
 from llmload.core.records import RequestRecord
 from llmload.wire.sse import SSEDecoder
@@ -65,7 +65,7 @@ def queued_bytes() -> list[int]:
     socket (ioctl FIONREAD, i.e. SIOCINQ on Linux); empty where the OS does not tell."""
     out = []
     buf = array("i", [0])
-    for fd in list(_OPEN):
+    for fd in list(OPEN_SOCKETS):
         try:
             fcntl.ioctl(fd, termios.FIONREAD, buf, True)
         except OSError:
@@ -80,7 +80,7 @@ def queued_events() -> list[tuple[int, int]]:
     exact, where bytes / mean event size would count one large event as two."""
     out = []
     buf = array("i", [0])
-    for fd, ps in list(_OPEN.items()):
+    for fd, ps in list(OPEN_SOCKETS.items()):
         try:
             fcntl.ioctl(fd, termios.FIONREAD, buf, True)
             n = buf[0]
@@ -93,7 +93,7 @@ def queued_events() -> list[tuple[int, int]]:
 
 def open_streams() -> int:
     """Plain-TCP streaming connections open in this process."""
-    return len(_OPEN)
+    return len(OPEN_SOCKETS)
 
 
 class _Deadline(Exception):
@@ -134,7 +134,7 @@ class StreamingClient:
                 # TLS buffers inside the SSL object: read it through gevent's own socket.
                 self._sock = ssl.create_default_context().wrap_socket(sock, server_hostname=ep.host)
             else:
-                self._sock = _PlainSocket(sock)
+                self._sock = PlainSocket(sock)
         self._sock.settimeout(self.timeout_s)
         return self._sock
 
@@ -157,7 +157,7 @@ class StreamingClient:
                 self.close()
         except (OSError, ChunkedError, ValueError) as exc:
             self.close()
-            reader.fail(_describe(exc, self.timeout_s))
+            reader.fail(describe_failure(exc, self.timeout_s))
         finally:
             if timer is not None:
                 timer.close()
@@ -220,8 +220,8 @@ class _StreamReader:
         self.keep_alive = head.keep_alive
         chunked, length = head.chunked, head.content_length
         if status != 200:
-            self.retry_after_s = _retry_after_s(head.get("retry-after"))
-            body = _read_body(recv, rest, chunked, length)
+            self.retry_after_s = retry_after_s(head.get("retry-after"))
+            body = read_error_body(recv, rest, chunked, length)
             self.end_s = now()
             self.fail(error_message_from_body(body, status), end=False)
             return
@@ -236,7 +236,7 @@ class _StreamReader:
         self._last_t = t
         if not (data and self._consume(t, data)):
             try:
-                if isinstance(sock, _PlainSocket):
+                if isinstance(sock, PlainSocket):
                     sock.pump(self._consume)
                 else:
                     while True:  # TLS: the SSL object buffers, so read through gevent's socket
@@ -253,7 +253,7 @@ class _StreamReader:
 
     def _consume(self, t: float, data: bytes) -> bool:
         """One read that arrived at t; True once the response is over. Runs in the event
-        loop's callback for plain TCP (`_PlainSocket.pump`): no I/O, no waiting."""
+        loop's callback for plain TCP (`PlainSocket.pump`): no I/O, no waiting."""
         self._last_t = t
         timeline = self.timeline
         if not data:

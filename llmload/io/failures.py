@@ -1,6 +1,6 @@
 """What the client reads and says when a request fails: the (small) body of a non-2xx
-answer (`_read_body`), its Retry-After (`_retry_after_s`), and the one line that describes a
-network error or timeout (`_describe`). Off the hot path: a streamed answer never comes here.
+answer (`read_error_body`), its Retry-After (`retry_after_s`), and the one line that describes a
+network error or timeout (`describe_failure`). Off the hot path: a streamed answer never comes here.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from llmload.io.plainsocket import READ_SIZE
 from llmload.wire.chunked import ChunkedDecoder
 
 
-def _read_body(recv, data: bytes, chunked: bool, length: int | None) -> bytes:
+def read_error_body(recv, data: bytes, chunked: bool, length: int | None) -> bytes:
     """The whole (small) body of an error response."""
     if chunked:
         dechunk = ChunkedDecoder()
@@ -36,7 +36,7 @@ def _read_body(recv, data: bytes, chunked: bool, length: int | None) -> bytes:
     return b"".join(out)
 
 
-def _retry_after_s(value: str | None) -> float | None:
+def retry_after_s(value: str | None) -> float | None:
     """Retry-After as seconds: a number, or an HTTP date (seconds from now)."""
     if not value:
         return None
@@ -51,7 +51,7 @@ def _retry_after_s(value: str | None) -> float | None:
         return None
 
 
-def _describe(exc: BaseException, timeout_s: float) -> str:
+def describe_failure(exc: BaseException, timeout_s: float) -> str:
     if isinstance(exc, (socket.timeout, gevent.Timeout, TimeoutError)):
         return f"no data from the server for {timeout_s:g} s (request timeout)"
     if isinstance(exc, ConnectionRefusedError):

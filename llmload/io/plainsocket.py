@@ -1,9 +1,9 @@
-"""The plain-TCP socket of the streaming hot path, read the cheap way (`_PlainSocket`).
+"""The plain-TCP socket of the streaming hot path, read the cheap way (`PlainSocket`).
 
 A thin layer over a gevent socket: one persistent read watcher, one idle timer per
 connection, and `pump`, which hands every arrival to the response reader from inside the
 event loop's own I/O callback with its arrival time (`clock.now()`) taken first. Open ones
-are registered by file descriptor (`_OPEN`) so that the client can count what waits unread
+are registered by file descriptor (`OPEN_SOCKETS`) so that the client can count what waits unread
 in the kernel (`client.queued_bytes`). TLS connections do not use it: the SSL object buffers
 inside itself and is read through gevent's own socket.
 """
@@ -22,11 +22,11 @@ _monotonic = time.monotonic
 
 READ_SIZE = 65536
 """Bytes asked of the socket per read; a read returns whatever has arrived."""
-_OPEN: dict[int, "_PlainSocket"] = {}
+OPEN_SOCKETS: dict[int, "PlainSocket"] = {}
 """Open plain-TCP streaming sockets by file descriptor, for `queued_bytes`."""
 
 
-class _PlainSocket:
+class PlainSocket:
     """A plain-TCP gevent socket, read the cheap way.
 
     gevent's socket.recv tries a read (EAGAIN between tokens), then waits on a new timeout
@@ -41,7 +41,7 @@ class _PlainSocket:
     def __init__(self, sock) -> None:
         self.sock = sock
         self._fd = sock.fileno()
-        _OPEN[self._fd] = self
+        OPEN_SOCKETS[self._fd] = self
         self._raw = sock._sock  # the real socket under gevent's wrapper (non-blocking)
         self._hub = gevent.get_hub()
         self._io = self._hub.loop.io(sock.fileno(), 1)
@@ -128,7 +128,7 @@ class _PlainSocket:
         if self._timer is not None:
             self._timer.stop()
             self._timer = None
-        if _OPEN.get(self._fd) is self:
-            del _OPEN[self._fd]
+        if OPEN_SOCKETS.get(self._fd) is self:
+            del OPEN_SOCKETS[self._fd]
         self._io.close()
         self.sock.close()

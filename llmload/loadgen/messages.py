@@ -1,4 +1,4 @@
-"""The matrix cell protocol between the controller (`llmload.matrix.runner`) and the Locust
+"""The matrix cell protocol between the controller (`llmload.matrix.runmatrix`) and the Locust
 processes that run users (`llmload.loadgen.cellworker`, `llmload.loadgen.user`): message names and their typed,
 frozen payloads, each with the one place that turns it into Locust message data
 (`to_wire`, plain msgpack-able values) and back (`from_wire`).

@@ -27,7 +27,7 @@ from llmload.core.units import format_tokens
 from llmload.loadgen.messages import CellSpec, Collect, Go
 from llmload.matrix.context import RunContext, WorkerLost
 from llmload.matrix.driver import WAIT_NOTE_EVERY_S, LocustDriver
-from llmload.matrix.server import _poll_server_load
+from llmload.matrix.server import poll_server_load
 
 LEAD_LOCAL_S = 0.05
 """Time between the go message and t0 in one process."""
@@ -54,13 +54,13 @@ def cell_message(ctx: RunContext, planned: PlannedCell, cell_id: str, prompts) -
         text_tail=fit.tail if fit else -1)
 
 
-class CellRunner:
+class CellMeasurer:
     def __init__(self, ctx: RunContext, driver: LocustDriver, prompts) -> None:
         self.ctx, self.driver, self.prompts = ctx, driver, prompts
         self.mailboxes = driver.state.mailboxes
         self.seq = 0
 
-    def run(self, planned: PlannedCell) -> tuple[list[RequestRecord], CellFacts]:
+    def measure(self, planned: PlannedCell) -> tuple[list[RequestRecord], CellFacts]:
         """Run one cell; returns its records and facts about the run (window, load...)."""
         self.seq += 1
         cell_id = f"c{self.seq}"
@@ -100,7 +100,7 @@ class CellRunner:
         deadline = time.monotonic() + timeout_s
         while self.mailboxes.ready(cell_id) < n:
             if time.monotonic() > deadline:
-                raise _CellTimeout(f"only {self.mailboxes.ready(cell_id)} of {n} users "
+                raise CellTimeout(f"only {self.mailboxes.ready(cell_id)} of {n} users "
                                    f"finished their warm-up within {timeout_s:.0f} s")
             self._check_workers()
             self.mailboxes.wait_ready(cell_id, n, CHECK_EVERY_S)
@@ -111,7 +111,7 @@ class CellRunner:
         t0 = now() + lead
         t1 = t0 + d
         self.driver.send(Go(id=cell_id, t0_s=t0, t1_s=t1))
-        poller = gevent.spawn(_poll_server_load, self.ctx, t0, t1) if self.ctx.info.metrics else None
+        poller = gevent.spawn(poll_server_load, self.ctx, t0, t1) if self.ctx.info.metrics else None
         power = gevent.spawn(self.ctx.power.sample, t0, t1) if self.ctx.power is not None else None
         try:
             while now() < t1 + 0.02:
@@ -153,5 +153,5 @@ class CellRunner:
                 tuple(reply.read_samples for reply in replies))
 
 
-class _CellTimeout(Exception):
+class CellTimeout(Exception):
     pass

@@ -1,6 +1,6 @@
 """What a run says on the console while it runs: the server, the plan, the prompts, each
-cell's line. Cell labels (`_label`), the m:ss clock (`_clock`), a cell's one-line summary
-(`_summary`). The matrix at the end is `llmload.output.terminal.echo_matrix`'s.
+cell's line. Cell labels (`planned_label`), the m:ss clock (`eta_clock`), a cell's one-line summary
+(`cell_summary`). The matrix at the end is `llmload.output.terminal.echo_matrix`'s.
 """
 
 from __future__ import annotations
@@ -16,22 +16,22 @@ from llmload.matrix.context import RunContext
 from llmload.output.pageformat import cell_label
 from llmload.output.pagetext import limit_lines
 
-def _echo_note(ctx: RunContext, cell: CellResult) -> None:
+def echo_note(ctx: RunContext, cell: CellResult) -> None:
     note = cell.prompt_length_note
     if note:
         ctx.echo(f"    warning: {note}")
 
 
-def _label(planned: PlannedCell) -> str:
+def planned_label(planned: PlannedCell) -> str:
     return cell_label(planned.phase, planned.context_tokens, planned.concurrency)
 
 
-def _clock(seconds: float) -> str:
+def eta_clock(seconds: float) -> str:
     """Elapsed time and ETA on the console: m:ss, or h:mm:ss from an hour on."""
     return format_duration_s(seconds, clock=True)
 
 
-def _summary(c: CellResult) -> str:
+def cell_summary(c: CellResult) -> str:
     status = c.status
     if c.phase == "prefill":
         if c.prompt_tok_s is None:
@@ -47,7 +47,7 @@ def _summary(c: CellResult) -> str:
             + (f" — {c.reason}" if c.reason else ""))
 
 
-def _echo_server(info: ServerInfo, echo: Callable[[str], None]) -> None:
+def echo_server(info: ServerInfo, echo: Callable[[str], None]) -> None:
     what = f"llmload sim, profile {info.sim_profile}" if info.simulated else info.engine
     echo(f"Server: {info.base_url} · {what} {info.version or ''}".rstrip())
     echo(f"  model {info.model} · prefix caching "
@@ -56,18 +56,18 @@ def _echo_server(info: ServerInfo, echo: Callable[[str], None]) -> None:
         echo(f"  {line}")
 
 
-def _echo_plan(plan: list[PlannedCell], scenario: Scenario, echo: Callable[[str], None]) -> None:
+def echo_plan(plan: list[PlannedCell], scenario: Scenario, echo: Callable[[str], None]) -> None:
     runs = [c for c in plan if c.runs]
     expected = expected_duration_s(plan, duration_s=scenario.duration_s)
     echo(f"Plan: {len(plan)} cells, {len(runs)} to run, about "
-         f"{_clock(expected)} ({'h:mm:ss' if expected >= 3600 else 'm:ss'}) expected")
+         f"{eta_clock(expected)} ({'h:mm:ss' if expected >= 3600 else 'm:ss'}) expected")
     for c in plan:
         where = f" ({c.prefill_source.replace('_', ' ')})" if c.prefill_source else ""
-        echo(f"  {_label(c):<24} {c.status.replace('_', ' ')}{where}"
+        echo(f"  {planned_label(c):<24} {c.status.replace('_', ' ')}{where}"
              + (f" — {c.reason}" if c.reason and (not c.runs or c.status == "queued") else ""))
 
 
-def _echo_prompts(prompts, echo: Callable[[str], None]) -> None:
+def echo_prompts(prompts, echo: Callable[[str], None]) -> None:
     """How the text prompts were sized: fitted to the server's count (exact or not, and why)."""
     if not prompts.fits:
         return

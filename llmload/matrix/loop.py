@@ -1,13 +1,13 @@
 """The run loop: the plan's cells one after another, each kept as it finishes; the SLO search; the ETA.
 
-`plan_for` is the run's plan from the server's limits. `_run_plan` runs the cells a run has
+`plan_for` is the run's plan from the server's limits. `run_plan` runs the cells a run has
 not finished yet (growing the worker processes under `--workers auto`), borrows a decode
 cell's cold warm-up as its context's prefill sample where the plan says so, re-plans the
 cells not yet run once a cell shows the sequence-count limit the server does not report
 (`_learn_limit`), and stops after MAX_DEAD_CELLS cells in a row with only failures.
-`_keep` writes a finished cell's records, then its result (a `CellResult`). `_slo_search`
+`_keep` writes a finished cell's records, then its result (a `CellResult`). `run_slo_search`
 bisects the concurrency per context around the SLO's limit (`llmload.core.slosearch`, each
-level a cell run here); `_remaining_s` is the ETA.
+level a cell run here); `remaining_s` is the ETA.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from llmload.core.scenario import Scenario
 from llmload.core.seqlimit import learn_sequence_limit
 from llmload.core.slosearch import SearchLevel, slo_search
 from llmload.io.probe import ServerInfo
-from llmload.matrix.cellrun import CellRunner, _CellTimeout
-from llmload.matrix.console import _clock, _echo_note, _label, _summary
+from llmload.matrix.cellrun import CellMeasurer, CellTimeout
+from llmload.matrix.console import eta_clock, echo_note, planned_label, cell_summary
 from llmload.matrix.context import RunContext, RunError, WorkerLost
 from llmload.matrix.driver import LocustDriver
 from llmload.output.recordstore import RECORDS_DIR, write_cell
@@ -52,7 +52,7 @@ def plan_for(sc: Scenario, info: ServerInfo, **cells) -> list[PlannedCell]:
     return plan if sc.warmup and sc.prefill_repeats <= 1 else [_standalone(c) for c in plan]
 
 
-def _run_plan(ctx: RunContext, driver: LocustDriver, prompts, plan: list[PlannedCell], writer,
+def run_plan(ctx: RunContext, driver: LocustDriver, prompts, plan: list[PlannedCell], writer,
               done: dict | None = None, *, regrow: Callable[[int], LocustDriver] | None = None,
               workers: int = 0) -> None:
     """Run the plan's cells that are not in `done` (the finished cells of a resumed run).
@@ -61,7 +61,7 @@ def _run_plan(ctx: RunContext, driver: LocustDriver, prompts, plan: list[Planned
     from llmload.core.autoworkers import describe, workers_for
     done = done or {}
     per_stream_rate: float | None = None
-    runner = CellRunner(ctx, driver, prompts)
+    measurer = CellMeasurer(ctx, driver, prompts)
     pending = [c for c in plan if c.runs and _key(c) not in done]
     deferred = {c.context_tokens: c for c in pending if c.phase == "prefill"
                 and c.prefill_source == "decode_warmup"}
@@ -87,10 +87,10 @@ def _run_plan(ctx: RunContext, driver: LocustDriver, prompts, plan: list[Planned
     prefill_tok_s: float | None = None
     changes: list[float] = []
     for i, planned in enumerate(to_run, 1):
-        eta = _remaining_s(to_run[i - 1:], ctx.scenario.duration_s, prefill_tok_s,
+        eta = remaining_s(to_run[i - 1:], ctx.scenario.duration_s, prefill_tok_s,
                            sum(changes) / len(changes) if changes else None)
-        ctx.echo(f"[{i}/{len(to_run)}] {_label(planned)} · elapsed {_clock(time.monotonic() - started)}"
-                 f" · about {_clock(eta)} left")
+        ctx.echo(f"[{i}/{len(to_run)}] {planned_label(planned)} · elapsed {eta_clock(time.monotonic() - started)}"
+                 f" · about {eta_clock(eta)} left")
         if regrow is not None and planned.phase == "decode" and per_stream_rate:
             rate = per_stream_rate * planned.concurrency
             need = workers_for(rate)
@@ -99,14 +99,14 @@ def _run_plan(ctx: RunContext, driver: LocustDriver, prompts, plan: list[Planned
                                            f"{per_stream_rate:,.0f} tokens/s per stream at the previous cell"))
                 driver = regrow(need)
                 workers = need
-                runner.driver, runner.mailboxes = driver, driver.state.mailboxes
+                measurer.driver, measurer.mailboxes = driver, driver.state.mailboxes
         try:
-            records, facts = runner.run(planned)
+            records, facts = measurer.measure(planned)
         except WorkerLost as exc:
             cell = _keep(writer, planned, [], CellFacts(failure=str(exc)))
             ctx.echo(f"    errors: {exc}")
             raise RunError(f"stopping: {exc}") from None
-        except _CellTimeout as exc:
+        except CellTimeout as exc:
             cell = _keep(writer, planned, [], CellFacts(failure=str(exc)))
             ctx.echo(f"    errors: {exc}")
             dead += 1
@@ -169,7 +169,7 @@ def _learn_limit(ctx: RunContext, writer, plan: list[PlannedCell], planned: Plan
     for c in replanned:
         was = before[_key(c)]
         if c.status != was.status:
-            ctx.echo(f"      {_label(c):<24} {c.status.replace('_', ' ')} (was {was.status.replace('_', ' ')})")
+            ctx.echo(f"      {planned_label(c):<24} {c.status.replace('_', ' ')} (was {was.status.replace('_', ' ')})")
         if c.runs and not was.runs:  # now held within the pool: its row waits to be run
             writer.update_cell(replace(not_run_cell(c), status="not_run", reason="not run yet"))
     return replanned
@@ -189,29 +189,29 @@ def _keep(writer, planned: PlannedCell, records: list[RequestRecord], facts: Cel
 def _say(ctx: RunContext, cell: CellResult, *, note: bool = True) -> None:
     """A finished cell on the console: its prompt-length warning (with `note`), then its line."""
     if note:
-        _echo_note(ctx, cell)
-    ctx.echo(f"    {_summary(cell)}")
+        echo_note(ctx, cell)
+    ctx.echo(f"    {cell_summary(cell)}")
 
 
 MAX_SLO_SEARCH_CELLS = 6
 """Most extra cells the SLO bisection runs per context."""
 
 
-def _slo_search(ctx: RunContext, driver: LocustDriver, prompts, writer) -> None:
+def run_slo_search(ctx: RunContext, driver: LocustDriver, prompts, writer) -> None:
     """Bisect N per context between the last level meeting the SLO and the first failing
     one (`llmload.core.slosearch`), each level an extra decode cell in the results."""
     sc, info = ctx.scenario, ctx.info
-    runner = CellRunner(ctx, driver, prompts)
-    runner.seq = 1000  # cell ids apart from the matrix's
+    measurer = CellMeasurer(ctx, driver, prompts)
+    measurer.seq = 1000  # cell ids apart from the matrix's
 
     def measure(level: SearchLevel) -> CellResult:
         planned = plan_for(sc, info, contexts=[level.context_tokens], prefill_contexts=[],
                            concurrency=[level.concurrency])[0]
-        ctx.echo(f"[SLO search] {_label(planned)} (between {level.passing} and {level.failing})")
+        ctx.echo(f"[SLO search] {planned_label(planned)} (between {level.passing} and {level.failing})")
         if planned.runs:
             try:
-                records, facts = runner.run(planned)
-            except (_CellTimeout, WorkerLost) as exc:
+                records, facts = measurer.measure(planned)
+            except (CellTimeout, WorkerLost) as exc:
                 _keep(writer, planned, [], CellFacts(failure=str(exc), slo_search=True), add=True)
                 raise RunError(f"SLO search stopped: {exc}") from None
             cell = _keep(writer, planned, records, replace(facts, slo_search=True), add=True)
@@ -235,7 +235,7 @@ CELL_CHANGE_S = 0.5
 until one has been measured."""
 
 
-def _remaining_s(cells: list[PlannedCell], duration_s: float, prefill_tok_s: float | None,
+def remaining_s(cells: list[PlannedCell], duration_s: float, prefill_tok_s: float | None,
                  change_s: float | None = None) -> float:
     """Expected time left: windows, warm-ups and the change between cells. Warm-ups come
     from the last measured prefill rate once there is one (cold prefills of one cell's users

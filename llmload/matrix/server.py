@@ -1,7 +1,7 @@
 """The server side of a run: the embedded simulator's lifecycle, and /metrics polling.
 
 `server_for` yields the scenario's server URL, starting and stopping an embedded
-`llmload sim` when the scenario names no host; `_poll_server_load` samples the server's
+`llmload sim` when the scenario names no host; `poll_server_load` samples the server's
 running and waiting gauges (and KV usage) and its preemption and generated-token counters
 during a cell's window.
 """
@@ -42,7 +42,7 @@ def server_for(scenario: Scenario, echo: Callable[[str], None]) -> Iterator[str]
         sim.stop()
 
 
-def _poll_server_load(ctx: RunContext, t0: float, t1: float) -> dict:
+def poll_server_load(ctx: RunContext, t0: float, t1: float) -> dict:
     """The server's waiting and running gauges (with its KV usage), sampled every LOAD_POLL_S
     during [t0, t1], and its preemption and generated-token counters at the window's start
     and end (CellFacts fields)."""

@@ -82,7 +82,7 @@ def sleep_until(deadline_s: float) -> None:
             return
 
 
-class _Stream:
+class SimStream:
     """One generation request between its greenlet and the scheduler.
 
     Streamed requests get their SSE events written by the scheduler itself, one
@@ -107,7 +107,7 @@ class _Stream:
         self.event = gevent.event.Event()
         self.submitted = self.done = self.aborted = False
         self.cached_tokens: int | None = None
-        self.render: Callable[[_Stream, SeqOutput], list[bytes]] | None = None
+        self.render: Callable[[SimStream, SeqOutput], list[bytes]] | None = None
         """For streamed requests: an output's wire frames (set with `fd`)."""
         self.fd = -1
         self.backlog: collections.deque[bytes] = collections.deque()
@@ -154,8 +154,8 @@ class Scheduler:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        self._streams: dict[str, _Stream] = {}
-        self._pending: list[tuple[float, int, _Stream]] = []
+        self._streams: dict[str, SimStream] = {}
+        self._pending: list[tuple[float, int, SimStream]] = []
         self._order = itertools.count()
         self._wake = gevent.event.Event()
         self.finished: collections.Counter[str] = collections.Counter()
@@ -163,12 +163,12 @@ class Scheduler:
         self.lateness_max_s = 0.0
         self.lateness_buckets = [0] * (len(protocol.LATENESS_BUCKETS_S) + 1)
 
-    def submit(self, stream: _Stream, ready_s: float) -> None:
+    def submit(self, stream: SimStream, ready_s: float) -> None:
         """Hand a request over; the engine sees it once perf_counter passes `ready_s`."""
         heapq.heappush(self._pending, (ready_s, next(self._order), stream))
         self._wake.set()
 
-    def abort(self, stream: _Stream) -> None:
+    def abort(self, stream: SimStream) -> None:
         """The client is gone: stop the request and free its KV blocks at once."""
         if stream.aborted:
             return
@@ -325,12 +325,12 @@ class SimApp:
         return [b""]
 
     def _tokenize(self, environ: dict, start_response: Callable) -> list[bytes]:
-        body = protocol.parse_json(_read_body(environ))
+        body = protocol.parse_json(read_error_body(environ))
         return _respond(start_response, 200, protocol.tokenize(
             body, profile=self.profile, tokenizer=self.tokenizer))
 
     def _detokenize(self, environ: dict, start_response: Callable) -> list[bytes]:
-        body = protocol.parse_json(_read_body(environ))
+        body = protocol.parse_json(read_error_body(environ))
         return _respond(start_response, 200, protocol.detokenize(
             body, profile=self.profile, tokenizer=self.tokenizer))
 
@@ -349,7 +349,7 @@ class SimApp:
 
     def _generate(self, environ: dict, start_response: Callable, *, chat: bool) -> Any:
         arrival_s = _clock()
-        body = protocol.parse_json(_read_body(environ))
+        body = protocol.parse_json(read_error_body(environ))
         request = protocol.parse_generation(body, chat=chat, profile=self.profile,
                                             tokenizer=self.tokenizer)
         stream = self._new_stream(request)
@@ -361,17 +361,17 @@ class SimApp:
             return self._sse(stream, ready_s, sock, write, chunked)
         return self._complete(stream, ready_s, sock, start_response)
 
-    def _new_stream(self, request: GenerationRequest) -> _Stream:
+    def _new_stream(self, request: GenerationRequest) -> SimStream:
         seed = self.output_model.seed(request.prompt_ids)
         num_output, finish_reason = self.output_model.plan(
             seed, max_tokens=request.max_tokens, min_tokens=request.min_tokens,
             ignore_eos=request.ignore_eos)
         hashes = (block_hashes(request.prompt_ids, self.profile.block_size, request.cache_salt)
                   if self.profile.enable_prefix_caching else None)
-        return _Stream(protocol.new_request_id(request.chat), request, seed, num_output,
+        return SimStream(protocol.new_request_id(request.chat), request, seed, num_output,
                        finish_reason, hashes)
 
-    def _sse(self, stream: _Stream, ready_s: float, sock: socket.socket | None,
+    def _sse(self, stream: SimStream, ready_s: float, sock: socket.socket | None,
              write: Callable[[bytes], None], chunked: bool) -> Iterator[bytes]:
         write(b"")  # the status line and headers go out now, before any token, as on vLLM
         encoder = StreamEncoder(stream.request, request_id=stream.request_id,
@@ -395,8 +395,8 @@ class SimApp:
             self._close(stream, watcher)
 
     def _renderer(self, encoder: StreamEncoder,
-                  chunked: bool) -> Callable[[_Stream, SeqOutput], list[bytes]]:
-        def render(stream: _Stream, output: SeqOutput) -> list[bytes]:
+                  chunked: bool) -> Callable[[SimStream, SeqOutput], list[bytes]]:
+        def render(stream: SimStream, output: SeqOutput) -> list[bytes]:
             events = []
             if stream.request.chat and output.first_index == 0:
                 events.append(encoder.role_event())
@@ -409,7 +409,7 @@ class SimApp:
             return [b"%x\r\n%s\r\n" % (len(event), event) for event in events]
         return render
 
-    def _flush_until_done(self, stream: _Stream, sock: socket.socket) -> bool:
+    def _flush_until_done(self, stream: SimStream, sock: socket.socket) -> bool:
         """Write what the scheduler could not, until the last token is out; False if aborted."""
         while True:
             stream.event.wait()
@@ -425,7 +425,7 @@ class SimApp:
             if stream.done and not stream.backlog:
                 return True
 
-    def _sse_events(self, stream: _Stream, encoder: StreamEncoder) -> Iterator[bytes]:
+    def _sse_events(self, stream: SimStream, encoder: StreamEncoder) -> Iterator[bytes]:
         """The same events without a raw socket to write to (pywsgi writes them)."""
         finished = False
         while not finished:
@@ -440,7 +440,7 @@ class SimApp:
                 yield encoder.token_event(text, output.num_tokens,
                                           stream.finish_reason if finished else None, reasoning)
 
-    def _complete(self, stream: _Stream, ready_s: float, sock: socket.socket | None,
+    def _complete(self, stream: SimStream, ready_s: float, sock: socket.socket | None,
                   start_response: Callable) -> list[bytes]:
         watcher = self._watch(sock, stream)
         try:
@@ -469,7 +469,7 @@ class SimApp:
                      cached_tokens=self._cached_tokens(stream))
         return _respond(start_response, 200, body)
 
-    def _texts(self, stream: _Stream, output: SeqOutput) -> tuple[str, str]:
+    def _texts(self, stream: SimStream, output: SeqOutput) -> tuple[str, str]:
         """(thinking, answer) text of one output: a chat answer's first `think_tokens`
         tokens are thinking (`Profile.think_tokens`)."""
         if stream.cached_tokens is None:
@@ -484,23 +484,23 @@ class SimApp:
         split = max(first, min(end, think))
         return self._words(stream, first, split), self._words(stream, split, end)
 
-    def _words(self, stream: _Stream, first: int, end: int) -> str:
+    def _words(self, stream: SimStream, first: int, end: int) -> str:
         token, word = self.output_model.token, self.tokenizer.word
         if end == first + 1:
             return " " + word(token(stream.seed, first))
         return "".join(" " + word(token(stream.seed, i)) for i in range(first, end))
 
-    def _cached_tokens(self, stream: _Stream) -> int | None:
+    def _cached_tokens(self, stream: SimStream) -> int | None:
         if not self.profile.enable_prompt_tokens_details:
             return None
         return stream.cached_tokens or 0
 
-    def _watch(self, sock: socket.socket | None, stream: _Stream) -> gevent.Greenlet | None:
+    def _watch(self, sock: socket.socket | None, stream: SimStream) -> gevent.Greenlet | None:
         if sock is None:
             return None
         return gevent.spawn(self._watch_socket, sock, stream)
 
-    def _watch_socket(self, sock: socket.socket, stream: _Stream) -> None:
+    def _watch_socket(self, sock: socket.socket, stream: SimStream) -> None:
         # A client sends nothing while its response streams: EOF here means it went away.
         try:
             data = sock.recv(1, socket.MSG_PEEK)
@@ -509,14 +509,14 @@ class SimApp:
         if not data:
             self.scheduler.abort(stream)
 
-    def _close(self, stream: _Stream, watcher: gevent.Greenlet | None) -> None:
+    def _close(self, stream: SimStream, watcher: gevent.Greenlet | None) -> None:
         if watcher is not None:
             watcher.kill()
         if not stream.done:
             self.scheduler.abort(stream)
 
 
-def _read_body(environ: dict) -> bytes:
+def read_error_body(environ: dict) -> bytes:
     return environ["wsgi.input"].read()
 
 

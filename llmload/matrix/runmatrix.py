@@ -21,10 +21,10 @@ from llmload.core.scenario import Scenario
 from llmload.core.seqlimit import is_learned
 from llmload.io.hardware import host_facts
 from llmload.io.probe import ServerInfo, build_prompts, probe_server
-from llmload.matrix.console import _echo_plan, _echo_prompts, _echo_server
+from llmload.matrix.console import echo_plan, echo_prompts, echo_server
 from llmload.matrix.context import RunContext
 from llmload.matrix.driver import LocustDriver
-from llmload.matrix.loop import _run_plan, _slo_search, plan_for
+from llmload.matrix.loop import run_plan, run_slo_search, plan_for
 from llmload.matrix.server import server_for
 from llmload.output.terminal import echo_matrix
 
@@ -61,8 +61,8 @@ def _run_matrix(scenario: Scenario, *, api_key: str | None, run_dir, master_bind
         info = probe_server(base_url, api_key=api_key, model=scenario.model,
                             kv_cache_tokens=scenario.kv_cache_tokens,
                             launch_command=scenario.launch_command)
-        info = _learned_before(info, run_dir.previous if run_dir is not None else None)
-        _echo_server(info, echo)
+        info = learned_before(info, run_dir.previous if run_dir is not None else None)
+        echo_server(info, echo)
         ctx = RunContext(scenario=scenario, info=info, echo=echo, api_key=api_key)
         plan = plan_for(scenario, info)
         # Text prompts are fitted to the server's count once per length; an over-capacity
@@ -70,7 +70,7 @@ def _run_matrix(scenario: Scenario, *, api_key: str | None, run_dir, master_bind
         prompts = build_prompts(info, endpoint=scenario.endpoint, api_key=api_key,
                                 prompt_tokens=[c.prompt_tokens for c in plan
                                                if c.status != "exceeds_context" and c.context_tokens])
-        _echo_prompts(prompts, echo)
+        echo_prompts(prompts, echo)
         from llmload.output.resultswriter import ResultsWriter
         meta = _meta(ctx, plan, prompts)
         if run_dir is None:
@@ -92,7 +92,7 @@ def _run_matrix(scenario: Scenario, *, api_key: str | None, run_dir, master_bind
                 done = finished_cells(previous)
                 left = sum(1 for c in plan if c.runs and (c.phase, c.context_tokens, c.concurrency) not in done)
                 echo(f"Resuming {run_dir.path}: {len(done)} cell(s) kept, {left} to run.")
-            _echo_plan(plan, scenario, echo)
+            echo_plan(plan, scenario, echo)
             out = str(run_dir.path)
             writer = ResultsWriter(out)
             meta = replace(meta, energy=_open_power(ctx, echo))
@@ -115,7 +115,7 @@ def _run_matrix(scenario: Scenario, *, api_key: str | None, run_dir, master_bind
         return out
 
 
-def _learned_before(info: ServerInfo, previous: Results | None) -> ServerInfo:
+def learned_before(info: ServerInfo, previous: Results | None) -> ServerInfo:
     """A resumed run keeps the sequence-count limit its earlier part learned (`loop._learn_limit`)
     while the server still reports none: its plan and server facts are the stored ones."""
     server = previous.server if previous is not None else {}
@@ -151,10 +151,10 @@ def _drive(ctx: RunContext, prompts, plan: list[PlannedCell], writer, done: dict
         raise
     try:
         holder[0].wait_for_workers(echo)
-        _run_plan(ctx, holder[0], prompts, plan, writer, done,
+        run_plan(ctx, holder[0], prompts, plan, writer, done,
                   regrow=regrow if auto and not ctx.info.simulated else None, workers=workers)
         if ctx.scenario.slo and ctx.scenario.slo_search:
-            _slo_search(ctx, holder[0], prompts, writer)
+            run_slo_search(ctx, holder[0], prompts, writer)
     except KeyboardInterrupt:
         echo("Interrupted: the cells measured so far are saved.")
         writer.finish(status="interrupted")
@@ -171,7 +171,7 @@ def _drive(ctx: RunContext, prompts, plan: list[PlannedCell], writer, done: dict
 
 def _initial_workers(ctx: RunContext, plan: list[PlannedCell], echo: Callable[[str], None]) -> int:
     """`--workers auto` before the first cell: from the simulator's profile; a real server
-    starts in one process and grows from its measured rate (`_run_plan`)."""
+    starts in one process and grows from its measured rate (`run_plan`)."""
     from llmload.core.autoworkers import describe, sim_events_per_s, workers_for
     decode = [c.concurrency for c in plan if c.runs and c.phase == "decode"]
     top = max(decode, default=1)
