@@ -2,7 +2,6 @@
 
 import dataclasses
 import json
-from array import array
 
 import pytest
 
@@ -11,6 +10,7 @@ from llmload.core.live import LiveStats, format_table
 from llmload.io.probe import metric_sum, parse_prometheus
 from llmload.core.prompts import NONCE_TOKENS, PromptBuilder
 from llmload.core.records import RequestRecord
+from tests_helpers import record
 
 POOL = tuple(range(100, 190))
 
@@ -61,14 +61,9 @@ def test_prometheus_parsing_sums_over_engines():
     assert metric_sum(samples, "nope") is None
 
 
-def _rec(send, times, tokens, status="ok"):
-    return RequestRecord(user_id="u", send_s=send, chunk_times_s=array("d", times),
-                         chunk_tokens=array("I", tokens), end_s=times[-1] if times else send + 1,
-                         status=status)
-
-
 def test_live_stats_merge_equals_adding_everything_in_one_place():
-    recs = [_rec(0.0, [0.1, 0.2, 0.4], [1, 1, 2]), _rec(1.0, [1.05, 1.1], [1, 1]), _rec(2.0, [], [], "error")]
+    recs = [record("u", 0.0, [(0.1, 1), (0.2, 1), (0.4, 2)]), record("u", 1.0, [(1.05, 1), (1.1, 1)]),
+            record("u", 2.0, [], 3.0, status="error")]
     one = LiveStats()
     for r in recs:
         one.add(r)
@@ -86,8 +81,7 @@ def test_live_stats_merge_equals_adding_everything_in_one_place():
 
 def test_record_wire_format_round_trips_through_msgpack():
     import msgpack
-    r = RequestRecord(user_id="w1.ab.3", tag="decode", send_s=1.5, chunk_times_s=array("d", [2.0, 2.5]),
-                      chunk_tokens=array("I", [1, 3]), end_s=3.0, prompt_tokens=5, status="cancelled")
+    r = record("w1.ab.3", 1.5, [(2.0, 1), (2.5, 3)], 3.0, status="cancelled", tag="decode", prompt_tokens=5)
     assert RequestRecord.from_wire(msgpack.unpackb(msgpack.packb(r.to_wire()))) == r
     thinking = dataclasses.replace(r, first_answer_s=2.5, reasoning_tokens=1)
     back = RequestRecord.from_wire(msgpack.unpackb(msgpack.packb(thinking.to_wire())))
