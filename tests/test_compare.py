@@ -1,8 +1,6 @@
 """`llmload compare` on two simulator runs whose step times differ by a known factor."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -10,12 +8,7 @@ from html_check import external_urls, parse
 from llmload.output.compare import NOISE_DEFAULT_REL, compare
 from llmload.output.comparereport import fmt_ratio, render_text
 from test_report import seed_results
-from tests_helpers import results_of
-
-
-def llmload(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "llmload", *args], capture_output=True, text=True,
-                          timeout=300, cwd=cwd)
+from tests_helpers import llmload, results_of
 
 
 @pytest.fixture(scope="module")
@@ -62,9 +55,10 @@ def test_differences_come_first_and_unmatched_cells_are_listed(compared):
     assert [r["cell"] for r in doc["prefill"]] == ["prefill 1K"]
 
 
-def test_terminal_tables_are_aligned(two_sim_runs, tmp_path):
+def test_terminal_tables_are_aligned(two_sim_runs, tmp_path, monkeypatch):
     a, b = two_sim_runs["A"][0], two_sim_runs["B"][0]
-    r = llmload("compare", str(a), str(b), cwd=tmp_path)
+    monkeypatch.chdir(tmp_path)
+    r = llmload("compare", str(a), str(b))
     assert r.returncode == 0, r.stderr
     out = r.stdout
     assert out.index("Configuration and hardware differences") < out.index("Sustained decode")
