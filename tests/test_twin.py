@@ -6,22 +6,16 @@ checked against a second, real-time run of exactly those cells.
 """
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from llmload.cli import main
 from llmload.core.resultsjson import results_to_dict
 from llmload.output.results import load_results
 from llmload.sim import calibration as cal
-from llmload.sim.launcher import SimProcess
 from llmload.sim.profiles import load_profile
 from llmload.twin.predict import predict_results, seed_results
 from llmload.twin.fit import fit_profile
+from tests_helpers import llmload
 
 UNKNOWN = {"step_base_ms": 8, "step_per_seq_ms": 0.5, "step_per_kv_token_us": 0.8,
            "prefill_per_token_us": 60, "prefill_quadratic_ns": 3, "frontend_base_ms": 50,
@@ -36,28 +30,23 @@ UNSEEN = {"contexts": [0, 512, 1536], "prefill_contexts": [1536], "concurrency":
           "max_tokens": 64, "duration_s": 2.0}
 
 
-def llmload(*args):
-    return subprocess.run([sys.executable, "-m", "llmload", *args], capture_output=True, text=True,
-                          timeout=600, env=dict(os.environ))
-
-
 def by_key(doc):
     doc = doc if isinstance(doc, dict) else results_to_dict(doc)
     return {(c["phase"], c["context_tokens"], c["concurrency"]): c for c in doc["cells"]}
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def runs(tmp_path_factory, sims):
     base = tmp_path_factory.mktemp("twin")
-    with SimProcess(profile="tiny", overrides=UNKNOWN) as sim:
-        fitted = llmload("run", "--host", sim.url, *FITTED_RUN, "--out", str(base / "fitted"))
-        assert fitted.returncode == 0, fitted.stdout + fitted.stderr
-        u = UNSEEN
-        check = llmload("run", "--host", sim.url, "--contexts", ",".join(map(str, u["contexts"])),
-                        "--prefill-contexts", ",".join(map(str, u["prefill_contexts"])),
-                        "--concurrency", ",".join(map(str, u["concurrency"])), "--duration", "2s",
-                        "--max-tokens", str(u["max_tokens"]), "--out", str(base / "check"))
-        assert check.returncode == 0, check.stdout + check.stderr
+    sim = sims("tiny", **UNKNOWN)
+    fitted = llmload("run", "--host", sim.url, *FITTED_RUN, "--out", str(base / "fitted"))
+    assert fitted.returncode == 0, fitted.stdout + fitted.stderr
+    u = UNSEEN
+    check = llmload("run", "--host", sim.url, "--contexts", ",".join(map(str, u["contexts"])),
+                    "--prefill-contexts", ",".join(map(str, u["prefill_contexts"])),
+                    "--concurrency", ",".join(map(str, u["concurrency"])), "--duration", "2s",
+                    "--max-tokens", str(u["max_tokens"]), "--out", str(base / "check"))
+    assert check.returncode == 0, check.stdout + check.stderr
     return base
 
 
@@ -109,18 +98,18 @@ def test_fit_and_predict_commands(tmp_path):
     seed_dir = tmp_path / "seed"
     seed_dir.mkdir()
     (seed_dir / "results.json").write_text(json.dumps(results_to_dict(seed_results())))
-    runner = CliRunner()
-    r = runner.invoke(main, ["fit", str(seed_dir), "-o", str(tmp_path / "p.json")])
-    assert r.exit_code == 0, r.output
-    assert "| decode 16K × 2 | tbt_ms | 19.6 |" in r.output and "Profile:" in r.output
+    r = llmload("fit", seed_dir, "-o", tmp_path / "p.json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    output = r.stdout + r.stderr
+    assert "| decode 16K × 2 | tbt_ms | 19.6 |" in output and "Profile:" in output
     saved = json.loads((tmp_path / "p.json").read_text())
     assert saved["fitted_from"] == str(seed_dir) and saved["num_gpu_blocks"] == 3700
     out = tmp_path / "pred"
     # What-if: twice the KV cache, shorter outputs, a level never measured.
-    r = runner.invoke(main, ["predict", str(tmp_path / "p.json"), "--contexts", "0,16K",
-                             "--concurrency", "1,3,8", "--max-tokens", "1024", "--duration", "10s",
-                             "--set", "num_gpu_blocks=7400", "--slo", "tbt_p99=20ms", "--out", str(out)])
-    assert r.exit_code == 0, r.output
+    r = llmload("predict", tmp_path / "p.json", "--contexts", "0,16K", "--concurrency", "1,3,8",
+                "--max-tokens", "1024", "--duration", "10s", "--set", "num_gpu_blocks=7400",
+                "--slo", "tbt_p99=20ms", "--out", out)
+    assert r.returncode == 0, r.stdout + r.stderr
     doc = json.loads((out / "results.json").read_text())
     assert doc["provenance"] == "predicted" and doc["predicted_from"] == str(seed_dir)
     cells = by_key(doc)
@@ -129,11 +118,10 @@ def test_fit_and_predict_commands(tmp_path):
     report = (out / "report.md").read_text()
     assert report.count(f"Predicted (fitted from {seed_dir})") >= 3  # title, subtitle, warning
     assert "## Capacity under SLO" in report
-    bad = runner.invoke(main, ["predict", str(tmp_path / "p.json"), "--contexts", "0",
-                               "--concurrency", "x", "--out", str(out)])
-    assert bad.exit_code != 0 and "Traceback" not in bad.output
-    missing = runner.invoke(main, ["fit", str(tmp_path)])
-    assert missing.exit_code != 0 and "no such results file" in missing.output
+    bad = llmload("predict", tmp_path / "p.json", "--contexts", "0", "--concurrency", "x", "--out", out)
+    assert bad.returncode != 0 and "Traceback" not in bad.stdout + bad.stderr
+    missing = llmload("fit", tmp_path)
+    assert missing.returncode != 0 and "no such results file" in missing.stdout + missing.stderr
 
 
 def test_fit_in_virtual_time_recovers_the_profile():
