@@ -2,22 +2,15 @@
 whose answer follows from the profile."""
 
 import json
-import os
-import subprocess
-import sys
-from array import array
-from pathlib import Path
 
 import pytest
 
 from llmload.core.goodput import request_goodput
-from llmload.core.records import RequestRecord
 from llmload.core.scenario import ScenarioError, resolve
 from llmload.core.slo import SLOError, capacity, judge_cell, min_samples, next_search_level, parse_slo
 from llmload.output.markdown import section_body
 from llmload.output.sections import capacity_section
-from llmload.sim.launcher import SimProcess
-from tests_helpers import cell_of, results_of
+from tests_helpers import cell_of, llmload, record, results_of
 
 
 def test_parse_slo_forms_and_errors():
@@ -90,10 +83,9 @@ def test_render_capacity_section():
     assert capacity_section(results_of({"config": {}}), [cell(1)]) is None
 
 
-def rec(send, times, *, status="cancelled", user="u"):
-    return RequestRecord(user_id=user, tag="decode", send_s=send, chunk_times_s=array("d", times),
-                         chunk_tokens=array("I", [1] * len(times)), end_s=max([send, *times]) + 0.001,
-                         status=status)
+def rec(send, times, *, status="cancelled"):
+    """A decode request of one-token chunks at `times`, ended 1 ms after its last."""
+    return record("u", send, [(t, 1) for t in times], max([send, *times]) + 0.001, status=status, tag="decode")
 
 
 def test_request_goodput_per_request_checks():
@@ -123,14 +115,11 @@ STEP = {"step_base_ms": 10, "step_per_seq_ms": 2, "step_per_kv_token_us": 0}
 
 
 @pytest.fixture(scope="module")
-def slo_run(tmp_path_factory):
+def slo_run(tmp_path_factory, sims):
     out = tmp_path_factory.mktemp("slo") / "res"
-    with SimProcess(profile="tiny", overrides=STEP) as sim:
-        r = subprocess.run([sys.executable, "-m", "llmload", "run", "--host", sim.url,
-                            "--contexts", "0", "--prefill-contexts", "", "--concurrency", "1,2,4,8,16",
-                            "--duration", "2s", "--max-tokens", "512", "--slo", "tbt_p50=35ms",
-                            "--slo-search", "--out", str(out)],
-                           capture_output=True, text=True, timeout=600, env=dict(os.environ))
+    sim = sims("tiny", **STEP)
+    r = llmload("run", "--host", sim.url, "--contexts", "0", "--prefill-contexts", "", "--concurrency", "1,2,4,8,16",
+                "--duration", "2s", "--max-tokens", "512", "--slo", "tbt_p50=35ms", "--slo-search", "--out", out)
     assert r.returncode == 0, r.stdout + r.stderr
     return r, json.loads((out / "results.json").read_text()), out
 
