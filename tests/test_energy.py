@@ -1,16 +1,13 @@
 """Energy per token: NVML replaced at its import boundary (the `pynvml` module), never a GPU.
 
-Unit tests swap in a programmable module with a virtual clock; the end-to-end test puts
-tests/fake_nvml/pynvml.py on the run's PYTHONPATH.
+Unit tests swap in a programmable module with a virtual clock; the end-to-end tests run
+`llmload run` in this process with the `fake_nvml` fixture (tests/fake_nvml/pynvml.py).
 """
 
 import dataclasses
 import json
-import os
-import subprocess
 import sys
 import types
-from pathlib import Path
 
 import pytest
 
@@ -18,7 +15,7 @@ from llmload.core.energy import PowerWindow, cell_energy, trapezoid_j, window_en
 from llmload.output.markdown import section_body
 from llmload.output.sections import energy_section
 from llmload.io.hardware import PowerMonitor
-from tests_helpers import cell_of, results_of
+from tests_helpers import cell_of, llmload, results_of
 
 
 class Clock:
@@ -32,7 +29,7 @@ class Clock:
         self.t += s
 
 
-def fake_nvml(clock: Clock, traces, counters=None, *, init_error=None):
+def programmable_nvml(clock: Clock, traces, counters=None, *, init_error=None):
     """A pynvml module: traces[i](t) is GPU i's power in W; counters[i](t) its energy in J
     (None: the GPU has no counter)."""
     m = types.ModuleType("pynvml")
@@ -72,17 +69,17 @@ def test_no_nvml_and_no_gpu(monkeypatch):
     monitor, why = PowerMonitor.open()
     assert monitor is None and "not installed" in why
     clock = Clock()
-    monkeypatch.setitem(sys.modules, "pynvml", fake_nvml(clock, [], init_error="Driver Not Loaded"))
+    monkeypatch.setitem(sys.modules, "pynvml", programmable_nvml(clock, [], init_error="Driver Not Loaded"))
     monitor, why = PowerMonitor.open()
     assert monitor is None and "Driver Not Loaded" in why
-    monkeypatch.setitem(sys.modules, "pynvml", fake_nvml(clock, []))
+    monkeypatch.setitem(sys.modules, "pynvml", programmable_nvml(clock, []))
     assert PowerMonitor.open() == (None, "NVML sees no GPU")
 
 
 def test_power_trace_integrated_over_the_window(monkeypatch):
     clock = Clock()
     # A linear ramp: 100 W + 50 W/s from t = 1000: exact under the trapezoid rule.
-    monkeypatch.setitem(sys.modules, "pynvml", fake_nvml(clock, [lambda t: 100 + 50 * (t - 1000)]))
+    monkeypatch.setitem(sys.modules, "pynvml", programmable_nvml(clock, [lambda t: 100 + 50 * (t - 1000)]))
     monitor, why = PowerMonitor.open(clock=clock, sleep=clock.sleep)
     assert why == "" and monitor.names == ["GPU0"]
     window = monitor.sample(1002.0, 1006.0, interval_s=0.5)
@@ -103,7 +100,7 @@ def test_energy_counter_preferred_and_two_gpus_summed(monkeypatch):
     clock = Clock()
     traces = [lambda t: 200.0, lambda t: 100.0]
     counters = [lambda t: 5000 + 210.0 * t, lambda t: 7000 + 95.0 * t]  # counters disagree a bit
-    monkeypatch.setitem(sys.modules, "pynvml", fake_nvml(clock, traces, counters))
+    monkeypatch.setitem(sys.modules, "pynvml", programmable_nvml(clock, traces, counters))
     monitor, _ = PowerMonitor.open(clock=clock, sleep=clock.sleep)
     assert monitor.idle_power_w(2.0) == pytest.approx(305.0)  # from the counters: 610 J / 2 s
     window = monitor.sample(clock() + 1, clock() + 11)
@@ -112,7 +109,7 @@ def test_energy_counter_preferred_and_two_gpus_summed(monkeypatch):
     assert cell_energy(window, output_tokens=0, idle_power_w=None).j_per_output_token is None
     assert max(sum(s) for s in window.watts) == 300.0
     # One GPU without a counter: the trace for both, not half a counter.
-    monkeypatch.setitem(sys.modules, "pynvml", fake_nvml(clock, traces, [counters[0], None]))
+    monkeypatch.setitem(sys.modules, "pynvml", programmable_nvml(clock, traces, [counters[0], None]))
     monitor, _ = PowerMonitor.open(clock=clock, sleep=clock.sleep)
     window = monitor.sample(clock(), clock() + 10)
     assert window_energy_j(window) == (pytest.approx(3000.0), "power trace")
@@ -132,23 +129,17 @@ def test_render_energy_section():
 
 # ------------------------------------------------------------------ end to end
 
-FAKE = str(Path(__file__).with_name("fake_nvml"))
-
-
-def run(tmp_path, name, **env):
+def run(tmp_path, name):
     out = tmp_path / name
-    r = subprocess.run([sys.executable, "-m", "llmload", "run", "--sim-profile", "tiny", "--energy", "on",
-                        "--contexts", "0", "--prefill-contexts", "", "--concurrency", "1,2",
-                        "--duration", "1s", "--max-tokens", "64", "--out", str(out)],
-                       capture_output=True, text=True, timeout=300,
-                       env={**os.environ, "PYTHONPATH": FAKE + os.pathsep + os.environ.get("PYTHONPATH", ""),
-                            **env})
+    r = llmload("run", "--sim-profile", "tiny", "--energy", "on", "--contexts", "0", "--prefill-contexts", "",
+                "--concurrency", "1,2", "--duration", "1s", "--max-tokens", "64", "--out", out)
     assert r.returncode == 0, r.stdout + r.stderr
     return r, json.loads((out / "results.json").read_text()), out
 
 
-def test_run_with_two_fake_gpus_and_counters(tmp_path):
-    r, doc, out = run(tmp_path, "gpu", LLMLOAD_FAKE_NVML="150,100", LLMLOAD_FAKE_NVML_COUNTER="1")
+def test_run_with_two_fake_gpus_and_counters(tmp_path, fake_nvml):
+    fake_nvml("150,100", counter=True)
+    r, doc, out = run(tmp_path, "gpu")
     assert "Energy: Fake GPU 0, Fake GPU 1 · idle 25" in r.stdout and "W · from the energy counter" in r.stdout
     assert doc["energy"]["status"] == "measured" and doc["energy"]["idle_power_w"] == pytest.approx(250.0, rel=0.01)
     decode = [c for c in doc["cells"] if c["phase"] == "decode"]
@@ -161,8 +152,9 @@ def test_run_with_two_fake_gpus_and_counters(tmp_path):
     assert "## Energy per token" in (out / "report.md").read_text()
 
 
-def test_run_without_a_gpu_goes_on_and_says_so(tmp_path):
-    r, doc, out = run(tmp_path, "nogpu", LLMLOAD_FAKE_NVML="none")
+def test_run_without_a_gpu_goes_on_and_says_so(tmp_path, fake_nvml):
+    fake_nvml("none")
+    r, doc, out = run(tmp_path, "nogpu")
     assert "Energy: not measured (NVML unavailable: Driver Not Loaded); the run goes on." in r.stdout
     assert doc["energy"] == {"status": "not_measured", "reason": "NVML unavailable: Driver Not Loaded"}
     assert all(c["status"] == "valid" for c in doc["cells"])
