@@ -135,6 +135,15 @@ def _spec(cls: type) -> tuple[tuple[str, Any, bool], ...]:
                   and f.default_factory is dataclasses.MISSING) for f in dataclasses.fields(cls))
 
 
+#: JSON scalars: the Python types each field type accepts, and its name in an error.
+_SCALARS: dict[type, tuple[tuple[type, ...], str]] = {
+    bool: ((bool,), "true or false"),
+    int: ((int,), "an integer"),
+    float: ((int, float), "a number"),
+    str: ((str,), "a string"),
+}
+
+
 def _value(value: Any, hint: Any, where: str) -> Any:
     """`value` checked against the type `hint` (and made its typed form)."""
     origin = typing.get_origin(hint)
@@ -145,21 +154,11 @@ def _value(value: Any, hint: Any, where: str) -> Any:
         return _value(value, args[0], where)
     if hint is Any:
         return value
-    if hint is bool:
-        if not isinstance(value, bool):
-            raise _wrong(value, where, "true or false")
-        return value
-    if hint is int:
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise _wrong(value, where, "an integer")
-        return value
-    if hint is float:
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
-            raise _wrong(value, where, "a number")
-        return value
-    if hint is str:
-        if not isinstance(value, str):
-            raise _wrong(value, where, "a string")
+    if hint in _SCALARS:
+        accepted, expected = _SCALARS[hint]
+        # JSON's true/false are Python bools, which are ints: a number is never a bool here.
+        if not isinstance(value, accepted) or (isinstance(value, bool) and hint is not bool):
+            raise _wrong(value, where, expected)
         return value
     if origin is tuple:
         if not isinstance(value, list):

@@ -210,17 +210,16 @@ class ResultsWriter:
         self._write(final=True)
 
     def _write(self, *, html: bool = True, final: bool = False) -> None:
-        results = self._require()
-        atomic_write_text(self.out_dir / RESULTS_FILE, _document_text(results))
+        text = _write_json(self._require(), self.out_dir)
         if html and not final and self._html_at is not None and time.monotonic() - self._html_at < HTML_EVERY_S:
             html = False
-        self._write_renderings(results, html=html)
+        self._write_renderings(text, html=html)
         if html:
             self._html_at = time.monotonic()
 
-    def _write_renderings(self, results: Results, *, html: bool) -> None:
+    def _write_renderings(self, text: str, *, html: bool) -> None:
         try:
-            write_renderings(results, self.out_dir, html=html)
+            _write_pages(_read_back(text, self.out_dir), self.out_dir, html=html)
             self.render_error = None
         except Exception as exc:
             self.render_error = f"{type(exc).__name__}: {exc}"
@@ -233,8 +232,20 @@ def write_document(results: Results, out_dir: str | os.PathLike[str]) -> Path:
     """Rewrite a results directory's results.json (atomically, secrets masked) and its
     renderings from `results` (`llmload report --recompute`); returns the path of report.md."""
     out = Path(out_dir)
-    atomic_write_text(out / RESULTS_FILE, _document_text(results))
-    return write_renderings(results, out)
+    return _write_pages(_read_back(_write_json(results, out), out), out)
+
+
+def _write_json(results: Results, out: Path) -> str:
+    """Write results.json (atomically, cleaned, secrets masked); returns its text."""
+    text = _document_text(results)
+    atomic_write_text(out / RESULTS_FILE, text)
+    return text
+
+
+def _read_back(text: str, out: Path) -> Results:
+    """The results as a results.json text holds them: what the pages render (`as_written` of
+    results already written, without serializing them again)."""
+    return results_from_dict(json.loads(text), source=str(out / RESULTS_FILE))
 
 
 def _drawn(cell: CellResult) -> bool:
@@ -247,11 +258,15 @@ def write_renderings(results: Results, out_dir: str | os.PathLike[str], *, html:
     results into out_dir (each atomically); returns the path of report.md. Rendered from the
     results as results.json holds them, secrets masked (also those of a file written by an
     older llmload, or edited by hand)."""
+    out = Path(out_dir)
+    return _write_pages(as_written(results, source=str(out / RESULTS_FILE)), out, html=html)
+
+
+def _write_pages(shown: Results, out: Path, *, html: bool = True) -> Path:
+    """measurements.csv, report.md and (with html) report.html of results as written."""
     # Imported here: pandas is slow to import and results.json must not depend on it.
     from llmload.output import report
 
-    out = Path(out_dir)
-    shown = as_written(results, source=str(out / RESULTS_FILE))
     atomic_write_text(out / CSV_FILE, report.measurements_frame(shown).to_csv(index=False))
     atomic_write_text(out / REPORT_FILE, report.render_markdown(shown))
     if html:
