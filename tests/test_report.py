@@ -15,10 +15,10 @@ from llmload.output.report import CSV_COLUMNS, measurements_frame, render_markdo
 from llmload.core.cellresult import CELL_KEYS, CellResult, ServerLoad
 from llmload.core.resultsjson import cell_from_dict, planned_from_dict, planned_to_dict, results_to_dict
 from llmload.core.runresults import new_results, utc_now_iso
-from llmload.output.results import SCHEMA_VERSION, ResultsError, load_results, new_cell
+from llmload.output.results import SCHEMA_VERSION, ResultsError, load_results
 from llmload.output.resultswriter import ResultsWriter
 from llmload.core.scenario import Scenario
-from tests_helpers import results_of
+from tests_helpers import new_cell, results_of
 
 K = 1024
 LAUNCH = (
@@ -454,8 +454,12 @@ def test_writer_rejects_bad_meta(tmp_path):
         new_results(provenance="simulated", started_at=None)
     with pytest.raises(RuntimeError):
         ResultsWriter(tmp_path).add_cell(seed_cells()[0])
+    writer = ResultsWriter(tmp_path)
+    writer.start(meta())
     with pytest.raises(ValueError, match="status"):
-        new_cell(phase="decode", context_tokens=0, concurrency=1, status="ok")
+        writer.add_cell(dataclasses.replace(seed_cells()[0], status="ok"))
+    with pytest.raises(ValueError, match="phase"):
+        writer.add_cell(dataclasses.replace(seed_cells()[0], phase="warmup"))
 
 
 def test_numpy_and_nan_values_become_json(tmp_path):

@@ -18,13 +18,14 @@ import urllib.request
 from array import array
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 from llmload import __version__
-from llmload.core.cellresult import CellResult
+from llmload.core.cellresult import CELL_KEYS, CellResult
 from llmload.core.records import RequestRecord
 from llmload.core.resultsjson import cell_from_dict, results_from_dict
 from llmload.core.runresults import Results
+from llmload.output.results import CELL_STATUSES
 
 SERVER = Path(__file__).with_name("stream_server.py")
 
@@ -203,3 +204,18 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def new_cell(*, phase: str, context_tokens: int, concurrency: int, status: str, **values: Any
+             ) -> dict[str, Any]:
+    """A results.json cell dict with every CELL_KEYS key (None where not given; error_samples
+    []), for a test's hand-made document."""
+    if phase not in ("prefill", "decode"):
+        raise ValueError(f"cell phase {phase!r} must be 'prefill' or 'decode'")
+    if status not in CELL_STATUSES:
+        raise ValueError(f"cell status {status!r} is not one of {', '.join(CELL_STATUSES)}")
+    cell: dict[str, Any] = {**dict.fromkeys(CELL_KEYS), "error_samples": []}
+    cell.update((k, v) for k, v in values.items() if not (k == "error_samples" and v is None))
+    cell.update(phase=phase, context_tokens=int(context_tokens), concurrency=int(concurrency),
+                status=status)
+    return cell

@@ -49,7 +49,7 @@ Top level:
 - plan: list of planned cells (`capacity.PlannedCell`, `resultsjson.planned_to_dict`): phase, context_tokens,
   concurrency, status ("run" | "over_capacity" | "exceeds_context"), reason,
   prompt_tokens, max_tokens, prefill_source.
-- cells: list of cell dicts, one per measured or skipped cell, keys CELL_KEYS in that order
+- cells: list of cell dicts, one per measured or skipped cell, keys `llmload.core.cellresult.CELL_KEYS` in that order
   (`llmload.core.cellresult.CellResult`, written by `llmload.core.resultsjson.cell_to_dict`;
   extra keys are kept):
   - identity: phase ("prefill" | "decode"), context_tokens, concurrency (1 for prefill).
@@ -108,14 +108,12 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
 
-from llmload.core.cellresult import CELL_KEYS
 from llmload.core.resultsjson import ResultsError, results_from_dict
 from llmload.core.runresults import PROVENANCES, SCHEMA_VERSION, Results, utc_now_iso
 
 __all__ = ["CELL_STATUSES", "CSV_FILE", "HTML_FILE", "PROVENANCES", "REPORT_FILE", "RESULTS_FILE",
-           "SCHEMA_VERSION", "ResultsError", "load_results", "new_cell", "utc_now_iso"]
+           "SCHEMA_VERSION", "ResultsError", "load_results", "utc_now_iso"]
 
 RESULTS_FILE = "results.json"
 CSV_FILE = "measurements.csv"
@@ -126,21 +124,6 @@ CELL_STATUSES = (
     "valid", "over_capacity", "exceeds_context", "errors", "saturated", "client_bound",
     "stalled", "not_run", "running",
 )
-
-
-def new_cell(*, phase: str, context_tokens: int, concurrency: int, status: str, **values: Any
-             ) -> dict[str, Any]:
-    """A cell dict with every CELL_KEYS key (None where not given; error_samples []), as a
-    page takes it."""
-    if phase not in ("prefill", "decode"):
-        raise ValueError(f"cell phase {phase!r} must be 'prefill' or 'decode'")
-    if status not in CELL_STATUSES:
-        raise ValueError(f"cell status {status!r} is not one of {', '.join(CELL_STATUSES)}")
-    cell: dict[str, Any] = {**dict.fromkeys(CELL_KEYS), "error_samples": []}
-    cell.update((k, v) for k, v in values.items() if not (k == "error_samples" and v is None))
-    cell.update(phase=phase, context_tokens=int(context_tokens), concurrency=int(concurrency),
-                status=status)
-    return cell
 
 
 # --------------------------------------------------------------------------- reader

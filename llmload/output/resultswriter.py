@@ -34,13 +34,22 @@ from llmload.core.cellresult import CellResult
 from llmload.core.redact import scrub_obj
 from llmload.core.resultsjson import results_from_dict, results_to_dict
 from llmload.core.runresults import SCHEMA_VERSION, Results, utc_now_iso
-from llmload.output.results import CSV_FILE, HTML_FILE, REPORT_FILE, RESULTS_FILE
+from llmload.output.results import CELL_STATUSES, CSV_FILE, HTML_FILE, REPORT_FILE, RESULTS_FILE
 
 logger = logging.getLogger(__name__)
 
 
 def _identity(cell: CellResult) -> tuple[str, int, int]:
     return (cell.phase, cell.context_tokens, cell.concurrency)
+
+
+def _checked(cell: CellResult) -> CellResult:
+    """A cell the writer takes: a known phase and status (ValueError otherwise)."""
+    if cell.phase not in ("prefill", "decode"):
+        raise ValueError(f"cell phase {cell.phase!r} must be 'prefill' or 'decode'")
+    if cell.status not in CELL_STATUSES:
+        raise ValueError(f"cell status {cell.status!r} is not one of {', '.join(CELL_STATUSES)}")
+    return cell
 
 
 # --------------------------------------------------------------------------- cleaning
@@ -179,6 +188,7 @@ class ResultsWriter:
         is redrawn only for a cell with figures: a run lists every planned cell first, and the
         page of a cell without figures can wait for the next measured cell or `finish`."""
         results = self._require()
+        _checked(cell)
         if self.has_cell(cell):
             raise ValueError(f"cell {_identity(cell)} is already in the results; update it")
         self._results = dataclasses.replace(results, cells=(*results.cells, cell))
@@ -187,6 +197,7 @@ class ResultsWriter:
     def update_cell(self, cell: CellResult) -> None:
         """Replace the cell with the same phase/context/concurrency and write."""
         results = self._require()
+        _checked(cell)
         cells = list(results.cells)
         for i, existing in enumerate(cells):
             if _identity(existing) == _identity(cell):
