@@ -259,3 +259,14 @@ def test_the_bisection_stops_at_its_bound_per_context():
     unbounded = slo_search([0], cells, SLO, lambda level: _level(0, level.concurrency))
     bounded = slo_search([0], cells, SLO, lambda level: _level(0, level.concurrency), max_cells=3)
     assert len(unbounded) == 10 and [c.concurrency for c in bounded] == [c.concurrency for c in unbounded[:3]]
+
+
+def test_a_refusal_quoting_a_value_from_the_file_masks_a_secret(tmp_path):
+    """A malformed value is quoted in the refusal: a secret in it is masked like everything
+    llmload prints."""
+    from tests_helpers import llmload as run_llmload, one_line_error
+    key = "sk-test-abcdef0123456789"
+    (tmp_path / "results.json").write_text(json.dumps(_doc(ttft_ms=key)))
+    line = one_line_error(run_llmload("report", str(tmp_path), env={"OPENAI_API_KEY": key}))
+    assert "cells[0].ttft_ms is a str" in line
+    assert key not in line

@@ -8,9 +8,14 @@ import click
 
 
 class Refused(click.ClickException):
-    """Bad input found after parsing (e.g. a results directory in use): exit 2, one line."""
+    """Bad input found after parsing (e.g. a results directory in use): exit 2, one line,
+    through the secret scrubber (the line may quote a value read from a file)."""
 
     exit_code = 2
+
+    def __init__(self, message: str) -> None:
+        from llmload.core.redact import scrub
+        super().__init__(scrub(message))
 
 
 def echo(text: str = "") -> None:
