@@ -33,7 +33,8 @@ from dataclasses import dataclass, replace
 #: Seconds assumed per cell for warm-up when estimating how long a plan takes.
 WARMUP_ESTIMATE_S = 5.0
 
-PHASES = ("prefill", "decode")
+PHASES = ("prefill", "decode", "session", "rate", "replay")
+"""The matrix's phases, then the other workloads' (`llmload.core.workloads`)."""
 PLAN_STATUSES = ("run", "queued", "over_capacity", "exceeds_context")
 RUN_STATUSES = ("run", "queued")
 PREFILL_SOURCES = ("decode_warmup", "standalone")
@@ -59,6 +60,11 @@ class PlannedCell:
     """Output tokens each request asks for: M for decode, 1 for prefill."""
     prefill_source: str | None = None
     """Prefill cells that run: "decode_warmup" or "standalone"; None otherwise."""
+    rate_rps: float | None = None
+    """Rate cells: the requests per second sent (replay: None)."""
+    turns: int | None = None
+    """Session cells: the turns a conversation runs (the scenario's, or fewer where a later
+    turn would exceed the context)."""
 
     @property
     def runs(self) -> bool:

@@ -83,8 +83,47 @@ class CellTiming:
     overhead_s: float
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CellTraffic:
+    """The figures of the workloads beyond the matrix (`llmload.core.workloads`): open-loop
+    arrivals (rate, replay) and chat sessions; None (or empty) for matrix cells."""
+
+    rate_rps: float | None = None
+    """Rate cells: the requests per second scheduled."""
+    arrivals: str | None = None
+    """Rate cells: "poisson" or "constant"; replay: "trace"."""
+    achieved_rate_rps: float | None = None
+    """Requests sent in the window per second of window."""
+    send_lateness_ms_p50: float | None = None
+    """How late requests were sent against their schedule (send − scheduled), median."""
+    send_lateness_ms_p99: float | None = None
+    in_flight_cap: int | None = None
+    """The cap on requests in flight (all processes)."""
+    cap_waits: int | None = None
+    """Requests that waited for a free place under the cap (sent late because of it)."""
+    e2e_ms: float | None = None
+    """End-to-end latency (send to last byte) of the requests that completed, median."""
+    e2e_p90_ms: float | None = None
+    e2e_p99_ms: float | None = None
+    turns: int | None = None
+    """Session cells: turns per conversation."""
+    ttft_by_turn_ms: tuple[float | None, ...] = ()
+    """Session cells: median TTFT of each turn's requests, the first turn first (None: no
+    request of that turn had a first token in the window)."""
+    turn_requests: tuple[int, ...] = ()
+    """Session cells: the requests of each turn behind ttft_by_turn_ms."""
+    cached_prompt_ratio: float | None = None
+    """Prompt tokens served from the prefix cache (usage cached_tokens) over prompt tokens."""
+    server_cached_prompt_ratio: float | None = None
+    """The same share from the server's prefix-cache counters over the window, where it has them."""
+    context_reached_tokens: int | None = None
+    """Session cells: the longest prompt sent (server's count where it reported one)."""
+    trace_requests: int | None = None
+    """Replay: the trace's requests (the cell's requests_sent add up to it)."""
+
+
 CELL_GROUPS = {"server_load": ServerLoad, "client_load": ClientLoad, "server_timing": ServerTiming,
-               "slo": CellSlo, "energy": CellEnergy}
+               "slo": CellSlo, "energy": CellEnergy, "traffic": CellTraffic}
 """The CellResult fields that are groups: a results.json cell holds their fields flat."""
 
 
@@ -138,6 +177,7 @@ class CellResult:
     prompt_length_note: str | None = None
     slo: CellSlo = CellSlo()
     energy: CellEnergy = CellEnergy()
+    traffic: CellTraffic = CellTraffic()
     records_file: str | None = None
     timing: CellTiming | None = None
     extra: Mapping[str, Any] = field(default_factory=dict, hash=False)

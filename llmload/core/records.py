@@ -88,6 +88,11 @@ class RequestRecord:
     reasoning_tokens: int | None = None
     """Tokens of the chunks that carried only reasoning text (see the module docstring);
     None when no chunk carried reasoning text: the stream did not tell thinking apart."""
+    scheduled_s: float | None = None
+    """Rate and replay: when the request was due to be sent (send_s - scheduled_s is how
+    late it went); None for closed-loop requests."""
+    turn: int | None = None
+    """Sessions: the request's turn in its conversation (1 = the first)."""
 
     @property
     def first_token_s(self) -> float | None:

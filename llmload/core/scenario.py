@@ -90,7 +90,28 @@ class Scenario:
     runs on this machine and is not the simulator)."""
     slo_search: bool = False
     """After the matrix, bisect N between the last level meeting the SLO and the first failing
-    one, per context, as extra cells."""
+    one, per context, as extra cells (rate workload: the rate, per context)."""
+    workload: str = "matrix"
+    """"matrix" (the speed-test matrix), "sessions", "rate" or "replay" (`llmload.core.workloads`)."""
+    system_prompt_tokens: tuple[int, ...] = (1024,)
+    """Sessions: the shared system prompt's tokens S, one cell row per value."""
+    turns: int = 4
+    """Sessions: turns per conversation."""
+    turn_tokens: int = 128
+    """Sessions: new user tokens U per turn."""
+    think_time: str = "0"
+    """Sessions: seconds between an answer and the next turn ("2"; "exp:2" exponential, mean 2)."""
+    rates: tuple[float, ...] = (1.0, 2.0, 4.0)
+    """Rate: requests per second, one cell column per value."""
+    arrivals: str = "poisson"
+    """Rate: "poisson" or "constant" arrivals."""
+    max_in_flight: int = 256
+    """Rate and replay: the most requests in flight at once (all processes); an arrival that
+    finds it full waits, and the cell says so."""
+    trace: str | None = None
+    """Replay: the JSONL trace file (`llmload.core.trace`)."""
+    speedup: float = 1.0
+    """Replay: time compression of the trace's timestamps (2 = twice as fast)."""
 
     def __post_init__(self) -> None:
         # Constructing a Scenario directly validates it the same way files and flags are.

@@ -7,11 +7,13 @@ source and the key (`ScenarioError`). The keys of `PARSERS` are the valid scenar
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
 from llmload.core.units import parse_duration, parse_int_list, parse_pairs, parse_token_list, parse_tokens
+from llmload.core.workloads import ARRIVALS, WORKLOADS, parse_think_time
 
 ENDPOINTS = ("completions", "chat")
 _TRUE = {"true", "yes", "on", "1"}
@@ -187,6 +189,47 @@ def _token_tuple(value: Any) -> tuple[int, ...]:
     return tuple(parse_token_list(value))
 
 
+def _choice(value: Any, what: str, choices: tuple[str, ...]) -> str:
+    text = _text(value).strip().lower()
+    if text not in choices:
+        raise ValueError(f"{what} {value!r} must be one of {', '.join(choices)}")
+    return text
+
+
+def _nonempty_tokens(value: Any, what: str) -> tuple[int, ...]:
+    values = tuple(parse_token_list(value))
+    if not values:
+        raise ValueError(f"needs at least one {what} length")
+    return values
+
+
+def _positive_number(value: Any) -> float:
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} must be a number greater than 0")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{value!r} must be a number greater than 0") from None
+    if not math.isfinite(number) or number <= 0:
+        raise ValueError(f"{value!r} must be a number greater than 0")
+    return number
+
+
+def _rates(value: Any) -> tuple[float, ...]:
+    """Requests per second: "1,2,4.5" or a YAML list; each greater than 0."""
+    items = [v for v in (value.split(",") if isinstance(value, str) else value if isinstance(value, (list, tuple))
+                         else [value]) if not (isinstance(v, str) and not v.strip())]
+    if not items:
+        raise ValueError("needs at least one rate (requests/s)")
+    out = []
+    for item in items:
+        try:
+            out.append(_positive_number(item.strip() if isinstance(item, str) else item))
+        except ValueError:
+            raise ValueError(f"rate {item!r} must be requests per second greater than 0") from None
+    return tuple(out)
+
+
 PARSERS: dict[str, Callable[[Any], Any]] = {
     "name": _nonempty_text,
     "description": lambda v: "" if v is None else _text(v),
@@ -210,4 +253,14 @@ PARSERS: dict[str, Callable[[Any], Any]] = {
     "slo": lambda v: _slo(v),
     "slo_search": _bool,
     "energy": lambda v: _energy(v),
+    "workload": lambda v: _choice(v, "workload", WORKLOADS),
+    "system_prompt_tokens": lambda v: _nonempty_tokens(v, "system prompt"),
+    "turns": _int_at_least(1, 10_000),
+    "turn_tokens": _tokens_at_least_1,
+    "think_time": lambda v: str(parse_think_time(v)),
+    "rates": _rates,
+    "arrivals": lambda v: _choice(v, "arrivals", ARRIVALS),
+    "max_in_flight": _int_at_least(1, 100_000),
+    "trace": _optional_text,
+    "speedup": _positive_number,
 }

@@ -78,6 +78,25 @@ class CellSpec(_Message):
     sized from tokens_per_word)."""
     text_tail: int = -1
     """The fitted text's tail word (`PromptBuilder.tail_words`; -1: none)."""
+    # The workloads beyond the matrix (kind "session", "rate", "replay"; `llmload.core.workloads`).
+    system_prompt_tokens: int = 0
+    """Session: the shared system prompt's tokens (same text for every user)."""
+    turns: int = 0
+    """Session: turns per conversation (then a new conversation starts)."""
+    turn_tokens: int = 0
+    think_time: str = "0"
+    rate_rps: float = 0.0
+    """Rate: requests per second over all pacing users (each sends its share)."""
+    arrivals: str = "poisson"
+    max_in_flight: int = 0
+    """Rate and replay: requests in flight at most over all pacing users (each its share)."""
+    pacers: int = 0
+    """Rate and replay: the pacing users of the cell, over all processes."""
+    trace: tuple[tuple, ...] = ()
+    """Replay: (t_s after t0, input_tokens, output_tokens, hash_ids tuple, prompt text or "")
+    per request, already divided by the speedup; pacer i of P sends every P-th from the i-th."""
+    drain_s: float = 0.0
+    """Rate and replay: how long after t1 requests sent in the window may run on (then cancelled)."""
 
     @classmethod
     def idle(cls, cell_id: str) -> "CellSpec":
@@ -86,11 +105,13 @@ class CellSpec(_Message):
     def to_wire(self) -> dict[str, Any]:
         d = asdict(self)
         d["pool_ids"] = list(self.pool_ids)
+        d["trace"] = [[t, i, o, list(h), p] for t, i, o, h, p in self.trace]
         return d
 
     @classmethod
     def from_wire(cls, data: dict[str, Any]) -> "CellSpec":
-        return _from_fields(cls, {**data, "pool_ids": tuple(data.get("pool_ids") or ())})
+        trace = tuple((t, i, o, tuple(h), p) for t, i, o, h, p in data.get("trace") or ())
+        return _from_fields(cls, {**data, "pool_ids": tuple(data.get("pool_ids") or ()), "trace": trace})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

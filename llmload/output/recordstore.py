@@ -70,6 +70,8 @@ RECORD_COLUMNS: dict[str, pa.DataType] = {
     "retry_after_s": pa.float64(),
     "first_answer_s": pa.float64(),
     "reasoning_tokens": pa.int64(),
+    "scheduled_s": pa.float64(),
+    "turn": pa.int64(),
 }
 RECORD_SCHEMA = pa.schema([pa.field(name, t) for name, t in RECORD_COLUMNS.items()])
 #: Cell identity columns the export puts before the record columns.
@@ -83,7 +85,8 @@ class RecordsError(ValueError):
 
 
 def cell_file_name(planned: PlannedCell) -> str:
-    return f"{planned.phase}-{planned.context_tokens}-x{planned.concurrency}.parquet"
+    rate = f"-r{planned.rate_rps:g}" if planned.rate_rps is not None else ""
+    return f"{planned.phase}-{planned.context_tokens}-x{planned.concurrency}{rate}.parquet"
 
 
 def records_table(records: Iterable[RequestRecord]) -> pa.Table:

@@ -99,6 +99,18 @@ Top level:
     (llmload.core.energy) power_mean_w, power_max_w, energy_j, energy_source, power_samples,
     j_per_output_token, output_tokens_per_j, idle_power_w, energy_above_idle_j,
     j_per_output_token_above_idle.
+  - the workloads beyond the matrix (`llmload.core.workloads`; phase "session", "rate" or
+    "replay"; null or empty for matrix cells, `llmload.core.cellresult.CellTraffic`): rate_rps
+    and arrivals (rate cells: the schedule), achieved_rate_rps (requests sent in the window per
+    second), send_lateness_ms_p50, send_lateness_ms_p99 (send time minus schedule),
+    in_flight_cap and cap_waits (requests that waited for a place under the cap; the cell is
+    then "in_flight_cap"), e2e_ms, e2e_p90_ms, e2e_p99_ms (send to end of the requests that
+    completed), turns, ttft_by_turn_ms (list, first turn first), turn_requests (list),
+    cached_prompt_ratio (usage cached tokens over prompt tokens), server_cached_prompt_ratio
+    (from the server's prefix-cache counters), context_reached_tokens, trace_requests. For a
+    session cell, context_tokens is the shared system prompt S and concurrency the users; for
+    a rate cell, concurrency is 0 and the plan's rate_rps names the rate; plan entries carry
+    rate_rps and turns (null for the matrix).
 - energy (optional): {"status": "measured" | "not_measured" | "off", "reason", "gpus",
   "idle_power_w", "source"}.
 """
@@ -122,7 +134,7 @@ HTML_FILE = "report.html"
 
 CELL_STATUSES = (
     "valid", "over_capacity", "exceeds_context", "errors", "saturated", "client_bound",
-    "stalled", "not_run", "running",
+    "stalled", "not_run", "running", "in_flight_cap",
 )
 
 
