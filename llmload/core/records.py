@@ -91,6 +91,9 @@ class RequestRecord:
     scheduled_s: float | None = None
     """Rate and replay: when the request was due to be sent (send_s - scheduled_s is how
     late it went); None for closed-loop requests."""
+    cap_wait: bool | None = None
+    """Rate and replay: the request waited for a place under the in-flight cap before it
+    was sent; None for closed-loop requests."""
     turn: int | None = None
     """Sessions: the request's turn in its conversation (1 = the first)."""
 

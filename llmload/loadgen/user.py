@@ -108,6 +108,14 @@ class LLMUser(User):
         key = f"{cell.run_id}/{cell.id}/{self.user_id}"
         name = cell.name
         count_key = engine_caps(cell.engine).count_key
+        if cell.kind == "session":
+            from llmload.loadgen.sessions import run_session_cell
+            run_session_cell(self, client, cell)
+            return
+        if cell.kind in ("rate", "replay"):
+            from llmload.loadgen.pacer import run_paced_cell
+            run_paced_cell(self, cell)
+            return
         if cell.kind == "prefill":
             for i in range(cell.repeats):
                 rec = client.stream(cell.path, self._body(cell, f"{key}/{i}", 1, cold=True),

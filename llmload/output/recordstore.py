@@ -71,6 +71,7 @@ RECORD_COLUMNS: dict[str, pa.DataType] = {
     "first_answer_s": pa.float64(),
     "reasoning_tokens": pa.int64(),
     "scheduled_s": pa.float64(),
+    "cap_wait": pa.bool_(),
     "turn": pa.int64(),
 }
 RECORD_SCHEMA = pa.schema([pa.field(name, t) for name, t in RECORD_COLUMNS.items()])
