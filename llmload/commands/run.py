@@ -20,6 +20,9 @@ SCENARIO_OPTIONS = {
     "request_timeout": "request_timeout_s", "prefill_repeats": "prefill_repeats",
     "server_hardware": "server_hardware", "server_info": "server_info",
     "slo": "slo", "slo_search": "slo_search", "energy": "energy",
+    "workload": "workload", "system_prompt_tokens": "system_prompt_tokens", "turns": "turns",
+    "turn_tokens": "turn_tokens", "think_time": "think_time", "rates": "rates", "arrivals": "arrivals",
+    "max_in_flight": "max_in_flight", "trace": "trace", "speedup": "speedup",
 }
 
 
@@ -58,7 +61,19 @@ SCENARIO_OPTIONS = {
               help="GPU power and energy per token via NVML (auto: when the server runs here).")
 @click.option("--slo", help="Service-level objective, e.g. 'ttft_p99=2s,tbt_p99=50ms,per_request_tok_s=20'.")
 @click.option("--slo-search/--no-slo-search", default=None,
-              help="Bisect N between the last level meeting the SLO and the first failing one.")
+              help="Bisect N (rate workload: the rate) between the last level meeting the SLO and the first failing one.")
+@click.option("--workload", type=click.Choice(["matrix", "sessions", "rate", "replay"]),
+              help="matrix (default): the speed test matrix; sessions: chat conversations; rate: open-loop "
+              "arrivals; replay: a trace (docs/workloads.md).")
+@click.option("--system-prompt-tokens", help="Sessions: shared system prompt lengths S, e.g. 1K,4K.")
+@click.option("--turns", help="Sessions: turns per conversation (default 4).")
+@click.option("--turn-tokens", help="Sessions: new user tokens per turn (default 128).")
+@click.option("--think-time", help="Sessions: seconds between turns, e.g. 2 or exp:2 (exponential, mean 2).")
+@click.option("--rates", help="Rate: requests per second, e.g. 1,2,4.")
+@click.option("--arrivals", type=click.Choice(["poisson", "constant"]), help="Rate: arrival process (default poisson).")
+@click.option("--max-in-flight", help="Rate and replay: most requests in flight at once (default 256).")
+@click.option("--trace", help="Replay: JSONL trace (Mooncake or plain).")
+@click.option("--speedup", help="Replay: play the trace this many times faster (default 1).")
 def run(scenario_file, out_dir, resume_dir, force, max_error_rate, master_bind, expect_workers, api_key,
         **options) -> None:
     """Run the speed test matrix (SCENARIO_FILE: e.g. scenarios/quick.yaml).
@@ -70,7 +85,8 @@ def run(scenario_file, out_dir, resume_dir, force, max_error_rate, master_bind, 
     from llmload.core.redact import remember_secrets, scrub
     from llmload.output.results import ResultsError, load_results
     from llmload.output.rundir import RunDirError
-    from llmload.matrix.context import RunError
+    from llmload.matrix.context import PlanRefused, RunError
+    from llmload.core.trace import TraceError
     from llmload.matrix.runmatrix import run_matrix
     from llmload.core.scenario import Scenario, ScenarioError, load_scenario, resolve
     remember_secrets(api_key=api_key, host=options.get("host"))
@@ -87,15 +103,17 @@ def run(scenario_file, out_dir, resume_dir, force, max_error_rate, master_bind, 
                 base = Scenario.from_dict(dict(load_results(resume_dir).config))
             except ResultsError as exc:
                 raise Refused(scrub(f"--resume: {exc}")) from None
-        scenario = resolve(base, file_values, cli_values)
+        scenario = workload_checked(resolve(base, file_values, cli_values))
     except (ScenarioError, ValueError, OSError) as exc:
         raise click.UsageError(scrub(str(exc))) from None
+    except TraceError as exc:
+        raise Refused(scrub(str(exc))) from None
     with _interrupt_on_signals():
         try:
             out = run_matrix(scenario, api_key=api_key or None, out_dir=resume_dir or out_dir,
                              master_bind=master_bind, expect_workers=expect_workers, echo=echo,
                              force=force, resume=bool(resume_dir))
-        except RunDirError as exc:
+        except (RunDirError, PlanRefused) as exc:
             raise Refused(scrub(str(exc))) from None
         except OSError as exc:
             where = f" {exc.filename}" if getattr(exc, "filename", None) else ""
@@ -114,6 +132,21 @@ def run(scenario_file, out_dir, resume_dir, force, max_error_rate, master_bind, 
             echo(f"Finished with errors: {len(failed)} cell(s) with failed requests above "
                  f"--max-error-rate {max_error_rate:g} (exit status {exitcodes.CELL_ERRORS}).")
             sys.exit(exitcodes.CELL_ERRORS)
+
+
+def workload_checked(scenario):
+    """The scenario as its workload runs it: sessions use the chat API; a replay needs its
+    trace, read and checked here (`TraceError`: FILE:LINE, before anything runs)."""
+    from dataclasses import replace
+
+    from llmload.core.trace import TraceError, load_trace
+    if scenario.workload == "sessions" and scenario.endpoint != "chat":
+        return replace(scenario, endpoint="chat")
+    if scenario.workload == "replay":
+        if not scenario.trace:
+            raise TraceError("--workload replay needs --trace FILE (JSONL: Mooncake or plain)")
+        load_trace(scenario.trace)
+    return scenario
 
 
 def _check_bind(value: str | None) -> str | None:

@@ -70,6 +70,11 @@ class PlannedCell:
     def runs(self) -> bool:
         return self.status in RUN_STATUSES
 
+    @property
+    def key(self) -> tuple:
+        """The cell's identity in a run: (phase, context, N, rate) — `CellResult.key` alike."""
+        return (self.phase, self.context_tokens, self.concurrency, self.rate_rps)
+
 
 def blocks(x: int, block_size: int) -> int:
     """KV cache blocks that x tokens occupy: ceil(x / block_size)."""

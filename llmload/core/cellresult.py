@@ -184,6 +184,11 @@ class CellResult:
     """Keys of a results.json cell this llmload does not know (a newer llmload's, within the
     schema version), kept as read and written back after the known ones; not in CELL_KEYS."""
 
+    @property
+    def key(self) -> tuple:
+        """The cell's identity in a run: (phase, context, N, rate) — `PlannedCell.key` alike."""
+        return (self.phase, self.context_tokens, self.concurrency, self.traffic.rate_rps)
+
 
 def _keys() -> tuple[str, ...]:
     keys: list[str] = []

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 
 from llmload.core.capacity import PlannedCell
 from llmload.core.cellfacts import CellFacts
-from llmload.core.cellresult import CellEnergy, CellResult, CellTiming, ClientLoad, ServerLoad
+from llmload.core.cellresult import CellEnergy, CellResult, CellTiming, CellTraffic, ClientLoad, ServerLoad
 from llmload.core.cellstatus import classify_cell, longest_stall, stall_bound_s
 from llmload.core.clientload import ADDED_DELAY_BOUND_MS, delay_bound_exceeded, window_estimate
 from llmload.core.metrics import MAX_ERROR_SAMPLES, WindowFigures, median_prefill, quantile, window_figures
@@ -120,7 +120,8 @@ def not_run_cell(planned: PlannedCell) -> CellResult:
     """The planned cell without figures: its status and reason from the plan."""
     return CellResult(phase=planned.phase, context_tokens=planned.context_tokens, concurrency=planned.concurrency,
                       status=planned.status, reason=planned.reason, prompt_tokens=planned.prompt_tokens,
-                      prefill_source=planned.prefill_source, errors=0)
+                      prefill_source=planned.prefill_source, errors=0,
+                      traffic=CellTraffic(rate_rps=planned.rate_rps, turns=planned.turns))
 
 
 def assemble_cell(planned: PlannedCell, records: list[RequestRecord], facts: CellFacts) -> CellResult:

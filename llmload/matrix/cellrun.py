@@ -38,12 +38,19 @@ CHECK_EVERY_S = 0.1
 """The longest the controller waits for a message before it checks for lost workers."""
 
 
-def cell_message(ctx: RunContext, planned: PlannedCell, cell_id: str, prompts) -> CellSpec:
+DRAIN_MIN_S = 30.0
+"""Rate and replay cells: requests sent in the window run on past its end for the window's
+length, and at least this long; then they are cancelled."""
+
+
+def cell_message(ctx: RunContext, planned: PlannedCell, cell_id: str, prompts, *, pacers: int = 1) -> CellSpec:
+    """The cell as its users get it; `pacers` is the number of pacing users of a rate or
+    replay cell (one per process)."""
     sc = ctx.scenario
     fit = prompts.fit_for(planned.prompt_tokens)
-    return CellSpec(
+    spec = CellSpec(
         id=cell_id, run_id=ctx.run_id, kind=planned.phase,
-        name=f"{format_tokens(planned.context_tokens)} x{planned.concurrency}",
+        name=planned_name(planned),
         context=planned.context_tokens, prompt_tokens=planned.prompt_tokens,
         concurrency=planned.concurrency, max_tokens=planned.max_tokens,
         endpoint=sc.endpoint, path=ENDPOINT_PATHS[sc.endpoint], model=ctx.info.model,
@@ -52,6 +59,47 @@ def cell_message(ctx: RunContext, planned: PlannedCell, cell_id: str, prompts) -
         pool_ids=tuple(prompts.pool_ids), tokens_per_word=prompts.tokens_per_word,
         overhead_tokens=prompts.overhead_tokens, text_words=fit.words if fit else 0,
         text_tail=fit.tail if fit else -1)
+    if planned.phase == "session":
+        return replace(spec, system_prompt_tokens=planned.context_tokens, turns=planned.turns or sc.turns,
+                       turn_tokens=sc.turn_tokens, think_time=sc.think_time)
+    if planned.phase in ("rate", "replay"):
+        spec = replace(spec, pacers=pacers, max_in_flight=sc.max_in_flight,
+                       drain_s=max(window_s(ctx, planned), DRAIN_MIN_S))
+    if planned.phase == "rate":
+        return replace(spec, rate_rps=planned.rate_rps or 0.0, arrivals=sc.arrivals)
+    if planned.phase == "replay":
+        first = ctx.trace[0].t_s
+        return replace(spec, arrivals="trace", trace=tuple(
+            ((r.t_s - first) / sc.speedup, r.input_tokens, r.output_tokens, r.hash_ids, r.prompt or "")
+            for r in ctx.trace))
+    return spec
+
+
+def planned_name(planned: PlannedCell) -> str:
+    """The cell's request name in Locust's tables."""
+    if planned.phase == "session":
+        return f"S {format_tokens(planned.context_tokens)} x{planned.concurrency}"
+    if planned.phase == "rate":
+        return f"{format_tokens(planned.context_tokens)} @{planned.rate_rps:g}/s"
+    if planned.phase == "replay":
+        return "trace"
+    return f"{format_tokens(planned.context_tokens)} x{planned.concurrency}"
+
+
+REPLAY_TAIL_S = 0.001
+"""A replay window ends this long after the trace's last request is due (the window holds it)."""
+
+
+def window_s(ctx: RunContext, planned: PlannedCell) -> float:
+    """The cell's window: the scenario's duration; a replay, the trace's span at its speedup."""
+    if planned.phase == "replay":
+        return (ctx.trace[-1].t_s - ctx.trace[0].t_s) / ctx.scenario.speedup + REPLAY_TAIL_S
+    return ctx.scenario.duration_s
+
+
+def users_of(planned: PlannedCell, processes: int) -> int:
+    """Users a cell runs: one pacing user per process for rate and replay cells, else N."""
+    return max(processes, 1) if planned.phase in ("rate", "replay") else planned.concurrency
 
 
 class CellMeasurer:
@@ -64,8 +112,8 @@ class CellMeasurer:
         """Run one cell; returns its records and facts about the run (window, load...)."""
         self.seq += 1
         cell_id = f"c{self.seq}"
-        msg = cell_message(self.ctx, planned, cell_id, self.prompts)
-        n = planned.concurrency
+        n = users_of(planned, self.driver.processes)
+        msg = cell_message(self.ctx, planned, cell_id, self.prompts, pacers=n)
         started = now()
         self.driver.send(CellSpec.idle(f"idle{self.seq}"))
         self.driver.set_users(n)
@@ -77,9 +125,10 @@ class CellMeasurer:
         users = self.driver.worker_users()
         facts = CellFacts(exact_prompt_length=self.prompts.exact_for(planned.prompt_tokens),
                           slo=self.ctx.scenario.slo, text_prompt=not self.prompts.pool_ids)
-        if planned.phase == "decode":
-            facts = self._window(cell_id, users, facts)
-        records, client_samples, client_reads = self._collect(cell_id, facts.t0_s, facts.t1_s, users)
+        if planned.phase != "prefill":
+            facts = self._window(cell_id, users, facts, window_s(self.ctx, planned))
+        records, client_samples, client_reads = self._collect(cell_id, facts.t0_s, facts.t1_s, users,
+                                                              extra_s=msg.drain_s)
         ended = now()
         window_s = facts.t1_s - facts.t0_s if facts.t1_s is not None else 0.0
         # Where a cell's wall time went (the matrix-overhead benchmark reads these).
@@ -105,8 +154,7 @@ class CellMeasurer:
             self._check_workers()
             self.mailboxes.wait_ready(cell_id, n, CHECK_EVERY_S)
 
-    def _window(self, cell_id: str, users: dict[str, int], facts: CellFacts) -> CellFacts:
-        d = self.ctx.scenario.duration_s
+    def _window(self, cell_id: str, users: dict[str, int], facts: CellFacts, d: float) -> CellFacts:
         lead = LEAD_DISTRIBUTED_S if self.driver.distributed else LEAD_LOCAL_S
         t0 = now() + lead
         t1 = t0 + d
@@ -126,11 +174,14 @@ class CellMeasurer:
                         idle_power_w=self.ctx.idle_power_w)
         return replace(facts, **poller.get()) if poller is not None else facts
 
-    def _collect(self, cell_id: str, t0, t1, users: dict[str, int]) -> tuple[list[RequestRecord], tuple, tuple]:
+    def _collect(self, cell_id: str, t0, t1, users: dict[str, int], *,
+                 extra_s: float = 0.0) -> tuple[list[RequestRecord], tuple, tuple]:
+        """The cell's records from every process; `extra_s` is how long requests may drain
+        past the window (rate and replay cells), added to the wait."""
         self.driver.send(Collect(id=cell_id, t0_s=t0, t1_s=t1))
         expected = self.driver.processes
         started = time.monotonic()
-        deadline = started + COLLECT_TIMEOUT_S
+        deadline = started + COLLECT_TIMEOUT_S + extra_s
         next_note = started + WAIT_NOTE_EVERY_S / 2
         while self.mailboxes.replies(cell_id) < expected and time.monotonic() < deadline:
             if time.monotonic() > next_note:
@@ -147,7 +198,7 @@ class CellMeasurer:
         if len(replies) < expected:
             missing = expected - len(replies)
             raise WorkerLost(f"worker lost: {missing} of {expected} process(es) sent no records within "
-                             f"{COLLECT_TIMEOUT_S:.0f} s; their records are lost and the cell's are discarded")
+                             f"{COLLECT_TIMEOUT_S + extra_s:.0f} s; their records are lost and the cell's are discarded")
         records = [r for reply in replies for r in reply.records]
         return (records, tuple(reply.load_samples for reply in replies),
                 tuple(reply.read_samples for reply in replies))

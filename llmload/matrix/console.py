@@ -23,7 +23,35 @@ def echo_note(ctx: RunContext, cell: CellResult) -> None:
 
 
 def planned_label(planned: PlannedCell) -> str:
+    if planned.phase == "session":
+        return f"sessions S={format_tokens(planned.context_tokens)} × {planned.concurrency} users"
+    if planned.phase == "rate":
+        return f"rate {format_tokens(planned.context_tokens)} @ {planned.rate_rps:g} req/s"
+    if planned.phase == "replay":
+        return "trace replay"
     return cell_label(planned.phase, planned.context_tokens, planned.concurrency)
+
+
+def _ms(value: float | None) -> str:
+    return f"{value:,.0f}" if value is not None else "—"
+
+
+def traffic_summary(c: CellResult) -> str:
+    """A session, rate or replay cell's line."""
+    t = c.traffic
+    tail = f" — {c.reason}" if c.reason else ""
+    if c.requests_sent is None:
+        return f"{c.status}: {c.reason or ''}"
+    if c.phase == "session":
+        turns = " / ".join(_ms(v) for v in t.ttft_by_turn_ms) or "—"
+        cached = f"{t.cached_prompt_ratio:.0%}" if t.cached_prompt_ratio is not None else "—"
+        total = f"{c.total_tok_s:,.1f}" if c.total_tok_s is not None else "—"
+        return (f"{c.status}: {total} tok/s total, TTFT by turn {turns} ms, prompt cached {cached}, "
+                f"context reached {format_tokens(t.context_reached_tokens or 0)}, {c.requests_sent} requests{tail}")
+    rate = f"{t.achieved_rate_rps:.2f}" if t.achieved_rate_rps is not None else "—"
+    late = f"{t.send_lateness_ms_p99:.1f}" if t.send_lateness_ms_p99 is not None else "—"
+    return (f"{c.status}: {rate} req/s sent ({c.requests_sent} requests, lateness p99 {late} ms), "
+            f"TTFT p50/p99 {_ms(c.ttft_ms)}/{_ms(c.ttft_p99_ms)} ms, e2e p99 {_ms(t.e2e_p99_ms)} ms{tail}")
 
 
 def eta_clock(seconds: float) -> str:
@@ -33,6 +61,8 @@ def eta_clock(seconds: float) -> str:
 
 def cell_summary(c: CellResult) -> str:
     status = c.status
+    if c.phase in ("session", "rate", "replay"):
+        return traffic_summary(c)
     if c.phase == "prefill":
         if c.prompt_tok_s is None:
             return f"prefill {format_tokens(c.context_tokens)}: {status} {c.reason or ''}"

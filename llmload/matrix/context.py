@@ -19,6 +19,11 @@ class RunError(Exception):
     """The run cannot go on; the message is one line for the user."""
 
 
+class PlanRefused(RunError):
+    """The scenario cannot run on this server at all (a session that exceeds the context at
+    its first turn): bad input, refused before any load (exit status 2)."""
+
+
 class WorkerLost(Exception):
     """A worker process died or went silent during a cell; its records are lost."""
 
@@ -33,3 +38,5 @@ class RunContext:
     power: object | None = None
     """A `hardware.PowerMonitor` when energy is measured (llmload.core.energy), else None."""
     idle_power_w: float | None = None
+    trace: tuple = ()
+    """Replay: the trace's requests (`llmload.core.trace.TraceRequest`), read before the run."""

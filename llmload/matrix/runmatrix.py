@@ -22,7 +22,8 @@ from llmload.core.seqlimit import is_learned
 from llmload.io.hardware import host_facts
 from llmload.io.probe import ServerInfo, build_prompts, probe_server
 from llmload.matrix.console import echo_plan, echo_prompts, echo_server
-from llmload.matrix.context import RunContext
+from llmload.core.trace import load_trace
+from llmload.matrix.context import PlanRefused, RunContext
 from llmload.matrix.driver import LocustDriver
 from llmload.matrix.loop import run_plan, run_slo_search, plan_for
 from llmload.matrix.server import server_for
@@ -49,6 +50,7 @@ def run_matrix(scenario: Scenario, *, api_key: str | None = None, out_dir: str |
 def _run_matrix(scenario: Scenario, *, api_key: str | None, run_dir, master_bind: str | None,
                 expect_workers: int | None, echo: Callable[[str], None]) -> str:
     from llmload.output.rundir import RunDirError, claim, differences, finished_cells, resume_differences
+    trace = load_trace(scenario.trace) if scenario.workload == "replay" else ()
     if run_dir is not None and run_dir.previous is not None:
         # A changed configuration is refused before anything starts.
         from llmload.output.resultswriter import ResultsWriter
@@ -63,13 +65,16 @@ def _run_matrix(scenario: Scenario, *, api_key: str | None, run_dir, master_bind
                             launch_command=scenario.launch_command)
         info = learned_before(info, run_dir.previous if run_dir is not None else None)
         echo_server(info, echo)
-        ctx = RunContext(scenario=scenario, info=info, echo=echo, api_key=api_key)
-        plan = plan_for(scenario, info)
+        ctx = RunContext(scenario=scenario, info=info, echo=echo, api_key=api_key, trace=trace)
+        plan = plan_for(scenario, info, trace=trace)
+        refuse_unfit(scenario, plan)
         # Text prompts are fitted to the server's count once per length; an over-capacity
         # cell can run later (a learned sequence limit re-plans it queued): its length too.
+        # A session's and a trace's prompts vary in length: sized from the tokens per word.
         prompts = build_prompts(info, endpoint=scenario.endpoint, api_key=api_key,
                                 prompt_tokens=[c.prompt_tokens for c in plan
-                                               if c.status != "exceeds_context" and c.context_tokens])
+                                               if c.status != "exceeds_context" and c.context_tokens
+                                               and c.phase in ("decode", "prefill", "rate")])
         echo_prompts(prompts, echo)
         from llmload.output.resultswriter import ResultsWriter
         meta = _meta(ctx, plan, prompts)
@@ -90,7 +95,7 @@ def _run_matrix(scenario: Scenario, *, api_key: str | None, run_dir, master_bind
                                       f"the run's: {'; '.join(diffs[:3])}" + (f" (and {len(diffs) - 3} more)"
                                                                              if len(diffs) > 3 else ""))
                 done = finished_cells(previous)
-                left = sum(1 for c in plan if c.runs and (c.phase, c.context_tokens, c.concurrency) not in done)
+                left = sum(1 for c in plan if c.runs and c.key not in done)
                 echo(f"Resuming {run_dir.path}: {len(done)} cell(s) kept, {left} to run.")
             echo_plan(plan, scenario, echo)
             out = str(run_dir.path)
@@ -115,6 +120,16 @@ def _run_matrix(scenario: Scenario, *, api_key: str | None, run_dir, master_bind
         return out
 
 
+def refuse_unfit(scenario: Scenario, plan: list[PlannedCell]) -> None:
+    """Sessions whose first turn cannot fit the context are refused (PlanRefused), before any load."""
+    if scenario.workload != "sessions":
+        return
+    unfit = [c for c in plan if c.status == "exceeds_context"]
+    if unfit:
+        raise PlanRefused(f"a session with a {unfit[0].context_tokens:,}-token system prompt cannot fit the "
+                          f"context at its first turn: {unfit[0].reason}")
+
+
 def learned_before(info: ServerInfo, previous: Results | None) -> ServerInfo:
     """A resumed run keeps the sequence-count limit its earlier part learned (`loop._learn_limit`)
     while the server still reports none: its plan and server facts are the stored ones."""
@@ -131,7 +146,7 @@ def _drive(ctx: RunContext, prompts, plan: list[PlannedCell], writer, done: dict
     echo = ctx.echo
     auto = ctx.scenario.workers == "auto"
     workers = _initial_workers(ctx, plan, echo) if auto else ctx.scenario.workers
-    _check_open_files(plan, workers, echo)
+    _check_open_files(plan, workers, echo, open_loop_cap=ctx.scenario.max_in_flight)
     holder: list[LocustDriver] = []
 
     def regrow(n_workers: int) -> LocustDriver:
@@ -194,11 +209,14 @@ def profile_name(ctx: RunContext) -> str:
     return ctx.info.sim_profile or ctx.scenario.sim_profile
 
 
-def _check_open_files(plan: list[PlannedCell], workers: int, echo: Callable[[str], None]) -> None:
-    """Raise the open-file limit, and say where the largest N still does not fit."""
+def _check_open_files(plan: list[PlannedCell], workers: int, echo: Callable[[str], None], *,
+                      open_loop_cap: int = 0) -> None:
+    """Raise the open-file limit, and say where the largest N (or a rate or replay cell's
+    in-flight cap) still does not fit."""
     from llmload.io.limits import FD_RESERVE, fd_shortfall, raise_open_files
     soft, hard = raise_open_files()
-    top = max((c.concurrency for c in plan if c.runs), default=1)
+    top = max((open_loop_cap if c.phase in ("rate", "replay") else c.concurrency for c in plan if c.runs),
+              default=1)
     short = fd_shortfall(top, max(workers, 1), soft)
     if short:
         echo(f"warning: N = {top} needs about {top // max(workers, 1) + FD_RESERVE} open files per process but the "

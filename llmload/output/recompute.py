@@ -64,11 +64,11 @@ def recompute(results_dir: str | os.PathLike[str], *, allow_missing: bool = Fals
                            "holds requests of a run: two runs in one directory, not recomputed")
     missing = _check_missing(results_dir, results, allow_missing, "they would be kept as stored, not recomputed")
     cells = list(results.cells)
-    index = {(c.phase, c.context_tokens, c.concurrency): i for i, c in enumerate(cells)}
+    index = {c.key: i for i, c in enumerate(cells)}
     for path in files:
         planned, records, facts = read_cell(path)
         cell = replace(assemble_cell(planned, records, facts), records_file=f"{RECORDS_DIR}/{path.name}")
-        key = (cell.phase, cell.context_tokens, cell.concurrency)
+        key = cell.key
         if key in index:  # replaced whole: nothing of the written cell is kept
             cells[index[key]] = cell
         else:

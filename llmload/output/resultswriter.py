@@ -39,10 +39,6 @@ from llmload.output.results import CELL_STATUSES, CSV_FILE, HTML_FILE, REPORT_FI
 logger = logging.getLogger(__name__)
 
 
-def _identity(cell: CellResult) -> tuple[str, int, int]:
-    return (cell.phase, cell.context_tokens, cell.concurrency)
-
-
 def _checked(cell: CellResult) -> CellResult:
     """A cell the writer takes: a known phase and status (ValueError otherwise)."""
     if cell.phase not in ("prefill", "decode"):
@@ -181,7 +177,7 @@ class ResultsWriter:
         self._write()
 
     def has_cell(self, cell: CellResult) -> bool:
-        return any(_identity(c) == _identity(cell) for c in self._require().cells)
+        return any(c.key == cell.key for c in self._require().cells)
 
     def add_cell(self, cell: CellResult) -> None:
         """Add a cell and write everything. report.html (whose charts take a moment to draw)
@@ -190,7 +186,7 @@ class ResultsWriter:
         results = self._require()
         _checked(cell)
         if self.has_cell(cell):
-            raise ValueError(f"cell {_identity(cell)} is already in the results; update it")
+            raise ValueError(f"cell {cell.key} is already in the results; update it")
         self._results = dataclasses.replace(results, cells=(*results.cells, cell))
         self._write(html=_drawn(cell))
 
@@ -200,12 +196,12 @@ class ResultsWriter:
         _checked(cell)
         cells = list(results.cells)
         for i, existing in enumerate(cells):
-            if _identity(existing) == _identity(cell):
+            if existing.key == cell.key:
                 cells[i] = cell
                 self._results = dataclasses.replace(results, cells=tuple(cells))
                 self._write()
                 return
-        raise ValueError(f"cell {_identity(cell)} is not in the results; add it first")
+        raise ValueError(f"cell {cell.key} is not in the results; add it first")
 
     def update(self, **top_level: Any) -> None:
         """Set fields of the results (e.g. server or plan found out during the run) and write."""

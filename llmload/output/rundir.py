@@ -204,4 +204,4 @@ def resume_differences(previous: Results, *, config: dict[str, Any], server: dic
 
 def finished_cells(previous: Results) -> dict[tuple, CellResult]:
     """The cells of a previous run that ran (or were planned out), by identity."""
-    return {(c.phase, c.context_tokens, c.concurrency): c for c in previous.cells if c.status not in UNFINISHED}
+    return {c.key: c for c in previous.cells if c.status not in UNFINISHED}
