@@ -140,6 +140,8 @@ def run_paced_cell(user, cell: CellSpec) -> None:
     t0, t1 = window
     index = process_index(user.environment.runner)
     pacers = max(cell.pacers, 1)
+    if index >= pacers:
+        raise ValueError(f"this process is pacer {index}, but the cell has {pacers} pacer(s)")
     if cell.kind == "rate":
         sends = rate_sends(cells, cell, t0, t1, index, pacers)
     else:
