@@ -14,6 +14,13 @@ search per context, against the server's count (`llmload.core.textfit`), fit eve
 prompt: its result is a `TextFit` (how many words, and which tail word) that the builder
 keeps; without one, the length comes from the measured tokens per word, and the caller
 checks it against the server's count.
+
+Block prompts (trace replay, `llmload.core.trace`): a prompt made of numbered blocks, where
+equal block ids mean equal content, so the prefix cache sees the sharing a trace describes.
+Block b of a replay is the prompt of the key (salt, b) at the block's length (token IDs:
+its nonce then the pool; text: lead, nonce ordering, filler), the blocks in order, the whole
+cut to the request's length. The salt (run and cell) keeps a replay from sharing blocks
+with an earlier one.
 """
 
 from __future__ import annotations
@@ -91,6 +98,34 @@ class PromptBuilder:
             return self.text_of(key, fit.words, fit.tail)
         return self.text_of(key, self.estimate_words(n_tokens))
 
+    def block_prompt(self, salt: str, block_ids, n_tokens: int, *, block_tokens: int) -> list[int] | str:
+        """A prompt of n_tokens made of the blocks `block_ids` (block_tokens each): token IDs
+        where the server takes them, else text."""
+        if self.pool_ids:
+            return self.block_token_ids(salt, block_ids, n_tokens, block_tokens=block_tokens)
+        return self.block_text(salt, block_ids, n_tokens, block_tokens=block_tokens)
+
+    def block_token_ids(self, salt: str, block_ids, n_tokens: int, *, block_tokens: int) -> list[int]:
+        """Exactly n_tokens IDs: the blocks' IDs in order, the last one cut. ValueError when
+        the blocks hold fewer than n_tokens."""
+        n = max(n_tokens, 1)
+        _check_blocks(block_ids, n, block_tokens)
+        out: list[int] = []
+        for block in block_ids[:-(-n // block_tokens)]:
+            out += self.token_ids(f"{salt}/block/{block}", block_tokens)
+        return out[:n]
+
+    def block_text(self, salt: str, block_ids, n_tokens: int, *, block_tokens: int) -> str:
+        """Text of about n_tokens tokens (sized from tokens_per_word and overhead_tokens): the
+        blocks' words in order, the last one cut."""
+        _check_blocks(block_ids, max(n_tokens, 1), block_tokens)
+        n_words = self.estimate_words(n_tokens)
+        per_block = max(round(block_tokens / self.tokens_per_word), 1)
+        words: list[str] = []
+        for block in block_ids[:-(-n_words // per_block)]:
+            words += self.text_of(f"{salt}/block/{block}", per_block).split(" ")
+        return " ".join(words[:n_words])
+
     def fit_for(self, n_tokens: int) -> TextFit | None:
         return next((f for f in self.fits if f.prompt_tokens == n_tokens), None)
 
@@ -121,6 +156,11 @@ class PromptBuilder:
     def tail_words(self) -> tuple[str, ...]:
         """Candidate last words for a fine adjustment, shortest first."""
         return _tail_words(self.words)
+
+
+def _check_blocks(block_ids, n_tokens: int, block_tokens: int) -> None:
+    if block_tokens < 1 or len(block_ids) * block_tokens < n_tokens:
+        raise ValueError(f"{len(block_ids)} blocks of {block_tokens} tokens hold fewer than {n_tokens} tokens")
 
 
 @lru_cache(maxsize=8)

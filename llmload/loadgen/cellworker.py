@@ -38,6 +38,7 @@ class CellWorker:
         self._in_window: dict[str, int] = {}
         self._ready_sent: set[tuple[str, str]] = set()
         self._prompts: dict[str, PromptBuilder] = {}
+        self._pacers: dict[str, str] = {}
 
     def on_record(self, record: RequestRecord, cell_id: str | None = None, **_kw) -> None:
         """The record hook's listener: a cell's records are kept until they are collected."""
@@ -45,13 +46,26 @@ class CellWorker:
             self._records.setdefault(cell_id, []).append(record)
 
     def prompt_for(self, cell: messages.CellSpec, key: str) -> list[int] | str:
+        return self.prompt_builder(cell).prompt(key, cell.prompt_tokens)
+
+    def prompt_builder(self, cell: messages.CellSpec) -> PromptBuilder:
+        """The cell's prompt builder (made once per cell)."""
         builder = self._prompts.get(cell.id)
         if builder is None:
             fits = (TextFit(prompt_tokens=cell.prompt_tokens, words=cell.text_words, tail=cell.text_tail),)
             builder = PromptBuilder(pool_ids=cell.pool_ids, tokens_per_word=cell.tokens_per_word,
                                     overhead_tokens=cell.overhead_tokens, fits=fits if cell.text_words else ())
             self._prompts = {cell.id: builder}
-        return builder.prompt(key, cell.prompt_tokens)
+        return builder
+
+    def claim_pacer(self, cell_id: str, user_id: str) -> bool:
+        """Whether `user_id` is this process's one pacing user of a rate or replay cell: the
+        first user to ask is, every other user of the process is not."""
+        claimed = self._pacers.get(cell_id)
+        if claimed is None:
+            self._pacers = {cell_id: user_id}
+            return True
+        return claimed == user_id
 
     def on_cell(self, cell: messages.CellSpec) -> None:
         self.cell = cell
@@ -100,14 +114,17 @@ class CellWorker:
 
     def records_for(self, cell_id: str) -> list[RequestRecord]:
         """The cell's records, once every user has left the window (its last request is
-        cancelled at the window's end, so this takes a few milliseconds past it)."""
-        deadline = time.monotonic() + COLLECT_WAIT_S
+        cancelled at the window's end, so this takes a few milliseconds past it; a rate or
+        replay cell's requests run on for its drain_s)."""
+        cell = self.cell
+        wait_s = COLLECT_WAIT_S + (cell.drain_s if cell is not None and cell.id == cell_id else 0.0)
+        deadline = time.monotonic() + wait_s
         while self._in_window.get(cell_id, 0) > 0 and time.monotonic() < deadline:
             gevent.sleep(0.02)
         stuck = self._in_window.pop(cell_id, 0)
         if stuck > 0:
             # Never partial records passed off as the whole: the cell says it (status errors).
-            self.add_failure(cell_id, "collect", f"{stuck} user(s) still in the window {COLLECT_WAIT_S:g} s "
+            self.add_failure(cell_id, "collect", f"{stuck} user(s) still in the window {wait_s:g} s "
                              "after it ended; their last requests are missing from the records")
         return self._records.pop(cell_id, [])
 
