@@ -65,10 +65,9 @@ class AdhocRequests:
             logger.info("llmload: %s at %s (engine %s), %d-token prompts, %d output tokens",
                         info.model, info.base_url, caps.name, n_prompt, max_tokens)
         return {"base_url": info.base_url, "path": ENDPOINT_PATHS[endpoint], "body": body,
-                "count_key": caps.count_key, "session": session,
+                "count_key": caps.count_key, "workload": workload, "session": session,
                 "options": {"cold": str(getattr(opts, "llm_cold", "false")).lower() == "true",
-                            "timeout_s": float(getattr(opts, "llm_timeout", 600.0)),
-                            "workload": workload}}
+                            "timeout_s": float(getattr(opts, "llm_timeout", 600.0))}}
 
     def _session_plan(self, info, caps, api_key: str | None, max_tokens: int, fixed: bool,
                       temperature: float) -> SessionPlan:

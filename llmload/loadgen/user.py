@@ -85,11 +85,11 @@ class LLMUser(User):
     def _adhoc(self) -> None:
         setup = self.llm.adhoc.setup(self.host, self.llm.api_key)
         opts = setup["options"]
-        if opts["workload"] == "rate":
+        if setup["workload"] == "rate":
             from llmload.loadgen.pacer import run_adhoc_rate
             run_adhoc_rate(self)
             return
-        if opts["workload"] == "sessions":
+        if setup["workload"] == "sessions":
             from llmload.loadgen.sessions import run_adhoc_session
             run_adhoc_session(self, self._client(setup["base_url"], opts["timeout_s"]), setup["session"])
             return
