@@ -100,10 +100,13 @@ def cell_run(sim_tiny):
 
 
 def conversations(records) -> list[list]:
-    """Each user's session records in send order, cut into conversations (a turn 1 starts one)."""
+    """Each user's answered session records in send order, cut into conversations (a turn 1
+    starts one); the request cut at the window's end is left out."""
     out = []
     for user in sorted({r.user_id for r in records}):
         for r in sorted((r for r in records if r.user_id == user and r.tag == "session"), key=lambda r: r.send_s):
+            if r.status != "ok":
+                continue
             if r.turn == 1 or not out or out[-1][0].user_id != user:
                 out.append([])
             out[-1].append(r)
@@ -143,8 +146,7 @@ def test_each_turn_resends_the_conversation_with_the_answers(cell_run):
     u = turn_text_tokens()
     assert u == U  # one word a token, the builder's text is U words
     checked = 0
-    for conv in conversations(records):
-        ok = [r for r in conv if r.status == "ok"]
+    for ok in conversations(records):
         assert ok[0].turn == 1 and ok[0].prompt_tokens == 1 + S + 1 + u + 1
         for before, after in zip(ok, ok[1:]):
             assert after.prompt_tokens == before.prompt_tokens + u + before.completion_tokens + 2, (before, after)
@@ -154,8 +156,7 @@ def test_each_turn_resends_the_conversation_with_the_answers(cell_run):
 
 def test_the_prefix_cache_serves_the_system_prompt_and_the_conversation_so_far(cell_run):
     records, _, _, _ = cell_run
-    for conv in conversations(records):
-        ok = [r for r in conv if r.status == "ok"]
+    for ok in conversations(records):
         assert ok[0].cached_tokens == (1 + S) // BLOCK * BLOCK  # the warmed system prompt's full blocks
         for before, after in zip(ok, ok[1:]):
             assert after.cached_tokens == before.prompt_tokens // BLOCK * BLOCK
