@@ -224,17 +224,26 @@ def engine_caps(name: str | None) -> EngineCaps:
     return ENGINES.get((name or "").lower(), ENGINES["openai"])
 
 
-def request_body(caps: EngineCaps, *, endpoint: str, model: str, prompt: list[int] | str,
+def request_body(caps: EngineCaps, *, endpoint: str, model: str, prompt: list[int] | str | None = None,
                  max_tokens: int, fixed_output: bool = True, temperature: float | None = 0.0,
-                 cold: bool = False, extra: dict | None = None) -> bytes:
+                 cold: bool = False, extra: dict | None = None,
+                 messages: list[dict[str, str]] | None = None) -> bytes:
     """The JSON body of one streamed request, with only the fields `caps` accepts.
 
+    The prompt is `prompt` (on the chat endpoint: one user message of it), or, on the chat
+    endpoint only, `messages` ({"role", "content"} each: a whole conversation) instead.
     fixed_output asks for exactly max_tokens tokens (ignore_eos, and min_tokens where
     supported), so every request decodes as long as asked (measurement.md). cold adds the
     engine's fields that keep any cache from serving the prompt (a cold prefill).
     """
+    if (prompt is None) == (messages is None):
+        raise ValueError("a request has a prompt or messages, one of the two")
     body: dict = {"model": model, "max_tokens": max_tokens, "stream": True}
-    if endpoint == "chat":
+    if messages is not None:
+        if endpoint != "chat":
+            raise ValueError(f"messages are sent to the chat endpoint, not {endpoint}")
+        body["messages"] = messages
+    elif endpoint == "chat":
         text = prompt if isinstance(prompt, str) else " ".join(map(str, prompt))
         body["messages"] = [{"role": "user", "content": text}]
     else:

@@ -15,6 +15,7 @@ Rules:
 - A non-2xx answer, an in-stream `{"error": ...}`, or a stream that ends without
   `[DONE]` or a finish reason is an error, with one line of text.
 - API keys travel in the Authorization header only and are never put in records.
+- The answer's text is kept only when asked (`stream_answer`, `llmload.io.answertext`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from gevent import socket
 from llmload.wire.chunked import ChunkedDecoder, ChunkedError
 from llmload.core.clock import now
 from llmload.core.engines import server_truth
+from llmload.io.answertext import KeptSSE, answer_text
 from llmload.io.endpoint import Endpoint
 from llmload.io.failures import describe_failure, read_error_body, retry_after_s
 from llmload.io.plainsocket import OPEN_SOCKETS, READ_SIZE, PlainSocket
@@ -144,7 +146,19 @@ class StreamingClient:
 
         count_key names the cumulative token count the server puts on every chunk
         (`engines.EngineCaps.count_key`)."""
-        reader = _StreamReader(count_key)
+        return self._stream(path, body, _StreamReader(count_key), user_id, tag, deadline_s)
+
+    def stream_answer(self, path: str, body: bytes, *, user_id: str, tag: str = "",
+                      deadline_s: float | None = None,
+                      count_key: str = "completion_tokens") -> tuple[RequestRecord, str]:
+        """`stream`, and the answer text that came (all of it, or what came before the
+        request ended: an error or the deadline)."""
+        reader = _StreamReader(count_key, keep_text=True)
+        record = self._stream(path, body, reader, user_id, tag, deadline_s)
+        return record, answer_text(reader.kept or [])
+
+    def _stream(self, path: str, body: bytes, reader: "_StreamReader", user_id: str, tag: str,
+                deadline_s: float | None) -> RequestRecord:
         timer = None
         if deadline_s is not None:
             timer = gevent.Timeout(max(deadline_s - now(), 0.0), _Deadline())
@@ -192,7 +206,9 @@ class StreamingClient:
 class _StreamReader:
     """State of one response while it is read; builds the RequestRecord at the end."""
 
-    def __init__(self, count_key: str = "completion_tokens") -> None:
+    def __init__(self, count_key: str = "completion_tokens", *, keep_text: bool = False) -> None:
+        self.kept: list[bytes] | None = [] if keep_text else None
+        """The event payloads, where the text is kept."""
         self.send_s = now()
         self.first_byte_s: float | None = None
         self.end_s: float | None = None
@@ -229,7 +245,7 @@ class _StreamReader:
 
     def _read_events(self, sock, data: bytes, t: float, chunked: bool, length: int | None) -> None:
         self._dechunk = ChunkedDecoder() if chunked else None
-        self._sse = SSEDecoder()
+        self._sse = SSEDecoder() if self.kept is None else KeptSSE(self.kept)
         self._remaining = length
         self._done_seen = False
         self._sock = sock

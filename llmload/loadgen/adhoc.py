@@ -12,6 +12,9 @@ import logging
 import gevent.lock
 
 from llmload.core.engines import ENDPOINT_PATHS, engine_caps, request_body
+from llmload.core.prompts import PromptBuilder
+from llmload.core.workloads import parse_think_time
+from llmload.loadgen.sessions import CHAT_PATH, SessionPlan
 
 logger = logging.getLogger(__name__)
 
@@ -54,9 +57,42 @@ class AdhocRequests:
             return request_body(caps, endpoint=endpoint, model=info.model, prompt=prompts.prompt(key, n_prompt),
                                 max_tokens=max_tokens, fixed_output=fixed, temperature=temperature)
 
-        logger.info("llmload: %s at %s (engine %s), %d-token prompts, %d output tokens",
-                    info.model, info.base_url, caps.name, n_prompt, max_tokens)
+        workload = str(getattr(opts, "llm_workload", "requests"))
+        session = None
+        if workload == "sessions":
+            session = self._session_plan(info, caps, api_key, max_tokens, fixed, temperature)
+        else:
+            logger.info("llmload: %s at %s (engine %s), %d-token prompts, %d output tokens",
+                        info.model, info.base_url, caps.name, n_prompt, max_tokens)
         return {"base_url": info.base_url, "path": ENDPOINT_PATHS[endpoint], "body": body,
-                "count_key": caps.count_key,
+                "count_key": caps.count_key, "workload": workload, "session": session,
                 "options": {"cold": str(getattr(opts, "llm_cold", "false")).lower() == "true",
                             "timeout_s": float(getattr(opts, "llm_timeout", 600.0))}}
+
+    def _session_plan(self, info, caps, api_key: str | None, max_tokens: int, fixed: bool,
+                      temperature: float) -> SessionPlan:
+        """The conversation every user has (`--llm-workload sessions`), on the chat endpoint;
+        bad options are one-line ValueErrors."""
+        from llmload.io.probe import build_prompts
+        opts = self.environment.parsed_options
+        system_tokens = int(getattr(opts, "llm_system_prompt_tokens", 1024))
+        turns = int(getattr(opts, "llm_turns", 4))
+        turn_tokens = int(getattr(opts, "llm_turn_tokens", 128))
+        if turns < 1 or turn_tokens < 1 or system_tokens < 1 or max_tokens < 1:
+            raise ValueError(f"sessions need turns ≥ 1 (got {turns}) and system prompt, turn and output "
+                             f"tokens ≥ 1 (got {system_tokens}, {turn_tokens}, {max_tokens})")
+        think = parse_think_time(getattr(opts, "llm_think_time", "0"))
+        # Message contents: text sized by the server's tokens per word, no template around it.
+        texts = PromptBuilder(tokens_per_word=build_prompts(info, endpoint="chat", api_key=api_key).tokens_per_word)
+
+        def body(messages: list[dict[str, str]], n: int) -> bytes:
+            return request_body(caps, endpoint="chat", model=info.model, messages=messages, max_tokens=n,
+                                fixed_output=fixed, temperature=temperature)
+
+        logger.info("llmload: %s at %s (engine %s), chat sessions: %d-token system prompt, %d turns of %d "
+                    "tokens, %d output tokens, think time %s", info.model, info.base_url, caps.name,
+                    system_tokens, turns, turn_tokens, max_tokens, think)
+        # One system prompt for every user of every process (a key of its own, not the run's).
+        return SessionPlan(path=CHAT_PATH, system=texts.text(f"llmload-sessions/system/{system_tokens}", system_tokens),
+                           turns=turns, turn_tokens=turn_tokens, max_tokens=max_tokens, think=think,
+                           count_key=caps.count_key, text=texts.text, body=body)

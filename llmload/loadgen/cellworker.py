@@ -39,6 +39,7 @@ class CellWorker:
         self._ready_sent: set[tuple[str, str]] = set()
         self._prompts: dict[str, PromptBuilder] = {}
         self._pacers: dict[str, str] = {}
+        self._texts: dict[str, PromptBuilder] = {}
 
     def on_record(self, record: RequestRecord, cell_id: str | None = None, **_kw) -> None:
         """The record hook's listener: a cell's records are kept until they are collected."""
@@ -66,6 +67,16 @@ class CellWorker:
             self._pacers = {cell_id: user_id}
             return True
         return claimed == user_id
+
+    def message_text(self, cell: messages.CellSpec, key: str, n_tokens: int) -> str:
+        """Text of about n_tokens tokens for one chat message of the cell (a session's system
+        prompt or user turn): the message's content, without the template's tokens around it,
+        sized from the cell's measured tokens per word (exact where a word is a token)."""
+        builder = self._texts.get(cell.id)
+        if builder is None:
+            builder = PromptBuilder(tokens_per_word=cell.tokens_per_word)
+            self._texts = {cell.id: builder}
+        return builder.text(key, n_tokens)
 
     def on_cell(self, cell: messages.CellSpec) -> None:
         self.cell = cell

@@ -21,12 +21,16 @@ from locust.runners import MasterRunner, WorkerRunner
 
 from llmload.core.engines import ENDPOINT_PATHS
 from llmload.core.livehistory import LiveHistory
+from llmload.core.workloads import ARRIVALS
 from llmload.core.redact import install_log_filter, remember_secrets, scrub
 from llmload.loadgen import messages
 from llmload.loadgen.state import state_of
 from llmload.loadgen.stats import html_file_of
 
 logger = logging.getLogger(__name__)
+
+ADHOC_WORKLOADS = ("requests", "sessions", "rate")
+"""What each user of plain Locust sends (`--llm-workload`)."""
 
 
 def add_arguments(parser) -> None:
@@ -50,6 +54,27 @@ def add_arguments(parser) -> None:
                         help="Seconds without data before a request fails (a 48K prefill can take 30 s)")
     parser.add_argument("--llm-engine", default="auto", include_in_web_ui=True,
                         help="Server engine (auto = probe); decides which request fields are sent")
+    # The workloads (llmload.core.workloads): requests (the above, closed loop), chat
+    # sessions (llmload.loadgen.sessions) or open-loop arrivals (llmload.loadgen.pacer).
+    parser.add_argument("--llm-workload", default="requests", choices=list(ADHOC_WORKLOADS),
+                        include_in_web_ui=True,
+                        help="requests: one request at a time per user; sessions: each user is a chat "
+                             "conversation; rate: each user sends on a schedule")
+    parser.add_argument("--llm-system-prompt-tokens", type=int, default=1024, include_in_web_ui=True,
+                        help="Sessions: the system prompt's tokens, shared by every user")
+    parser.add_argument("--llm-turns", type=int, default=4, include_in_web_ui=True,
+                        help="Sessions: turns per conversation")
+    parser.add_argument("--llm-turn-tokens", type=int, default=128, include_in_web_ui=True,
+                        help="Sessions: new tokens of each user turn")
+    parser.add_argument("--llm-think-time", default="0", include_in_web_ui=True,
+                        help="Sessions: pause between an answer and the next turn: seconds (2, 500ms) "
+                             "or exp:S (exponential, mean S)")
+    parser.add_argument("--llm-rate", type=float, default=1.0, include_in_web_ui=True,
+                        help="Rate: requests per second, per user")
+    parser.add_argument("--llm-arrivals", default="poisson", choices=list(ARRIVALS), include_in_web_ui=True,
+                        help="Rate: poisson or constant gaps between requests")
+    parser.add_argument("--llm-max-in-flight", type=int, default=64, include_in_web_ui=True,
+                        help="Rate: requests in flight at most, per user")
 
 
 # -------------------------------------------------------------------- wiring

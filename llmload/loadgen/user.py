@@ -4,7 +4,9 @@ One user = one request in flight at a time (closed loop, no wait), on its own ke
 connection (`client.StreamingClient`). It has two modes:
 - ad hoc (plain `locust -f locustfiles/llm.py`): every iteration streams one request
   shaped by the `--llm-*` options; the prompt is the user's own (a warm prefix cache after
-  its first request), or a fresh one per request with `--llm-cold`;
+  its first request), or a fresh one per request with `--llm-cold`; with
+  `--llm-workload sessions` an iteration is one chat conversation (`sessions`), with
+  `--llm-workload rate` the user sends on a schedule (`pacer`);
 - matrix (`llmload run`): the process has a current *cell* (sent by the controller as a
   Locust message, see `cellworker`); the user warms its prompt, waits for the common start
   t0, streams until t0 + D (the last request is cancelled at the deadline), then idles
@@ -83,6 +85,14 @@ class LLMUser(User):
     def _adhoc(self) -> None:
         setup = self.llm.adhoc.setup(self.host, self.llm.api_key)
         opts = setup["options"]
+        if setup["workload"] == "rate":
+            from llmload.loadgen.pacer import run_adhoc_rate
+            run_adhoc_rate(self)
+            return
+        if setup["workload"] == "sessions":
+            from llmload.loadgen.sessions import run_adhoc_session
+            run_adhoc_session(self, self._client(setup["base_url"], opts["timeout_s"]), setup["session"])
+            return
         self.request_no += 1
         key = f"{self.llm.run_id}/{self.user_id}" + (f"/{self.request_no}" if opts["cold"] else "")
         body = setup["body"](key)

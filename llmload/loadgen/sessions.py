@@ -1,0 +1,149 @@
+"""The chat-session user: each Locust user is one conversation at a time
+(`llmload.core.workloads`, workload "sessions").
+
+A conversation is a system prompt of S tokens, the same text for every user of a cell (its
+key is the cell's), then T turns: user turn k is U tokens of text of its own (a key unique to
+user, conversation and turn), sent with the whole conversation so far (the chat API: the
+system prompt, every earlier user turn and the answer text that actually came back to it),
+asking for M tokens. Between an answer and the next turn the user thinks (`ThinkTime`, drawn
+from a random stream seeded by cell and user). After T turns, or a failed turn, a new
+conversation starts. Every turn's record has `turn=k` (1-based) and tag "session".
+
+- In a cell (kind "session", run by `LLMUser._cell_steps`): the decode cell's protocol. Each
+  user first sends the system prompt alone (max_tokens 1, tag "warmup": the shared prefix is
+  then cached, as in steady state), reports ready, waits for the go, and talks through the
+  window [t0, t1]: the request running at t1 is cancelled, no think time runs past it.
+- Ad hoc (`--llm-workload sessions`, plain `locust -f`): each task iteration is one
+  conversation, its records published under "session turn k", so Locust's table shows the
+  turns apart.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import gevent
+
+from llmload.core.clock import now
+from llmload.core.engines import engine_caps, request_body
+from llmload.core.records import RequestRecord
+from llmload.core.workloads import ThinkTime, parse_think_time
+from llmload.io.client import StreamingClient
+from llmload.loadgen.messages import CellSpec
+
+CHAT_PATH = "/v1/chat/completions"
+
+Messages = list[dict[str, str]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionPlan:
+    """What a session's user sends, whoever runs it (a cell or ad hoc)."""
+
+    path: str
+    system: str
+    """The system prompt's text (the same for every user)."""
+    turns: int
+    turn_tokens: int
+    max_tokens: int
+    think: ThinkTime
+    count_key: str
+    text: Callable[[str, int], str]
+    """Message text of about n tokens for a key."""
+    body: Callable[[Messages, int], bytes]
+    """The request body of a conversation asking for n output tokens."""
+
+
+def cell_plan(cell: CellSpec, text: Callable[[str, int], str]) -> SessionPlan:
+    """The plan of a session cell; `text` makes its messages (`CellWorker.message_text`)."""
+    caps = engine_caps(cell.engine)
+
+    def body(messages: Messages, max_tokens: int) -> bytes:
+        return request_body(caps, endpoint="chat", model=cell.model, messages=messages, max_tokens=max_tokens,
+                            fixed_output=cell.fixed_output, temperature=cell.temperature)
+
+    return SessionPlan(path=cell.path or CHAT_PATH, system=text(f"{cell.run_id}/{cell.id}/system",
+                                                                cell.system_prompt_tokens),
+                       turns=max(cell.turns, 1), turn_tokens=cell.turn_tokens, max_tokens=cell.max_tokens,
+                       think=parse_think_time(cell.think_time), count_key=caps.count_key, text=text, body=body)
+
+
+def converse(plan: SessionPlan, client: StreamingClient, *, user_id: str, key: str, rng: random.Random,
+             publish: Callable[[RequestRecord, int], None], until_s: float | None = None) -> RequestRecord | None:
+    """One conversation of up to plan.turns turns; `key` is unique to the user and the
+    conversation. Stops at until_s (the request running then is cancelled, a think time
+    ends there). Returns the record that ended it early (an error or a cancel), else None."""
+    messages: Messages = [{"role": "system", "content": plan.system}]
+    for turn in range(1, plan.turns + 1):
+        messages.append({"role": "user", "content": plan.text(f"{key}/{turn}", plan.turn_tokens)})
+        record, answer = client.stream_answer(plan.path, plan.body(messages, plan.max_tokens), user_id=user_id,
+                                              tag="session", deadline_s=until_s, count_key=plan.count_key)
+        record = replace(record, turn=turn)
+        publish(record, turn)
+        if record.status != "ok":
+            return record
+        messages.append({"role": "assistant", "content": answer})
+        if turn < plan.turns:
+            pause = plan.think.draw(rng)
+            if until_s is not None:
+                pause = min(pause, until_s - now())
+            if pause > 0:
+                gevent.sleep(pause)
+            if until_s is not None and now() >= until_s:
+                return None
+    return None
+
+
+def run_session_cell(user, client: StreamingClient, cell: CellSpec) -> None:
+    """One user's part of a session cell: warm-up, ready, go, conversations through the window."""
+    from llmload.loadgen.user import backoff_s
+
+    cells, llm = user.cells, user.llm
+    plan = cell_plan(cell, lambda key, n: cells.message_text(cell, key, n))
+    name = f"session {cell.name}"
+    if cell.warmup:
+        body = plan.body([{"role": "system", "content": plan.system}], 1)
+        rec = client.stream(plan.path, body, user_id=user.user_id, tag="warmup", count_key=plan.count_key)
+        llm.publish(rec, name=f"warm-up {name}", cell_id=cell.id)
+    cells.report_ready(cell.id, once_for=user.user_id)
+    window = cells.wait_go(cell.id)
+    if window is None:
+        return
+    t0, t1 = window
+    delay = t0 - now()
+    if delay > 0:
+        gevent.sleep(delay)
+    rng = random.Random(f"{cell.run_id}/{cell.id}/{user.user_id}")
+
+    def publish(record: RequestRecord, turn: int) -> None:
+        llm.publish(record, name=f"{name} turn {turn}", cell_id=cell.id)
+
+    cells.enter_window(cell.id)
+    try:
+        conversation = 0
+        while now() < t1:
+            conversation += 1
+            ended = converse(plan, client, user_id=user.user_id, rng=rng, publish=publish, until_s=t1,
+                             key=f"{cell.run_id}/{cell.id}/{user.user_id}/{conversation}")
+            if ended is not None and ended.status == "error":
+                # Retry-After is honoured within the window (never past its end).
+                gevent.sleep(min(backoff_s(ended), max(t1 - now(), 0)))
+    finally:
+        cells.leave_window(cell.id)
+
+
+def run_adhoc_session(user, client: StreamingClient, plan: SessionPlan) -> None:
+    """One conversation of an ad hoc user (`--llm-workload sessions`)."""
+    from llmload.loadgen.user import backoff_s
+
+    user.request_no += 1
+    key = f"{user.llm.run_id}/{user.user_id}/{user.request_no}"
+
+    def publish(record: RequestRecord, turn: int) -> None:
+        user.llm.publish(record, name=f"session turn {turn}")
+
+    ended = converse(plan, client, user_id=user.user_id, key=key, rng=random.Random(key), publish=publish)
+    if ended is not None and ended.status == "error":
+        gevent.sleep(backoff_s(ended))
