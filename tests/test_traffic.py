@@ -5,6 +5,7 @@ simulator."""
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import replace
 
@@ -15,6 +16,7 @@ from llmload.core.cellfacts import CellFacts, ServerSample
 from llmload.core.cells import assemble_cell
 from llmload.core.cellstatus import LATENESS_BOUND_MS
 from llmload.core.engines import engine_caps
+from llmload.core.resultsjson import cell_from_dict, cell_to_dict
 from llmload.core.traffic import cached_prompt_ratio, open_loop_requests, server_cached_prompt_ratio
 from llmload.io.probe import http_json, server_load
 from tests_helpers import record
@@ -251,3 +253,18 @@ def test_server_load_reads_the_simulators_prefix_cache_counters(sim_tiny):
     assert after["prefix_queries"] - before["prefix_queries"] == 200
     assert after["prefix_hits"] - before["prefix_hits"] == 96
     assert server_load(sim_tiny.url, caps=engine_caps("tgi"))["prefix_hits"] is None
+
+
+# ----------------------------------------------------------------------------- recompute
+
+
+@pytest.mark.parametrize("planned, records, facts", [
+    (RATE, _rate_records(), _rate_facts(slo={"ttft_p99_ms": 150.0})),
+    (SESSION, _session_records(), _session_facts()),
+])
+def test_cells_recompute_from_stored_facts_and_round_trip_results_json(planned, records, facts):
+    cell = assemble_cell(planned, records, facts)
+    stored = CellFacts.from_json(facts.to_json())
+    assert stored == facts
+    assert assemble_cell(planned, records, stored) == cell
+    assert cell_from_dict(json.loads(json.dumps(cell_to_dict(cell)))) == cell

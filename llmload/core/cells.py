@@ -8,6 +8,10 @@ cell the run wrote. Every figure comes from `llmload.core.metrics`; nothing here
 its own, only the choice of records, the status and its reason.
 
 What a cell's status needs besides its requests is its `llmload.core.cellfacts.CellFacts`.
+By phase: "prefill" (`prefill_cell`), "decode" (`decode_cell`), "session" (`session_cell`: a
+decode cell's window and status, with an allowance for users thinking between turns, plus
+the session figures) and "rate"/"replay" (`open_loop_cell`); `llmload.core.traffic` says
+which requests and windows the last two take their figures over.
 """
 
 from __future__ import annotations
