@@ -22,12 +22,28 @@ The prompt of context 0 is the shortest the endpoint accepts (min_prompt_tokens)
 
 A prefill cell is served by the cold warm-up request of the decode cell at the same context
 with N = 1 when that cell runs ("decode_warmup"), so a context is never prefilled twice.
+
+The other workloads (`llmload.core.workloads`) have plans of their own:
+- sessions (`plan_sessions`, a cell per system prompt S and users N): the first turn whose
+  prompt and answer exceed the per-sequence limit (`workloads.first_turn_over`) is k; k = 1
+  is exceeds_context, a later k runs with turns = k − 1. The KV is planned at the last turn
+  that runs: each session holds prompt + M − 1 tokens, and where prefix caching is on the
+  shared system prompt's full blocks (S // block_size; S tokens when the block size is
+  unknown) are held once, not per session; then the rules above (over_capacity, queued, run).
+- rates (`plan_rates`, a cell per context C and rate R, concurrency 0): exceeds_context
+  where C + M exceeds the limit, else run: an open loop's requests in flight are not known
+  before it runs.
+- replay (`plan_replay`): one cell for the whole trace, at its longest input; it runs even
+  where requests exceed the context (they are sent, and the server's refusal is measured).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+
+from llmload.core.trace import TraceRequest, trace_duration_s
+from llmload.core.workloads import first_turn_over, session_prompt_tokens
 
 
 #: Seconds assumed per cell for warm-up when estimating how long a plan takes.
@@ -45,7 +61,7 @@ class PlannedCell:
     """One cell of the plan and whether it will run."""
 
     phase: str
-    """"prefill" or "decode"."""
+    """One of PHASES."""
     context_tokens: int
     """C, the nominal context (0 = shortest prompt)."""
     concurrency: int
@@ -97,8 +113,11 @@ def _capacity_verdict(
     block_size: int | None,
     max_sequences: int | None,
     max_sequences_source: str | None = None,
+    shared_tokens: int = 0,
 ) -> tuple[str, str]:
-    """("run" | "queued" | "over_capacity", reason) for N sequences of sequence_tokens each."""
+    """("run" | "queued" | "over_capacity", reason) for N sequences of sequence_tokens each,
+    of which the first shared_tokens are one prefix held once (its full blocks, where the
+    block size is known)."""
     held = min(concurrency, max_sequences) if max_sequences else concurrency
     queued = held < concurrency
     source = f" ({max_sequences_source})" if max_sequences_source else ""
@@ -108,14 +127,16 @@ def _capacity_verdict(
         return ("queued", queue_reason) if queued else ("run", "KV cache size unknown: run, saturation will show")
     if block_size:
         kv_blocks = kv_cache_tokens // block_size
-        per_sequence = blocks(sequence_tokens, block_size)
-        need, have, unit = held * per_sequence, kv_blocks, "blocks"
+        per_sequence, shared = blocks(sequence_tokens, block_size), shared_tokens // block_size
+        have, unit = kv_blocks, "blocks"
     else:
-        per_sequence = sequence_tokens
-        need, have, unit = held * sequence_tokens, kv_cache_tokens, "tokens"
+        per_sequence, shared, have, unit = sequence_tokens, shared_tokens, kv_cache_tokens, "tokens"
+    saved = max(held - 1, 0) * shared
+    need = held * per_sequence - saved
+    relation = "≤" if need <= have else ">"
+    once = f" − {held - 1} × {shared:,} shared" if saved else ""
+    reason = f"{held} × {per_sequence:,} {unit}{once} = {need:,} {relation} {have:,} KV {unit}"
     fits = need <= have
-    relation = "≤" if fits else ">"
-    reason = f"{held} × {per_sequence:,} {unit} = {need:,} {relation} {have:,} KV {unit}"
     if not fits:
         return "over_capacity", reason
     return ("queued", f"{queue_reason}; {reason}") if queued else ("run", reason)
@@ -215,6 +236,83 @@ def plan_matrix(
             cell = _replace_source(cell, source)
         prefill.append(cell)
     return prefill + decode
+
+
+def plan_sessions(*, system_prompt_tokens: Sequence[int], concurrency: Sequence[int], turns: int, turn_tokens: int,
+                  max_tokens: int, kv_cache_tokens: int | None, block_size: int | None, max_model_len: int | None,
+                  max_sequences: int | None = None, prefix_caching: bool | None = None,
+                  max_sequences_source: str | None = None, template_tokens: int = 0) -> list[PlannedCell]:
+    """The session cells, by S ascending then users ascending (see the module docstring)."""
+    if turns < 1 or turn_tokens < 1:
+        raise ValueError(f"turns and turn tokens must be at least 1, got {turns} and {turn_tokens}")
+    _check_inputs(system_prompt_tokens, concurrency, max_tokens)
+    out = []
+    for s in sorted(set(system_prompt_tokens)):
+        over = first_turn_over(s, turn_tokens, max_tokens, turns, max_model_len, template_tokens=template_tokens)
+        last = turns if over is None else over - 1
+        for n in sorted(set(concurrency)):
+            cell = PlannedCell(phase="session", context_tokens=s, concurrency=n, status="exceeds_context", reason="",
+                               prompt_tokens=s, max_tokens=max_tokens, turns=last or None)
+            if last == 0:
+                prompt = session_prompt_tokens(s, turn_tokens, max_tokens, 1) + template_tokens
+                out.append(replace(cell, reason=f"turn 1: {prompt:,} + {max_tokens:,} = {prompt + max_tokens:,} "
+                                                f"tokens > max model length {max_model_len:,}"))
+                continue
+            prompt = session_prompt_tokens(s, turn_tokens, max_tokens, last) + template_tokens * last
+            shared = s if prefix_caching else 0
+            status, reason = _capacity_verdict(concurrency=n, sequence_tokens=kv_tokens_held(prompt, max_tokens),
+                                               kv_cache_tokens=kv_cache_tokens, block_size=block_size,
+                                               max_sequences=max_sequences, max_sequences_source=max_sequences_source,
+                                               shared_tokens=shared)
+            where = f"KV at turn {last} ({prompt:,} prompt tokens): {reason}" + (
+                "" if prefix_caching else "; prefix caching off or unknown: the system prompt counted per session")
+            if over is not None:
+                where = (f"a session exceeds the context at turn {over}: conversations end after turn {last}; "
+                         + where)
+            out.append(replace(cell, status=status, reason=where))
+    return out
+
+
+def plan_rates(*, contexts: Sequence[int], rates: Sequence[float], max_tokens: int, max_model_len: int | None,
+               min_prompt_tokens: int = 1) -> list[PlannedCell]:
+    """The rate cells, by context ascending then rate ascending: exceeds_context where the
+    prompt and M exceed the per-sequence limit, else run (the KV cache is not planned: an open
+    loop's requests in flight are not known before it runs)."""
+    if any(not r > 0 for r in rates):
+        raise ValueError(f"rates must be above 0 requests/s: {sorted(rates)}")
+    _check_inputs(contexts, [1], max_tokens)
+    out = []
+    for c in sorted(set(contexts)):
+        prompt = c if c > 0 else min_prompt_tokens
+        for r in sorted(set(rates)):
+            cell = PlannedCell(phase="rate", context_tokens=c, concurrency=0, status="run", prompt_tokens=prompt,
+                               max_tokens=max_tokens, rate_rps=r,
+                               reason=(f"{r:g} requests/s, open loop: requests in flight are not known before it "
+                                       "runs, so the KV cache is not planned"))
+            if max_model_len is not None and prompt + max_tokens > max_model_len:
+                cell = replace(cell, status="exceeds_context",
+                               reason=(f"{prompt:,} + {max_tokens:,} = {prompt + max_tokens:,} tokens > "
+                                       f"max model length {max_model_len:,}"))
+            out.append(cell)
+    return out
+
+
+def plan_replay(*, requests: Sequence[TraceRequest], max_model_len: int | None, speedup: float = 1.0,
+                min_prompt_tokens: int = 1) -> list[PlannedCell]:
+    """The replay cell: the whole trace, context the longest input (a request whose prompt is
+    text counts 0: the server counts it), run whatever exceeds the context (every request is
+    sent: the server's refusal is measured)."""
+    if not requests:
+        raise ValueError("a trace to replay has at least one request")
+    longest = max(r.input_tokens for r in requests)
+    over = (sum(1 for r in requests if r.input_tokens + r.output_tokens > max_model_len)
+            if max_model_len is not None else None)
+    exceed = (f"{over:,} exceed the context ({max_model_len:,} tokens) and are sent all the same"
+              if over else "none exceeds the context" if over == 0 else "the context limit is unknown")
+    return [PlannedCell(phase="replay", context_tokens=longest, concurrency=0, status="run",
+                        prompt_tokens=longest or min_prompt_tokens, max_tokens=max(r.output_tokens for r in requests),
+                        reason=(f"{len(requests):,} trace requests over {trace_duration_s(tuple(requests), speedup):.1f} s"
+                                f" (speedup {speedup:g}): {exceed}"))]
 
 
 def _replace_source(cell: PlannedCell, source: str) -> PlannedCell:

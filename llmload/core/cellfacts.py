@@ -1,11 +1,12 @@
 """What a cell's result needs besides its request records, as raw samples.
 
 Pure. `CellFacts` holds the window, the server's load samples (running and waiting gauges,
-preemption and generated-token counters) and the load generator's own samples (CPU,
+preemption, generated-token and prefix-cache counters) and the load generator's own samples (CPU,
 event-loop lag, and what its hot path read per interval, from which
 `llmload.core.clientload` estimates the delay it added) per process. These are raw samples,
 never summaries, so a different definition can be applied to them later; the records files
-keep them (`llmload.output.recordstore`) for `report --recompute`.
+keep them (`llmload.output.recordstore`) for `report --recompute`. The workloads beyond the
+matrix add what they were run with (think time, arrivals, the in-flight cap, the trace's size).
 """
 
 from __future__ import annotations
@@ -26,6 +27,10 @@ class ServerSample:
     preemptions: float | None = None
     generated: float | None = None
     """The generated-token counter."""
+    prefix_hits: float | None = None
+    """The prefix cache's counter of prompt tokens it served (`EngineCaps.prefix_cache_counters`)."""
+    prefix_queries: float | None = None
+    """The prefix cache's counter of prompt tokens looked up in it."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -67,6 +72,15 @@ class CellFacts:
     power: PowerWindow | None = None
     """The GPUs' power readings during the window (`llmload.core.energy`), where measured."""
     idle_power_w: float | None = None
+    think_time_s: float | None = None
+    """Session cells: the users' mean think time between turns (> 0: users are idle by
+    design, `cellstatus.classify_cell`'s users_idle)."""
+    arrivals: str | None = None
+    """Rate cells: "poisson" or "constant"."""
+    in_flight_cap: int | None = None
+    """Rate and replay cells: the cap on requests in flight, over all processes."""
+    trace_requests: int | None = None
+    """Replay: the trace's requests."""
 
     def to_json(self) -> str:
         d = asdict(self)

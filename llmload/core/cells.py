@@ -8,103 +8,33 @@ cell the run wrote. Every figure comes from `llmload.core.metrics`; nothing here
 its own, only the choice of records, the status and its reason.
 
 What a cell's status needs besides its requests is its `llmload.core.cellfacts.CellFacts`.
+By phase: "prefill" (`prefill_cell`), "decode" (`decode_cell`), "session" (`session_cell`: a
+decode cell's window and status, with an allowance for users thinking between turns, plus
+the session figures) and "rate"/"replay" (`open_loop_cell`); `llmload.core.traffic` says
+which requests and windows the last two take their figures over.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from llmload.core.capacity import PlannedCell
 from llmload.core.cellfacts import CellFacts
-from llmload.core.cellresult import CellEnergy, CellResult, CellTiming, CellTraffic, ClientLoad, ServerLoad
-from llmload.core.cellstatus import classify_cell, longest_stall, stall_bound_s
-from llmload.core.clientload import ADDED_DELAY_BOUND_MS, delay_bound_exceeded, window_estimate
+from llmload.core.cellresult import CellEnergy, CellResult, CellTiming, CellTraffic, ServerLoad
+# The client-load judgment is cellstatus's; its names stay importable from here for their callers.
+from llmload.core.cellstatus import (CLIENT_CPU_BOUND_PCT, CLIENT_LAG_BOUND_MS, LATENESS_BOUND_MS,  # noqa: F401
+                                     CellClientLoad, classify_cell, classify_open_loop, client_late, client_load,
+                                     client_overloaded, combined_client_load, is_client_bound, longest_stall,
+                                     stall_bound_s)
+from llmload.core.clientload import ADDED_DELAY_BOUND_MS
 from llmload.core.metrics import MAX_ERROR_SAMPLES, WindowFigures, median_prefill, quantile, window_figures
 from llmload.core.energy import cell_energy
 from llmload.core.goodput import request_goodput
 from llmload.core.records import RequestRecord
+from llmload.core.traffic import (OPEN_LOOP_TAGS, SESSION_TAG, cached_prompt_ratio, open_loop_figures,
+                                  open_loop_requests, server_cached_prompt_ratio, session_figures)
 from llmload.core.servercheck import (ServerCheck, counter_check, prefill_check, server_timing, timing_check,
                                       usage_check)
-
-CLIENT_CPU_BOUND_PCT = 90.0
-"""Mean CPU of a load-generator process over a window at or above this: client_bound."""
-CLIENT_LAG_BOUND_MS = 5.0
-"""Median event-loop lag over a window above this: client_bound. The median, not a high
-percentile: one garbage collection or a neighbour's burst is a hiccup, not a bottleneck."""
-
-
-# ------------------------------------------------------------------------ client and server load
-
-
-def client_load(samples, reads=()) -> ClientLoad:
-    """One process's load over a window from its (time, CPU %, lag ms) samples (the
-    percentiles follow `metrics.quantile`) and its hot path's interval samples (the
-    added-delay estimate, `clientload.window_estimate`)."""
-    estimate = window_estimate(list(reads))
-    delay = ClientLoad(client_events_per_read=estimate["events_per_read"],
-                       client_added_delay_ms_p50=estimate["added_delay_ms_p50"],
-                       client_added_delay_ms_p99=estimate["added_delay_ms_p99"],
-                       client_added_delay_source=estimate["added_delay_source"])
-    if not samples:
-        return delay
-    cpus = [s[1] for s in samples]
-    lags = [s[2] for s in samples]
-    return replace(delay, client_cpu_pct_mean=sum(cpus) / len(cpus), client_cpu_pct_max=max(cpus),
-                   loop_lag_ms_p50=quantile(lags, 0.5), loop_lag_ms_p90=quantile(lags, 0.9),
-                   loop_lag_ms_max=max(lags))
-
-
-def client_overloaded(load: ClientLoad) -> bool:
-    """Measured: mean CPU at its bound, or median loop lag over its bound."""
-    cpu, lag = load.client_cpu_pct_mean, load.loop_lag_ms_p50
-    return (cpu is not None and cpu >= CLIENT_CPU_BOUND_PCT) or (lag is not None and lag > CLIENT_LAG_BOUND_MS)
-
-
-def client_late(load: ClientLoad) -> bool:
-    """Estimated: the added delay p99 over `clientload.ADDED_DELAY_BOUND_MS`."""
-    return delay_bound_exceeded(load.client_added_delay_ms_p99)
-
-
-def is_client_bound(load: ClientLoad) -> bool:
-    """CPU at the bound, median loop lag over its bound, or an estimated added delay p99
-    over `clientload.ADDED_DELAY_BOUND_MS`."""
-    return client_overloaded(load) or client_late(load)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CellClientLoad:
-    """A cell's client load: the worst process for each figure, and whether any process was
-    overloaded (CPU or lag measured over its bound) or late (the added delay estimated over
-    its bound): `classify_cell` ranks a seen stall between the two."""
-
-    load: ClientLoad
-    overloaded: bool
-    late: bool
-
-
-def _worst(values) -> float | None:
-    known = [v for v in values if v is not None]
-    return max(known) if known else None
-
-
-def combined_client_load(per_process, reads_per_process=()) -> CellClientLoad:
-    """The cell's client load from each process's samples and reads (`CellClientLoad`)."""
-    reads = list(reads_per_process) + [()] * (len(per_process) - len(reads_per_process))
-    loads = [client_load(samples, r) for samples, r in zip(per_process, reads)]
-    worst = ClientLoad(
-        client_cpu_pct_max=_worst(x.client_cpu_pct_max for x in loads),
-        client_cpu_pct_mean=_worst(x.client_cpu_pct_mean for x in loads),
-        loop_lag_ms_max=_worst(x.loop_lag_ms_max for x in loads),
-        loop_lag_ms_p50=_worst(x.loop_lag_ms_p50 for x in loads),
-        loop_lag_ms_p90=_worst(x.loop_lag_ms_p90 for x in loads),
-        client_events_per_read=_worst(x.client_events_per_read for x in loads),
-        client_added_delay_ms_p50=_worst(x.client_added_delay_ms_p50 for x in loads),
-        client_added_delay_ms_p99=_worst(x.client_added_delay_ms_p99 for x in loads),
-        client_added_delay_source=next((x.client_added_delay_source for x in loads
-                                        if x.client_added_delay_source), None))
-    return CellClientLoad(load=worst, overloaded=any(client_overloaded(x) for x in loads),
-                          late=any(client_late(x) for x in loads))
-
 
 def _counter_delta(facts: CellFacts, name: str) -> float | None:
     a, b = facts.server_first, facts.server_last
@@ -133,10 +63,16 @@ def assemble_cell(planned: PlannedCell, records: list[RequestRecord], facts: Cel
     elif planned.phase == "prefill":
         cell = prefill_cell(planned, records, source=facts.prefill_source or "standalone",
                             text_prompt=facts.text_prompt)
+    elif planned.phase in OPEN_LOOP_TAGS:
+        cell = open_loop_cell(planned, records, facts)
+    elif planned.phase == "session":
+        cell = session_cell(planned, records, facts)
     else:
         cell = decode_cell(planned, records, facts)
-    return replace(cell, prompt_length_note=_prompt_length_note(planned, cell.server_prompt_tokens,
-                                                                exact=facts.exact_prompt_length),
+    # A session's and a trace's prompts differ by design: no one planned length to hold them to.
+    note = (None if planned.phase in ("session", "replay") else
+            _prompt_length_note(planned, cell.server_prompt_tokens, exact=facts.exact_prompt_length))
+    return replace(cell, prompt_length_note=note,
                    slo=replace(cell.slo, slo_search=True) if facts.slo_search else cell.slo,
                    timing=CellTiming(**facts.timing) if facts.timing is not None else None)
 
@@ -154,9 +90,12 @@ def _window(cell: CellResult, fig: WindowFigures) -> CellResult:
                    error_samples=tuple(fig.error_samples))
 
 
-def decode_cell(planned: PlannedCell, records: list[RequestRecord], facts: CellFacts) -> CellResult:
+def decode_cell(planned: PlannedCell, records: list[RequestRecord], facts: CellFacts, *, tag: str = "decode",
+                users_idle: bool = False) -> CellResult:
+    """A closed-loop cell over its window: the matrix's decode cell, and a session cell's
+    window (`tag` "session"; `users_idle` where users think between turns)."""
     t0, t1 = facts.t0_s, facts.t1_s
-    decode = [r for r in records if r.tag == "decode"]
+    decode = [r for r in records if r.tag == tag]
     warm = [r for r in records if r.tag == "warmup"]
     fig = window_figures(decode, t0, t1, concurrency=planned.concurrency)
     load = combined_client_load(facts.client_samples, facts.client_reads)
@@ -169,7 +108,7 @@ def decode_cell(planned: PlannedCell, records: list[RequestRecord], facts: CellF
     stalled = stall is not None and stall.gap_s > bound_s
     status = classify_cell(figures=fig, concurrency=planned.concurrency, waiting=median_waiting,
                            client_bound=load.overloaded, preemptions=preemptions, stalled=stalled,
-                           client_late=load.late)
+                           client_late=load.late, users_idle=users_idle)
     errors, samples = fig.errors, list(fig.error_samples)
     warm_errors = [r for r in warm if r.status == "error"]
     if warm_errors:
@@ -184,7 +123,7 @@ def decode_cell(planned: PlannedCell, records: list[RequestRecord], facts: CellF
                   f"(bound {bound_s:.1f} s)")
     else:
         reason = _status_reason(status, fig, planned, errors=errors, median_waiting=median_waiting,
-                                preemptions=preemptions, load=load)
+                                preemptions=preemptions, load=load, users_idle=users_idle)
     # A failed warm-up is a failed request of the cell, always counted the same way: on both
     # sides of the error rate (errors / requests_attempted), so it never exceeds 1.
     return replace(
@@ -204,6 +143,70 @@ def decode_cell(planned: PlannedCell, records: list[RequestRecord], facts: CellF
         slo=request_goodput(decode, t0, t1, facts.slo),
         energy=(cell_energy(facts.power, output_tokens=fig.output_tokens, idle_power_w=facts.idle_power_w)
                 if facts.power is not None else CellEnergy()))
+
+
+def session_cell(planned: PlannedCell, records: list[RequestRecord], facts: CellFacts) -> CellResult:
+    """A session cell: its window as a decode cell's (users think between turns where the
+    think time is over 0), with TTFT by turn and the prefix cache's share."""
+    cell = decode_cell(planned, records, facts, tag=SESSION_TAG, users_idle=bool(facts.think_time_s))
+    t0, t1 = facts.t0_s, facts.t1_s
+    sent = [r for r in records if r.tag == SESSION_TAG and t0 <= r.send_s <= t1]
+    turns = planned.turns or max((r.turn or 0 for r in sent), default=0)
+    fig = session_figures(sent, t0, t1, turns=turns)
+    traffic = CellTraffic(turns=planned.turns, ttft_by_turn_ms=fig.ttft_by_turn_ms, turn_requests=fig.turn_requests,
+                          cached_prompt_ratio=cached_prompt_ratio(sent),
+                          server_cached_prompt_ratio=server_cached_prompt_ratio(facts.server_first, facts.server_last),
+                          context_reached_tokens=fig.context_reached_tokens)
+    # Prompts grow turn by turn: no single prompt length, and no warm-up of one prompt to check.
+    return replace(cell, traffic=traffic, server_prompt_tokens=None, warmup_cache_hit=None)
+
+
+def open_loop_cell(planned: PlannedCell, records: list[RequestRecord], facts: CellFacts) -> CellResult:
+    """A rate or replay cell (`llmload.core.traffic` says over which requests and windows)."""
+    t0, t1 = facts.t0_s, facts.t1_s
+    requests = open_loop_requests(records, planned.phase, t0, t1)
+    fig = open_loop_figures(requests, t0, t1, phase=planned.phase, slo=facts.slo)
+    span, win = fig.span, fig.window
+    load = combined_client_load(facts.client_samples, facts.client_reads)
+    status = classify_open_loop(errors=span.errors, ran=bool(requests), cap_waits=fig.cap_waits,
+                                send_lateness_ms_p99=fig.send_lateness_ms_p99, client_overloaded=load.overloaded,
+                                client_late=load.late)
+    if status == "in_flight_cap":
+        reason = (f"{fig.cap_waits} of {len(requests)} request(s) waited for a place under the in-flight cap "
+                  f"({facts.in_flight_cap if facts.in_flight_cap is not None else 'its limit'}): "
+                  "sent late, off their schedule")
+    elif status == "client_bound" and not load.overloaded and not load.late:
+        reason = (f"the load generator fell behind its schedule: send lateness p99 "
+                  f"{fig.send_lateness_ms_p99:.1f} ms (bound {LATENESS_BOUND_MS:g} ms)")
+    elif status == "errors" and not requests:
+        reason = "no request was sent in the window"
+    else:
+        reason = _status_reason(status, span, planned, errors=span.errors, median_waiting=None, preemptions=None,
+                                load=load)
+    waits = [w for _, w in facts.waiting_samples]
+    traffic = CellTraffic(
+        rate_rps=planned.rate_rps, arrivals="trace" if planned.phase == "replay" else facts.arrivals,
+        achieved_rate_rps=fig.achieved_rate_rps, send_lateness_ms_p50=fig.send_lateness_ms_p50,
+        send_lateness_ms_p99=fig.send_lateness_ms_p99, in_flight_cap=facts.in_flight_cap, cap_waits=fig.cap_waits,
+        e2e_ms=fig.e2e_ms, e2e_p90_ms=fig.e2e_p90_ms, e2e_p99_ms=fig.e2e_p99_ms,
+        cached_prompt_ratio=cached_prompt_ratio(requests),
+        server_cached_prompt_ratio=server_cached_prompt_ratio(facts.server_first, facts.server_last),
+        trace_requests=facts.trace_requests if planned.phase == "replay" else None)
+    return replace(
+        _window(not_run_cell(planned), span), status=status, reason=reason, prompt_tok_s=fig.prompt_tok_s,
+        total_tok_s=win.total_tok_s, output_tokens=win.output_tokens, measured_s=win.measured_s,
+        avg_active=win.avg_active, avg_streaming=win.avg_streaming, requests_sent=len(requests),
+        server_load=ServerLoad(max_waiting=max(waits) if waits else None,
+                               median_waiting=quantile(waits, 0.5) if waits else None,
+                               preemptions=_counter_delta(facts, "preemptions")),
+        client_load=load.load, token_source=_token_source(requests),
+        server_prompt_tokens=_server_prompt_tokens(requests) if planned.phase == "rate" else None,
+        usage_mismatches=sum(1 for r in requests if r.status == "ok" and r.completion_tokens is not None
+                             and r.finish_reason is not None and r.output_tokens != r.completion_tokens),
+        server_check=_decode_check(requests, facts), server_timing=server_timing(requests), slo=fig.slo,
+        energy=(cell_energy(facts.power, output_tokens=win.output_tokens, idle_power_w=facts.idle_power_w)
+                if facts.power is not None else CellEnergy()),
+        traffic=traffic)
 
 
 def _decode_check(decode: list[RequestRecord], facts: CellFacts) -> ServerCheck | None:
@@ -239,9 +242,12 @@ def prefill_cell(planned: PlannedCell, records: list[RequestRecord], *, source: 
 
 
 def _status_reason(status: str, fig: WindowFigures, planned: PlannedCell, *, errors: int, median_waiting,
-                   preemptions, load: CellClientLoad) -> str:
+                   preemptions, load: CellClientLoad, users_idle: bool = False) -> str:
     if status == "saturated" and preemptions:
         return f"the server preempted {preemptions:g} request(s): N sequences did not fit its KV cache"
+    if status == "saturated" and not median_waiting and users_idle:
+        return (f"average streaming {fig.avg_streaming:.2f} of {fig.avg_active:.2f} in flight "
+                "(users think between turns: in flight, not N, is the bar)")
     if status == "saturated":
         return (f"server queue: median {median_waiting:g} waiting" if median_waiting
                 else f"average active {fig.avg_active:.2f} / streaming {fig.avg_streaming:.2f} of {planned.concurrency}")

@@ -1,19 +1,25 @@
-"""The status of a decode cell: stalls and the rules that classify a cell that ran.
+"""The status of a cell that ran: stalls and the rules that classify decode, session and
+open-loop (rate, replay) cells.
 
 Pure (numpy only). measurement.md, "Status of a cell": `classify_cell` turns a window's
 figures (`llmload.core.metrics.WindowFigures`) and what the caller knows of the server and
-the load generator into one of "errors", "client_bound", "saturated", "stalled", "valid";
-`longest_stall` and `stall_bound_s` decide whether a request froze after its first token.
+the load generator into one of "errors", "client_bound", "saturated", "stalled", "valid"
+(session cells too, with an allowance for users thinking between turns); `classify_open_loop`
+judges a rate or replay cell ("errors", "client_bound", "in_flight_cap", "valid");
+`longest_stall` and `stall_bound_s` decide whether a request froze after its first token;
+`combined_client_load` and its helpers judge the load generator's own load.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from llmload.core.metrics import WindowFigures, token_chunks
+from llmload.core.cellresult import ClientLoad
+from llmload.core.clientload import delay_bound_exceeded, window_estimate
+from llmload.core.metrics import WindowFigures, quantile, token_chunks
 from llmload.core.records import RequestRecord
 
 #: A cell is "N at once" only if at least this fraction of N was active/streaming on average.
@@ -22,6 +28,84 @@ VALID_FRACTION = 0.95
 #: fraction of N is taken as queued (short requests legitimately spend a few percent of their
 #: life before their first token, so the bar is lower than VALID_FRACTION).
 STREAMING_FRACTION_NO_METRICS = 0.8
+CLIENT_CPU_BOUND_PCT = 90.0
+"""Mean CPU of a load-generator process over a window at or above this: client_bound."""
+CLIENT_LAG_BOUND_MS = 5.0
+"""Median event-loop lag over a window above this: client_bound. The median, not a high
+percentile: one garbage collection or a neighbour's burst is a hiccup, not a bottleneck."""
+
+
+# --------------------------------------------------------------------------- the client's load
+
+
+def client_load(samples, reads=()) -> ClientLoad:
+    """One process's load over a window from its (time, CPU %, lag ms) samples (the
+    percentiles follow `metrics.quantile`) and its hot path's interval samples (the
+    added-delay estimate, `clientload.window_estimate`)."""
+    estimate = window_estimate(list(reads))
+    delay = ClientLoad(client_events_per_read=estimate["events_per_read"],
+                       client_added_delay_ms_p50=estimate["added_delay_ms_p50"],
+                       client_added_delay_ms_p99=estimate["added_delay_ms_p99"],
+                       client_added_delay_source=estimate["added_delay_source"])
+    if not samples:
+        return delay
+    cpus = [s[1] for s in samples]
+    lags = [s[2] for s in samples]
+    return replace(delay, client_cpu_pct_mean=sum(cpus) / len(cpus), client_cpu_pct_max=max(cpus),
+                   loop_lag_ms_p50=quantile(lags, 0.5), loop_lag_ms_p90=quantile(lags, 0.9),
+                   loop_lag_ms_max=max(lags))
+
+
+def client_overloaded(load: ClientLoad) -> bool:
+    """Measured: mean CPU at its bound, or median loop lag over its bound."""
+    cpu, lag = load.client_cpu_pct_mean, load.loop_lag_ms_p50
+    return (cpu is not None and cpu >= CLIENT_CPU_BOUND_PCT) or (lag is not None and lag > CLIENT_LAG_BOUND_MS)
+
+
+def client_late(load: ClientLoad) -> bool:
+    """Estimated: the added delay p99 over `clientload.ADDED_DELAY_BOUND_MS`."""
+    return delay_bound_exceeded(load.client_added_delay_ms_p99)
+
+
+def is_client_bound(load: ClientLoad) -> bool:
+    """CPU at the bound, median loop lag over its bound, or an estimated added delay p99
+    over `clientload.ADDED_DELAY_BOUND_MS`."""
+    return client_overloaded(load) or client_late(load)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CellClientLoad:
+    """A cell's client load: the worst process for each figure, and whether any process was
+    overloaded (CPU or lag measured over its bound) or late (the added delay estimated over
+    its bound): `classify_cell` ranks a seen stall between the two."""
+
+    load: ClientLoad
+    overloaded: bool
+    late: bool
+
+
+def _worst(values) -> float | None:
+    known = [v for v in values if v is not None]
+    return max(known) if known else None
+
+
+def combined_client_load(per_process, reads_per_process=()) -> CellClientLoad:
+    """The cell's client load from each process's samples and reads (`CellClientLoad`)."""
+    reads = list(reads_per_process) + [()] * (len(per_process) - len(reads_per_process))
+    loads = [client_load(samples, r) for samples, r in zip(per_process, reads)]
+    worst = ClientLoad(
+        client_cpu_pct_max=_worst(x.client_cpu_pct_max for x in loads),
+        client_cpu_pct_mean=_worst(x.client_cpu_pct_mean for x in loads),
+        loop_lag_ms_max=_worst(x.loop_lag_ms_max for x in loads),
+        loop_lag_ms_p50=_worst(x.loop_lag_ms_p50 for x in loads),
+        loop_lag_ms_p90=_worst(x.loop_lag_ms_p90 for x in loads),
+        client_events_per_read=_worst(x.client_events_per_read for x in loads),
+        client_added_delay_ms_p50=_worst(x.client_added_delay_ms_p50 for x in loads),
+        client_added_delay_ms_p99=_worst(x.client_added_delay_ms_p99 for x in loads),
+        client_added_delay_source=next((x.client_added_delay_source for x in loads
+                                        if x.client_added_delay_source), None))
+    return CellClientLoad(load=worst, overloaded=any(client_overloaded(x) for x in loads),
+                          late=any(client_late(x) for x in loads))
 
 
 # --------------------------------------------------------------------------- stalls
@@ -86,8 +170,9 @@ def classify_cell(
     preemptions: float | None = None,
     stalled: bool = False,
     client_late: bool = False,
+    users_idle: bool = False,
 ) -> str:
-    """Status of a decode cell that ran, first matching rule wins:
+    """Status of a decode cell (or a session cell) that ran, first matching rule wins:
 
     1. "errors"       — figures.errors > 0 (any failed request), or nothing was in flight
                         during the window at all (avg_active is None: no figure exists).
@@ -112,6 +197,13 @@ def classify_cell(
                         but not streaming are queued somewhere).
     7. "valid"        — otherwise: no failure, avg_active ≥ 0.95 N, no queue, no stall.
 
+    `users_idle` (session cells with a think time): users are idle between turns by design,
+    so fewer than N requests in flight is no sign of a queue. Rule 6 then drops the
+    avg_active < 0.95 N test and, without a waiting gauge, compares the requests streaming
+    with those in flight instead of with N: avg_streaming < STREAMING_FRACTION_NO_METRICS ×
+    avg_active (requests sent but not yet streaming are queued). The waiting gauge and
+    preemptions judge as before.
+
     Errors come first because a failed request also lowers the other figures. A client
     bottleneck *measured* (CPU, loop lag) comes next: a client that cannot run cannot read,
     so a silence it saw may be its own. A preempted request pauses, so preemption explains
@@ -131,11 +223,45 @@ def classify_cell(
         return "stalled"
     if client_late:
         return "client_bound"
-    if figures.avg_active < VALID_FRACTION * concurrency:
+    if not users_idle and figures.avg_active < VALID_FRACTION * concurrency:
         return "saturated"
     if waiting is not None:
         queued = waiting > 0
     else:
         streaming = figures.avg_streaming if figures.avg_streaming is not None else 0.0
-        queued = streaming < STREAMING_FRACTION_NO_METRICS * concurrency
+        expected = figures.avg_active if users_idle else concurrency
+        queued = streaming < STREAMING_FRACTION_NO_METRICS * expected
     return "saturated" if queued else "valid"
+
+
+# --------------------------------------------------------------------------- open loop
+
+#: An open-loop cell is client_bound when its requests' send lateness p99 is over this: the
+#: sender fell behind its schedule (a gevent scheduler hiccup stays well under it).
+LATENESS_BOUND_MS = 10.0
+
+
+def classify_open_loop(*, errors: int, ran: bool, cap_waits: int, send_lateness_ms_p99: float | None,
+                       client_overloaded: bool, client_late: bool) -> str:
+    """Status of a rate or replay cell that ran, first matching rule wins:
+
+    1. "errors"        — any failed request, or none in flight during the window (`ran` false).
+    2. "client_bound"  — the load generator measured itself overloaded (CPU, loop lag).
+    3. "in_flight_cap" — cap_waits > 0: requests waited for a place under the in-flight cap,
+                         so the schedule was not kept (their lateness is the cap's, not the
+                         sender's: this rule comes before the lateness one).
+    4. "client_bound"  — send lateness p99 over LATENESS_BOUND_MS (the sender fell behind its
+                         schedule) or the estimated added delay over its bound (`client_late`).
+    5. "valid"         — otherwise.
+    A server that cannot keep up shows as latency (TTFT, end-to-end), never as a status: an
+    open loop sends on schedule whatever the server does, so there is no "saturated".
+    """
+    if errors > 0 or not ran:
+        return "errors"
+    if client_overloaded:
+        return "client_bound"
+    if cap_waits > 0:
+        return "in_flight_cap"
+    if client_late or (send_lateness_ms_p99 is not None and send_lateness_ms_p99 > LATENESS_BOUND_MS):
+        return "client_bound"
+    return "valid"

@@ -86,6 +86,9 @@ class EngineCaps:
     `timings`: predicted_n/predicted_ms, prompt_n/prompt_ms, cache_n)."""
     generated_counter: tuple[str, ...] = ()
     """Prometheus counters of generated tokens that move every decode step."""
+    prefix_cache_counters: tuple[str, str] | None = None
+    """Prometheus counters of the prefix cache, in tokens: (hits, queries); their deltas over a
+    window give the share of prompt tokens the cache served (None: the engine has none)."""
     docs: tuple[str, ...] = ("metrics",)
     """Probe documents to fetch for this engine (keys of DOC_PATHS)."""
     sequence_limit: tuple[Source, ...] = ()
@@ -113,6 +116,7 @@ _VLLM_POOL = (Source("metrics", "vllm:cache_config_info", label="kv_cache_size_t
               Source("metrics", "vllm:cache_config_info", label="num_gpu_blocks", times="block_size"))
 _VLLM_BLOCK = (Source("metrics", "vllm:cache_config_info", label="block_size"),)
 _VLLM_SEQS = (Source("launch", "--max-num-seqs"),)
+_VLLM_PREFIX = ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total")
 _UNKNOWN_POOL = "unknown (not reported): every cell runs and queueing marks what did not fit"
 
 ENGINES: dict[str, EngineCaps] = {
@@ -120,7 +124,7 @@ ENGINES: dict[str, EngineCaps] = {
         EngineCaps(name="vllm", token_id_prompts=True, ignore_eos=True, min_tokens=True,
                    include_usage=True, continuous_usage=True, cache_salt=True,
                    tokenize_path="/tokenize", tokenize_messages=True,
-                   generated_counter=("vllm:generation_tokens_total",),
+                   generated_counter=("vllm:generation_tokens_total",), prefix_cache_counters=_VLLM_PREFIX,
                    sequence_limit=(_MODELS_LEN,), pool_limit=_VLLM_POOL, block_size=_VLLM_BLOCK,
                    count_limit=_VLLM_SEQS, null_blocks=1,
                    pool_note="unknown (no vllm:cache_config_info on /metrics): every cell runs "
@@ -128,7 +132,7 @@ ENGINES: dict[str, EngineCaps] = {
         EngineCaps(name="llmload-sim", token_id_prompts=True, ignore_eos=True, min_tokens=True,
                    include_usage=True, continuous_usage=True, cache_salt=True,
                    tokenize_path="/tokenize", tokenize_messages=True,
-                   generated_counter=("vllm:generation_tokens_total",),
+                   generated_counter=("vllm:generation_tokens_total",), prefix_cache_counters=_VLLM_PREFIX,
                    sequence_limit=(_MODELS_LEN,), pool_limit=_VLLM_POOL, block_size=_VLLM_BLOCK,
                    count_limit=_VLLM_SEQS, null_blocks=1, pool_note=_UNKNOWN_POOL),
         EngineCaps(name="sglang", token_id_prompts=True, ignore_eos=True, min_tokens=True,

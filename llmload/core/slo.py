@@ -10,7 +10,8 @@ Pure (no I/O). An SLO is a set of bounds on a decode cell's figures, given as
 - A cell *meets* the SLO when it is `valid` and every bounded figure is within its bound.
   Other statuses fail with their own limit: over_capacity → "KV capacity",
   exceeds_context → "context length", saturated → "saturation", errors → "errors",
-  stalled → "stalls";
+  stalled → "stalls", in_flight_cap → "in-flight cap" (an open loop that could not keep its
+  schedule under the cap did not take the rate);
   client_bound and not-run cells cannot be judged (verdict None).
 - A percentile pXX needs at least 1 / (1 − XX/100) samples (p99: 100, p90: 10); a verdict
   that rests on one taken from fewer is listed as weak (`few_samples`). TTFT samples are the
@@ -49,7 +50,8 @@ _UNIT_MS = {"ms": 1.0, "s": 1000.0, "us": 0.001, "µs": 0.001}
 
 #: Limits named after a cell status that fails the SLO by itself.
 STATUS_LIMITS = {"over_capacity": "KV capacity", "exceeds_context": "context length",
-                 "saturated": "saturation", "errors": "errors", "stalled": "stalls"}
+                 "saturated": "saturation", "errors": "errors", "stalled": "stalls",
+                 "in_flight_cap": "in-flight cap"}
 #: Statuses whose figures cannot be judged at all.
 UNJUDGED = ("client_bound", "not_run", "running")
 

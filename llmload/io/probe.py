@@ -204,9 +204,12 @@ def server_load(base_url: str, *, api_key: str | None = None,
                 caps: EngineCaps | None = None) -> dict[str, float | None]:
     """Running and waiting requests now, the KV cache's used fraction now (0-1), preemptions
     so far and, where the engine has a counter that moves every step, tokens generated so
-    far, from /metrics (None where not exposed)."""
+    far, and where it counts its prefix cache, the prompt tokens it served from it
+    ("prefix_hits") and looked up in it ("prefix_queries") so far, from /metrics (None where
+    not exposed)."""
     text = http_text(f"{Endpoint.parse(base_url).base_url}/metrics", api_key=api_key, timeout_s=2.0)
     samples = parse_prometheus(text) if text else {}
+    prefix = caps.prefix_cache_counters if caps else None
     return {
         "running": metric_sum(samples, "vllm:num_requests_running", "sglang:num_running_reqs",
                               "llamacpp:requests_processing"),
@@ -216,6 +219,8 @@ def server_load(base_url: str, *, api_key: str | None = None,
                                "sglang:token_usage"),
         "preemptions": metric_sum(samples, "vllm:num_preemptions_total", "vllm:num_preemptions"),
         "generated": metric_sum(samples, *caps.generated_counter) if caps and caps.generated_counter else None,
+        "prefix_hits": metric_sum(samples, prefix[0]) if prefix else None,
+        "prefix_queries": metric_sum(samples, prefix[1]) if prefix else None,
     }
 
 

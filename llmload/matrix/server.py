@@ -2,8 +2,8 @@
 
 `server_for` yields the scenario's server URL, starting and stopping an embedded
 `llmload sim` when the scenario names no host; `poll_server_load` samples the server's
-running and waiting gauges (and KV usage) and its preemption and generated-token counters
-during a cell's window.
+running and waiting gauges (and KV usage) and its preemption, generated-token and
+prefix-cache counters during a cell's window.
 """
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ def server_for(scenario: Scenario, echo: Callable[[str], None]) -> Iterator[str]
 
 def poll_server_load(ctx: RunContext, t0: float, t1: float) -> dict:
     """The server's waiting and running gauges (with its KV usage), sampled every LOAD_POLL_S
-    during [t0, t1], and its preemption and generated-token counters at the window's start
-    and end (CellFacts fields)."""
+    during [t0, t1], and its preemption, generated-token and prefix-cache counters at the
+    window's start and end (CellFacts fields)."""
     samples: list[tuple[float, float]] = []
     running: list[tuple[float, float, float | None]] = []
     caps = ctx.info.caps
@@ -54,7 +54,8 @@ def poll_server_load(ctx: RunContext, t0: float, t1: float) -> dict:
         t_before = now()
         load = server_load(ctx.info.base_url, api_key=ctx.api_key, caps=caps)
         return ServerSample(t_s=(t_before + now()) / 2, preemptions=load.get("preemptions"),
-                            generated=load.get("generated"))
+                            generated=load.get("generated"), prefix_hits=load.get("prefix_hits"),
+                            prefix_queries=load.get("prefix_queries"))
 
     gevent.sleep(max(t0 - now(), 0))
     first = sample()
