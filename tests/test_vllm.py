@@ -190,3 +190,41 @@ def test_sequences_at_once_are_learned_from_the_gauges(server, tmp_path):
     # can read client_bound: the receive-queue estimate counts vLLM's bursts and the waiting
     # streams' silence as client delay, a false alarm left to kernel receive stamps.)
     assert cells[(0, 16)]["total_tok_s"] and cells[(0, 16)]["median_waiting"] >= 4, cells[(0, 16)]
+
+
+def test_chat_sessions_share_the_system_prompt(server, tmp_path):
+    """Two users' conversations on the real server: each turn resends the conversation, the
+    shared system prompt and the earlier turns come from vLLM's prefix cache, by the usage's
+    cached tokens and by vLLM's own prefix-cache counters."""
+    out = tmp_path / "sessions"
+    r = llmload("run", "--host", server.url, "--workload", "sessions", "--system-prompt-tokens", "512",
+                "--concurrency", "2", "--turns", "3", "--turn-tokens", "32", "--max-tokens", "16",
+                "--duration", "6s", "--out", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = json.loads((out / "results.json").read_text())
+    [cell] = [c for c in doc["cells"] if c["phase"] == "session"]
+    assert cell["errors"] == 0 and cell["requests_sent"] >= 3
+    records = [rec for rec in read_cell(out / cell["records_file"])[1] if rec.tag == "session"]
+    assert {rec.turn for rec in records} >= {1, 2}
+    assert cell["ttft_by_turn_ms"][0] is not None and len(cell["ttft_by_turn_ms"]) == 3
+    # Turn 1 holds the 512-token system prompt, warmed before the window: at least its
+    # whole 128-token blocks but the last are cached; later turns hold more.
+    assert cell["cached_prompt_ratio"] > 0.3, cell
+    assert cell["server_cached_prompt_ratio"] is not None
+    assert abs(cell["server_cached_prompt_ratio"] - cell["cached_prompt_ratio"]) < 0.2, cell
+    assert cell["context_reached_tokens"] > 512 + 32
+
+
+def test_open_loop_rate_keeps_its_schedule(server, tmp_path):
+    out = tmp_path / "rate"
+    r = llmload("run", "--host", server.url, "--workload", "rate", "--contexts", "256", "--rates", "4",
+                "--arrivals", "constant", "--max-tokens", "16", "--duration", "4s", "--out", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = json.loads((out / "results.json").read_text())
+    [cell] = [c for c in doc["cells"] if c["phase"] == "rate"]
+    assert cell["requests_sent"] == 16 and cell["errors"] == 0
+    assert cell["achieved_rate_rps"] == pytest.approx(4.0)
+    assert cell["send_lateness_ms_p99"] < 50
+    records = [rec for rec in read_cell(out / cell["records_file"])[1] if rec.tag == "rate"]
+    assert all(rec.prompt_tokens == 256 for rec in records), {rec.prompt_tokens for rec in records}
+    assert cell["ttft_ms"] > 0 and cell["e2e_p99_ms"] >= cell["e2e_ms"] > cell["ttft_ms"]

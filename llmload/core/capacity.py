@@ -334,7 +334,7 @@ def expected_duration_s(
     for cell in plan:
         if not cell.runs:
             continue
-        if cell.phase == "decode":
+        if cell.phase in ("decode", "session", "rate"):
             total_s += warmup_estimate_s + duration_s
         elif cell.prefill_source == "standalone":
             total_s += warmup_estimate_s

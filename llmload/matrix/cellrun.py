@@ -24,6 +24,7 @@ from llmload.core.clock import now
 from llmload.core.engines import ENDPOINT_PATHS
 from llmload.core.records import RequestRecord
 from llmload.core.units import format_tokens
+from llmload.core.workloads import parse_think_time
 from llmload.loadgen.messages import CellSpec, Collect, Go
 from llmload.matrix.context import RunContext, WorkerLost
 from llmload.matrix.driver import WAIT_NOTE_EVERY_S, LocustDriver
@@ -64,7 +65,7 @@ def cell_message(ctx: RunContext, planned: PlannedCell, cell_id: str, prompts, *
                        turn_tokens=sc.turn_tokens, think_time=sc.think_time)
     if planned.phase in ("rate", "replay"):
         spec = replace(spec, pacers=pacers, max_in_flight=sc.max_in_flight,
-                       drain_s=max(window_s(ctx, planned), DRAIN_MIN_S))
+                       drain_s=max(cell_window_s(ctx, planned), DRAIN_MIN_S))
     if planned.phase == "rate":
         return replace(spec, rate_rps=planned.rate_rps or 0.0, arrivals=sc.arrivals)
     if planned.phase == "replay":
@@ -90,11 +91,22 @@ REPLAY_TAIL_S = 0.001
 """A replay window ends this long after the trace's last request is due (the window holds it)."""
 
 
-def window_s(ctx: RunContext, planned: PlannedCell) -> float:
+def cell_window_s(ctx: RunContext, planned: PlannedCell) -> float:
     """The cell's window: the scenario's duration; a replay, the trace's span at its speedup."""
     if planned.phase == "replay":
         return (ctx.trace[-1].t_s - ctx.trace[0].t_s) / ctx.scenario.speedup + REPLAY_TAIL_S
     return ctx.scenario.duration_s
+
+
+def workload_facts(ctx: RunContext, planned: PlannedCell) -> dict:
+    """What a session, rate or replay cell's result needs to know of how it was run."""
+    sc = ctx.scenario
+    if planned.phase == "session":
+        return {"think_time_s": parse_think_time(sc.think_time).mean_s}
+    if planned.phase in ("rate", "replay"):
+        return {"arrivals": "trace" if planned.phase == "replay" else sc.arrivals, "in_flight_cap": sc.max_in_flight,
+                "trace_requests": len(ctx.trace) if planned.phase == "replay" else None}
+    return {}
 
 
 def users_of(planned: PlannedCell, processes: int) -> int:
@@ -123,10 +135,11 @@ class CellMeasurer:
         self._wait_ready(cell_id, n, timeout_s)
         ready = now()
         users = self.driver.worker_users()
-        facts = CellFacts(exact_prompt_length=self.prompts.exact_for(planned.prompt_tokens),
-                          slo=self.ctx.scenario.slo, text_prompt=not self.prompts.pool_ids)
+        facts = replace(CellFacts(exact_prompt_length=self.prompts.exact_for(planned.prompt_tokens),
+                                  slo=self.ctx.scenario.slo, text_prompt=not self.prompts.pool_ids),
+                        **workload_facts(self.ctx, planned))
         if planned.phase != "prefill":
-            facts = self._window(cell_id, users, facts, window_s(self.ctx, planned))
+            facts = self._window(cell_id, users, facts, cell_window_s(self.ctx, planned))
         records, client_samples, client_reads = self._collect(cell_id, facts.t0_s, facts.t1_s, users,
                                                               extra_s=msg.drain_s)
         ended = now()

@@ -16,7 +16,8 @@ import time
 from dataclasses import replace
 from typing import Callable
 
-from llmload.core.capacity import PlannedCell, expected_duration_s, plan_matrix
+from llmload.core.capacity import (PlannedCell, expected_duration_s, plan_matrix, plan_rates, plan_replay,
+                                   plan_sessions)
 from llmload.core.cellfacts import CellFacts
 from llmload.core.cellresult import CellResult, CellSlo
 from llmload.core.cells import assemble_cell, not_run_cell
@@ -35,14 +36,25 @@ MAX_DEAD_CELLS = 2
 """Stop the run after this many consecutive cells in which every request failed."""
 
 
-def _key(c: PlannedCell) -> tuple:
-    return (c.phase, c.context_tokens, c.concurrency)
-
-
-def plan_for(sc: Scenario, info: ServerInfo, **cells) -> list[PlannedCell]:
-    """The scenario's plan (`capacity.plan_matrix`) from the server's limits; `cells` replaces
-    the scenario's contexts, prefill_contexts or concurrency. Without a cold warm-up to borrow
-    (or with several samples wanted) prefill cells run on their own."""
+def plan_for(sc: Scenario, info: ServerInfo, *, trace=(), **cells) -> list[PlannedCell]:
+    """The scenario's plan from the server's limits: the matrix's (`capacity.plan_matrix`) or
+    its workload's (`plan_sessions`, `plan_rates`, `plan_replay`); `cells` replaces the
+    scenario's axes (contexts, prefill_contexts, concurrency, system_prompt_tokens, rates).
+    Without a cold warm-up to borrow (or with several samples wanted) prefill cells run on
+    their own."""
+    limits = dict(kv_cache_tokens=info.kv_cache_tokens, block_size=info.block_size,
+                  max_model_len=info.max_model_len, max_sequences=info.max_sequences,
+                  max_sequences_source=info.max_sequences_source if info.max_sequences else None)
+    if sc.workload == "sessions":
+        return plan_sessions(system_prompt_tokens=list(cells.get("system_prompt_tokens", sc.system_prompt_tokens)),
+                             concurrency=list(cells.get("concurrency", sc.concurrency)), turns=sc.turns,
+                             turn_tokens=sc.turn_tokens, max_tokens=sc.max_tokens,
+                             prefix_caching=info.prefix_caching, **limits)
+    if sc.workload == "rate":
+        return plan_rates(contexts=list(cells.get("contexts", sc.contexts)), rates=list(cells.get("rates", sc.rates)),
+                          max_tokens=sc.max_tokens, max_model_len=info.max_model_len)
+    if sc.workload == "replay":
+        return plan_replay(requests=trace, max_model_len=info.max_model_len, speedup=sc.speedup)
     matrix = dict(contexts=list(sc.contexts), prefill_contexts=list(sc.prefill_contexts),
                   concurrency=list(sc.concurrency)) | cells
     plan = plan_matrix(**matrix, max_tokens=sc.max_tokens, kv_cache_tokens=info.kv_cache_tokens,
@@ -62,11 +74,11 @@ def run_plan(ctx: RunContext, driver: LocustDriver, prompts, plan: list[PlannedC
     done = done or {}
     per_stream_rate: float | None = None
     measurer = CellMeasurer(ctx, driver, prompts)
-    pending = [c for c in plan if c.runs and _key(c) not in done]
+    pending = [c for c in plan if c.runs and c.key not in done]
     deferred = {c.context_tokens: c for c in pending if c.phase == "prefill"
                 and c.prefill_source == "decode_warmup"}
     for context, c in list(deferred.items()):
-        if ("decode", context, 1) in done:  # its decode warm-up already ran: on its own now
+        if ("decode", context, 1, None) in done:  # its decode warm-up already ran: on its own now
             pending[pending.index(c)] = _standalone(c)
             del deferred[context]
     to_run = [c for c in pending if not _borrowed(c)]
@@ -78,7 +90,7 @@ def run_plan(ctx: RunContext, driver: LocustDriver, prompts, plan: list[PlannedC
             cell = replace(cell, status="not_run", reason="measured during the decode warm-up at N=1"
                            if planned in deferred.values() else "not run yet")
         if writer.has_cell(cell):
-            if _key(planned) not in done:
+            if planned.key not in done:
                 writer.update_cell(cell)
         else:
             writer.add_cell(cell)
@@ -134,9 +146,9 @@ def run_plan(ctx: RunContext, driver: LocustDriver, prompts, plan: list[PlannedC
             replanned = _learn_limit(ctx, writer, plan, planned, cell, facts)
             if replanned is not None:
                 plan = replanned
-                at = [_key(c) for c in plan].index(_key(planned))
+                at = [c.key for c in plan].index(planned.key)
                 # The cells after this one, as re-planned (the list being walked: its tail only).
-                to_run[i:] = [c for c in plan[at + 1:] if c.runs and _key(c) not in done and not _borrowed(c)]
+                to_run[i:] = [c for c in plan[at + 1:] if c.runs and c.key not in done and not _borrowed(c)]
         prefill_tok_s = cell.prompt_tok_s or prefill_tok_s
         all_failed = cell.status == "errors" and not cell.output_tokens and not cell.prompt_tok_s
         dead = dead + 1 if all_failed else 0
@@ -165,9 +177,9 @@ def _learn_limit(ctx: RunContext, writer, plan: list[PlannedCell], planned: Plan
               "max_sequences_source": learned.source}
     writer.update(server=server, plan=tuple(replanned))
     ctx.echo(f"    sequences at once: {learned.max_sequences}, {learned.source}; re-planned:")
-    before = {_key(c): c for c in plan}
+    before = {c.key: c for c in plan}
     for c in replanned:
-        was = before[_key(c)]
+        was = before[c.key]
         if c.status != was.status:
             ctx.echo(f"      {planned_label(c):<24} {c.status.replace('_', ' ')} (was {was.status.replace('_', ' ')})")
         if c.runs and not was.runs:  # now held within the pool: its row waits to be run
@@ -248,5 +260,5 @@ def remaining_s(cells: list[PlannedCell], duration_s: float, prefill_tok_s: floa
     total = 0.0
     for c in runs:
         warm = c.concurrency * c.prompt_tokens / prefill_tok_s
-        total += warm + change + (duration_s if c.phase == "decode" else 0.0)
+        total += warm + change + (duration_s if c.phase != "prefill" else 0.0)
     return total

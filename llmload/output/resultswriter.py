@@ -30,6 +30,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
+from llmload.core.capacity import PHASES
 from llmload.core.cellresult import CellResult
 from llmload.core.redact import scrub_obj
 from llmload.core.resultsjson import results_from_dict, results_to_dict
@@ -41,8 +42,8 @@ logger = logging.getLogger(__name__)
 
 def _checked(cell: CellResult) -> CellResult:
     """A cell the writer takes: a known phase and status (ValueError otherwise)."""
-    if cell.phase not in ("prefill", "decode"):
-        raise ValueError(f"cell phase {cell.phase!r} must be 'prefill' or 'decode'")
+    if cell.phase not in PHASES:
+        raise ValueError(f"cell phase {cell.phase!r} is not one of {', '.join(PHASES)}")
     if cell.status not in CELL_STATUSES:
         raise ValueError(f"cell status {cell.status!r} is not one of {', '.join(CELL_STATUSES)}")
     return cell

@@ -1,0 +1,164 @@
+"""`llmload run --workload sessions|rate|replay` end to end on the simulator: bad input
+refused before anything runs, each workload's figures in results.json with exact
+expectations where the simulator makes them exact, records, recompute, resume and worker
+processes sharing a rate."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from llmload.core.trace import load_trace
+from llmload.output.recordstore import read_cell
+from tests_helpers import llmload, one_line_error
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLE_TRACE = ROOT / "scenarios" / "traces" / "sample-mooncake.jsonl"
+
+
+def cells(out: Path, phase: str) -> list[dict]:
+    doc = json.loads((out / "results.json").read_text())
+    return [c for c in doc["cells"] if c["phase"] == phase]
+
+
+def records_of(out: Path, cell: dict):
+    return read_cell(out / cell["records_file"])[1]
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize("line, problem", [
+    ("{not json", "not JSON"),
+    ('{"timestamp": 5, "input_length": 600, "output_length": 8}', "no hash_ids"),
+    ('{"timestamp": 5, "prompt_tokens": 64}', "no output_tokens"),
+    ('{"timestamp": 5, "input_length": 600, "output_length": 8, "hash_ids": [1]}', "fewer than input_length"),
+])
+def test_a_bad_trace_line_is_refused_naming_file_and_line(tmp_path, line, problem):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"timestamp": 0, "prompt_tokens": 64, "output_tokens": 8}\n\n' + line + "\n")
+    out = tmp_path / "out"
+    r = llmload("run", "--workload", "replay", "--trace", trace, "--out", out)
+    error = one_line_error(r)
+    assert f"{trace}:3:" in error and problem in error, error
+    assert not (out / "results.json").exists()
+
+
+@pytest.mark.parametrize("args, flag", [
+    (("--workload", "rate", "--rates", "0"), "--rates"),
+    (("--workload", "rate", "--rates", "2,-1"), "--rates"),
+    (("--workload", "sessions", "--turns", "0"), "--turns"),
+    (("--workload", "sessions", "--think-time", "soon"), "--think-time"),
+    (("--workload", "replay",), "--trace"),
+    (("--workload", "rate", "--arrivals", "burst"), "--arrivals"),
+])
+def test_bad_workload_values_are_one_line(tmp_path, args, flag):
+    r = llmload("run", *args, "--out", tmp_path / "out")
+    assert flag in one_line_error(r)
+    assert not (tmp_path / "out" / "results.json").exists()
+
+
+def test_a_session_that_cannot_fit_its_first_turn_is_refused(sim_tiny, tmp_path):
+    # tiny: max_model_len 4096; a 4K system prompt and its first turn cannot fit.
+    r = llmload("run", "--host", sim_tiny.url, "--workload", "sessions", "--system-prompt-tokens", "4K",
+                "--concurrency", "1", "--out", tmp_path / "out")
+    error = one_line_error(r)
+    assert "first turn" in error, error
+    assert not cells(tmp_path / "out", "session") if (tmp_path / "out" / "results.json").exists() else True
+
+
+# --------------------------------------------------------------------------- sessions
+
+
+def test_sessions_end_to_end(sim_tiny, tmp_path):
+    out = tmp_path / "sessions"
+    r = llmload("run", "--host", sim_tiny.url, "--workload", "sessions", "--system-prompt-tokens", "256",
+                "--concurrency", "2", "--turns", "3", "--turn-tokens", "32", "--max-tokens", "16",
+                "--duration", "3s", "--out", out)
+    assert r.returncode == 0, r.stdout + r.stderr
+    [cell] = cells(out, "session")
+    assert (cell["context_tokens"], cell["concurrency"], cell["turns"]) == (256, 2, 3)
+    records = [rec for rec in records_of(out, cell) if rec.tag == "session"]
+    turns = {rec.turn for rec in records}
+    assert turns == {1, 2, 3}, turns
+    assert len(cell["ttft_by_turn_ms"]) == 3 and all(v is not None and v > 0 for v in cell["ttft_by_turn_ms"])
+    # The prompt grows every turn; the longest sent is the context reached.
+    assert cell["context_reached_tokens"] == max(rec.prompt_tokens for rec in records if rec.prompt_tokens)
+    assert cell["context_reached_tokens"] > 256 + 3 * 32 + 2 * 16
+    # The shared system prompt and the earlier turns come from the prefix cache, by the
+    # usage and by the server's own counters.
+    assert 0.3 < cell["cached_prompt_ratio"] < 1.0
+    assert cell["server_cached_prompt_ratio"] is not None
+    assert "session" in (out / "report.md").read_text().lower()
+
+
+# --------------------------------------------------------------------------- rate
+
+
+def test_constant_rate_sends_its_schedule_exactly(sim_tiny, tmp_path):
+    out = tmp_path / "rate"
+    r = llmload("run", "--host", sim_tiny.url, "--workload", "rate", "--contexts", "128", "--rates", "10",
+                "--arrivals", "constant", "--max-tokens", "8", "--duration", "2s", "--out", out)
+    assert r.returncode == 0, r.stdout + r.stderr
+    [cell] = cells(out, "rate")
+    assert (cell["context_tokens"], cell["rate_rps"], cell["arrivals"]) == (128, 10.0, "constant")
+    assert cell["requests_sent"] == 20
+    assert cell["achieved_rate_rps"] == pytest.approx(10.0)
+    assert cell["send_lateness_ms_p99"] < 50
+    records = [rec for rec in records_of(out, cell) if rec.tag == "rate"]
+    due = sorted(rec.scheduled_s for rec in records)
+    gaps = [b - a for a, b in zip(due, due[1:])]
+    assert all(g == pytest.approx(0.1, abs=1e-6) for g in gaps), gaps
+    assert cell["e2e_ms"] is not None and cell["e2e_p99_ms"] >= cell["e2e_ms"]
+
+
+def test_two_worker_processes_share_the_rate(sim_tiny, tmp_path):
+    out = tmp_path / "rate2"
+    r = llmload("run", "--host", sim_tiny.url, "--workload", "rate", "--contexts", "128", "--rates", "10",
+                "--arrivals", "constant", "--max-tokens", "8", "--duration", "2s", "--workers", "2", "--out", out)
+    assert r.returncode == 0, r.stdout + r.stderr
+    [cell] = cells(out, "rate")
+    records = [rec for rec in records_of(out, cell) if rec.tag == "rate"]
+    assert cell["requests_sent"] == len(records) == 20
+    by_process = {rec.user_id.split(".")[0] for rec in records}
+    assert by_process == {"w0", "w1"}
+    due = sorted(rec.scheduled_s for rec in records)
+    assert all(b - a == pytest.approx(0.1, abs=1e-6) for a, b in zip(due, due[1:]))
+
+
+def test_rate_records_recompute_to_the_same_cell(sim_tiny, tmp_path):
+    out = tmp_path / "rate3"
+    r = llmload("run", "--host", sim_tiny.url, "--workload", "rate", "--contexts", "128", "--rates", "5,10",
+                "--max-tokens", "8", "--duration", "2s", "--out", out)
+    assert r.returncode == 0, r.stdout + r.stderr
+    before = cells(out, "rate")
+    assert [c["rate_rps"] for c in before] == [5.0, 10.0]
+    r = llmload("report", out, "--recompute")
+    assert r.returncode == 0, r.stdout + r.stderr
+    after = cells(out, "rate")
+    keep = ("requests_sent", "achieved_rate_rps", "send_lateness_ms_p99", "ttft_ms", "e2e_p99_ms", "status")
+    assert [{k: c[k] for k in keep} for c in after] == [{k: c[k] for k in keep} for c in before]
+    # A finished run resumed keeps every cell: the rate is part of a cell's identity.
+    r = llmload("run", "--resume", out)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "2 cell(s) kept, 0 to run" in r.stdout
+
+
+# --------------------------------------------------------------------------- replay
+
+
+def test_replay_sends_every_request_of_the_trace(sim_tiny, tmp_path):
+    out = tmp_path / "replay"
+    trace = load_trace(SAMPLE_TRACE)
+    r = llmload("run", "--host", sim_tiny.url, "--workload", "replay", "--trace", SAMPLE_TRACE,
+                "--speedup", "4", "--out", out)
+    assert r.returncode == 0, r.stdout + r.stderr
+    [cell] = cells(out, "replay")
+    assert cell["trace_requests"] == len(trace) == cell["requests_sent"]
+    records = [rec for rec in records_of(out, cell) if rec.tag == "replay"]
+    assert len(records) == len(trace)
+    # Requests whose first hash blocks were sent before find them cached: whole blocks.
+    assert cell["cached_prompt_ratio"] > 0.2
+    assert sorted(rec.prompt_tokens for rec in records) == sorted(t.input_tokens for t in trace)
