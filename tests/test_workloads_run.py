@@ -162,3 +162,20 @@ def test_replay_sends_every_request_of_the_trace(sim_tiny, tmp_path):
     # Requests whose first hash blocks were sent before find them cached: whole blocks.
     assert cell["cached_prompt_ratio"] > 0.2
     assert sorted(rec.prompt_tokens for rec in records) == sorted(t.input_tokens for t in trace)
+
+
+def test_slo_search_bisects_the_rate(sim_tiny, tmp_path):
+    # tiny: a 2K prompt takes ~45 ms to prefill, one at a time. At 2 req/s TTFT is about that;
+    # at 16 req/s of 64 tokens the prefills queue (~70% of the engine's time) and the p99 grows
+    # far past 150 ms: the first rate meets the SLO, the second does not.
+    out = tmp_path / "search"
+    r = llmload("run", "--host", sim_tiny.url, "--workload", "rate", "--contexts", "3K", "--rates", "1,30",
+                "--arrivals", "constant", "--max-tokens", "16", "--duration", "3s",
+                "--slo", "ttft_p99=150ms", "--slo-search", "--out", out)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rate_cells = cells(out, "rate")
+    searched = [c for c in rate_cells if c["slo_search"]]
+    assert searched, r.stdout
+    assert searched[0]["rate_rps"] == 15.5, r.stdout  # the midpoint of the first pair
+    assert all(1 < c["rate_rps"] < 30 for c in searched) and len(searched) <= 6
+    assert "[SLO search] rate 15.5 req/s" in r.stdout

@@ -24,7 +24,7 @@ from llmload.core.cells import assemble_cell, not_run_cell
 from llmload.core.records import RequestRecord
 from llmload.core.scenario import Scenario
 from llmload.core.seqlimit import learn_sequence_limit
-from llmload.core.slosearch import SearchLevel, slo_search
+from llmload.core.slosearch import RateLevel, SearchLevel, rate_search, slo_search
 from llmload.io.probe import ServerInfo
 from llmload.matrix.cellrun import CellMeasurer, CellTimeout
 from llmload.matrix.console import eta_clock, echo_note, planned_label, cell_summary
@@ -211,7 +211,8 @@ MAX_SLO_SEARCH_CELLS = 6
 
 def run_slo_search(ctx: RunContext, driver: LocustDriver, prompts, writer) -> None:
     """Bisect N per context between the last level meeting the SLO and the first failing
-    one (`llmload.core.slosearch`), each level an extra decode cell in the results."""
+    one (`llmload.core.slosearch`), each level an extra decode cell in the results; for the
+    rate workload, the rate between the highest meeting it and the lowest failing it."""
     sc, info = ctx.scenario, ctx.info
     measurer = CellMeasurer(ctx, driver, prompts)
     measurer.seq = 1000  # cell ids apart from the matrix's
@@ -220,6 +221,9 @@ def run_slo_search(ctx: RunContext, driver: LocustDriver, prompts, writer) -> No
         planned = plan_for(sc, info, contexts=[level.context_tokens], prefill_contexts=[],
                            concurrency=[level.concurrency])[0]
         ctx.echo(f"[SLO search] {planned_label(planned)} (between {level.passing} and {level.failing})")
+        return measured(planned)
+
+    def measured(planned: PlannedCell) -> CellResult:
         if planned.runs:
             try:
                 records, facts = measurer.measure(planned)
@@ -233,6 +237,14 @@ def run_slo_search(ctx: RunContext, driver: LocustDriver, prompts, writer) -> No
         _say(ctx, cell, note=False)
         return cell
 
+    if sc.workload == "rate":
+        def measure_rate(level: RateLevel) -> CellResult:
+            ctx.echo(f"[SLO search] rate {level.rate_rps:g} req/s at {level.context_tokens:,} tokens "
+                     f"(between {level.passing:g} and {level.failing:g})")
+            return measured(plan_for(sc, info, contexts=[level.context_tokens], rates=[level.rate_rps])[0])
+
+        rate_search(sc.contexts, writer.results.cells, sc.slo, measure_rate, max_cells=MAX_SLO_SEARCH_CELLS)
+        return
     slo_search(sc.contexts, writer.results.cells, sc.slo, measure, max_cells=MAX_SLO_SEARCH_CELLS)
 
 
