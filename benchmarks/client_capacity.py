@@ -134,7 +134,7 @@ def _cpu_ticks(pid: int) -> int:
 def run_level(exe: Path, streams: int, tick_ms: float, procs: int, seconds: float) -> dict:
     import numpy as np
 
-    from llmload.core.cells import combined_client_load, is_client_bound
+    from llmload.core.cellstatus import combined_client_load, is_client_bound
     from llmload.loadgen.monitor import LoadMonitor
 
     tokens = max(int(seconds * 1000.0 / tick_ms), 20)

@@ -17,7 +17,7 @@ from llmload.core.clientload import (ADDED_DELAY_BOUND_MS, IntervalSample, backl
                                 window_estimate)
 from llmload.io.limits import FD_RESERVE, fd_shortfall, raise_open_files
 from llmload.core.cellresult import ClientLoad
-from llmload.core.cells import is_client_bound
+from llmload.core.cellstatus import is_client_bound
 from llmload.loadgen.monitor import LoadMonitor
 from llmload.matrix.driver import spawn_rate_for
 from llmload.matrix.loop import CELL_CHANGE_S, remaining_s

@@ -20,7 +20,7 @@ import psutil
 import pytest
 
 from llmload.core.cellresult import ClientLoad
-from llmload.core.cells import client_overloaded
+from llmload.core.cellstatus import client_overloaded
 from tests_helpers import BUSY_MACHINE, StreamServer, cells_of, llmload, one_line_error, start_llmload, wait_for
 
 fault = pytest.mark.fault

@@ -4,7 +4,7 @@ import gevent
 
 from llmload.io import hardware
 from llmload.core.cellresult import ClientLoad
-from llmload.core.cells import is_client_bound
+from llmload.core.cellstatus import is_client_bound
 from llmload.loadgen.monitor import LoadMonitor
 
 

@@ -21,11 +21,8 @@ from dataclasses import replace
 from llmload.core.capacity import PlannedCell
 from llmload.core.cellfacts import CellFacts
 from llmload.core.cellresult import CellEnergy, CellResult, CellTiming, CellTraffic, ServerLoad
-# The client-load judgment is cellstatus's; its names stay importable from here for their callers.
-from llmload.core.cellstatus import (CLIENT_CPU_BOUND_PCT, CLIENT_LAG_BOUND_MS, LATENESS_BOUND_MS,  # noqa: F401
-                                     CellClientLoad, classify_cell, classify_open_loop, client_late, client_load,
-                                     client_overloaded, combined_client_load, is_client_bound, longest_stall,
-                                     stall_bound_s)
+from llmload.core.cellstatus import (LATENESS_BOUND_MS, CellClientLoad, classify_cell, classify_open_loop,
+                                     combined_client_load, longest_stall, stall_bound_s)
 from llmload.core.clientload import ADDED_DELAY_BOUND_MS
 from llmload.core.metrics import MAX_ERROR_SAMPLES, WindowFigures, median_prefill, quantile, window_figures
 from llmload.core.energy import cell_energy

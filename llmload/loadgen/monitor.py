@@ -14,7 +14,7 @@ from collections import Counter
 import gevent
 
 from llmload.core.cellresult import ClientLoad
-from llmload.core.cells import client_load
+from llmload.core.cellstatus import client_load
 from llmload.core.clock import now
 
 MONITOR_INTERVAL_S = 0.25
@@ -87,5 +87,5 @@ class LoadMonitor:
         return [s for s in self.reads if t0 <= s.t_s <= t1]
 
     def window(self, t0: float, t1: float) -> ClientLoad:
-        """This process's load over [t0, t1] (`cells.client_load`)."""
+        """This process's load over [t0, t1] (`cellstatus.client_load`)."""
         return client_load(self.between(t0, t1), self.reads_between(t0, t1))
