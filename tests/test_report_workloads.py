@@ -142,6 +142,7 @@ def test_rate_page_holds_the_table_the_highest_rate_and_the_load_curve(tmp_path)
     svg = page.split('<figure id="chart-load_curve">', 1)[1].split("</figure>", 1)[0]
     assert "SLO: TTFT p99 ≤ 2,000 ms" in svg and "context 16K" in svg and "context 0" in svg
     assert "achieved rate (requests/s)" in svg
+    assert render_html(rate_run()) == page  # re-renders byte for byte
 
 
 def test_rate_page_without_slo_has_no_goodput_nor_highest_rate():

@@ -156,19 +156,22 @@ class Comparison:
         d: dict[str, Any] = {
             "runs": [asdict(r) for r in self.runs],
             "differences": [asdict(x) for x in self.differences],
-            "decode": [asdict(r) for r in self.decode],
-            "prefill": [asdict(r) for r in self.prefill],
-            "unmatched": [asdict(u) for u in self.unmatched],
+            "decode": [_row_dict(r) for r in self.decode],
+            "prefill": [_row_dict(r) for r in self.prefill],
+            "unmatched": [_row_dict(u) for u in self.unmatched],
             "noise_default_rel": self.noise_default_rel,
         }
         if self.workload:
-            d["workload"] = [asdict(r) for r in self.workload]
+            d["workload"] = [_row_dict(r) for r in self.workload]
         for section in ("decode", "prefill", "unmatched", "workload"):
             for row, obj in zip(d.get(section, ()), getattr(self, section)):
                 row["cell"] = obj.label
-                if row["rate_rps"] is None:
-                    del row["rate_rps"]  # a matrix cell has no rate
         return d
+
+
+def _row_dict(row: CellRow | Unmatched) -> dict[str, Any]:
+    """A row as plain data; a matrix cell's (rate None) without the rate key."""
+    return {k: v for k, v in asdict(row).items() if not (k == "rate_rps" and v is None)}
 
 
 # --------------------------------------------------------------------------- comparing
