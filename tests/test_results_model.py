@@ -38,6 +38,7 @@ OTHER_DOCUMENTS = {
     "llmload/io/probe.py": {"prompt_tokens"},  # the server's usage object (prompt fitting)
     "llmload/matrix/server.py": {"preemptions"},  # the embedded simulator's /metrics reading
     "llmload/output/sections.py": {"status", "reason", "idle_power_w"},  # the run's energy note
+    "llmload/output/workloadpage.py": {"concurrency", "turns", "arrivals"},  # the run's config
 }
 
 

@@ -12,7 +12,9 @@ self-contained HTML page. Rules:
   `CellResult.extra`), else ±NOISE_DEFAULT_REL (5%).
 - Configuration, server and hardware differences come first: a figure means little until
   one knows what changed.
-- Cells are matched by (phase, context, concurrency). Cells every run has are compared,
+- Runs of different workloads (`config.workload`: matrix, sessions, rate, replay) are not
+  compared: a one-line CompareError says which run is which.
+- Cells are matched by (phase, context, concurrency, rate: a rate cell's `rate_rps`). Cells every run has are compared,
   whatever their status (each run's status is shown beside its figures); the others are
   listed, never silently dropped.
 """
@@ -27,7 +29,7 @@ from typing import Any
 
 from llmload.core.cellresult import CellResult
 from llmload.core.runresults import Results
-from llmload.output.pageformat import MISSING, PHASE_ORDER, cell_label, page_cells
+from llmload.output.pageformat import MISSING, PHASE_ORDER, cell_label, cell_rate, page_cells, workload_of
 from llmload.output.pagetext import page_title
 
 NOISE_DEFAULT_REL = 0.05
@@ -45,6 +47,22 @@ PREFILL_FIGURES: tuple[CompareFigure, ...] = (
     ("prompt_tok_s", "prompt tok/s", True, lambda c: c.prompt_tok_s),
     ("ttft_ms", "TTFT", False, lambda c: c.ttft_ms),
 )
+SESSION_FIGURES: tuple[CompareFigure, ...] = DECODE_FIGURES + (
+    ("ttft_p99_ms", "TTFT p99", False, lambda c: c.ttft_p99_ms),
+    ("cached_prompt_ratio", "cached prompt share", True, lambda c: c.traffic.cached_prompt_ratio),
+)
+OPEN_LOOP_FIGURES: tuple[CompareFigure, ...] = (
+    ("achieved_rate_rps", "achieved rate", True, lambda c: c.traffic.achieved_rate_rps),
+    ("ttft_ms", "TTFT", False, lambda c: c.ttft_ms),
+    ("ttft_p99_ms", "TTFT p99", False, lambda c: c.ttft_p99_ms),
+    ("tbt_p99_ms", "time between tokens p99", False, lambda c: c.tbt_p99_ms),
+    ("e2e_p99_ms", "end to end p99", False, lambda c: c.traffic.e2e_p99_ms),
+    ("total_tok_s", "total tok/s", True, lambda c: c.total_tok_s),
+    ("goodput_tok_s", "goodput tok/s", True, lambda c: c.slo.goodput_tok_s),
+)
+#: The figures compared for each phase's cells.
+PHASE_FIGURES = {"decode": DECODE_FIGURES, "prefill": PREFILL_FIGURES, "session": SESSION_FIGURES,
+                 "rate": OPEN_LOOP_FIGURES, "replay": OPEN_LOOP_FIGURES}
 #: Top-level sections whose differences are listed, and keys that differ between any two
 #: runs without meaning anything.
 DIFF_SECTIONS = ("config", "server", "hardware")
@@ -94,10 +112,12 @@ class CellRow:
     concurrency: int
     statuses: tuple[str, ...]
     figures: tuple[FigureRow, ...]
+    rate_rps: float | None = None
+    """A rate cell's scheduled rate (None for the other phases)."""
 
     @property
     def label(self) -> str:
-        return cell_label(self.phase, self.context_tokens, self.concurrency)
+        return cell_label(self.phase, self.context_tokens, self.concurrency, self.rate_rps)
 
     @property
     def has_figures(self) -> bool:
@@ -112,10 +132,11 @@ class Unmatched:
     concurrency: int
     statuses: tuple[str | None, ...]
     """Each run's status for the cell; None where the run does not have it."""
+    rate_rps: float | None = None
 
     @property
     def label(self) -> str:
-        return cell_label(self.phase, self.context_tokens, self.concurrency)
+        return cell_label(self.phase, self.context_tokens, self.concurrency, self.rate_rps)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -125,6 +146,8 @@ class Comparison:
     decode: tuple[CellRow, ...]
     prefill: tuple[CellRow, ...]
     unmatched: tuple[Unmatched, ...]
+    workload: tuple[CellRow, ...] = ()
+    """The cells of a workload beyond the matrix (session, rate, replay) every run has."""
     noise_default_rel: float = NOISE_DEFAULT_REL
     pages: tuple[tuple[CellResult, ...], ...] = field(default=(), repr=False, compare=False)
     """Each run's page cells (`page_cells`), for the compare page's charts; not in `to_dict`."""
@@ -133,15 +156,22 @@ class Comparison:
         d: dict[str, Any] = {
             "runs": [asdict(r) for r in self.runs],
             "differences": [asdict(x) for x in self.differences],
-            "decode": [asdict(r) for r in self.decode],
-            "prefill": [asdict(r) for r in self.prefill],
-            "unmatched": [asdict(u) for u in self.unmatched],
+            "decode": [_row_dict(r) for r in self.decode],
+            "prefill": [_row_dict(r) for r in self.prefill],
+            "unmatched": [_row_dict(u) for u in self.unmatched],
             "noise_default_rel": self.noise_default_rel,
         }
-        for section in ("decode", "prefill", "unmatched"):
-            for row, obj in zip(d[section], getattr(self, section)):
+        if self.workload:
+            d["workload"] = [_row_dict(r) for r in self.workload]
+        for section in ("decode", "prefill", "unmatched", "workload"):
+            for row, obj in zip(d.get(section, ()), getattr(self, section)):
                 row["cell"] = obj.label
         return d
+
+
+def _row_dict(row: CellRow | Unmatched) -> dict[str, Any]:
+    """A row as plain data; a matrix cell's (rate None) without the rate key."""
+    return {k: v for k, v in asdict(row).items() if not (k == "rate_rps" and v is None)}
 
 
 # --------------------------------------------------------------------------- comparing
@@ -219,39 +249,54 @@ def differences(runs: Sequence[Results]) -> tuple[Difference, ...]:
     return tuple(out)
 
 
-def _key(cell: CellResult) -> tuple[str, int, int]:
-    return (cell.phase or "", int(cell.context_tokens or 0), int(cell.concurrency or 1))
+CellKey = tuple[str, int, int, float | None]
+
+
+def _key(cell: CellResult) -> CellKey:
+    open_loop = cell.phase in ("rate", "replay")  # concurrency 0: no fixed number of users
+    n = int(cell.concurrency or 0) if open_loop else int(cell.concurrency or 1)
+    return (cell.phase or "", int(cell.context_tokens or 0), n, cell_rate(cell))
+
+
+def _same_workload(runs: Sequence[Results]) -> None:
+    workloads = [workload_of(r) for r in runs]
+    if len(set(workloads)) > 1:
+        which = ", ".join(f"{_run_label(i)} is {w}" for i, w in enumerate(workloads))
+        raise CompareError(f"cannot compare runs of different workloads ({which})")
 
 
 def compare(runs: Sequence[Results], paths: list[str]) -> Comparison:
-    """The comparison of runs (the first is the reference)."""
+    """The comparison of runs (the first is the reference); runs of different workloads are
+    refused (CompareError)."""
     if len(runs) < 2:
         raise CompareError("compare needs at least two results directories")
+    _same_workload(runs)
     # A cell's noise, by the key its page cell is found by (the last cell of a key, as there).
     noises = [{_key(c): c.extra.get("noise_rel") for c in r.cells} for r in runs]
     pages = tuple(page_cells(r) for r in runs)
     by_run = [{_key(c): c for c in cells} for cells in pages]
     common = set(by_run[0]).intersection(*by_run[1:])
-    every = sorted(set().union(*by_run), key=lambda k: (PHASE_ORDER.get(k[0], 9), k[1], k[2]))
-    rows: dict[str, list[CellRow]] = {"decode": [], "prefill": []}
+    every = sorted(set().union(*by_run), key=lambda k: (PHASE_ORDER.get(k[0], 9), k[1], k[2], k[3] or 0.0))
+    rows: dict[str, list[CellRow]] = {"decode": [], "prefill": [], "workload": []}
     unmatched = []
     for key in every:
-        phase, ctx, n = key
+        phase, ctx, n, rate = key
         if key not in common:
-            unmatched.append(Unmatched(phase=phase, context_tokens=ctx, concurrency=n, statuses=tuple(
+            unmatched.append(Unmatched(phase=phase, context_tokens=ctx, concurrency=n, rate_rps=rate, statuses=tuple(
                 run[key].status if key in run else None for run in by_run)))
             continue
         cells = [run[key] for run in by_run]
         noise = [run_noise.get(key) for run_noise in noises]
-        spec = DECODE_FIGURES if phase == "decode" else PREFILL_FIGURES
-        rows.setdefault(phase, []).append(CellRow(
-            phase=phase, context_tokens=ctx, concurrency=n,
+        spec = PHASE_FIGURES.get(phase, PREFILL_FIGURES)
+        rows.setdefault("workload" if phase in ("session", "rate", "replay") else phase, []).append(CellRow(
+            phase=phase, context_tokens=ctx, concurrency=n, rate_rps=rate,
             statuses=tuple(c.status or "not_run" for c in cells),
             figures=tuple(_figure_row(cells, noise, f) for f in spec)))
     run_rows = tuple(Run(label=_run_label(i), path=p, title=page_title(r), simulated=r.provenance == "simulated")
                      for i, (r, p) in enumerate(zip(runs, paths)))
     return Comparison(runs=run_rows, differences=differences(runs), decode=tuple(rows["decode"]),
-                      prefill=tuple(rows["prefill"]), unmatched=tuple(unmatched), pages=pages)
+                      prefill=tuple(rows["prefill"]), unmatched=tuple(unmatched),
+                      workload=tuple(rows["workload"]), pages=pages)
 
 
 def _run_label(i: int) -> str:

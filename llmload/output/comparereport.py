@@ -11,10 +11,22 @@ from __future__ import annotations
 import json
 
 from llmload.output.compare import CellRow, CompareError, Comparison, compare
-from llmload.output.pageformat import MISSING, STATUS_LABELS, cell_place, fmt_ms, fmt_rate, fmt_tbt_ms
+from llmload.output.pageformat import (
+    MISSING,
+    PHASE_LABELS,
+    STATUS_LABELS,
+    cell_place,
+    fmt_ms,
+    fmt_rate,
+    fmt_rps,
+    fmt_tbt_ms,
+)
+from llmload.output.workloadpage import fmt_share
 
 _FORMATS = {"total_tok_s": fmt_rate, "per_request_tok_s": fmt_rate,
-            "prompt_tok_s": fmt_rate, "ttft_ms": fmt_ms, "tbt_ms": fmt_tbt_ms}
+            "prompt_tok_s": fmt_rate, "ttft_ms": fmt_ms, "tbt_ms": fmt_tbt_ms,
+            "ttft_p99_ms": fmt_ms, "tbt_p99_ms": fmt_tbt_ms, "e2e_p99_ms": fmt_ms, "goodput_tok_s": fmt_rate,
+            "achieved_rate_rps": fmt_rps, "cached_prompt_ratio": fmt_share}
 
 
 # --------------------------------------------------------------------------- text
@@ -54,7 +66,7 @@ def render_text(c: Comparison) -> str:
     else:
         out.append("  none")
     ratio_heads = [f"{lab}/{ref}" for lab in labels[1:]]
-    for title, rows in (("Sustained decode", c.decode), ("Prefill", c.prefill)):
+    for title, rows, _key in row_sections(c):
         if not rows:
             continue
         out.append("")
@@ -83,13 +95,23 @@ def render_text(c: Comparison) -> str:
     return "\n".join(out)
 
 
+def row_sections(c: Comparison) -> list[tuple[str, tuple[CellRow, ...], str]]:
+    """(title, rows, key) of the comparison's cell tables: decode, prefill, and a workload's
+    (titled by its phase, as on the report page)."""
+    sections = [("Sustained decode", c.decode, "decode"), ("Prefill", c.prefill, "prefill")]
+    if c.workload:
+        sections.append((PHASE_LABELS.get(c.workload[0].phase, c.workload[0].phase), c.workload, "workload"))
+    return sections
+
+
 def without_figures(rows: tuple[CellRow, ...]) -> list[tuple[tuple[str, ...], list[str]]]:
     """Common cells where no run has a figure, grouped by their statuses (e.g. over
     capacity in every run), for one line each instead of a table row each."""
     groups: dict[tuple[str, ...], list[str]] = {}
     for row in rows:
         if not row.has_figures:
-            groups.setdefault(row.statuses, []).append(cell_place(row.phase, row.context_tokens, row.concurrency))
+            groups.setdefault(row.statuses, []).append(cell_place(row.phase, row.context_tokens, row.concurrency,
+                                                                  row.rate_rps))
     return list(groups.items())
 
 
@@ -110,7 +132,7 @@ def render_html(c: Comparison) -> str:
     }
     return render_template("compare.html.j2", c=c, charts={k: v for k, v in made.items() if v},
                            fmt_value=fmt_value, fmt_ratio=fmt_ratio, status_word=status_word,
-                           without_figures=without_figures)
+                           without_figures=without_figures, sections=row_sections(c))
 
 
 # --------------------------------------------------------------------------- the command

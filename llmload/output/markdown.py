@@ -39,15 +39,19 @@ def page_markdown(page: PageData) -> str:
     launch = ("\n".join("    " + line for line in page.launch_command.splitlines())
               if page.launch_command else None)
     warning = f"> **{page.warning.word}.** {page.warning.text}" if page.warning else None
+    workload = page.workload
     blocks = [
         "# " + page.title,
         page.subtitle,
+        f"**Workload:** {workload.line}" if workload else None,
         warning,
         page.byline,
         _section(t.hardware, page.hardware),
         _section(t.engine, "\n\n".join(page.engine)),
         _section(t.run, page.run),
         _section(t.launch, launch),
+        *(_section(s.title, section_body(s)) for s in (workload.sections if workload else ())),
+        _section("Notes", markdown_list(workload.notes)) if workload else None,
         _section(t.prefill, markdown_table(page.prefill)),
         _section(t.decode, decode),
         *(_section(s.title, section_body(s)) for s in page.sections),

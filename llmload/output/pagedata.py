@@ -1,4 +1,4 @@
-"""The whole speed test matrix page as data (`PageData`, from `page_data`): what report.md,
+"""The whole speed test matrix page (or a workload's page) as data (`PageData`, from `page_data`): what report.md,
 report.html and the terminal are rendered from (`llmload.output.report`,
 `llmload.output.terminal`), so the renderings cannot disagree and none parses another.
 
@@ -36,6 +36,7 @@ from llmload.output.pagetext import (
     simulation_notice,
 )
 from llmload.output.sections import Section, page_sections
+from llmload.output.workloadpage import WorkloadView, workload_view
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -88,6 +89,9 @@ class PageData:
     checks: tuple[CheckItem, ...]
     """Items of "Checks against the server's own figures"."""
 
+    workload: WorkloadView | None = None
+    """The tables of a workload beyond the matrix (sessions, rate, replay); None for the matrix."""
+
     def section(self, title: str) -> Section | None:
         return next((s for s in self.sections if s.title == title), None)
 
@@ -116,4 +120,5 @@ def page_data(results: Results) -> PageData:
         all_measurements=all_measurements(cells),
         errors=error_items(cells),
         checks=check_items(cells),
+        workload=workload_view(results, cells),
     )

@@ -14,13 +14,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from llmload.core.capacity import PlannedCell
-from llmload.core.cellresult import CellResult
+from llmload.core.cellresult import CellResult, CellTraffic
 from llmload.core.runresults import Results
 from llmload.core.units import format_tokens
 
 MISSING = "—"
-PHASE_ORDER = {"prefill": 0, "decode": 1}
-PHASE_LABELS = {"prefill": "Prefill", "decode": "Sustained decode"}
+PHASE_ORDER = {"prefill": 0, "decode": 1, "session": 2, "rate": 3, "replay": 4}
+PHASE_LABELS = {"prefill": "Prefill", "decode": "Sustained decode", "session": "Chat sessions",
+                "rate": "Open-loop arrivals", "replay": "Trace replay"}
 STATUS_LABELS = {
     "valid": "Valid",
     "over_capacity": "Over capacity",
@@ -31,6 +32,7 @@ STATUS_LABELS = {
     "stalled": "Stalled",
     "not_run": "Not run",
     "running": "Running",
+    "in_flight_cap": "In-flight cap",
 }
 
 # --------------------------------------------------------------------------- formatting
@@ -63,37 +65,63 @@ def status_label(cell: CellResult) -> str:
     return STATUS_LABELS.get(status, status.replace("_", " ").capitalize())
 
 
-def cell_place(phase: str, context_tokens: int, concurrency: int) -> str:
-    """"16K" (a prefill cell), "16K × 4" (a decode cell): where in its phase a cell is."""
+def fmt_rps(rate: float | None) -> str:
+    """"2 req/s", "0.5 req/s": a request rate as the page names a rate cell."""
+    return MISSING if rate is None else f"{rate:g} req/s"
+
+
+def cell_place(phase: str, context_tokens: int, concurrency: int, rate_rps: float | None = None) -> str:
+    """"16K" (a prefill cell), "16K × 4" (a decode cell), "S 1K × 4 users" (a session cell),
+    "16K at 2 req/s" (a rate cell), "up to 8K" (the replay cell): where in its phase a cell is."""
     if phase == "prefill":
         return format_tokens(context_tokens)
+    if phase == "session":
+        return f"S {format_tokens(context_tokens)} × {concurrency} users"
+    if phase == "rate":
+        return f"{format_tokens(context_tokens)} at {fmt_rps(rate_rps)}"
+    if phase == "replay":
+        return f"up to {format_tokens(context_tokens)}"
     return f"{format_tokens(context_tokens)} × {concurrency}"
 
 
-def cell_label(phase: str, context_tokens: int, concurrency: int) -> str:
-    """"prefill 16K", "decode 16K × 4": a cell as the terminal and the compare page name it."""
-    word = "prefill" if phase == "prefill" else "decode"
-    return f"{word} {cell_place(phase, context_tokens, concurrency)}"
+def cell_label(phase: str, context_tokens: int, concurrency: int, rate_rps: float | None = None) -> str:
+    """"prefill 16K", "decode 16K × 4", "rate 16K at 2 req/s": a cell as the terminal and the
+    compare page name it."""
+    word = phase if phase in ("prefill", "session", "rate", "replay") else "decode"
+    return f"{word} {cell_place(phase, context_tokens, concurrency, rate_rps)}"
+
+
+def workload_of(results: Results) -> str:
+    """The run's workload (`llmload.core.workloads.WORKLOADS`); "matrix" for a file without one."""
+    return str(results.config.get("workload") or "matrix")
 
 
 # --------------------------------------------------------------------------- cells
 
 
-def _cell_key(cell: CellResult | PlannedCell) -> tuple[int, int, int]:
+def cell_rate(cell: CellResult | PlannedCell) -> float | None:
+    """A rate cell's scheduled requests per second (None for the other phases)."""
+    return cell.rate_rps if isinstance(cell, PlannedCell) else cell.traffic.rate_rps
+
+
+def _cell_key(cell: CellResult | PlannedCell) -> tuple[int, int, int, float]:
     return (
         PHASE_ORDER.get(cell.phase, 9),
         int(cell.context_tokens or 0),
         int(cell.concurrency or 1),
+        float(cell_rate(cell) or 0.0),
     )
 
 
 def _not_run(planned: PlannedCell) -> CellResult:
     """A planned cell without a result: "not_run" where it was to run, else its plan status."""
+    traffic = (CellTraffic(rate_rps=planned.rate_rps, turns=planned.turns)
+               if planned.rate_rps is not None or planned.turns is not None else CellTraffic())
     return CellResult(phase=planned.phase, context_tokens=planned.context_tokens,
                       concurrency=planned.concurrency,
                       status="not_run" if planned.status == "run" else planned.status,
                       reason=planned.reason, prompt_tokens=planned.prompt_tokens,
-                      prefill_source=planned.prefill_source)
+                      prefill_source=planned.prefill_source, traffic=traffic)
 
 
 def page_cells(results: Results) -> tuple[CellResult, ...]:

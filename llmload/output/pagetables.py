@@ -18,11 +18,14 @@ from llmload.core.servercheck import ServerCheck
 from llmload.output.pageformat import (
     MISSING,
     PHASE_LABELS,
+    cell_place,
+    cell_rate,
     fmt_active,
     fmt_context,
     fmt_count,
     fmt_ms,
     fmt_rate,
+    fmt_rps,
     fmt_seconds,
     fmt_tbt_ms,
     fmt_whole_rate,
@@ -164,10 +167,19 @@ def phase_label(cell: CellResult) -> str:
     return PHASE_LABELS.get(cell.phase, str(cell.phase))
 
 
+def _at_once(cell: CellResult) -> str:
+    """N; an open-loop cell (rate, replay) has no fixed N: its rate, or its average in flight."""
+    if cell.phase == "rate":
+        return fmt_rps(cell_rate(cell))
+    if cell.phase == "replay":
+        return f"{fmt_active(cell.avg_active)} on average"
+    return str(cell.concurrency)
+
+
 ALL_COLUMNS: list[Column] = [
     ("phase", phase_label),
     ("context", lambda c: fmt_context(c.context_tokens)),
-    ("requests at once", lambda c: str(c.concurrency)),
+    ("requests at once", lambda c: _at_once(c)),
     ("status", status_label),
     ("total tok/s", _measured_rate),
     ("per request tok/s", lambda c: fmt_rate(c.per_request_tok_s)),
@@ -192,6 +204,8 @@ def all_measurements(cells: Sequence[CellResult]) -> Table:
 def where(cell: CellResult) -> str:
     """"Sustained decode 16K × 4": a cell as the page's lists name it."""
     phase = PHASE_LABELS.get(cell.phase, cell.phase)
+    if cell.phase in ("session", "rate", "replay"):
+        return f"{phase} {cell_place(cell.phase, cell.context_tokens, cell.concurrency, cell_rate(cell))}"
     return f"{phase} {fmt_context(cell.context_tokens)} × {cell.concurrency}"
 
 

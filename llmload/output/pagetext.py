@@ -18,6 +18,7 @@ from llmload.core.runresults import Results
 from llmload.core.seqlimit import is_learned
 from llmload.core.units import format_duration_s
 from llmload.output.pageformat import fmt_context, phase_cells
+from llmload.output.workloadpage import workload_title
 
 
 def _join(items: Iterable[tuple[str, Any]]) -> str:
@@ -65,11 +66,13 @@ def _hardware_name(results: Results) -> str:
 
 
 def page_title(results: Results) -> str:
-    """"Speed test matrix — MODEL on HARDWARE" (a simulated run: "· Simulated (...)")."""
+    """"Speed test matrix — MODEL on HARDWARE" (a simulated run: "· Simulated (...)"); a run
+    of another workload names it instead ("Chat sessions — ...")."""
     model = _model_name(results)
+    what = workload_title(results) or "Speed test matrix"
     if is_simulated(results):
-        return f"Speed test matrix — {model} · {_provenance_word(results)}"
-    return f"Speed test matrix — {model} on {_hardware_name(results)}"
+        return f"{what} — {model} · {_provenance_word(results)}"
+    return f"{what} — {model} on {_hardware_name(results)}"
 
 
 def _levels(results: Results, key: str, phase: str, level: Callable[[CellResult], int]) -> list[int]:
@@ -99,6 +102,10 @@ def _provenance_word(results: Results) -> str:
 
 def render_subtitle(results: Results) -> str:
     server = results.server
+    if workload_title(results):
+        parts = [server.get("engine"), server.get("version"), server.get("quantization"),
+                 workload_title(results), _provenance_word(results)]
+        return " · ".join(str(p) for p in parts if p)
     contexts = _levels(results, "contexts", "decode", lambda c: c.context_tokens)
     levels = _levels(results, "concurrency", "decode", lambda c: c.concurrency)
     prefill = _levels(results, "prefill_contexts", "prefill", lambda c: c.context_tokens)
@@ -258,12 +265,13 @@ def _prefill_mode(results: Results, cells: Sequence[CellResult]) -> str:
 def render_run(results: Results, cells: Sequence[CellResult]) -> str:
     server, config = results.server, results.config
     duration_s, max_tokens = config.get("duration_s"), config.get("max_tokens")
+    workload = workload_title(results)
     return _join(
         [
             ("Served model", server.get("model") or config.get("model")),
             ("Revision", server.get("revision")),
-            ("Decode test", "Fixed duration"),
-            ("Prefill mode", _prefill_mode(results, cells)),
+            ("Workload", workload) if workload else ("Decode test", "Fixed duration"),
+            ("Prefill mode", None if workload else _prefill_mode(results, cells)),
             ("Time per measurement", format_duration_s(duration_s) if duration_s else None),
             ("Max output", f"{max_tokens:,} tokens" if max_tokens else None),
             ("Output length", _output_length(server)),

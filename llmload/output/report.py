@@ -20,16 +20,18 @@ notes, All measurements. Rules:
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
+from dataclasses import fields
 from typing import Any
 
 import pandas as pd
 
-from llmload.core.cellresult import CellResult
+from llmload.core.cellresult import CellResult, CellTraffic
 from llmload.core.resultsjson import cell_to_dict
 from llmload.core.runresults import Results
 from llmload.output.markdown import page_markdown
 from llmload.output.pagedata import SECTION_TITLES, page_data
-from llmload.output.pageformat import page_cells
+from llmload.output.pageformat import page_cells, workload_of
 
 # --------------------------------------------------------------------------- Markdown
 
@@ -47,12 +49,16 @@ def render_html(results: Results) -> str:
     `templates/report.html.j2`) with the charts of `llmload.output.charts` as inline SVG: no
     script, no external URL, so it opens from disk, prints and diffs."""
     # Imported here: matplotlib is slow to import and only the HTML page needs it.
+    from llmload.core.slo import parse_slo
     from llmload.output import charts
     from llmload.output.templating import render_template
+    from llmload.output.workloadcharts import workload_charts
 
     page = page_data(results)
+    extra = workload_charts(page.cells, parse_slo(results.config.get("slo"))) if page.workload else {}
     return render_template("report.html.j2", page=page, titles=SECTION_TITLES,
                            charts=charts.report_charts(page.cells),
+                           workload_charts=tuple(extra.values()),
                            server_note=charts.server_note(page.cells))
 
 
@@ -72,15 +78,47 @@ CSV_COLUMNS = [
     "server_ttft_ms", "server_queue_ms", "server_mean_itl_ms", "server_timing_requests",
     "prefill_source", "reason",
 ]
+#: The traffic figures (`CellTraffic`), after CSV_COLUMNS in the CSV of a run whose workload is
+#: not the matrix (a matrix run's CSV has CSV_COLUMNS only); lists are ";"-joined
+#: (`join_csv_list`, read back with `split_csv_list`).
+TRAFFIC_CSV_COLUMNS = [f.name for f in fields(CellTraffic)]
+LIST_SEPARATOR = ";"
 _INT_COLUMNS = [
     "context_tokens", "concurrency", "prompt_tokens", "completed_requests", "requests_sent",
     "output_tokens", "errors", "ttfa_samples",
 ]
 
 
+def join_csv_list(values: Sequence[float | int | None]) -> str | None:
+    """(120.0, 35.5, None) → "120.0;35.5;" (None is empty; floats written exactly); () → None."""
+    if not values:
+        return None
+    return LIST_SEPARATOR.join("" if v is None else repr(v) for v in values)
+
+
+def split_csv_list(text: Any) -> tuple[float | None, ...]:
+    """A ";"-joined list cell of measurements.csv back as numbers (empty: None); a single
+    value pandas read as a number, or an empty cell (NaN, None), also reads."""
+    if text is None or (isinstance(text, float) and text != text):
+        return ()
+    if isinstance(text, (int, float)):
+        return (float(text),)
+    return tuple(None if part.strip() == "" else float(part) for part in str(text).split(LIST_SEPARATOR))
+
+
+def _csv_columns(results: Results) -> list[str]:
+    return CSV_COLUMNS if workload_of(results) == "matrix" else CSV_COLUMNS + TRAFFIC_CSV_COLUMNS
+
+
+_TRAFFIC_INT_COLUMNS = ["in_flight_cap", "cap_waits", "turns", "context_reached_tokens", "trace_requests"]
+
+
 def _csv_row(results: Results, cell: CellResult) -> dict[str, Any]:
     flat = cell_to_dict(cell)  # results.json's cell: the CSV's columns are its keys
-    row = {column: flat.get(column) for column in CSV_COLUMNS}
+    row = {column: flat.get(column) for column in _csv_columns(results)}
+    if workload_of(results) != "matrix":
+        row.update(ttft_by_turn_ms=join_csv_list(cell.traffic.ttft_by_turn_ms),
+                   turn_requests=join_csv_list(cell.traffic.turn_requests))
     check = cell.server_check
     row.update(provenance=results.provenance, sim_profile=results.sim_profile,
                error_samples=" | ".join(cell.error_samples) or None,
@@ -94,8 +132,9 @@ def _csv_row(results: Results, cell: CellResult) -> dict[str, Any]:
 def measurements_frame(results: Results) -> pd.DataFrame:
     """One row per cell (page order), machine-readable: raw numbers, empty where missing."""
     rows = [_csv_row(results, c) for c in page_cells(results)]
-    frame = pd.DataFrame(rows, columns=CSV_COLUMNS)
-    for column in _INT_COLUMNS:
+    columns = _csv_columns(results)
+    frame = pd.DataFrame(rows, columns=columns)
+    for column in _INT_COLUMNS + [c for c in _TRAFFIC_INT_COLUMNS if c in columns]:
         frame[column] = pd.array(frame[column].tolist(), dtype="Int64")
     return frame
 

@@ -56,8 +56,17 @@ def aligned_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, inde
 
 
 def run_summary(page: PageData) -> str:
-    """The page's two main tables (prefill, decode matrix) as aligned text."""
+    """The page's main tables as aligned text: prefill and the decode matrix; for another
+    workload, its line, tables and notes instead."""
     parts = []
+    if page.workload:
+        parts.append(f"Workload: {page.workload.line}")
+        for section in page.workload.sections:
+            intro = f"\n  {section.intro}" if section.intro else ""
+            parts.append(f"{section.title}:{intro}\n" + aligned_table(section.table.columns, section.table.rows,
+                                                                     indent=2))
+        if page.workload.notes:
+            parts.append("\n".join(f"  - {note}" for note in page.workload.notes))
     if page.prefill:
         parts.append("Prefill (prompt tok/s, TTFT):\n" + aligned_table(page.prefill.columns,
                                                                          page.prefill.rows, indent=2))
@@ -68,8 +77,9 @@ def run_summary(page: PageData) -> str:
 
 
 def echo_matrix(results: Results, echo: Callable[[str], None]) -> None:
-    """The page's main tables in the terminal (aligned text), and the capacity under SLO
-    (as on the page), at the end of `llmload run` and `llmload predict`."""
+    """The page's main tables in the terminal (aligned text; a workload's own tables in place
+    of the matrix), and the capacity under SLO (as on the page), at the end of `llmload run`
+    and `llmload predict`."""
     page = page_data(results)
     summary = run_summary(page)
     if summary:
