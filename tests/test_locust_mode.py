@@ -176,3 +176,50 @@ def test_credentials_typed_into_the_start_form_are_masked_too(sim):
         p.terminate()
         out, _ = p.communicate(timeout=30)
     assert password not in out and key not in out
+
+
+def swarm(base: str, fields: dict) -> None:
+    """Start a test from the web UI's form (the llmload options are fields of it)."""
+    form = urllib.parse.urlencode(fields)
+    deadline = time.time() + 30
+    while True:
+        try:
+            with urllib.request.urlopen(f"{base}/swarm", data=form.encode(), timeout=5) as r:
+                assert json.load(r)["success"]
+            return
+        except OSError:
+            assert time.time() < deadline, "web UI never answered"
+            time.sleep(0.3)
+
+
+def stats_rows(base: str) -> dict[str, dict]:
+    with urllib.request.urlopen(f"{base}/stats/requests", timeout=5) as r:
+        return {row["name"]: row for row in json.load(r)["stats"] if row["name"] != "Aggregated"}
+
+
+@pytest.mark.parametrize("workload, fields, names", [
+    ("sessions", {"llm_system_prompt_tokens": 256, "llm_turns": 2, "llm_turn_tokens": 32, "llm_max_tokens": 16},
+     {"session turn 1", "session turn 2"}),
+    ("rate", {"llm_rate": 4, "llm_arrivals": "constant", "llm_max_tokens": 16}, {"/v1/completions"}),
+])
+def test_the_web_ui_form_runs_each_workload(sim, workload, fields, names):
+    p, base = web_ui(*SHORT)
+    try:
+        swarm(base, {"user_count": 2, "spawn_rate": 2, "host": sim.url, "llm_workload": workload, **fields})
+        deadline = time.time() + 30
+        rows: dict = {}
+        while time.time() < deadline:
+            time.sleep(0.5)
+            rows = stats_rows(base)
+            if names <= set(rows) and all(rows[n]["num_requests"] >= 2 for n in names):
+                break
+        assert names <= set(rows), rows.keys()
+        assert all(rows[n]["num_failures"] == 0 for n in names), rows
+        if workload == "rate":  # 2 users × 4 requests/s each: 8/s on schedule, not one at a time
+            first = rows["/v1/completions"]["num_requests"]
+            time.sleep(6.0)  # the UI's table is refreshed every couple of seconds
+            sent = stats_rows(base)["/v1/completions"]["num_requests"] - first
+            assert 8 * 3 <= sent <= 8 * 9, sent
+    finally:
+        p.terminate()
+        p.communicate(timeout=30)
