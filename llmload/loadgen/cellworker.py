@@ -117,6 +117,17 @@ class CellWorker:
             self._go_event.wait(timeout=1.0)
         return self._go[cell_id]
 
+    def ready_for_window(self, cell_id: str, *, user_id: str) -> tuple[float, float] | None:
+        """Report this user ready, wait for the go and then for t0; the window [t0, t1], or
+        None when the cell changed meanwhile."""
+        self.report_ready(cell_id, once_for=user_id)
+        window = self.wait_go(cell_id)
+        if window is not None:
+            delay = window[0] - now()
+            if delay > 0:
+                gevent.sleep(delay)
+        return window
+
     def enter_window(self, cell_id: str) -> None:
         self._in_window[cell_id] = self._in_window.get(cell_id, 0) + 1
 

@@ -107,14 +107,10 @@ def run_session_cell(user, client: StreamingClient, cell: CellSpec) -> None:
         body = plan.body([{"role": "system", "content": plan.system}], 1)
         rec = client.stream(plan.path, body, user_id=user.user_id, tag="warmup", count_key=plan.count_key)
         llm.publish(rec, name=f"warm-up {name}", cell_id=cell.id)
-    cells.report_ready(cell.id, once_for=user.user_id)
-    window = cells.wait_go(cell.id)
+    window = cells.ready_for_window(cell.id, user_id=user.user_id)
     if window is None:
         return
     t0, t1 = window
-    delay = t0 - now()
-    if delay > 0:
-        gevent.sleep(delay)
     rng = random.Random(f"{cell.run_id}/{cell.id}/{user.user_id}")
 
     def publish(record: RequestRecord, turn: int) -> None:

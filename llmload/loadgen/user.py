@@ -140,14 +140,10 @@ class LLMUser(User):
             rec = client.stream(cell.path, self._body(cell, key, 1, cold=True), user_id=self.user_id,
                                 tag="warmup", count_key=count_key)
             self.llm.publish(rec, name=f"warm-up {name}", cell_id=cell.id)
-        self.cells.report_ready(cell.id, once_for=self.user_id)
-        window = self.cells.wait_go(cell.id)
+        window = self.cells.ready_for_window(cell.id, user_id=self.user_id)
         if window is None:
             return
         t0, t1 = window
-        delay = t0 - now()
-        if delay > 0:
-            gevent.sleep(delay)
         body = self._body(cell, key, cell.max_tokens)
         self.cells.enter_window(cell.id)
         try:

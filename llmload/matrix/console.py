@@ -23,13 +23,7 @@ def echo_note(ctx: RunContext, cell: CellResult) -> None:
 
 
 def planned_label(planned: PlannedCell) -> str:
-    if planned.phase == "session":
-        return f"sessions S={format_tokens(planned.context_tokens)} × {planned.concurrency} users"
-    if planned.phase == "rate":
-        return f"rate {format_tokens(planned.context_tokens)} @ {planned.rate_rps:g} req/s"
-    if planned.phase == "replay":
-        return "trace replay"
-    return cell_label(planned.phase, planned.context_tokens, planned.concurrency)
+    return cell_label(planned.phase, planned.context_tokens, planned.concurrency, planned.rate_rps)
 
 
 def _ms(value: float | None) -> str:
