@@ -179,3 +179,17 @@ def test_slo_search_bisects_the_rate(sim_tiny, tmp_path):
     assert searched[0]["rate_rps"] == 15.5, r.stdout  # the midpoint of the first pair
     assert all(1 < c["rate_rps"] < 30 for c in searched) and len(searched) <= 6
     assert "[SLO search] rate 15.5 req/s" in r.stdout
+
+
+@pytest.mark.parametrize("scenario, args, phase", [
+    ("sessions.yaml", ("--system-prompt-tokens", "256", "--concurrency", "2", "--duration", "2s"), "session"),
+    ("rate.yaml", ("--contexts", "256", "--rates", "5", "--duration", "2s"), "rate"),
+    ("replay.yaml", ("--speedup", "8"), "replay"),
+])
+def test_the_scenario_files_run(sim_tiny, tmp_path, monkeypatch, scenario, args, phase):
+    monkeypatch.chdir(ROOT)  # replay.yaml names its trace from the repository root
+    out = tmp_path / "out"
+    r = llmload("run", ROOT / "scenarios" / scenario, "--host", sim_tiny.url, *args, "--out", out)
+    assert r.returncode == 0, r.stdout + r.stderr
+    [cell] = cells(out, phase)
+    assert cell["requests_sent"] > 0 and cell["errors"] == 0, cell
