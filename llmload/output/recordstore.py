@@ -76,7 +76,8 @@ RECORD_COLUMNS: dict[str, pa.DataType] = {
 }
 RECORD_SCHEMA = pa.schema([pa.field(name, t) for name, t in RECORD_COLUMNS.items()])
 #: Cell identity columns the export puts before the record columns.
-CELL_COLUMNS = {"phase": pa.string(), "context_tokens": pa.int64(), "concurrency": pa.int64()}
+CELL_COLUMNS = {"phase": pa.string(), "context_tokens": pa.int64(), "concurrency": pa.int64(),
+                "rate_rps": pa.float64()}
 
 _ARRAY_COLUMNS = {"chunk_times_s": "d", "chunk_tokens": "I"}
 
@@ -173,7 +174,7 @@ def cell_files(out_dir: str | os.PathLike[str]) -> list[Path]:
 
 def export_table(out_dir: str | os.PathLike[str]) -> pa.Table:
     """Every request of every cell of a results directory, one row each: the cell's
-    phase, context_tokens and concurrency, then RECORD_COLUMNS."""
+    phase, context_tokens, concurrency and rate_rps (rate cells), then RECORD_COLUMNS."""
     tables = []
     for path in cell_files(out_dir):
         planned, records, _ = read_cell(path)

@@ -199,7 +199,10 @@ def fit_profile(results: Results, *, base: Profile | None = None, source: str = 
     warm = [o for o in decode if o.ttft_ms is not None]
     prefill = [o for o in obs if o.phase == "prefill" and o.ttft_ms is not None and o.prompt_tokens > 0]
     if not decode:
-        raise FitError("no valid decode cell with a time between tokens to fit the step time to")
+        workload = results.config.get("workload") or "matrix"
+        why = (f" (a {workload} run: the twin is fitted to a matrix run's decode cells)" if workload != "matrix"
+               else "")
+        raise FitError(f"no valid decode cell with a time between tokens to fit the step time to{why}")
     bs = profile.block_size
 
     step_cols = [np.ones(len(decode)), np.array([o.concurrency for o in decode], float),
