@@ -36,31 +36,27 @@ MAX_DEAD_CELLS = 2
 """Stop the run after this many consecutive cells in which every request failed."""
 
 
-def plan_for(sc: Scenario, info: ServerInfo, *, trace=(), **cells) -> list[PlannedCell]:
+def plan_for(sc: Scenario, info: ServerInfo, *, trace=()) -> list[PlannedCell]:
     """The scenario's plan from the server's limits: the matrix's (`capacity.plan_matrix`) or
-    its workload's (`plan_sessions`, `plan_rates`, `plan_replay`); `cells` replaces the
-    scenario's axes (contexts, prefill_contexts, concurrency, system_prompt_tokens, rates).
+    its workload's (`plan_sessions`, `plan_rates`, `plan_replay`; `trace` is the replay's).
     Without a cold warm-up to borrow (or with several samples wanted) prefill cells run on
-    their own."""
+    their own. A single cell's plan (the SLO search's) is the plan of a scenario with one
+    value on each axis (`dataclasses.replace`)."""
     limits = dict(kv_cache_tokens=info.kv_cache_tokens, block_size=info.block_size,
                   max_model_len=info.max_model_len, max_sequences=info.max_sequences,
                   max_sequences_source=info.max_sequences_source if info.max_sequences else None)
     if sc.workload == "sessions":
-        return plan_sessions(system_prompt_tokens=list(cells.get("system_prompt_tokens", sc.system_prompt_tokens)),
-                             concurrency=list(cells.get("concurrency", sc.concurrency)), turns=sc.turns,
+        return plan_sessions(system_prompt_tokens=list(sc.system_prompt_tokens),
+                             concurrency=list(sc.concurrency), turns=sc.turns,
                              turn_tokens=sc.turn_tokens, max_tokens=sc.max_tokens,
                              prefix_caching=info.prefix_caching, **limits)
     if sc.workload == "rate":
-        return plan_rates(contexts=list(cells.get("contexts", sc.contexts)), rates=list(cells.get("rates", sc.rates)),
-                          max_tokens=sc.max_tokens, max_model_len=info.max_model_len)
+        return plan_rates(contexts=list(sc.contexts), rates=list(sc.rates), max_tokens=sc.max_tokens,
+                          max_model_len=info.max_model_len)
     if sc.workload == "replay":
         return plan_replay(requests=trace, max_model_len=info.max_model_len, speedup=sc.speedup)
-    matrix = dict(contexts=list(sc.contexts), prefill_contexts=list(sc.prefill_contexts),
-                  concurrency=list(sc.concurrency)) | cells
-    plan = plan_matrix(**matrix, max_tokens=sc.max_tokens, kv_cache_tokens=info.kv_cache_tokens,
-                       block_size=info.block_size, max_model_len=info.max_model_len,
-                       max_sequences=info.max_sequences,
-                       max_sequences_source=info.max_sequences_source if info.max_sequences else None)
+    plan = plan_matrix(contexts=list(sc.contexts), prefill_contexts=list(sc.prefill_contexts),
+                       concurrency=list(sc.concurrency), max_tokens=sc.max_tokens, **limits)
     return plan if sc.warmup and sc.prefill_repeats <= 1 else [_standalone(c) for c in plan]
 
 
@@ -218,8 +214,8 @@ def run_slo_search(ctx: RunContext, driver: LocustDriver, prompts, writer) -> No
     measurer.seq = 1000  # cell ids apart from the matrix's
 
     def measure(level: SearchLevel) -> CellResult:
-        planned = plan_for(sc, info, contexts=[level.context_tokens], prefill_contexts=[],
-                           concurrency=[level.concurrency])[0]
+        planned = plan_for(replace(sc, contexts=(level.context_tokens,), prefill_contexts=(),
+                                   concurrency=(level.concurrency,)), info)[0]
         ctx.echo(f"[SLO search] {planned_label(planned)} (between {level.passing} and {level.failing})")
         return measured(planned)
 
@@ -241,7 +237,8 @@ def run_slo_search(ctx: RunContext, driver: LocustDriver, prompts, writer) -> No
         def measure_rate(level: RateLevel) -> CellResult:
             ctx.echo(f"[SLO search] rate {level.rate_rps:g} req/s at {level.context_tokens:,} tokens "
                      f"(between {level.passing:g} and {level.failing:g})")
-            return measured(plan_for(sc, info, contexts=[level.context_tokens], rates=[level.rate_rps])[0])
+            return measured(plan_for(replace(sc, contexts=(level.context_tokens,), rates=(level.rate_rps,)),
+                                     info)[0])
 
         rate_search(sc.contexts, writer.results.cells, sc.slo, measure_rate, max_cells=MAX_SLO_SEARCH_CELLS)
         return
