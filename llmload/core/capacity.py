@@ -327,14 +327,15 @@ def expected_duration_s(
 ) -> float:
     """A rough estimate of the plan's wall time, for printing it before a run.
 
-    Each decode cell that runs costs its warm-up plus the window; a standalone prefill costs
-    one warm-up-sized estimate; a prefill served by a decode warm-up costs nothing extra.
+    Each decode, session, rate or replay cell that runs costs its warm-up plus the window
+    (`duration_s`: a replay's is the trace's span); a standalone prefill costs one
+    warm-up-sized estimate; a prefill served by a decode warm-up costs nothing extra.
     """
     total_s = 0.0
     for cell in plan:
         if not cell.runs:
             continue
-        if cell.phase in ("decode", "session", "rate"):
+        if cell.phase != "prefill":
             total_s += warmup_estimate_s + duration_s
         elif cell.prefill_source == "standalone":
             total_s += warmup_estimate_s

@@ -80,9 +80,12 @@ def echo_server(info: ServerInfo, echo: Callable[[str], None]) -> None:
         echo(f"  {line}")
 
 
-def echo_plan(plan: list[PlannedCell], scenario: Scenario, echo: Callable[[str], None]) -> None:
+def echo_plan(plan: list[PlannedCell], scenario: Scenario, echo: Callable[[str], None], *,
+              window_s: float | None = None) -> None:
+    """The plan, each cell's line, and how long it should take (`window_s`: a cell's window,
+    the scenario's duration unless given)."""
     runs = [c for c in plan if c.runs]
-    expected = expected_duration_s(plan, duration_s=scenario.duration_s)
+    expected = expected_duration_s(plan, duration_s=scenario.duration_s if window_s is None else window_s)
     echo(f"Plan: {len(plan)} cells, {len(runs)} to run, about "
          f"{eta_clock(expected)} ({'h:mm:ss' if expected >= 3600 else 'm:ss'}) expected")
     for c in plan:

@@ -24,6 +24,7 @@ from llmload.core.cells import assemble_cell, not_run_cell
 from llmload.core.records import RequestRecord
 from llmload.core.scenario import Scenario
 from llmload.core.seqlimit import learn_sequence_limit
+from llmload.core.trace import trace_duration_s
 from llmload.core.slosearch import RateLevel, SearchLevel, rate_search, slo_search
 from llmload.io.probe import ServerInfo
 from llmload.matrix.cellrun import CellMeasurer, CellTimeout
@@ -95,7 +96,7 @@ def run_plan(ctx: RunContext, driver: LocustDriver, prompts, plan: list[PlannedC
     prefill_tok_s: float | None = None
     changes: list[float] = []
     for i, planned in enumerate(to_run, 1):
-        eta = remaining_s(to_run[i - 1:], ctx.scenario.duration_s, prefill_tok_s,
+        eta = remaining_s(to_run[i - 1:], run_window_s(ctx), prefill_tok_s,
                            sum(changes) / len(changes) if changes else None)
         ctx.echo(f"[{i}/{len(to_run)}] {planned_label(planned)} · elapsed {eta_clock(time.monotonic() - started)}"
                  f" · about {eta_clock(eta)} left")
@@ -254,6 +255,12 @@ def _standalone(cell: PlannedCell) -> PlannedCell:
 CELL_CHANGE_S = 0.5
 """Expected time per cell besides its window and warm-up (users changed, records collected)
 until one has been measured."""
+
+
+def run_window_s(ctx: RunContext) -> float:
+    """The window of the run's cells: the scenario's duration; a replay's, the trace's span."""
+    sc = ctx.scenario
+    return trace_duration_s(ctx.trace, sc.speedup) if sc.workload == "replay" else sc.duration_s
 
 
 def remaining_s(cells: list[PlannedCell], duration_s: float, prefill_tok_s: float | None,

@@ -25,7 +25,7 @@ from llmload.matrix.console import echo_plan, echo_prompts, echo_server
 from llmload.core.trace import load_trace
 from llmload.matrix.context import PlanRefused, RunContext
 from llmload.matrix.driver import LocustDriver
-from llmload.matrix.loop import run_plan, run_slo_search, plan_for
+from llmload.matrix.loop import plan_for, run_plan, run_slo_search, run_window_s
 from llmload.matrix.server import server_for
 from llmload.output.terminal import echo_matrix
 
@@ -97,7 +97,7 @@ def _run_matrix(scenario: Scenario, *, api_key: str | None, run_dir, master_bind
                 done = finished_cells(previous)
                 left = sum(1 for c in plan if c.runs and c.key not in done)
                 echo(f"Resuming {run_dir.path}: {len(done)} cell(s) kept, {left} to run.")
-            echo_plan(plan, scenario, echo)
+            echo_plan(plan, scenario, echo, window_s=run_window_s(ctx))
             out = str(run_dir.path)
             writer = ResultsWriter(out)
             meta = replace(meta, energy=_open_power(ctx, echo))

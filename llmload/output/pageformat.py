@@ -67,7 +67,9 @@ def status_label(cell: CellResult) -> str:
 
 def fmt_rps(rate: float | None) -> str:
     """"2 req/s", "0.5 req/s": a request rate as the page names a rate cell."""
-    return MISSING if rate is None else f"{rate:g} req/s"
+    if rate is None:
+        return MISSING
+    return f"{rate:.3g} req/s" if rate < 100 else f"{rate:,.0f} req/s"
 
 
 def cell_place(phase: str, context_tokens: int, concurrency: int, rate_rps: float | None = None) -> str:
