@@ -17,6 +17,7 @@ import click
 
 from llmload import __version__
 from llmload.commands.results import compare, export, report
+from llmload.commands.publish import publish
 from llmload.commands.run import run
 from llmload.commands.simulator import fit, predict, sim
 
@@ -40,6 +41,7 @@ main.add_command(export)
 main.add_command(fit)
 main.add_command(predict)
 main.add_command(sim)
+main.add_command(publish)
 
 
 if __name__ == "__main__":  # pragma: no cover

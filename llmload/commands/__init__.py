@@ -1,2 +1,2 @@
 """The `llmload` subcommands besides `run` (`llmload.cli` registers them on its group):
-`results` (report, compare, export) and `simulator` (fit, predict, sim)."""
+`results` (report, compare, export), `simulator` (fit, predict, sim) and `publish`."""

@@ -1,0 +1,75 @@
+"""The store's tables (SQLAlchemy Core), one definition for SQLite and PostgreSQL.
+
+- `runs`: one row per published run. `id` is the run's content id
+  (`llmload.hub.publish.run_id`: the first 16 hex digits of the sha256 of its stored
+  document), so a run published twice, from any machine, is one row. The columns besides
+  `results_json` are what lists and filters read (model, engine, hardware, provenance,
+  dates); `results_json` is the whole results document, scrubbed of secrets, from which
+  `llmload.core.resultsjson.results_from_dict` gives the run back. The per-request records
+  are not copied: `source_dir` names the results directory that holds them on `publisher`.
+- `cells`: one row per cell of a run (`idx`: its position in the document's cells), with its
+  identity, status and the figures a leaderboard ranks by.
+
+Times are ISO 8601 UTC text (as results.json writes them), which sorts and compares the
+same way on both databases. The migrations in `llmload/hub/migrations/versions/` create
+exactly these tables (tests/test_hub_store.py compares them).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import JSON, Column, Float, ForeignKey, Index, Integer, MetaData, String, Table, Text
+from sqlalchemy.dialects.postgresql import JSONB
+
+metadata = MetaData()
+
+RUN_STATUSES = ("complete", "interrupted", "failed")
+"""A stored run's status: a run that ended without one (killed) is stored as interrupted."""
+
+runs = Table(
+    "runs", metadata,
+    Column("id", String(16), primary_key=True),
+    Column("published_at", String(32), nullable=False),
+    Column("publisher", Text, nullable=False),
+    Column("source_dir", Text, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("provenance", String(16), nullable=False),
+    Column("workload", String(32), nullable=False),
+    Column("model", Text),
+    Column("model_root", Text),
+    Column("engine", Text),
+    Column("engine_version", Text),
+    Column("hardware", Text),
+    Column("gpu", Text),
+    Column("llmload_version", Text),
+    Column("started_at", String(32)),
+    Column("finished_at", String(32)),
+    Column("max_tokens", Integer),
+    Column("duration_s", Float),
+    Column("results_json", JSON().with_variant(JSONB(), "postgresql"), nullable=False),
+    Index("ix_runs_model", "model"),
+    Index("ix_runs_model_root", "model_root"),
+    Index("ix_runs_started_at", "started_at"),
+)
+
+cells = Table(
+    "cells", metadata,
+    Column("run_id", String(16), ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+    Column("idx", Integer, primary_key=True),
+    Column("phase", String(16), nullable=False),
+    Column("context_tokens", Integer, nullable=False),
+    Column("concurrency", Integer, nullable=False),
+    Column("rate_rps", Float),
+    Column("status", String(32), nullable=False),
+    Column("total_tok_s", Float),
+    Column("per_request_tok_s", Float),
+    Column("ttft_ms", Float),
+    Column("ttft_p99_ms", Float),
+    Column("tbt_ms", Float),
+    Column("tbt_p99_ms", Float),
+    Column("prompt_tok_s", Float),
+    Index("ix_cells_phase_context_concurrency", "phase", "context_tokens", "concurrency"),
+)
+
+FIGURES = ("total_tok_s", "per_request_tok_s", "ttft_ms", "ttft_p99_ms", "tbt_ms", "tbt_p99_ms",
+           "prompt_tok_s")
+"""The figures a cell row keeps (the cell's own, as results.json holds them)."""

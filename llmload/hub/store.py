@@ -1,0 +1,240 @@
+"""The store's API: open one (`open_store`), read it (`Store.runs`, `run`, `summary`,
+`leaderboard`, `models`, `hardware`, `contexts`); publishing is `llmload.hub.publish`'s.
+
+    with open_store("sqlite:////home/me/hub.sqlite") as store:
+        for row in store.leaderboard("bench", 16384):
+            print(row.run.id, row.run.hardware, row.concurrency, row.total_tok_s)
+
+Everything returned is a frozen dataclass (or a `Results`), read in one transaction per
+call; the store's URL is kept masked (`Store.label`). What is stored is in
+`llmload.hub.schema`; the URL forms and migrations in `llmload.hub.database`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from llmload.core.resultsjson import ResultsError, results_from_dict
+from llmload.core.runresults import Results
+from llmload.hub import schema
+from llmload.hub.database import StoreError, connect, default_url, first_line, masked, migrate
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunFilter:
+    """Which runs to list (None: any). `model` matches the served name or the model root;
+    `since` and `until` compare with the run's started_at as ISO 8601 text (`until` is
+    exclusive: "2026-12-02" keeps runs started on 1 December and before)."""
+
+    model: str | None = None
+    engine: str | None = None
+    engine_version: str | None = None
+    hardware: str | None = None
+    provenance: str | None = None
+    since: str | None = None
+    until: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunSummary:
+    """A stored run without its document (the `runs` row)."""
+
+    id: str
+    published_at: str
+    publisher: str
+    source_dir: str
+    status: str
+    provenance: str
+    workload: str
+    model: str | None
+    model_root: str | None
+    engine: str | None
+    engine_version: str | None
+    hardware: str | None
+    gpu: str | None
+    llmload_version: str | None
+    started_at: str | None
+    finished_at: str | None
+    max_tokens: int | None
+    duration_s: float | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaderCell:
+    """A run's decode cell at the leaderboard's context."""
+
+    concurrency: int
+    status: str
+    total_tok_s: float
+    per_request_tok_s: float | None
+    ttft_ms: float | None
+    ttft_p99_ms: float | None
+    tbt_ms: float | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaderRow:
+    """One run on a leaderboard: ranked by `total_tok_s` at `concurrency` (the one asked
+    for, else the run's best), with every concurrency it measured at that context."""
+
+    run: RunSummary
+    context_tokens: int
+    concurrency: int
+    total_tok_s: float
+    per_request_tok_s: float | None
+    ttft_ms: float | None
+    cells: tuple[LeaderCell, ...]
+    """By concurrency, lowest first."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelEntry:
+    model: str | None
+    model_root: str | None
+    runs: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HardwareEntry:
+    hardware: str | None
+    gpu: str | None
+    runs: int
+
+
+_SUMMARY_COLUMNS = [schema.runs.c[f.name] for f in fields(RunSummary)]
+
+
+def _summary(row: Any) -> RunSummary:
+    return RunSummary(**{f.name: getattr(row, f.name) for f in fields(RunSummary)})
+
+
+def _model_is(model: str):
+    return sa.or_(schema.runs.c.model == model, schema.runs.c.model_root == model)
+
+
+class Store:
+    """An open store (`open_store`); a context manager that closes it."""
+
+    def __init__(self, engine: Engine, *, label: str, writable: bool) -> None:
+        self.engine = engine
+        self.label = label
+        """The URL, its password masked: what messages name the store by."""
+        self.writable = writable
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def _rows(self, query) -> list[Any]:
+        try:
+            with self.engine.connect() as connection:
+                return list(connection.execute(query))
+        except SQLAlchemyError as exc:
+            raise StoreError(f"--db {self.label}: {first_line(exc)}", exit_code=1) from None
+
+    def runs(self, filters: RunFilter = RunFilter()) -> list[RunSummary]:
+        """The runs that pass `filters`, newest first (by started_at, then published_at)."""
+        r = schema.runs.c
+        query = sa.select(*_SUMMARY_COLUMNS)
+        if filters.model is not None:
+            query = query.where(_model_is(filters.model))
+        for name in ("engine", "engine_version", "hardware", "provenance"):
+            if getattr(filters, name) is not None:
+                query = query.where(r[name] == getattr(filters, name))
+        if filters.since is not None:
+            query = query.where(r.started_at >= filters.since)
+        if filters.until is not None:
+            query = query.where(r.started_at < filters.until)
+        query = query.order_by(r.started_at.desc(), r.published_at.desc(), r.id)
+        return [_summary(row) for row in self._rows(query)]
+
+    def summary(self, run_id: str) -> RunSummary | None:
+        """The stored run with this id, or None."""
+        rows = self._rows(sa.select(*_SUMMARY_COLUMNS).where(schema.runs.c.id == run_id))
+        return _summary(rows[0]) if rows else None
+
+    def run(self, run_id: str) -> Results | None:
+        """The stored run's results (its scrubbed document, checked), or None."""
+        rows = self._rows(sa.select(schema.runs.c.results_json).where(schema.runs.c.id == run_id))
+        if not rows:
+            return None
+        try:
+            return results_from_dict(rows[0].results_json, source=f"run {run_id}")
+        except ResultsError as exc:
+            raise StoreError(f"--db {self.label}: {exc}") from None
+
+    def leaderboard(self, model: str, context: int, concurrency: int | None = None) -> list[LeaderRow]:
+        """For a model (served name or model root) and a decode context: one row per run that
+        measured a total tok/s there (at `concurrency`, when given), best first."""
+        c = schema.cells.c
+        query = (sa.select(*_SUMMARY_COLUMNS, c.concurrency, c.status, c.total_tok_s, c.per_request_tok_s,
+                           c.ttft_ms, c.ttft_p99_ms, c.tbt_ms)
+                 .join(schema.cells, c.run_id == schema.runs.c.id)
+                 .where(_model_is(model), c.phase == "decode", c.context_tokens == context,
+                        c.total_tok_s.is_not(None))
+                 .order_by(schema.runs.c.id, c.concurrency))
+        by_run: dict[str, tuple[RunSummary, list[LeaderCell]]] = {}
+        for row in self._rows(query):
+            entry = by_run.setdefault(row.id, (_summary(row), []))
+            entry[1].append(LeaderCell(concurrency=row.concurrency, status=row.status, total_tok_s=row.total_tok_s,
+                                       per_request_tok_s=row.per_request_tok_s, ttft_ms=row.ttft_ms,
+                                       ttft_p99_ms=row.ttft_p99_ms, tbt_ms=row.tbt_ms))
+        board = []
+        for run, run_cells in by_run.values():
+            ranked = [x for x in run_cells if concurrency is None or x.concurrency == concurrency]
+            if not ranked:
+                continue
+            top = max(ranked, key=lambda x: x.total_tok_s)
+            board.append(LeaderRow(run=run, context_tokens=context, concurrency=top.concurrency,
+                                   total_tok_s=top.total_tok_s, per_request_tok_s=top.per_request_tok_s,
+                                   ttft_ms=top.ttft_ms, cells=tuple(run_cells)))
+        board.sort(key=lambda row: (-row.total_tok_s, row.run.id))
+        return board
+
+    def models(self) -> list[ModelEntry]:
+        """Each (served name, model root) published, with its number of runs, most first."""
+        r = schema.runs.c
+        n = sa.func.count().label("n")
+        query = sa.select(r.model, r.model_root, n).group_by(r.model, r.model_root).order_by(n.desc(), r.model)
+        return [ModelEntry(model=row.model, model_root=row.model_root, runs=row.n) for row in self._rows(query)]
+
+    def hardware(self) -> list[HardwareEntry]:
+        """Each (hardware, GPU) published, with its number of runs, most first."""
+        r = schema.runs.c
+        n = sa.func.count().label("n")
+        query = sa.select(r.hardware, r.gpu, n).group_by(r.hardware, r.gpu).order_by(n.desc(), r.hardware)
+        return [HardwareEntry(hardware=row.hardware, gpu=row.gpu, runs=row.n) for row in self._rows(query)]
+
+    def contexts(self, model: str) -> list[int]:
+        """The decode contexts measured for a model (served name or model root), lowest first."""
+        c = schema.cells.c
+        query = (sa.select(c.context_tokens).distinct().join(schema.runs, c.run_id == schema.runs.c.id)
+                 .where(_model_is(model), c.phase == "decode", c.total_tok_s.is_not(None))
+                 .order_by(c.context_tokens))
+        return [row.context_tokens for row in self._rows(query)]
+
+
+def open_store(url: str | None = None, *, write: bool = False) -> Store:
+    """The store at `url` (default: `database.default_url()`), brought to this llmload's
+    schema (an empty database becomes an empty store); `write`: it will be published into
+    (a SQLite file and its folder are created; each transaction takes the write lock).
+    Without `write`, a SQLite file that does not exist is refused. Raises StoreError."""
+    url = url or default_url()
+    engine = connect(url, write=write)
+    label = masked(url)
+    try:
+        migrate(engine, label=label)
+    except BaseException:
+        engine.dispose()
+        raise
+    return Store(engine, label=label, writable=write)
