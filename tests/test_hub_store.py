@@ -21,7 +21,7 @@ from llmload.hub.store import RunFilter, open_store
 from llmload.output.results import load_results
 from llmload.output.rundir import lock
 from postgres import PASSWORD, postgres  # noqa: F401  (the fixture)
-from tests_helpers import free_port, llmload, one_line_error
+from tests_helpers import free_port, llmload, one_line_error, wait_for
 
 API_KEY = "sk-live-0123456789abcdefghij"
 
@@ -239,3 +239,23 @@ def test_two_publishers_at_once_store_every_run_once(postgres, sim_run, tmp_path
     with open_store(url) as store, store.engine.connect() as c:
         n_cells = c.execute(sa.select(sa.func.count()).select_from(schema.cells)).scalar_one()
     assert n_cells == 3 * len(load_results(sim_run).cells)
+
+
+def test_a_publisher_that_loses_the_race_for_a_run_says_already_published(postgres, sim_run):  # noqa: F811
+    """The loser's look finds nothing (the winner has not committed), its insert waits on the
+    winner's row, and the winner's commit makes it fail on the key: that is no error."""
+    from llmload.hub.publish import read_run, run_row
+    url = postgres.new_database()
+    run = read_run(sim_run)
+    with open_store(url, write=True) as store, store.engine.connect() as winner:
+        winner.execute(sa.insert(schema.runs), run_row(run, published_at="2026-01-01T00:00:00+00:00",
+                                                       publisher="winner"))
+        loser = subprocess.Popen([sys.executable, "-m", "llmload", "publish", sim_run, "--db", url],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        with store.engine.connect() as watch:
+            wait_for(lambda: watch.execute(sa.text("SELECT count(*) FROM pg_locks WHERE NOT granted")).scalar_one(),
+                     60, "the loser's insert to wait on the winner's row")
+        winner.commit()
+        out, err = loser.communicate(timeout=60)
+        assert loser.returncode == 0 and out.endswith("complete  (already published)\n"), out + err
+        assert store.summary(run.id).publisher == "winner" and stored_ids(url) == [run.id]
