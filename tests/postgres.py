@@ -51,9 +51,13 @@ class Cluster:
 
 
 def _programs() -> tuple[str, str]:
-    found = [shutil.which(name) for name in ("initdb", "pg_ctl")]
+    """initdb and pg_ctl: on PATH, else Debian's newest (its package keeps them off PATH)."""
+    debian = sorted(Path("/usr/lib/postgresql").glob("*/bin"), key=lambda p: int(p.parent.name)
+                    if p.parent.name.isdigit() else 0)
+    path = os.pathsep.join([os.environ.get("PATH", ""), *(str(p) for p in reversed(debian))])
+    found = [shutil.which(name, path=path) for name in ("initdb", "pg_ctl")]
     if not all(found):
-        raise Unavailable("initdb and pg_ctl are not on PATH: install Debian's postgresql package")
+        raise Unavailable("no initdb and pg_ctl (PATH, /usr/lib/postgresql/*/bin): install Debian's postgresql package")
     try:
         import psycopg  # noqa: F401
     except ImportError:
