@@ -213,9 +213,9 @@ def test_the_leaderboard_ranks_runs_across_hardware(sim_run, db, tmp_path):
 
 def test_postgresql_stores_and_ranks_the_same(postgres, sim_run, tmp_path):  # noqa: F811
     url = postgres.new_database()
-    r = llmload("publish", *three_runs(sim_run, tmp_path), "--db", url)
+    r = llmload("-vv", "publish", *three_runs(sim_run, tmp_path), "--db", url)  # logs too
     assert r.returncode == 0, r.stderr
-    assert PASSWORD not in r.stdout + r.stderr
+    assert PASSWORD not in r.stdout + r.stderr and "alembic" in r.stderr
     check_leaderboard(url, sim_run)
     with open_store(url) as store, store.engine.connect() as c:
         assert c.execute(sa.text("SELECT version_num FROM alembic_version")).scalar_one() == head_revision()
