@@ -47,7 +47,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "paced_server.c"
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "llmload"
-DEFAULT_LEVELS = "16:1,64:1,128:1,256:4,512:10,512:4"
+DEFAULT_LEVELS = "16:10,16:1,64:1,128:1,256:4,512:10,512:4"
 KEY_SCALE = 1000  # paced_server.c's KEY_SCALE
 SLOT_US = 20.0  # the shortest slot of the staggered mode (the server's timer period)
 CONTEXT = 64  # prompt tokens: the cell's context (its text starts with a per-user nonce)
@@ -106,6 +106,7 @@ class CpuSampler:
             seen: dict[int, float] = {}
             busy = psutil.cpu_times()
             seen[-1] = busy.user + busy.system + busy.nice + busy.irq + busy.softirq  # the machine
+            seen[-3] = busy.steal  # the hypervisor's (a VM's CPUs given to others)
             t = self.server.cpu_times()
             seen[-2] = t.user + t.system  # the server
             try:
@@ -217,9 +218,9 @@ def run_level(exe: Path, streams: int, tick_ms: float, mode: str, procs: int, se
     # CPU over the window, on perf_counter's axis (the samples') from the epoch one.
     cpu, span = sampler.cpu_between(t0 - shift, t1 - shift)
     names = sampler.names
-    machine, server_cpu = cpu.pop(-1, 0.0), cpu.pop(-2, 0.0)
+    machine, server_cpu, steal = cpu.pop(-1, 0.0), cpu.pop(-2, 0.0), cpu.pop(-3, 0.0)
     sent_rate = float(np.sum((sent["k"] > 0) & (sent["t"] / 1e9 + shift >= t0) & (sent["t"] / 1e9 + shift <= t1))) / window
-    streaming = {pid: s for pid, s in cpu.items() if "--worker" in names.get(pid, "")}
+    streaming = {pid: s for pid, s in cpu.items() if ' --worker ' in names.get(pid, '') + ' '}
     if procs == 1:
         streaming = {run.pid: cpu.get(run.pid, 0.0)}
     total_cpu = sum(cpu.values())
@@ -229,9 +230,11 @@ def run_level(exe: Path, streams: int, tick_ms: float, mode: str, procs: int, se
         "window_s": window, "demanded": streams / (tick_ms / 1000.0), "sent": sent_rate, "read": tokens_read / window,
         "server_cpu_pct": 100.0 * server_cpu / span if span > 0 else float("nan"),
         "machine_cpu_pct": 100.0 * machine / span if span > 0 else float("nan"),
+        "steal_pct": 100.0 * steal / span if span > 0 else float("nan"),
         "p50_ms": float(np.percentile(err, 50)) if err.size else float("nan"),
         "p99_ms": float(np.percentile(err, 99)) if err.size else float("nan"),
         "max_ms": float(err.max()) if err.size else float("nan"),
+        "min_ms": float(err.min()) if err.size else float("nan"), "tokens_matched": int(err.size),
         "events_per_read": tokens_read / arrivals if arrivals else float("nan"),
         "llmload_events_per_read": load.get("client_events_per_read"),
         "cpu_pct": [100.0 * v / span for v in streaming.values()] if span > 0 else [],
@@ -253,7 +256,7 @@ def table(rows: list[dict]) -> str:
     head = ("| streams × tick | mode | procs | events/s demanded | sent | read | most read by one process "
             "| stamp error p50 / p99 / max ms | events/read (records / llmload) | client CPU % (streaming processes) "
             "| all llmload CPU % | CPU µs/event | llmload's CPU % mean | client_bound (estimate p99 ms) "
-            f"| server CPU % | machine CPU % of {os.cpu_count() * 100} |")
+            f"| server CPU % | machine CPU % of {os.cpu_count() * 100} (steal) |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         lines.append(
@@ -263,7 +266,7 @@ def table(rows: list[dict]) -> str:
             f"| {_fmt(r['events_per_read'], '.2f')} / {_fmt(r['llmload_events_per_read'], '.2f')} "
             f"| {' + '.join(_fmt(c) for c in r['cpu_pct'])} | {_fmt(r['all_cpu_pct'])} | {_fmt(r['us_per_event'], '.1f')} "
             f"| {_fmt(r['llmload_cpu_pct'])} | {'yes' if r['client_bound'] else 'no'} ({_fmt(r['estimate_p99_ms'], '.1f')}) "
-            f"| {_fmt(r['server_cpu_pct'])} | {_fmt(r['machine_cpu_pct'])} |")
+            f"| {_fmt(r['server_cpu_pct'])} | {_fmt(r['machine_cpu_pct'])} ({_fmt(r['steal_pct'])}) |")
     return "\n".join(lines)
 
 
