@@ -117,7 +117,7 @@ class CpuSampler:
                 try:
                     t = p.cpu_times()
                     seen[p.pid] = t.user + t.system
-                    if p.pid not in self.names:
+                    if " --worker " not in self.names.get(p.pid, "") + " ":  # a fork shows its parent's until exec
                         self.names[p.pid] = " ".join(p.cmdline())
                 except psutil.Error:
                     pass
