@@ -4,7 +4,7 @@ Compiles benchmarks/paced_server.c with `cc -O2` into ~/.cache/llmload/ (once pe
 version) and, per level (streams × tick), mode and number of client processes, starts it
 and runs `llmload run --host` against it: one decode cell of N = streams (Locust users,
 the cell protocol, the record hook and the load monitor, exactly as in any run), `--workers
-0` for one process and `--workers K` for K. The server writes one ~170-byte completions
+0` for one process and `--workers K` for K. The server writes one ~250-byte completions
 chunk per stream per tick, in one of two modes: bursts (every stream at each tick) or
 staggered (the streams spread evenly over the tick, `--slots`), and logs each chunk's
 CLOCK_MONOTONIC send time. Every token in the cell's records (records/*.parquet) is matched
@@ -23,7 +23,11 @@ Per row, over the cell's window (tokens sent in it), as a Markdown table:
   and each worker), the CPU µs per event read (all of them), and llmload's own monitor's
   mean (`client_cpu_pct_mean`, the streaming processes);
 - whether llmload called the cell `client_bound`, and its added-delay estimate p99;
-- the most events/s one process read (from the records' `w<index>.` user ids).
+- the most events/s one process read (from the records' `w<index>.` user ids);
+- events/s the server sent, its CPU, and the whole machine's (with the hypervisor's steal):
+  the server, llmload and everything else share the machine's cores.
+Where llmload stamps reads with the kernel's receive time, the records hold that time on
+the same axis: nothing here changes.
 
     python benchmarks/client_capacity.py                       # the full table (several minutes)
     python benchmarks/client_capacity.py --levels 64:1 --modes bursts --procs 1 --seconds 3
@@ -128,8 +132,9 @@ class CpuSampler:
         self._stop.set()
         self._thread.join()
 
-    def cpu_between(self, a: float, b: float) -> dict[int, float]:
-        """CPU seconds each process used between perf_counter times a and b (nearest samples)."""
+    def cpu_between(self, a: float, b: float) -> tuple[dict[int, float], float]:
+        """CPU seconds each process used between the samples nearest perf_counter times a and
+        b, and the seconds between those samples (-1: the machine, -2: the server, -3: steal)."""
         def at(t):
             return min(self.samples, key=lambda s: abs(s[0] - t))
         (ta, ca), (tb, cb) = at(a), at(b)

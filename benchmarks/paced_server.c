@@ -2,7 +2,7 @@
  * (benchmarks/client_capacity.py), which runs `llmload run --host` against it.
  *
  * One epoll loop, one periodic timerfd. Every tick it writes one completions chunk (about
- * 170 bytes of SSE) to every streaming request: chunked transfer encoding,
+ * 250 bytes with its framing) to every streaming request: chunked transfer encoding,
  * `usage.completion_tokens` as a continuous cumulative count, the chunk's CLOCK_MONOTONIC
  * send time inside it ("t_send_ns"); the last token carries finish_reason "length", then
  * `data: [DONE]` and the end of the body. Connections are kept alive.

@@ -1,6 +1,8 @@
 """issue 11: client_bound from the added delay, spawn rate and dead time between cells,
-`--workers auto`, the open-file limit. Real local servers (tests/stream_server.py, the
-simulator) on port 0; timing bounds are generous (speed belongs in benchmarks/)."""
+`--workers auto`, the open-file limit; issue 20: benchmarks/client_capacity.py (`llmload
+run` against benchmarks/paced_server.c) at a tiny level. Real local servers
+(tests/stream_server.py, the simulator, the paced C server) on port 0; timing bounds are
+generous (speed belongs in benchmarks/)."""
 
 import json
 import socket as pysocket
