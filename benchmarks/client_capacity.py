@@ -144,8 +144,7 @@ class CpuSampler:
 # ---------------------------------------------------------------- one level
 
 
-def run_level(exe: Path, streams: int, tick_ms: float, mode: str, procs: int, seconds: float,
-              keep: Path | None = None) -> dict:
+def run_level(exe: Path, streams: int, tick_ms: float, mode: str, procs: int, seconds: float) -> dict:
     import numpy as np
     import pyarrow.parquet as pq
 
@@ -170,8 +169,6 @@ def run_level(exe: Path, streams: int, tick_ms: float, mode: str, procs: int, se
         finally:
             server.send_signal(signal.SIGTERM)
             tail = server.communicate(timeout=10)[0]
-        if keep is not None:
-            shutil.copytree(out, keep, dirs_exist_ok=True)
         shift = epoch_shift_s()
         doc = json.loads((out / "results.json").read_text()) if (out / "results.json").exists() else None
         cells = [c for c in (doc or {}).get("cells", []) if c.get("phase") == "decode"]
