@@ -1,6 +1,8 @@
 """issue 11: client_bound from the added delay, spawn rate and dead time between cells,
-`--workers auto`, the open-file limit. Real local servers (tests/stream_server.py, the
-simulator) on port 0; timing bounds are generous (speed belongs in benchmarks/)."""
+`--workers auto`, the open-file limit; issue 20: benchmarks/client_capacity.py (`llmload
+run` against benchmarks/paced_server.c) at a tiny level. Real local servers
+(tests/stream_server.py, the simulator, the paced C server) on port 0; timing bounds are
+generous (speed belongs in benchmarks/)."""
 
 import json
 import socket as pysocket
@@ -283,3 +285,78 @@ def test_chunked_fast_path_decodes_every_split_like_the_state_machine():
         assert b"".join(fast.feed(p) for p in parts) == b"".join(events)
         assert b"".join(slow._feed(p) for p in parts) == b"".join(events)
         assert fast.finished and slow.finished
+
+
+# ----------------------------------------------------------------------------- the benchmark
+
+
+def _benchmark():
+    """benchmarks/client_capacity.py as a module (skips where no C compiler is found)."""
+    import importlib.util
+    import shutil
+    from pathlib import Path
+    if not (shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")):
+        pytest.skip("no C compiler for benchmarks/paced_server.c")
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "client_capacity.py"
+    spec = importlib.util.spec_from_file_location("client_capacity", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _tokens(sock: pysocket.socket, count: int) -> list[tuple[int, int]]:
+    """(completion_tokens, t_send_ns) of the first `count` chunks read from a paced_server stream."""
+    import re
+    seen, buf = [], b""
+    while len(seen) < count:
+        data = sock.recv(65536)
+        assert data, "the stream ended early"
+        buf += data
+        seen = [(int(a), int(b)) for a, b in re.findall(rb'"completion_tokens":(\d+),.*?"t_send_ns":(\d+)', buf)]
+    return seen[:count]
+
+
+def test_paced_server_keys_each_stream_and_staggers_it_over_the_tick():
+    """--slots 4 at an 8 ms tick: four streams 2 ms apart; each stream's first chunk counts
+    1000 × its number, its tokens 1000 × number + k."""
+    exe = _benchmark().build_server()
+    import subprocess
+    server = subprocess.Popen([str(exe), "--tick-ms", "8", "--slots", "4"], stdout=subprocess.PIPE, text=True)
+    socks = []
+    try:
+        port = int(server.stdout.readline().rsplit(":", 1)[1])
+        body = b'{"model":"m","prompt":"a b c","max_tokens":50,"stream":true}'
+        for _ in range(4):
+            s = pysocket.create_connection(("127.0.0.1", port))
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+            socks.append(s)
+        streams = [_tokens(s, 13) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+        server.terminate()
+        server.wait(timeout=10)
+    for key, chunks in enumerate(streams, start=1):
+        assert [c for c, _ in chunks] == [1000 * key + k for k in range(13)]
+    # Each stream is written in its own quarter of the tick: 2 ms after the one before (in
+    # bursts, 0 ms), the median over 12 tokens (a late timer serves missed slots at once).
+    import statistics
+    for i in range(1, 4):
+        offsets = [((streams[i][k][1] - streams[0][k][1]) / 1e6) % 8.0 for k in range(1, 13)]
+        assert 2.0 * i - 1.0 < statistics.median(offsets) < 2.0 * i + 1.0, offsets
+
+
+@pytest.mark.parametrize("mode", ["bursts", "staggered"])
+def test_the_benchmark_matches_every_token_llmload_run_recorded_to_its_send_time(mode):
+    """A tiny level of benchmarks/client_capacity.py: `llmload run` reads 4 streams at a
+    10 ms tick; every record is matched, the tokens read are those sent, and no token is
+    stamped before it was sent (the epoch shift is undone right)."""
+    bench = _benchmark()
+    row = bench.run_level(bench.build_server(), 4, 10.0, mode, 1, 1.5)
+    assert row["unmatched"] == 0 and row["returncode"] in (0, 1)
+    assert row["slots"] == (1 if mode == "bursts" else 4)
+    assert row["tokens_matched"] >= 0.8 * 4 * 150
+    assert row["read"] == pytest.approx(400.0, rel=0.2)
+    assert row["events_per_read"] >= 1.0
+    assert -0.05 < row["min_ms"] <= row["p50_ms"] <= row["p99_ms"] < 200.0
+    assert row["us_per_event"] > 0 and row["status"] in ("valid", "client_bound")
