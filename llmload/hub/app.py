@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import logging
 
+import jinja2
 from flask import Flask, Response, jsonify, render_template, request
 from werkzeug.exceptions import HTTPException
 
 from llmload.core.redact import scrub
 from llmload.hub import views
 from llmload.hub.database import StoreError
-from llmload.hub.query import MAX_USERS, QueryError, count, required, run_filter, run_id, text, tokens
+from llmload.hub.query import MAX_USERS, RUN_ID, QueryError, count, required, run_filter, run_id, text, tokens
 from llmload.hub.store import Store
 
 logger = logging.getLogger(__name__)
@@ -65,7 +66,7 @@ def create_app(store: Store) -> Flask:
 
     app = _HubFlask("llmload.hub")
     app.json.sort_keys = False
-    app.jinja_env.undefined = __import__("jinja2").StrictUndefined
+    app.jinja_env.undefined = jinja2.StrictUndefined
     app.jinja_env.filters.update(rate=pageformat.fmt_rate, ms=pageformat.fmt_ms, tbt=pageformat.fmt_tbt_ms,
                                  context=pageformat.fmt_context, link=views.link)
 
@@ -73,16 +74,10 @@ def create_app(store: Store) -> Flask:
         return render_template(template, nav=NAV, active=active, store_label=store.label, **context)
 
     def stored(rid: str):
-        if not views_run_id(rid) or (results := store.run(rid)) is None:
+        results = store.run(rid) if RUN_ID.match(rid) else None
+        if results is None:
             raise NotFound(f"no run {rid[:40]!r} in the store")
         return results
-
-    def views_run_id(rid: str) -> bool:
-        try:
-            run_id(rid)
-        except QueryError:
-            return False
-        return True
 
     # ------------------------------------------------------------------ runs
     @app.get("/")
@@ -217,7 +212,8 @@ def create_app(store: Store) -> Flask:
 
     @app.errorhandler(Exception)
     def crashed(exc):
-        logger.error("%s %s failed: %s: %s", request.method, request.path, type(exc).__name__, exc)
+        logger.error("%s %s failed: %s: %s", request.method, request.path, type(exc).__name__, exc,
+                     exc_info=logger.isEnabledFor(logging.DEBUG))
         return _one_line(500, f"internal error ({type(exc).__name__}) answering {request.path}")
 
     return app
