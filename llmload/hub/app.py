@@ -192,6 +192,10 @@ def create_app(store: Store) -> Flask:
     def calculator_api():
         return jsonify(calculation().to_dict())
 
+    @app.get("/favicon.ico")
+    def favicon():
+        return Response(status=204)  # no icon: browsers ask for one on every page
+
     # ------------------------------------------------------------------ errors
     @app.errorhandler(QueryError)
     def bad_query(exc):
