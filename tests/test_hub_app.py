@@ -20,7 +20,7 @@ from llmload.hub.app import create_app
 from llmload.hub.store import open_store
 from llmload.output.results import load_results
 from postgres import PASSWORD, postgres  # noqa: F401  (the fixture)
-from tests_helpers import llmload, one_line_error, start_llmload, wait_for
+from tests_helpers import llmload, one_line_error, start_llmload
 
 EVIL = "<script>alert('x')</script>"
 
@@ -274,3 +274,17 @@ def test_the_hub_over_postgresql_fed_by_two_publishers(postgres, sim_run, tmp_pa
         page = ok(client, "/leaderboard?model=tiny&context=256").get_data(as_text=True)
         assert "H100 80GB" in page and PASSWORD not in page and "***" in page
         assert "no run" in one_line(client, "/api/runs/0123456789abcdef", 404)
+        assert PASSWORD not in ok(client, "/api/runs").get_data(as_text=True)
+    proc = start_llmload("-vv", "hub", "--db", url, "--bind", "127.0.0.1:0")  # logs every request
+    try:
+        line = proc.stdout.readline()
+        base = line.split()[4]
+        assert "postgresql://llmload:***@" in line and PASSWORD not in line, line
+        with urllib.request.urlopen(f"{base}/leaderboard?model=tiny&context=256", timeout=30) as resp:
+            assert PASSWORD not in resp.read().decode()
+        with pytest.raises(urllib.error.HTTPError):
+            urllib.request.urlopen(f"{base}/api/leaderboard?model=tiny&context=no", timeout=30)
+    finally:
+        proc.terminate()
+        out, err = proc.communicate(timeout=30)
+    assert "GET /leaderboard" in err and PASSWORD not in out + err and "Traceback" not in err, err[-2000:]

@@ -12,7 +12,7 @@ from llmload.hub.store import RunFilter
 
 PROVENANCES = ("measured", "simulated", "predicted")
 RUN_ID = re.compile(r"^[0-9a-f]{16}$")
-MAX_USERS = 1024
+MAX_USERS = 256
 """The most simultaneous users the calculator predicts for (a virtual run grows with them)."""
 
 
