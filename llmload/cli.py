@@ -17,6 +17,7 @@ import click
 
 from llmload import __version__
 from llmload.commands.results import compare, export, report
+from llmload.commands.hub import hub
 from llmload.commands.publish import publish
 from llmload.commands.run import run
 from llmload.commands.simulator import fit, predict, sim
@@ -42,6 +43,7 @@ main.add_command(fit)
 main.add_command(predict)
 main.add_command(sim)
 main.add_command(publish)
+main.add_command(hub)
 
 
 if __name__ == "__main__":  # pragma: no cover

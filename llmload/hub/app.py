@@ -1,0 +1,223 @@
+"""The hub's web app (Flask): pages and JSON over an open store, read only.
+
+`create_app(store)` gives the WSGI app; `llmload hub` serves it (`llmload.hub.server`).
+Routes (GET only: a POST or any other method is a 405, and the store is opened for reading):
+
+    /, /runs            runs, filtered by model, engine, version, hardware, provenance, since, until
+    /runs/<id>          the run's report.html (`llmload.output.report.render_html`) under the hub's bar
+    /leaderboard        ?model=M&context=C[&concurrency=N]: runs ranked by total tok/s
+    /models, /hardware  what the store holds, with counts and links
+    /compare            ?a=ID&b=ID: the compare page (`llmload.output.comparereport.render_html`)
+    /calculator         ?run=ID|profile=FILE&context=C&users=N[&slo=...]: the twin's prediction
+    /api/...            the same as JSON: /api/runs, /api/runs/<id> (the results document),
+                        /api/leaderboard, /api/models, /api/hardware, /api/compare, /api/calculator
+
+Templates (`llmload/hub/templates/`) are autoescaped, all of them: a model name or launch
+command holding markup is text. Bad query parameters are a 400, an unknown run a 404, a
+store that fails a 503: each one line (plain text; `{"error": ...}` under /api/), never a
+traceback, the store's URL masked (`Store.label`).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import jinja2
+from flask import Flask, Response, jsonify, render_template, request
+from werkzeug.exceptions import HTTPException
+
+from llmload.core.redact import scrub
+from llmload.hub import views
+from llmload.hub.database import StoreError
+from llmload.hub.query import MAX_USERS, RUN_ID, QueryError, count, required, run_filter, run_id, text, tokens
+from llmload.hub.store import Store
+
+logger = logging.getLogger(__name__)
+NAV = (("Runs", "/runs"), ("Leaderboard", "/leaderboard"), ("Models", "/models"), ("Hardware", "/hardware"),
+       ("Compare", "/compare"), ("Calculator", "/calculator"))
+
+
+class _HubFlask(Flask):
+    def select_jinja_autoescape(self, filename: str) -> bool:
+        return True  # every template, whatever its name
+
+
+class NotFound(LookupError):
+    """A run the store does not hold (404); one line."""
+
+
+def _one_line(status: int, message: str) -> Response:
+    line = scrub(" ".join(str(message).split()))
+    if request.path.startswith("/api/"):
+        response = jsonify(error=line)
+    else:
+        response = Response(line + "\n", mimetype="text/plain")
+    response.status_code = status
+    return response
+
+
+def create_app(store: Store) -> Flask:
+    """The hub's app over `store` (opened for reading; the app never writes)."""
+    from llmload.output import comparereport, report
+    from llmload.output.compare import CompareError, compare
+    from llmload.core.resultsjson import results_to_dict
+    from llmload.hub.calculator import calculate
+    from llmload.output import pageformat
+
+    app = _HubFlask("llmload.hub")
+    app.json.sort_keys = False
+    app.jinja_env.undefined = jinja2.StrictUndefined
+    app.jinja_env.filters.update(rate=pageformat.fmt_rate, ms=pageformat.fmt_ms, tbt=pageformat.fmt_tbt_ms,
+                                 context=pageformat.fmt_context, link=views.link)
+
+    def page(template: str, active: str, **context) -> str:
+        return render_template(template, nav=NAV, active=active, store_label=store.label, **context)
+
+    def stored(rid: str):
+        results = store.run(rid) if RUN_ID.match(rid) else None
+        if results is None:
+            raise NotFound(f"no run {rid[:40]!r} in the store")
+        return results
+
+    # ------------------------------------------------------------------ runs
+    @app.get("/")
+    @app.get("/runs")
+    def runs_page():
+        filters = run_filter(request.args)
+        return page("runs.html", "Runs", runs=store.runs(filters), filters=filters,
+                    models=store.models(), hardware=store.hardware())
+
+    @app.get("/api/runs")
+    def runs_api():
+        return jsonify([views.run_dict(r) for r in store.runs(run_filter(request.args))])
+
+    @app.get("/runs/<rid>")
+    def run_page(rid: str):
+        html = report.render_html(stored(rid))
+        bar = render_template("bar.html", nav=NAV, run=store.summary(rid))
+        return html.replace("<body>", "<body>\n" + bar, 1)
+
+    @app.get("/api/runs/<rid>")
+    def run_api(rid: str):
+        return jsonify(results_to_dict(stored(rid)))
+
+    # ------------------------------------------------------------------ leaderboard
+    def board_query():
+        model = required(request.args, "model", "a model (its served name or model root)")
+        context = tokens(request.args, "context")
+        if context is None:
+            raise QueryError("context is missing: give a context in tokens (e.g. 16384 or 16K)")
+        concurrency = count(request.args, "concurrency")
+        return model, context, concurrency, store.leaderboard(model, context, concurrency)
+
+    @app.get("/leaderboard")
+    def leaderboard_page():
+        models = store.models()
+        if not request.args:
+            return page("leaderboard.html", "Leaderboard", models=models, model=None, context=None,
+                        concurrency=None, board=None, contexts=[], columns=[], cell_at=views.cell_at)
+        model, context, concurrency, board = board_query()
+        return page("leaderboard.html", "Leaderboard", models=models, model=model, context=context,
+                    concurrency=concurrency, board=board, contexts=store.contexts(model),
+                    columns=views.concurrencies(board), cell_at=views.cell_at)
+
+    @app.get("/api/leaderboard")
+    def leaderboard_api():
+        _model, _context, _concurrency, board = board_query()
+        return jsonify([views.leader_dict(i, row) for i, row in enumerate(board, 1)])
+
+    # ------------------------------------------------------------------ models, hardware
+    def model_entries():
+        return [(m, store.contexts(m.model or m.model_root or "")) for m in store.models()]
+
+    @app.get("/models")
+    def models_page():
+        return page("models.html", "Models", entries=model_entries())
+
+    @app.get("/api/models")
+    def models_api():
+        return jsonify([views.model_dict(m, contexts) for m, contexts in model_entries()])
+
+    @app.get("/hardware")
+    def hardware_page():
+        return page("hardware.html", "Hardware", entries=store.hardware())
+
+    @app.get("/api/hardware")
+    def hardware_api():
+        return jsonify([views.hardware_dict(h) for h in store.hardware()])
+
+    # ------------------------------------------------------------------ compare
+    def comparison():
+        a, b = (required(request.args, name, "a run id") for name in ("a", "b"))
+        try:
+            return compare([stored(a), stored(b)], [f"run {a}", f"run {b}"])
+        except CompareError as exc:
+            raise QueryError(str(exc)) from None
+
+    @app.get("/compare")
+    def compare_page():
+        if not request.args:
+            return page("compare.html", "Compare", runs=store.runs())
+        html = comparereport.render_html(comparison())
+        return html.replace("<body>", "<body>\n" + render_template("bar.html", nav=NAV, run=None), 1)
+
+    @app.get("/api/compare")
+    def compare_api():
+        return jsonify(comparison().to_dict())
+
+    # ------------------------------------------------------------------ calculator
+    def calculation():
+        args = request.args
+        rid = text(args, "run")
+        if rid is not None:
+            run_id(rid)
+        context = tokens(args, "context")
+        if context is None:
+            raise QueryError("context is missing: give a context in tokens (e.g. 16384 or 16K)")
+        users = count(args, "users", most=MAX_USERS)
+        if users is None:
+            raise QueryError("users is missing: give the number of simultaneous users")
+        try:
+            return calculate(store, run=rid, profile=text(args, "profile"), context_tokens=context, users=users,
+                             slo=text(args, "slo"), max_tokens=count(args, "max_tokens"))
+        except LookupError as exc:
+            raise NotFound(str(exc)) from None
+
+    @app.get("/calculator")
+    def calculator_page():
+        result = calculation() if request.args else None
+        return page("calculator.html", "Calculator", result=result, runs=store.runs(), args=request.args)
+
+    @app.get("/api/calculator")
+    def calculator_api():
+        return jsonify(calculation().to_dict())
+
+    @app.get("/favicon.ico")
+    def favicon():
+        return Response(status=204)  # no icon: browsers ask for one on every page
+
+    # ------------------------------------------------------------------ errors
+    @app.errorhandler(QueryError)
+    def bad_query(exc):
+        return _one_line(400, str(exc))
+
+    @app.errorhandler(NotFound)
+    def not_found(exc):
+        return _one_line(404, str(exc))
+
+    @app.errorhandler(StoreError)
+    def store_failed(exc):
+        logger.warning("%s", exc)
+        return _one_line(503, str(exc))
+
+    @app.errorhandler(HTTPException)
+    def http_error(exc):
+        return _one_line(exc.code or 500, f"{exc.code} {exc.name}: {request.method} {request.path}")
+
+    @app.errorhandler(Exception)
+    def crashed(exc):
+        logger.error("%s %s failed: %s: %s", request.method, request.path, type(exc).__name__, exc,
+                     exc_info=logger.isEnabledFor(logging.DEBUG))
+        return _one_line(500, f"internal error ({type(exc).__name__}) answering {request.path}")
+
+    return app

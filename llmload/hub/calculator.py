@@ -1,0 +1,117 @@
+"""The hub's calculator: the fitted twin's prediction for one context and a number of users.
+
+The profile is fitted to a stored run (`llmload.twin.fit.fit_profile`) or read from a profile
+file on the hub's machine (an absolute path to a .json file, or a built-in profile's name);
+the prediction is `llmload.twin.predict.predict_results` for that one decode cell (and the
+cold prefill of that context), in virtual time, so every figure is **predicted**: it comes
+from the simulator's engine model, never from a measurement. With an SLO, the decode cell
+is judged by `llmload.core.slo.judge_cell`. Input that cannot be used is a `QueryError`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from llmload.core.cellresult import CellResult
+from llmload.core.slo import CellVerdict, SLOError, describe_slo, judge_cell, parse_slo
+from llmload.hub.query import QueryError
+from llmload.hub.store import Store
+
+DEFAULT_MAX_TOKENS = 256
+"""Output tokens per request where the source is a profile file (a run gives its own)."""
+DEFAULT_WINDOW_S = 30.0
+"""The decode window predicted (virtual time) where the source is a profile file."""
+MAX_WINDOW_S = 120.0
+MAX_OUTPUT_TOKENS = 8192
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Calculation:
+    """A prediction: where its profile came from, what was asked, and the predicted cells."""
+
+    source: str
+    """`run <id>` or the profile file or name."""
+    profile: str
+    context_tokens: int
+    users: int
+    max_tokens: int
+    window_s: float
+    slo: dict[str, float] | None
+    slo_text: str | None
+    decode: CellResult
+    prefill: CellResult | None
+    verdict: CellVerdict | None
+    notes: tuple[str, ...]
+    provenance: str = "predicted"
+
+    def to_dict(self) -> dict:
+        from llmload.core.resultsjson import cell_to_dict
+        return {"provenance": self.provenance, "source": self.source, "profile": self.profile,
+                "context_tokens": self.context_tokens, "users": self.users, "max_tokens": self.max_tokens,
+                "window_s": self.window_s, "slo": self.slo,
+                "meets_slo": self.verdict.meets if self.verdict else None,
+                "slo_failed": list(self.verdict.failed) if self.verdict else [],
+                "decode": cell_to_dict(self.decode),
+                "prefill": cell_to_dict(self.prefill) if self.prefill else None, "notes": list(self.notes)}
+
+
+def _from_run(store: Store, run: str):
+    from llmload.twin.fit import FitError, fit_profile
+    results = store.run(run)
+    if results is None:
+        raise LookupError(f"no run {run} in the store")
+    try:
+        fitted = fit_profile(results, source=f"run {run}")
+    except (FitError, ValueError) as exc:
+        raise QueryError(f"run {run} cannot be fitted: {exc}") from None
+    max_tokens = int(results.config.get("max_tokens") or DEFAULT_MAX_TOKENS)
+    window = float(results.config.get("duration_s") or DEFAULT_WINDOW_S)
+    return fitted.profile, f"run {run}", max_tokens, min(window, MAX_WINDOW_S), tuple(fitted.notes)
+
+
+def _from_file(name: str):
+    from llmload.sim.profiles import list_profiles, load_profile
+    if name not in list_profiles():
+        path = Path(name)
+        if not path.is_absolute() or path.suffix != ".json":
+            raise QueryError(f"profile: {name[:80]!r} is neither a built-in profile nor an absolute path "
+                             "to a profile .json file")
+        if not path.is_file():
+            raise QueryError(f"profile: no file {name[:80]!r} on the hub's machine")
+    try:
+        profile = load_profile(name)
+    except (ValueError, OSError) as exc:
+        raise QueryError(f"profile {name[:80]!r}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+                         ) from None
+    return profile, name, DEFAULT_MAX_TOKENS, DEFAULT_WINDOW_S, ()
+
+
+def calculate(store: Store, *, run: str | None, profile: str | None, context_tokens: int, users: int,
+              slo: str | None = None, max_tokens: int | None = None) -> Calculation:
+    """The prediction for `context_tokens` and `users` from a stored run's fitted profile or
+    a profile file (exactly one of `run`, `profile`). Raises QueryError for input that cannot
+    be used and LookupError for a run the store does not hold."""
+    if (run is None) == (profile is None):
+        raise QueryError("give either run (a stored run to fit) or profile (a profile file), not both or neither")
+    try:
+        bounds = parse_slo(slo)
+    except SLOError as exc:
+        raise QueryError(str(exc)) from None
+    prof, source, run_max_tokens, window, notes = _from_run(store, run) if run else _from_file(profile)
+    out_tokens = max_tokens or run_max_tokens
+    if out_tokens > MAX_OUTPUT_TOKENS:
+        raise QueryError(f"max_tokens: {out_tokens} is more than {MAX_OUTPUT_TOKENS}")
+    from llmload.twin.predict import predict_results
+    try:
+        results = predict_results(prof, contexts=[context_tokens],
+                                  prefill_contexts=[context_tokens] if context_tokens > 0 else [],
+                                  concurrency=[users], max_tokens=out_tokens, duration_s=window, slo=bounds)
+    except ValueError as exc:
+        raise QueryError(f"cannot predict: {exc}") from None
+    decode = next(c for c in results.cells if c.phase == "decode")
+    prefill = next((c for c in results.cells if c.phase == "prefill"), None)
+    return Calculation(source=source, profile=prof.name, context_tokens=context_tokens, users=users,
+                       max_tokens=out_tokens, window_s=window, slo=bounds,
+                       slo_text=describe_slo(bounds) if bounds else None, decode=decode, prefill=prefill,
+                       verdict=judge_cell(decode, bounds) if bounds else None, notes=notes)

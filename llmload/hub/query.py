@@ -1,0 +1,87 @@
+"""The hub's query parameters, read and checked: each a value or a `QueryError` of one line
+(the web app answers it with a 400). Only what a page or API route reads is parsed here."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from datetime import date, datetime
+
+from llmload.core.units import parse_tokens
+from llmload.hub.store import RunFilter
+
+PROVENANCES = ("measured", "simulated", "predicted")
+RUN_ID = re.compile(r"^[0-9a-f]{16}$")
+MAX_USERS = 256
+"""The most simultaneous users the calculator predicts for (a virtual run grows with them)."""
+
+
+class QueryError(ValueError):
+    """A query parameter the hub cannot use; the message is one line."""
+
+
+def text(args: Mapping[str, str], name: str) -> str | None:
+    """A text parameter, stripped; empty or absent is None."""
+    value = (args.get(name) or "").strip()
+    if "\n" in value or "\r" in value:
+        raise QueryError(f"{name}: one line expected")
+    return value or None
+
+
+def required(args: Mapping[str, str], name: str, what: str) -> str:
+    value = text(args, name)
+    if value is None:
+        raise QueryError(f"{name} is missing: give {what}")
+    return value
+
+
+def tokens(args: Mapping[str, str], name: str, *, default: int | None = None) -> int | None:
+    """A token count (8192, 16K); absent is `default`."""
+    value = text(args, name)
+    if value is None:
+        return default
+    try:
+        return parse_tokens(value)
+    except ValueError:
+        raise QueryError(f"{name}: {value[:40]!r} is not a token count (a number like 8192 or 16K)") from None
+
+
+def count(args: Mapping[str, str], name: str, *, default: int | None = None, most: int | None = None) -> int | None:
+    """A whole number ≥ 1 (at most `most`); absent is `default`."""
+    value = text(args, name)
+    if value is None:
+        return default
+    if not value.isdigit() or int(value) < 1:
+        raise QueryError(f"{name}: {value[:40]!r} is not a whole number of at least 1")
+    if most is not None and int(value) > most:
+        raise QueryError(f"{name}: {value} is more than {most}")
+    return int(value)
+
+
+def run_id(value: str, name: str = "run") -> str:
+    """A run's id as the store makes them (16 lower-case hex digits)."""
+    if not RUN_ID.match(value or ""):
+        raise QueryError(f"{name}: {value[:40]!r} is not a run id (16 hex digits)")
+    return value
+
+
+def _day(args: Mapping[str, str], name: str) -> str | None:
+    value = text(args, name)
+    if value is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value) if "T" in value or " " in value else date.fromisoformat(value)
+    except ValueError:
+        raise QueryError(f"{name}: {value[:40]!r} is not a date (YYYY-MM-DD or an ISO 8601 time)") from None
+    return parsed.isoformat()
+
+
+def run_filter(args: Mapping[str, str]) -> RunFilter:
+    """The runs filter of /runs and /api/runs: model, engine, version, hardware,
+    provenance, since, until."""
+    provenance = text(args, "provenance")
+    if provenance is not None and provenance not in PROVENANCES:
+        raise QueryError(f"provenance: {provenance[:40]!r} is none of {', '.join(PROVENANCES)}")
+    return RunFilter(model=text(args, "model"), engine=text(args, "engine"),
+                     engine_version=text(args, "version"), hardware=text(args, "hardware"),
+                     provenance=provenance, since=_day(args, "since"), until=_day(args, "until"))

@@ -1,0 +1,55 @@
+"""What the hub's pages and API answer, built from the store's read API (`llmload.hub.store`):
+plain dictionaries for the JSON routes and small helpers for the templates. Every row of a
+run carries its page's URL (`url`)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+from urllib.parse import urlencode
+
+from llmload.hub.store import HardwareEntry, LeaderRow, ModelEntry, RunSummary
+
+
+def run_url(run_id: str) -> str:
+    return f"/runs/{run_id}"
+
+
+def link(path: str, **params: Any) -> str:
+    """`path?k=v&...` with the parameters that are not None, URL-encoded."""
+    given = {k: v for k, v in params.items() if v is not None}
+    return f"{path}?{urlencode(given)}" if given else path
+
+
+def run_dict(run: RunSummary) -> dict[str, Any]:
+    return {**asdict(run), "url": run_url(run.id), "api_url": f"/api{run_url(run.id)}"}
+
+
+def leader_dict(rank: int, row: LeaderRow) -> dict[str, Any]:
+    """A leaderboard row: the run and its figures at the ranked concurrency, and every cell."""
+    run = row.run
+    return {"rank": rank, "id": run.id, "url": run_url(run.id), "model": run.model, "model_root": run.model_root,
+            "hardware": run.hardware, "gpu": run.gpu, "engine": run.engine, "engine_version": run.engine_version,
+            "provenance": run.provenance, "status": run.status, "started_at": run.started_at,
+            "context_tokens": row.context_tokens, "concurrency": row.concurrency,
+            "total_tok_s": row.total_tok_s, "per_request_tok_s": row.per_request_tok_s, "ttft_ms": row.ttft_ms,
+            "cells": [asdict(cell) for cell in row.cells]}
+
+
+def concurrencies(board: list[LeaderRow]) -> list[int]:
+    """Every concurrency some row of the board measured, lowest first (the table's columns)."""
+    return sorted({cell.concurrency for row in board for cell in row.cells})
+
+
+def cell_at(row: LeaderRow, concurrency: int):
+    return next((cell for cell in row.cells if cell.concurrency == concurrency), None)
+
+
+def model_dict(entry: ModelEntry, contexts: list[int]) -> dict[str, Any]:
+    name = entry.model or entry.model_root
+    return {**asdict(entry), "contexts": contexts, "runs_url": link("/runs", model=name),
+            "leaderboards": [link("/leaderboard", model=name, context=c) for c in contexts]}
+
+
+def hardware_dict(entry: HardwareEntry) -> dict[str, Any]:
+    return {**asdict(entry), "runs_url": link("/runs", hardware=entry.hardware)}
