@@ -132,14 +132,14 @@ def matrix(request, server, tmp_path_factory):
                 "--duration", "8s", "--out", str(out))
     assert r.returncode == 0, r.stdout + r.stderr
     doc = json.loads((out / "results.json").read_text())
-    return request.param, doc, {(c["phase"], c["context_tokens"], c["concurrency"]): c for c in doc["cells"]}
+    return request.param, doc, {(c["phase"], c["context_tokens"], c["concurrency"]): c for c in doc["cells"]}, out
 
 
 def test_plan_and_statuses_on_the_real_server(matrix):
     """Every cell as planned, with the slow N = 1 cells (3K × 1 streams about 38 tok/s here)
     `valid`: a client reading a few dozen events a second is never called the bottleneck
     (a server's bursts once read as client delay and made such a cell `client_bound`)."""
-    endpoint, doc, cells = matrix
+    endpoint, doc, cells, _ = matrix
     plan = {(p["context_tokens"], p["concurrency"]): p["status"] for p in doc["plan"] if p["phase"] == "decode"}
     assert plan == EXPECTED_PLAN, endpoint
     for (phase, c, n), cell in cells.items():
@@ -150,7 +150,7 @@ def test_plan_and_statuses_on_the_real_server(matrix):
 
 
 def test_figures_agree_with_the_servers_own_timings(matrix):
-    endpoint, _, cells = matrix
+    endpoint, _, cells, _ = matrix
     ran = [cell for (phase, _, _), cell in cells.items() if phase == "decode" and cell["total_tok_s"]]
     assert len(ran) == 6
     for cell in ran:
@@ -178,7 +178,7 @@ def test_figures_agree_with_the_servers_own_timings(matrix):
 
 
 def test_prefill_is_cold_and_checked_against_the_server(matrix):
-    endpoint, _, cells = matrix
+    endpoint, _, cells, _ = matrix
     for c in (1 * K, 3 * K):
         cell = cells[("prefill", c, 1)]
         assert cell["status"] == "valid", (endpoint, cell["reason"])
@@ -186,3 +186,19 @@ def test_prefill_is_cold_and_checked_against_the_server(matrix):
         assert cell["server_prompt_tokens"] == c
         check = cell["server_check"]
         assert check["figure"] == "prompt_tok_s" and check["agrees"], (endpoint, c, check)
+
+
+def test_a_llama_cpp_run_is_published_and_ranked(matrix, tmp_path):
+    """The results hub takes a real llama.cpp run, with the server's engine and figures."""
+    from llmload.hub.store import open_store
+    _, doc, _, out = matrix
+    url = f"sqlite:///{tmp_path / 'hub.sqlite'}"
+    r = llmload("publish", str(out), "--db", url)
+    assert r.returncode == 0, r.stdout + r.stderr
+    decode = [c for c in doc["cells"] if c["phase"] == "decode" and c["total_tok_s"]]
+    best = max(decode, key=lambda c: c["total_tok_s"])
+    with open_store(url) as store:
+        [run] = store.runs()
+        assert run.engine == "llama.cpp"
+        rows = store.leaderboard(doc["server"]["model"], best["context_tokens"], concurrency=best["concurrency"])
+    assert [row.total_tok_s for row in rows] == [pytest.approx(best["total_tok_s"])]

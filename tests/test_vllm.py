@@ -231,3 +231,20 @@ def test_open_loop_rate_keeps_its_schedule(server, tmp_path):
     records = [rec for rec in read_cell(out / cell["records_file"])[1] if rec.tag == "rate"]
     assert all(rec.prompt_tokens == 256 for rec in records), {rec.prompt_tokens for rec in records}
     assert cell["ttft_ms"] > 0 and cell["e2e_p99_ms"] >= cell["e2e_ms"] > cell["ttft_ms"]
+
+
+def test_a_vllm_run_is_published_and_ranked(boundary_run, tmp_path):
+    """The results hub takes a real vLLM run: stored once (published twice), its leaderboard
+    row carries the run's own figures."""
+    from llmload.hub.store import open_store
+    url = f"sqlite:///{tmp_path / 'hub.sqlite'}"
+    for _ in range(2):
+        r = llmload("publish", str(boundary_run), "--db", url)
+        assert r.returncode == 0, r.stdout + r.stderr
+    assert "already published" in r.stdout
+    doc, cells = cells_of(boundary_run)
+    with open_store(url) as store:
+        [run] = store.runs()
+        assert (run.engine, run.model) == ("vllm", doc["server"]["model"])
+        [row] = store.leaderboard(doc["server"]["model"], 1 * K, concurrency=2)
+    assert row.total_tok_s == pytest.approx(cells[(1 * K, 2)]["total_tok_s"])
