@@ -29,7 +29,7 @@ from llmload.output.recordstore import RECORDS_DIR, RecordsError, cell_files, ex
 from llmload.output.results import load_results
 
 EXPORT_FORMATS = ("csv", "parquet", "jsonl")
-LIST_COLUMNS = ("chunk_times_s", "chunk_tokens")
+LIST_COLUMNS = ("chunk_times_s", "chunk_tokens", "chunk_multi_event_read")
 
 
 def missing_records(results_dir: str | os.PathLike[str], results: Results) -> list[str]:
