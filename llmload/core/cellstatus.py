@@ -47,7 +47,7 @@ def client_load(samples, reads=()) -> ClientLoad:
                        client_added_delay_ms_p50=estimate["added_delay_ms_p50"],
                        client_added_delay_ms_p99=estimate["added_delay_ms_p99"],
                        client_added_delay_source=estimate["added_delay_source"],
-                       stamp_source=estimate["stamp_source"],
+                       stamp_source=estimate["stamps"],
                        client_read_delay_ms_p99=estimate["read_delay_ms_p99"])
     if not samples:
         return delay

@@ -246,7 +246,7 @@ def _stamp_estimate(samples: list[IntervalSample], out: dict) -> None:
                 out["read_delay_ms_p99"] = max(b + 1, 0) * READ_DELAY_BIN_MS
                 break
     reads_all = sum(s.reads for s in samples)
-    out["stamp_source"] = "kernel" if stamped == reads_all else "mixed"
+    out["stamps"] = "kernel" if stamped == reads_all else "mixed"
     if stamped < MIN_STAMPED_READS:
         out["added_delay_source"] = (f"not estimated: {stamped} kernel-stamped reads, fewer than "
                                      f"{MIN_STAMPED_READS} for a p99")
@@ -279,7 +279,7 @@ def window_estimate(samples: list[IntervalSample]) -> dict:
     n_age = sum(hist.values())
     out: dict = {"events_per_read": events / reads if reads else None,
                  "queue_samples": n_age, "added_delay_ms_p50": None, "added_delay_ms_p99": None,
-                 "added_delay_source": None, "stamp_source": "user" if reads else None,
+                 "added_delay_source": None, "stamps": "user" if reads else None,
                  "read_delay_ms_p99": None}
     if any(s.stamped_reads for s in samples):
         _stamp_estimate(samples, out)
