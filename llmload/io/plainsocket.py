@@ -69,7 +69,7 @@ class PlainSocket:
         self._io = self._hub.loop.io(sock.fileno(), 1)
         self._timer = None
         self._timeout_s: float | None = None
-        self._last = 0.0
+        self._last = now()
         self._waiter: Waiter | None = None
         self.kernel_stamps = False
         """The kernel stamps this socket's reads (SO_TIMESTAMPNS set)."""
