@@ -230,8 +230,8 @@ def _llama_cpp_samples(*, delay_bin: int, ages: Counter | None = None) -> list[I
     return out
 
 
-def _cell(samples: list[IntervalSample], *, multi: int) -> str:
-    """The status of a decode cell of one request at 26 ms per read over the samples' window."""
+def _cell(samples: list[IntervalSample], *, multi: int) -> tuple[str, object]:
+    """(status, cell) of a decode cell of one request, a read every 78 ms, over the samples' window."""
     t0, t1 = samples[0].t_s, samples[-1].t_s
     times = array("d", [t0 - 1.0 + 0.078 * i for i in range(int((t1 - t0 + 2.0) / 0.078))])
     rec = RequestRecord(user_id="w0.0", tag="decode", send_s=t0 - 1.5, first_byte_s=t0 - 1.1, chunk_times_s=times,
