@@ -18,7 +18,7 @@ from llmload.core.capacity import PlannedCell
 from llmload.core.cellfacts import CellFacts
 from llmload.core.cells import decode_cell
 from llmload.core.cellstatus import client_load, combined_client_load, is_client_bound
-from llmload.core.clientload import (ADDED_DELAY_BOUND_MS, MIN_STAMPED_READS, READ_LATE_MS, IntervalSample,
+from llmload.core.clientload import (ADDED_DELAY_BOUND_MS, MIN_STAMPED_EVENTS, READ_LATE_MS, IntervalSample,
                                      stamp_errors, window_estimate)
 from llmload.core.records import RequestRecord
 from llmload.io import plainsocket
@@ -295,10 +295,12 @@ def test_receive_queues_that_grow_are_client_bound():
 
 
 def test_a_few_stamped_reads_give_no_estimate():
-    samples = _llama_cpp_samples(delay_bin=30)[:MIN_STAMPED_READS // 4 - 1]
+    samples = _llama_cpp_samples(delay_bin=30)[:MIN_STAMPED_EVENTS // 10 - 1]  # 10 events an interval
     est = window_estimate(samples)
     assert est["added_delay_ms_p99"] is None
-    assert est["added_delay_source"] == f"not estimated: {len(samples) * 4} kernel-stamped reads, fewer than 1000 for a p99"
+    assert est["added_delay_source"] == (f"not estimated: {len(samples) * 10} events in kernel-stamped reads, "
+                                         "fewer than 1000 for a p99")
+    assert window_estimate(_llama_cpp_samples(delay_bin=30)[:MIN_STAMPED_EVENTS // 10])["added_delay_ms_p99"] > 2
 
 
 def test_a_cell_says_which_stamps_it_used():

@@ -16,8 +16,8 @@ READ_LATE_MS or more after its kernel stamp is counted as the client's lag, and 
 events as stamped late by one gap between events each (the j-th older by j gaps, the gap
 being S streams / the rate events arrived, `stream_gap_ms`); every other event is exact
 (error 0). `client_added_delay_ms_p99` is the p99 of these errors over the window's
-kernel-stamped events, given from MIN_STAMPED_READS reads on (a p99 of a share needs about
-ten reads above it); over ADDED_DELAY_BOUND_MS the cell is client_bound. So the cell is
+kernel-stamped events, given from MIN_STAMPED_EVENTS events on (a p99 is a share of about
+1%, which needs some ten events above it); over ADDED_DELAY_BOUND_MS the cell is client_bound. So the cell is
 client-bound when reads held several events on more than about 1% of its events *and*
 came late — not when a read of one event came late, nor when a server wrote several events
 at once and they were read within READ_LATE_MS (a llama.cpp cell at 38 tok/s with 2-3
@@ -79,9 +79,9 @@ READ_LATE_MS = 0.5
 stamp is the client's lag, not the server's burst: an idle client reads a loopback or LAN
 socket within about 0.1 ms of its stamp (a burst), a busy one up to a gap between events
 later."""
-MIN_STAMPED_READS = 1000
-"""Fewer kernel-stamped reads than this in a window: no estimate (its p99 is a share of
-about 1%, which needs some ten reads above it)."""
+MIN_STAMPED_EVENTS = 1000
+"""Fewer events in kernel-stamped reads than this in a window: no estimate (its p99 is a
+share of about 1%, which needs some ten events above it)."""
 QUEUE_GROWTH_EVENTS = 2.0
 """Unread events per stream grown by this much from a window's first half to its second:
 the client fell behind on every stream."""
@@ -247,11 +247,11 @@ def _stamp_estimate(samples: list[IntervalSample], out: dict) -> None:
                 break
     reads_all = sum(s.reads for s in samples)
     out["stamps"] = "kernel" if stamped == reads_all else "mixed"
-    if stamped < MIN_STAMPED_READS:
-        out["added_delay_source"] = (f"not estimated: {stamped} kernel-stamped reads, fewer than "
-                                     f"{MIN_STAMPED_READS} for a p99")
-        return
     events = sum(s.stamped_events for s in samples)
+    if events < MIN_STAMPED_EVENTS:
+        out["added_delay_source"] = (f"not estimated: {events} events in kernel-stamped reads, fewer than "
+                                     f"{MIN_STAMPED_EVENTS} for a p99")
+        return
     zeros = max(events - sum(errors.values()), 0)
     late = sum(s.late_merged_reads for s in samples)
     p99 = _quantile_with_zeros(errors, zeros, 0.99)
