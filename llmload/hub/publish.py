@@ -33,7 +33,7 @@ import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from llmload.core.redact import scrub
-from llmload.core.resultsjson import cell_to_dict, results_to_dict
+from llmload.core.resultsjson import results_to_dict
 from llmload.core.runresults import Results, utc_now_iso
 from llmload.hub import schema
 from llmload.hub.database import StoreError, first_line
@@ -157,10 +157,9 @@ def cell_rows(run: RunToPublish) -> list[dict[str, Any]]:
     """The `cells` rows of a run, in its document's order."""
     rows = []
     for idx, cell in enumerate(run.results.cells):
-        d = cell_to_dict(cell)
         rows.append({"run_id": run.id, "idx": idx, "phase": cell.phase, "context_tokens": cell.context_tokens,
-                     "concurrency": cell.concurrency, "rate_rps": _float(d.get("rate_rps")),
-                     "status": cell.status, **{f: _float(d.get(f)) for f in schema.FIGURES}})
+                     "concurrency": cell.concurrency, "rate_rps": _float(cell.traffic.rate_rps),
+                     "status": cell.status, **{f: _float(getattr(cell, f)) for f in schema.FIGURES}})
     return rows
 
 
