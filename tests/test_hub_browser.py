@@ -66,3 +66,17 @@ def test_a_run_page_in_chromium(browser, hub_url, shots):  # noqa: F811
     charts = browser.execute_script("return document.querySelectorAll('svg.chart').length")
     assert charts >= 3 and js_errors(browser) == []
     assert_not_blank(screenshot(browser, shots / "hub-run.png"))
+
+
+def test_two_runs_compared_in_chromium(browser, hub_url, shots):  # noqa: F811
+    import json
+    import urllib.request
+    with urllib.request.urlopen(f"{hub_url}/api/leaderboard?model=tiny&context=256", timeout=30) as resp:
+        rows = json.loads(resp.read())
+    a, b = rows[0]["id"], rows[1]["id"]
+    browser.set_window_size(1280, 1000)
+    browser.get(f"{hub_url}/compare?a={a}&b={b}")
+    assert browser.execute_script("return document.querySelectorAll('table.runs tbody tr, table.runs tr').length") >= 2
+    assert browser.execute_script("return document.querySelector('nav.hub-bar a').getAttribute('href')") == "/runs"
+    assert js_errors(browser) == []
+    assert_not_blank(screenshot(browser, shots / "hub-compare.png"))
