@@ -189,6 +189,9 @@ def check_leaderboard(url: str, sim_run: Path) -> None:
         assert [row.run.hardware for row in board] == ["H100 80GB", cpu, "RTX 3090 24GB"]
         assert board[0].total_tok_s == pytest.approx(2 * board[1].total_tok_s)
         assert [x.concurrency for x in board[0].cells] == [1, 2]
+        # Each cell keeps its own status (not the run's).
+        stored = {c.concurrency: c.status for c in load_results(sim_run).cells if c.phase == "decode"}
+        assert {x.concurrency: x.status for x in board[1].cells} == {n: stored[n] for n in (1, 2)}
         assert board[0].total_tok_s == max(x.total_tok_s for x in board[0].cells)
         assert [row.run.id for row in store.leaderboard(model_root, 256)] == [row.run.id for row in board]
         at_one = store.leaderboard("tiny", 256, concurrency=1)

@@ -177,7 +177,8 @@ class Store:
         """For a model (served name or model root) and a decode context: one row per run that
         measured a total tok/s there (at `concurrency`, when given), best first."""
         c = schema.cells.c
-        query = (sa.select(*_SUMMARY_COLUMNS, c.concurrency, c.status, c.total_tok_s, c.per_request_tok_s,
+        query = (sa.select(*_SUMMARY_COLUMNS, c.concurrency, c.status.label("cell_status"), c.total_tok_s,
+                           c.per_request_tok_s,
                            c.ttft_ms, c.ttft_p99_ms, c.tbt_ms)
                  .join(schema.cells, c.run_id == schema.runs.c.id)
                  .where(_model_is(model), c.phase == "decode", c.context_tokens == context,
@@ -186,7 +187,7 @@ class Store:
         by_run: dict[str, tuple[RunSummary, list[LeaderCell]]] = {}
         for row in self._rows(query):
             entry = by_run.setdefault(row.id, (_summary(row), []))
-            entry[1].append(LeaderCell(concurrency=row.concurrency, status=row.status, total_tok_s=row.total_tok_s,
+            entry[1].append(LeaderCell(concurrency=row.concurrency, status=row.cell_status, total_tok_s=row.total_tok_s,
                                        per_request_tok_s=row.per_request_tok_s, ttft_ms=row.ttft_ms,
                                        ttft_p99_ms=row.ttft_p99_ms, tbt_ms=row.tbt_ms))
         board = []
