@@ -20,6 +20,7 @@ from llmload.hub.app import create_app
 from llmload.hub.store import open_store
 from llmload.output.results import load_results
 from postgres import PASSWORD, postgres  # noqa: F401  (the fixture)
+from test_hub_store import variant
 from tests_helpers import llmload, one_line_error, start_llmload
 
 EVIL = "<script>alert('x')</script>"
@@ -33,19 +34,6 @@ def sim_run(sim_tiny, tmp_path_factory) -> Path:
                 "--concurrency", "1,2", "--duration", "1s", "--max-tokens", "16", "--out", out)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     return out
-
-
-def variant(src: Path, dst: Path, *, scale: float = 1.0, **top: object) -> Path:
-    """A copy of a run's results.json with top-level keys replaced and every decode cell's
-    total tok/s multiplied by `scale`."""
-    doc = json.loads((src / "results.json").read_text())
-    doc.update(top)
-    for cell in doc["cells"]:
-        if cell["phase"] == "decode" and cell["total_tok_s"] is not None:
-            cell["total_tok_s"] *= scale
-    dst.mkdir(parents=True)
-    (dst / "results.json").write_text(json.dumps(doc))
-    return dst
 
 
 def machines(sim_run: Path, base: Path) -> dict[str, Path]:
