@@ -41,6 +41,12 @@ class ClientLoad:
     client_added_delay_ms_p50: float | None = None
     client_added_delay_ms_p99: float | None = None
     client_added_delay_source: str | None = None
+    stamp_source: str | None = None
+    """Token times from the kernel's receive stamps ("kernel"), from the reads' return to
+    llmload ("user": TLS, no SO_TIMESTAMPNS) or both ("mixed")."""
+    client_read_delay_ms_p99: float | None = None
+    """Kernel stamps: how late the client read (user − kernel stamp, p99 over reads); a read
+    of one event is stamped exactly however late it came."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -46,7 +46,9 @@ def client_load(samples, reads=()) -> ClientLoad:
     delay = ClientLoad(client_events_per_read=estimate["events_per_read"],
                        client_added_delay_ms_p50=estimate["added_delay_ms_p50"],
                        client_added_delay_ms_p99=estimate["added_delay_ms_p99"],
-                       client_added_delay_source=estimate["added_delay_source"])
+                       client_added_delay_source=estimate["added_delay_source"],
+                       stamp_source=estimate["stamps"],
+                       client_read_delay_ms_p99=estimate["read_delay_ms_p99"])
     if not samples:
         return delay
     cpus = [s[1] for s in samples]
@@ -63,7 +65,9 @@ def client_overloaded(load: ClientLoad) -> bool:
 
 
 def client_late(load: ClientLoad) -> bool:
-    """Estimated: the added delay p99 over `clientload.ADDED_DELAY_BOUND_MS`."""
+    """Estimated: the added delay p99 over `clientload.ADDED_DELAY_BOUND_MS` — with kernel
+    stamps, from the reads that held several events and came late, and the receive queues'
+    growth; else from the receive queues' depth (`clientload`'s module doc)."""
     return delay_bound_exceeded(load.client_added_delay_ms_p99)
 
 
@@ -89,6 +93,12 @@ def _worst(values) -> float | None:
     return max(known) if known else None
 
 
+def _one_source(sources) -> str | None:
+    """The processes' common stamp source, "mixed" where they differ (None: no reads)."""
+    known = {s for s in sources if s is not None}
+    return known.pop() if len(known) == 1 else ("mixed" if known else None)
+
+
 def combined_client_load(per_process, reads_per_process=()) -> CellClientLoad:
     """The cell's client load from each process's samples and reads (`CellClientLoad`)."""
     reads = list(reads_per_process) + [()] * (len(per_process) - len(reads_per_process))
@@ -103,7 +113,9 @@ def combined_client_load(per_process, reads_per_process=()) -> CellClientLoad:
         client_added_delay_ms_p50=_worst(x.client_added_delay_ms_p50 for x in loads),
         client_added_delay_ms_p99=_worst(x.client_added_delay_ms_p99 for x in loads),
         client_added_delay_source=next((x.client_added_delay_source for x in loads
-                                        if x.client_added_delay_source), None))
+                                        if x.client_added_delay_source), None),
+        stamp_source=_one_source(x.stamp_source for x in loads),
+        client_read_delay_ms_p99=_worst(x.client_read_delay_ms_p99 for x in loads))
     return CellClientLoad(load=worst, overloaded=any(client_overloaded(x) for x in loads),
                           late=any(client_late(x) for x in loads))
 

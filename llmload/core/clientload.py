@@ -1,8 +1,35 @@
-"""How late the load generator reads what the server sent: an estimate, from inside.
+"""How late the load generator reads what the server sent, and how much of it its token
+times show: an estimate, from inside.
 
 The `client_bound` status needs the delay llmload itself adds between a token's arrival at
-this host and its timestamp, but the process cannot time bytes it has not read yet. What
-it can see, every monitor interval (`loadgen.monitor.LoadMonitor`):
+this host and its timestamp.
+
+**Kernel stamps** (plain TCP on Linux, `io.plainsocket`): a read's time is the kernel's
+receive stamp of its newest bytes, so a read that held one event is stamped exactly however
+late the client read it, and its delay (user − kernel, `IntervalSample.read_delays`) changes
+no figure. What a kernel stamp cannot give is the arrival of the *older* events of a read
+that held several: they came earlier and carry the newest one's stamp. Several events in
+one read are either the server's own burst (it wrote them together: they arrived within
+microseconds, and the client, idle, read them at once) or the client's lag (they queued
+while it was busy). The delay tells the two apart: a read holding several events that came
+READ_LATE_MS or more after its kernel stamp is counted as the client's lag, and its older
+events as stamped late by one gap between events each (the j-th older by j gaps, the gap
+being S streams / the rate events arrived, `stream_gap_ms`); every other event is exact
+(error 0). `client_added_delay_ms_p99` is the p99 of these errors over the window's
+kernel-stamped events, given from MIN_STAMPED_EVENTS events on (a p99 is a share of about
+1%, which needs some ten events above it); over ADDED_DELAY_BOUND_MS the cell is client_bound. So the cell is
+client-bound when reads held several events on more than about 1% of its events *and*
+came late — not when a read of one event came late, nor when a server wrote several events
+at once and they were read within READ_LATE_MS (a llama.cpp cell at 38 tok/s with 2-3
+events per packet, read within microseconds, is not). The receive queues give the second
+sign: where the unread events per stream grew by QUEUE_GROWTH_EVENTS or more from the
+window's first half to its second (`queue_growth`, over at least MIN_COALESCING_INTERVALS
+intervals), the client fell behind on every stream, and the estimate is at least that
+many gaps. A window that mixes kernel-stamped and user-stamped reads (`stamp_source`
+"mixed") is judged by its kernel-stamped ones.
+
+**User-space stamps** (TLS, or no kernel stamp): the process cannot time bytes it has not
+read yet. What it can see, every monitor interval (`loadgen.monitor.LoadMonitor`):
 - coalescing: events per read (`client.COUNTERS`), and so bytes per event and the rate of
   events that arrived (read, plus the growth of the unread backlog); with S open streams,
   one stream's gap between events is S / that rate;
@@ -23,15 +50,16 @@ p99 (a short window over few streams), there is no estimate, and the source says
 coalescing would read the server's bursts as the client's delay (vLLM's frontend writes 1.4
 to 3 events per read at 3-7% client CPU here), and the CPU and event-loop bounds still hold.
 
-Rules: pure functions and one small accumulator; ages in milliseconds, kept as a
-histogram of ADDED_DELAY_BIN_MS bins so a long run costs little memory.
+Rules: pure functions and one small accumulator; ages and stamp errors in milliseconds,
+kept as histograms of ADDED_DELAY_BIN_MS bins (read delays in READ_DELAY_BIN_MS bins) so a
+long run costs little memory.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 ADDED_DELAY_BOUND_MS = 2.0
 """Estimated added delay p99 over the window above this: the cell is client_bound."""
@@ -41,7 +69,22 @@ MIN_AGE_SAMPLES = 100
 """Fewer queue samples than this in a window: no estimate from them (a p99 needs some)."""
 MIN_COALESCING_INTERVALS = 8
 """Fewer monitor intervals with events than this (2 s at 0.25 s), or fewer events than
-MIN_AGE_SAMPLES, in a window without queue depths: no coalescing estimate either."""
+MIN_AGE_SAMPLES, in a window without queue depths: no coalescing estimate either (nor a
+queue growth under kernel stamps)."""
+READ_DELAY_BIN_MS = 0.1
+"""Resolution of the read-delay histogram: bin b holds delays in [b, b + 1) × this (the hot
+path's `client.DELAY_BINS_PER_S`)."""
+READ_LATE_MS = 0.5
+"""A kernel-stamped read that held several events and came this long or longer after its
+stamp is the client's lag, not the server's burst: an idle client reads a loopback or LAN
+socket within about 0.1 ms of its stamp (a burst), a busy one up to a gap between events
+later."""
+MIN_STAMPED_EVENTS = 1000
+"""Fewer events in kernel-stamped reads than this in a window: no estimate (its p99 is a
+share of about 1%, which needs some ten events above it)."""
+QUEUE_GROWTH_EVENTS = 2.0
+"""Unread events per stream grown by this much from a window's first half to its second:
+the client fell behind on every stream."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,17 +99,71 @@ class IntervalSample:
     ages: Counter
     """Histogram of backlog ages: bin index (age / ADDED_DELAY_BIN_MS, rounded up) -> sockets;
     bin 0 holds the empty queues."""
+    stamped_reads: int = 0
+    """Reads (of `reads`) that had the kernel's receive stamp."""
+    stamped_events: int = 0
+    """Events those reads carried."""
+    merged_reads: int = 0
+    """Kernel-stamped reads that held several events ..."""
+    late_merged_reads: int = 0
+    """... and of them those that came READ_LATE_MS or more after their stamp."""
+    read_delays: Counter = field(default_factory=Counter)
+    """Histogram of the kernel-stamped reads' delays (user − kernel): bin index (delay /
+    READ_DELAY_BIN_MS, rounded down) -> reads."""
+    stamp_errors: Counter = field(default_factory=Counter)
+    """Histogram of the estimated stamp errors of events in late reads that held several
+    (`stamp_errors`): bin index (error / ADDED_DELAY_BIN_MS, rounded up) -> events; the other
+    kernel-stamped events are exact."""
+    queued_events: int | None = None
+    """Events unread in every streaming socket's receive queue at the interval's end (a
+    MSG_PEEK count); None where the queues were not read."""
 
     def to_wire(self) -> list:
-        """Plain values for a Locust message or a JSON file (the histogram as [bin, count] pairs)."""
-        return [self.t_s, self.reads, self.events, self.bytes_, self.streams,
-                [[b, n] for b, n in sorted(self.ages.items())]]
+        """Plain values for a Locust message or a JSON file (histograms as [bin, count] pairs)."""
+        return [self.t_s, self.reads, self.events, self.bytes_, self.streams, _pairs(self.ages),
+                self.stamped_reads, self.stamped_events, self.merged_reads, self.late_merged_reads,
+                _pairs(self.read_delays), _pairs(self.stamp_errors), self.queued_events]
 
     @classmethod
     def from_wire(cls, data) -> "IntervalSample":
-        t_s, reads, events, bytes_, streams, ages = data
+        """From `to_wire`'s list (or the six values of one kept before the kernel stamps)."""
+        t_s, reads, events, bytes_, streams, ages = data[:6]
+        stamped = {}
+        if len(data) >= 13:
+            s_reads, s_events, merged, late, delays, errors, queued = data[6:13]
+            stamped = dict(stamped_reads=s_reads, stamped_events=s_events, merged_reads=merged,
+                           late_merged_reads=late, read_delays=_counter(delays),
+                           stamp_errors=_counter(errors), queued_events=queued)
         return cls(t_s=t_s, reads=reads, events=events, bytes_=bytes_, streams=streams,
-                   ages=Counter({int(b): int(n) for b, n in ages}))
+                   ages=_counter(ages), **stamped)
+
+
+def _pairs(hist: Counter) -> list:
+    return [[b, n] for b, n in sorted(hist.items())]
+
+
+def _counter(pairs) -> Counter:
+    return Counter({int(b): int(n) for b, n in pairs})
+
+
+def stamp_errors(merged: dict[tuple[int, int], int], *, gap_ms: float) -> tuple[Counter, int, int, int]:
+    """From the hot path's reads that held several events ((events, delay bin) -> reads,
+    `client.ReadCounters.merged`) and one stream's gap between events: the histogram of
+    estimated stamp errors (the module doc: the j-th older event of a late read j gaps),
+    the reads that held several events, those of them that were late, and their events."""
+    hist: Counter = Counter()
+    reads = late = events = 0
+    late_bin = READ_LATE_MS / READ_DELAY_BIN_MS - 1e-9
+    for (k, b), n in merged.items():
+        reads += n
+        events += k * n
+        if b < late_bin:
+            continue
+        late += n
+        for j in range(1, k):
+            age = j * gap_ms
+            hist[math.ceil(age / ADDED_DELAY_BIN_MS) if age > 0 else 0] += n
+    return hist, reads, late, events
 
 
 def stream_gap_ms(*, streams: int, events: int, nbytes: int, backlog_growth_bytes: int, elapsed_s: float) -> float:
@@ -113,8 +210,67 @@ def histogram_percentile(hist: Counter, q: float) -> float | None:
     return max(hist) * ADDED_DELAY_BIN_MS
 
 
+def queue_growth(samples: list[IntervalSample]) -> float | None:
+    """Unread events per stream, mean over the window's second half minus its first; None
+    with fewer than MIN_COALESCING_INTERVALS intervals whose queues were read."""
+    per_stream = [s.queued_events / s.streams for s in samples if s.queued_events is not None and s.streams]
+    if len(per_stream) < MIN_COALESCING_INTERVALS:
+        return None
+    half = len(per_stream) // 2
+    return (sum(per_stream[-half:]) - sum(per_stream[:half])) / half
+
+
+def _quantile_with_zeros(hist: Counter, zeros: int, q: float) -> float:
+    """The q-quantile (ms) of `zeros` exact zeros and a bin histogram (`histogram_percentile`)."""
+    if q * (zeros + sum(hist.values())) <= zeros:
+        return 0.0
+    rest = Counter(hist)
+    rest[0] += zeros
+    return histogram_percentile(rest, q)
+
+
+def _stamp_estimate(samples: list[IntervalSample], out: dict) -> None:
+    """The kernel-stamp estimate (the module doc) into `out`."""
+    stamped = sum(s.stamped_reads for s in samples)
+    delays: Counter = Counter()
+    errors: Counter = Counter()
+    for s in samples:
+        delays.update(s.read_delays)
+        errors.update(s.stamp_errors)
+    total = sum(delays.values())
+    if total:
+        rank, seen = 0.99 * total, 0
+        for b in sorted(delays):
+            seen += delays[b]
+            if seen >= rank:
+                out["read_delay_ms_p99"] = max(b + 1, 0) * READ_DELAY_BIN_MS
+                break
+    reads_all = sum(s.reads for s in samples)
+    out["stamps"] = "kernel" if stamped == reads_all else "mixed"
+    events = sum(s.stamped_events for s in samples)
+    if events < MIN_STAMPED_EVENTS:
+        out["added_delay_source"] = (f"not estimated: {events} events in kernel-stamped reads, fewer than "
+                                     f"{MIN_STAMPED_EVENTS} for a p99")
+        return
+    zeros = max(events - sum(errors.values()), 0)
+    late = sum(s.late_merged_reads for s in samples)
+    p99 = _quantile_with_zeros(errors, zeros, 0.99)
+    source = (f"kernel stamps: {late} of {stamped} reads held several events and came "
+              f"≥ {READ_LATE_MS:g} ms late")
+    growth = queue_growth(samples)
+    span = samples[-1].t_s - samples[0].t_s if len(samples) > 1 else 0.0
+    streams = max(s.streams for s in samples)
+    if growth is not None and growth >= QUEUE_GROWTH_EVENTS and span > 0 and streams:
+        gap_ms = streams / (sum(s.events for s in samples) / span) * 1000.0
+        p99 = max(p99, growth * gap_ms)
+        source += f"; receive queues grew by {growth:.1f} events per stream"
+    out.update(added_delay_ms_p50=_quantile_with_zeros(errors, zeros, 0.50), added_delay_ms_p99=p99,
+               added_delay_source=source)
+
+
 def window_estimate(samples: list[IntervalSample]) -> dict:
-    """The window's coalescing and added-delay estimate, for results.json."""
+    """The window's coalescing and added-delay estimate, for results.json: from the kernel
+    stamps where the window's reads had them, else from the receive queues (the module doc)."""
     reads = sum(s.reads for s in samples)
     events = sum(s.events for s in samples)
     hist: Counter = Counter()
@@ -123,8 +279,11 @@ def window_estimate(samples: list[IntervalSample]) -> dict:
     n_age = sum(hist.values())
     out: dict = {"events_per_read": events / reads if reads else None,
                  "queue_samples": n_age, "added_delay_ms_p50": None, "added_delay_ms_p99": None,
-                 "added_delay_source": None}
-    if n_age >= MIN_AGE_SAMPLES:
+                 "added_delay_source": None, "stamps": "user" if reads else None,
+                 "read_delay_ms_p99": None}
+    if any(s.stamped_reads for s in samples):
+        _stamp_estimate(samples, out)
+    elif n_age >= MIN_AGE_SAMPLES:
         out.update(added_delay_ms_p50=histogram_percentile(hist, 0.50),
                    added_delay_ms_p99=histogram_percentile(hist, 0.99), added_delay_source="receive queue")
     elif n_age:

@@ -7,7 +7,12 @@ processes share one time axis.
 
 Token arrivals are kept compactly: one entry per *token-carrying* chunk (role-only and
 empty chunks are not tokens), with the chunk's arrival time and how many tokens it carried
-(a chunk can carry several: speculative decoding, --stream-interval > 1).
+(a chunk can carry several: speculative decoding, --stream-interval > 1), and whether the
+read that carried it held more than one SSE event (`chunk_multi_event_read`). An arrival
+time is the kernel's receive stamp of the read where there is one (`stamp_source`
+"kernel", plain TCP on Linux: `llmload.io.plainsocket`), else the time the read returned to
+llmload ("user"). A kernel stamp is the arrival of the read's newest bytes: exact for a read
+that held one event; the older events of a read that held several arrived earlier.
 
 A reasoning model's thinking is told from its answer per token-carrying chunk, by the
 rule of `llmload.wire.stream.TokenTimeline`: a chunk whose text is only in a reasoning
@@ -29,6 +34,9 @@ TOKEN_SOURCES = ("continuous_usage", "timings_per_token", "chunks")
 #: Request outcomes. "cancelled" = closed by llmload at the end of a window: not a failure.
 STATUSES = ("ok", "cancelled", "error")
 
+#: Where arrival times come from: the kernel's receive stamp, or the read's return to llmload.
+STAMP_SOURCES = ("kernel", "user")
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RequestRecord:
@@ -46,6 +54,12 @@ class RequestRecord:
     """Arrival time of each token-carrying chunk, ascending."""
     chunk_tokens: array = field(default_factory=lambda: array("I"))
     """Tokens carried by each chunk in `chunk_times_s` (same length)."""
+    chunk_multi_event_read: array = field(default_factory=lambda: array("B"))
+    """1 where the read that carried the chunk in `chunk_times_s` held more than one SSE
+    event, else 0 (same length; empty in records kept before it was)."""
+    stamp_source: str = "user"
+    """One of STAMP_SOURCES: "kernel" where every read that carried events had the kernel's
+    receive stamp, else "user" (TLS, no SO_TIMESTAMPNS, a read without the stamp)."""
     end_s: float
     """Time the request ended: last byte read, cancellation or error."""
     status: str = "ok"
@@ -124,13 +138,15 @@ class RequestRecord:
         d = {name: getattr(self, name) for name in self.__dataclass_fields__}
         d["chunk_times_s"] = self.chunk_times_s.tobytes()
         d["chunk_tokens"] = self.chunk_tokens.tobytes()
+        d["chunk_multi_event_read"] = self.chunk_multi_event_read.tobytes()
         return d
 
     @classmethod
     def from_wire(cls, d: dict[str, Any]) -> "RequestRecord":
         d = dict(d)
-        times, tokens = array("d"), array("I")
+        times, tokens, multi = array("d"), array("I"), array("B")
         times.frombytes(d["chunk_times_s"])
         tokens.frombytes(d["chunk_tokens"])
-        d["chunk_times_s"], d["chunk_tokens"] = times, tokens
+        multi.frombytes(d.get("chunk_multi_event_read") or b"")
+        d["chunk_times_s"], d["chunk_tokens"], d["chunk_multi_event_read"] = times, tokens, multi
         return cls(**d)

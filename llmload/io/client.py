@@ -3,10 +3,12 @@
 Why not FastHttpUser or requests: their streaming readers batch reads (FastHttp's
 iter_content waits for full 1 KiB blocks) or add tens of microseconds per chunk, which
 makes TTFT late and collapses inter-token gaps to zero (../shared/reference/locust.md).
-This client reads the gevent socket directly and takes `clock.now()` as soon as a read
-returns, before any parsing; the bytes then go through the sans-I/O layers
-(`chunked` -> `sse` -> `stream.TokenTimeline`). The plain-TCP socket it reads is
-`llmload.io.plainsocket`; a failed answer is read and told by `llmload.io.failures`.
+This client reads the gevent socket directly; each read's time is the kernel's receive
+stamp on plain TCP where the OS gives one (`llmload.io.plainsocket`), else `clock.now()`
+taken as soon as the read returns, before any parsing. The bytes then go through the
+sans-I/O layers (`chunked` -> `sse` -> `stream.TokenTimeline`); a failed answer is read and
+told by `llmload.io.failures`. A record says which stamps it has (`stamp_source`) and, per
+token-carrying chunk, whether its read held several SSE events.
 
 Rules:
 - One write per request (headers and body together); TCP_NODELAY.
@@ -20,10 +22,7 @@ Rules:
 
 from __future__ import annotations
 
-import fcntl
 import logging
-import termios
-from array import array
 
 import gevent
 from gevent import socket
@@ -34,7 +33,7 @@ from llmload.core.engines import server_truth
 from llmload.io.answertext import KeptSSE, answer_text
 from llmload.io.endpoint import Endpoint
 from llmload.io.failures import describe_failure, read_error_body, retry_after_s
-from llmload.io.plainsocket import OPEN_SOCKETS, READ_SIZE, PlainSocket
+from llmload.io.plainsocket import READ_SIZE, PlainSocket, open_streams, queued_bytes, queued_events  # noqa: F401 - the monitor's
 from llmload.wire.httphead import ResponseHeadParser
 from llmload.core.records import RequestRecord
 from llmload.wire.sse import SSEDecoder
@@ -47,55 +46,30 @@ AFTER_DONE_TIMEOUT_S = 2.0
 CONNECT_TIMEOUT_S = 10.0
 
 
+DELAY_BINS_PER_S = 10000.0
+"""Read delays are counted in bins of 1 / this seconds (0.1 ms: `clientload.READ_DELAY_BIN_MS`)."""
+
+
 class ReadCounters:
     """Process-wide counts of the streaming hot path, read by the load monitor
-    (`loadgen.monitor.LoadMonitor`): reads that carried events, and the events they carried."""
+    (`loadgen.monitor.LoadMonitor`): reads that carried events, the events and bytes they
+    carried; of them the kernel-stamped reads (`stamped`), their delays (`delays`: bin
+    int(delay × DELAY_BINS_PER_S) -> reads) and, for those that held several events, their
+    delay bins and event counts (`merged`: (events, bin) -> reads). The monitor takes the two
+    histograms away each interval (a fresh dict in their place)."""
 
-    __slots__ = ("reads", "events", "bytes")
+    __slots__ = ("reads", "events", "bytes", "stamped", "delays", "merged")
 
     def __init__(self) -> None:
         self.reads = 0
         self.events = 0
         self.bytes = 0
+        self.stamped = 0
+        self.delays: dict[int, int] = {}
+        self.merged: dict[tuple[int, int], int] = {}
 
 
 COUNTERS = ReadCounters()
-
-
-def queued_bytes() -> list[int]:
-    """Bytes waiting unread in the kernel receive queue of every open plain-TCP streaming
-    socket (ioctl FIONREAD, i.e. SIOCINQ on Linux); empty where the OS does not tell."""
-    out = []
-    buf = array("i", [0])
-    for fd in list(OPEN_SOCKETS):
-        try:
-            fcntl.ioctl(fd, termios.FIONREAD, buf, True)
-        except OSError:
-            continue
-        out.append(buf[0])
-    return out
-
-
-def queued_events() -> list[tuple[int, int]]:
-    """(unread bytes, SSE events they begin) per open plain-TCP streaming socket: FIONREAD,
-    then a MSG_PEEK of the queued bytes (only where there are some) counting `data:` —
-    exact, where bytes / mean event size would count one large event as two."""
-    out = []
-    buf = array("i", [0])
-    for fd, ps in list(OPEN_SOCKETS.items()):
-        try:
-            fcntl.ioctl(fd, termios.FIONREAD, buf, True)
-            n = buf[0]
-            events = ps._raw.recv(min(n, 1 << 20), socket.MSG_PEEK).count(b"data:") if n > 0 else 0
-        except OSError:
-            continue
-        out.append((n, events))
-    return out
-
-
-def open_streams() -> int:
-    """Plain-TCP streaming connections open in this process."""
-    return len(OPEN_SOCKETS)
 
 
 class _Deadline(Exception):
@@ -188,7 +162,10 @@ class StreamingClient:
                 sock = self._connect()
                 reader.send_s = now()
                 sock.sendall(request)
-                first = sock.recv(READ_SIZE)
+                if isinstance(sock, PlainSocket):
+                    first, t, delay = sock.recv_stamped(READ_SIZE)
+                else:
+                    first, t, delay = sock.recv(READ_SIZE), None, None
             except (ConnectionResetError, BrokenPipeError):
                 if not reused or attempt:
                     raise
@@ -199,8 +176,7 @@ class StreamingClient:
             self.close()
             if not reused or attempt:
                 raise ConnectionError("server closed the connection without answering")
-        t = now()
-        reader.read_response(sock, first, t)
+        reader.read_response(sock, first, now() if t is None else t, delay)
 
 
 class _StreamReader:
@@ -219,8 +195,10 @@ class _StreamReader:
         self.timeline = TokenTimeline(count_key)
         self.token_source = "chunks"
         self.retry_after_s: float | None = None
+        self.stamp_source = "user"
+        """"kernel" while every read that carried events had a kernel stamp, else "user"."""
 
-    def read_response(self, sock, data: bytes, t: float) -> None:
+    def read_response(self, sock, data: bytes, t: float, delay: float | None = None) -> None:
         recv = sock.recv
         self.first_byte_s = t
         parser = ResponseHeadParser()
@@ -241,16 +219,19 @@ class _StreamReader:
             self.end_s = now()
             self.fail(error_message_from_body(body, status), end=False)
             return
-        self._read_events(sock, rest, t, chunked, length)
+        self._read_events(sock, rest, t, chunked, length, delay)
 
-    def _read_events(self, sock, data: bytes, t: float, chunked: bool, length: int | None) -> None:
+    def _read_events(self, sock, data: bytes, t: float, chunked: bool, length: int | None,
+                     delay: float | None) -> None:
         self._dechunk = ChunkedDecoder() if chunked else None
         self._sse = SSEDecoder() if self.kept is None else KeptSSE(self.kept)
         self._remaining = length
         self._done_seen = False
         self._sock = sock
         self._last_t = t
-        if not (data and self._consume(t, data)):
+        if getattr(sock, "kernel_stamps", False):
+            self.stamp_source = "kernel"
+        if not (data and self._consume(t, data, delay)):
             try:
                 if isinstance(sock, PlainSocket):
                     sock.pump(self._consume)
@@ -267,9 +248,10 @@ class _StreamReader:
             self.end_s = self._last_t
         self._settle()
 
-    def _consume(self, t: float, data: bytes) -> bool:
-        """One read that arrived at t; True once the response is over. Runs in the event
-        loop's callback for plain TCP (`PlainSocket.pump`): no I/O, no waiting."""
+    def _consume(self, t: float, data: bytes, delay: float | None = None) -> bool:
+        """One read that arrived at t (its kernel stamp, delay = now() − t when read; or
+        now(), delay None); True once the response is over. Runs in the event loop's
+        callback for plain TCP (`PlainSocket.pump`): no I/O, no waiting."""
         self._last_t = t
         timeline = self.timeline
         if not data:
@@ -286,9 +268,21 @@ class _StreamReader:
         payloads = self._sse.feed(body)
         if payloads:
             counters = COUNTERS
+            n = len(payloads)
             counters.reads += 1
-            counters.events += len(payloads)
+            counters.events += n
             counters.bytes += len(data)
+            if delay is None:
+                self.stamp_source = "user"
+            else:
+                counters.stamped += 1
+                b = int(delay * DELAY_BINS_PER_S)
+                h = counters.delays
+                h[b] = h.get(b, 0) + 1
+                if n > 1:
+                    h = counters.merged
+                    k = (n, b)
+                    h[k] = h.get(k, 0) + 1
             timeline.feed(t, payloads)
             if timeline.done and self.end_s is None:
                 self.end_s = t
@@ -331,6 +325,7 @@ class _StreamReader:
         return RequestRecord(
             user_id=user_id, tag=tag, send_s=self.send_s, first_byte_s=self.first_byte_s,
             chunk_times_s=tl.chunk_times_s, chunk_tokens=tl.chunk_tokens,
+            chunk_multi_event_read=tl.chunk_multi_event_read, stamp_source=self.stamp_source,
             end_s=self.end_s if self.end_s is not None else now(), status=self.status,
             finish_reason=tl.finish_reason, prompt_tokens=tl.prompt_tokens,
             completion_tokens=tl.completion_tokens, cached_tokens=cached,

@@ -2,23 +2,44 @@
 
 A thin layer over a gevent socket: one persistent read watcher, one idle timer per
 connection, and `pump`, which hands every arrival to the response reader from inside the
-event loop's own I/O callback with its arrival time (`clock.now()`) taken first. Open ones
-are registered by file descriptor (`OPEN_SOCKETS`) so that the client can count what waits unread
-in the kernel (`client.queued_bytes`). TLS connections do not use it: the SSL object buffers
-inside itself and is read through gevent's own socket.
+event loop's own I/O callback with its arrival time. Open ones are registered by file
+descriptor (`OPEN_SOCKETS`) so that the client can count what waits unread in the kernel
+(`queued_bytes`, `queued_events`). TLS connections do not use it: the SSL object buffers inside itself
+and is read through gevent's own socket (user-space stamps).
+
+Kernel receive stamps: on Linux the socket sets SO_TIMESTAMPNS and is read with
+`recvmsg(READ_SIZE, STAMP_SPACE)`; the kernel hands back, with each read, the time its
+newest bytes arrived (CLOCK_REALTIME ns, SCM_TIMESTAMPNS), mapped onto llmload's clock by
+`clock.REALTIME.offset_s` (re-measured by the idle timer, `clock.refresh_realtime`, never
+per read). That stamp is the read's time; `clock.now()`, taken first thing after the read,
+gives its delay (user − kernel: how long the newest bytes waited for the client). Once
+bytes wait in a receive queue the kernel merges them and one read returns one stamp (the
+newest), so a read that holds one event is stamped exactly and a read that holds several
+tells the client fell behind or the server wrote them together. Where there is no stamp (a
+platform without SO_TIMESTAMPNS, a read without the control message) the read's time is
+now() and its delay None.
 """
 
 from __future__ import annotations
 
-import time
+import fcntl
+import struct
+import sys
+import termios
+from array import array
 
 import gevent
 from gevent import socket
 from gevent.hub import Waiter
 
-from llmload.core.clock import now
+from llmload.core.clock import REALTIME, now, refresh_realtime
 
-_monotonic = time.monotonic
+SO_TIMESTAMPNS: int | None = getattr(socket, "SO_TIMESTAMPNS", 35 if sys.platform.startswith("linux") else None)
+"""The socket option that makes the kernel hand each read its receive time (Linux: 35, the
+option whose control message, SCM_TIMESTAMPNS, holds the native `struct timespec`)."""
+_TIMESPEC = struct.Struct("@ll")
+STAMP_SPACE = socket.CMSG_SPACE(_TIMESPEC.size) if SO_TIMESTAMPNS is not None else 0
+"""Ancillary bytes asked of recvmsg: room for one timestamp control message."""
 
 READ_SIZE = 65536
 """Bytes asked of the socket per read; a read returns whatever has arrived."""
@@ -36,7 +57,8 @@ class PlainSocket:
     syscalls and the allocations per token event on the hot path.
     """
 
-    __slots__ = ("sock", "_raw", "_hub", "_io", "_timer", "_timeout_s", "_last", "_fd", "_waiter", "__weakref__")
+    __slots__ = ("sock", "_raw", "_hub", "_io", "_timer", "_timeout_s", "_last", "_fd", "_waiter",
+                 "kernel_stamps", "__weakref__")
 
     def __init__(self, sock) -> None:
         self.sock = sock
@@ -47,8 +69,17 @@ class PlainSocket:
         self._io = self._hub.loop.io(sock.fileno(), 1)
         self._timer = None
         self._timeout_s: float | None = None
-        self._last = 0.0
+        self._last = now()
         self._waiter: Waiter | None = None
+        self.kernel_stamps = False
+        """The kernel stamps this socket's reads (SO_TIMESTAMPNS set)."""
+        if SO_TIMESTAMPNS is not None:
+            try:
+                self._raw.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+                self.kernel_stamps = True
+                refresh_realtime()
+            except OSError:
+                pass
 
     def settimeout(self, timeout_s: float | None) -> None:
         self._timeout_s = timeout_s
@@ -62,7 +93,8 @@ class PlainSocket:
             self._timer.start(self._check_idle)
 
     def _check_idle(self) -> None:
-        if _monotonic() - self._last > self._timeout_s:
+        refresh_realtime()
+        if now() - self._last > self._timeout_s:
             waiter = self._waiter
             if waiter is not None:  # in `pump`: the loop's callback holds the watcher
                 self._io.stop()
@@ -72,26 +104,35 @@ class PlainSocket:
 
     def pump(self, consume) -> None:
         """Read every arrival inside the event loop's own I/O callback and hand it to
-        `consume(t, data)` until that returns True (or raises); the calling greenlet sleeps
-        meanwhile. Per read this saves two greenlet switches, a Waiter and a watcher
-        start/stop against `recv` (benchmarks/client_capacity.py, CPU µs per event), and
-        the arrival time is taken the moment the loop sees the socket readable."""
-        raw, io = self._raw, self._io
+        `consume(t, data, delay)` until that returns True (or raises); the calling greenlet
+        sleeps meanwhile. t is the read's kernel stamp and delay now() − t (seconds), or
+        t = now() and delay None without a stamp (the module doc). Per read this saves two
+        greenlet switches, a Waiter and a watcher start/stop against `recv`
+        (benchmarks/client_capacity.py, CPU µs per event)."""
+        io = self._io
         waiter = Waiter(self._hub)
+        # The kernel-stamped read (no stamp: recvmsg without ancillary room, same shape).
+        recvmsg, unpack, rt = self._raw.recvmsg, _TIMESPEC.unpack, REALTIME
+        space = STAMP_SPACE if self.kernel_stamps else 0
 
         def readable() -> None:
             try:
-                data = raw.recv(READ_SIZE)
+                data, anc, _, _ = recvmsg(READ_SIZE, space)
             except BlockingIOError:
                 return
             except BaseException as exc:  # noqa: BLE001 - handed to the waiting greenlet
                 io.stop()
                 waiter.throw(exc)
                 return
-            t = now()
-            self._last = _monotonic()
+            t = self._last = now()
+            delay = None
+            if anc:
+                sec, nsec = unpack(anc[0][2])
+                user = t
+                t = sec + nsec * 1e-9 + rt.offset_s
+                delay = user - t
             try:
-                over = consume(t, data)
+                over = consume(t, data, delay)
             except BaseException as exc:  # noqa: BLE001 - a protocol error: the greenlet's to raise
                 io.stop()
                 waiter.throw(exc)
@@ -109,20 +150,31 @@ class PlainSocket:
             self._waiter = None
 
     def sendall(self, data: bytes) -> None:
-        self._last = _monotonic()
+        self._last = now()
         self.sock.sendall(data)
 
     def recv(self, n: int) -> bytes:
-        raw = self._raw
+        return self.recv_stamped(n)[0]
+
+    def recv_stamped(self, n: int) -> tuple[bytes, float, float | None]:
+        """(data, t, delay) of one read, waiting for it: t and delay as `pump` gives them."""
+        raw, stamped = self._raw, self.kernel_stamps
         while True:
             # Wait first: between tokens the socket is empty, so reading first would fail.
             self._hub.wait(self._io)
             try:
-                data = raw.recv(n)
+                if stamped:
+                    data, anc, _, _ = raw.recvmsg(n, STAMP_SPACE)
+                else:
+                    data, anc = raw.recv(n), None
             except BlockingIOError:
                 continue
-            self._last = _monotonic()
-            return data
+            t_user = self._last = now()
+            if anc:
+                sec, nsec = _TIMESPEC.unpack(anc[0][2])
+                t = sec + nsec * 1e-9 + REALTIME.offset_s
+                return data, t, t_user - t
+            return data, t_user, None
 
     def close(self) -> None:
         if self._timer is not None:
@@ -132,3 +184,39 @@ class PlainSocket:
             del OPEN_SOCKETS[self._fd]
         self._io.close()
         self.sock.close()
+
+
+def queued_bytes() -> list[int]:
+    """Bytes waiting unread in the kernel receive queue of every open plain-TCP streaming
+    socket (ioctl FIONREAD, i.e. SIOCINQ on Linux); empty where the OS does not tell."""
+    out = []
+    buf = array("i", [0])
+    for fd in list(OPEN_SOCKETS):
+        try:
+            fcntl.ioctl(fd, termios.FIONREAD, buf, True)
+        except OSError:
+            continue
+        out.append(buf[0])
+    return out
+
+
+def queued_events() -> list[tuple[int, int]]:
+    """(unread bytes, SSE events they begin) per open plain-TCP streaming socket: FIONREAD,
+    then a MSG_PEEK of the queued bytes (only where there are some) counting `data:` —
+    exact, where bytes / mean event size would count one large event as two."""
+    out = []
+    buf = array("i", [0])
+    for fd, ps in list(OPEN_SOCKETS.items()):
+        try:
+            fcntl.ioctl(fd, termios.FIONREAD, buf, True)
+            n = buf[0]
+            events = ps._raw.recv(min(n, 1 << 20), socket.MSG_PEEK).count(b"data:") if n > 0 else 0
+        except OSError:
+            continue
+        out.append((n, events))
+    return out
+
+
+def open_streams() -> int:
+    """Plain-TCP streaming connections open in this process."""
+    return len(OPEN_SOCKETS)

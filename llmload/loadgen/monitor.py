@@ -24,8 +24,9 @@ class LoadMonitor:
     """Samples this process's CPU use, gevent loop lag and read backlog, for client_bound.
 
     Every MONITOR_INTERVAL_S: CPU %, loop lag (how late its own wake-up came), and the
-    streaming client's coalescing and receive-queue depths, turned into an added-delay
-    estimate (`llmload.core.clientload`)."""
+    streaming client's coalescing, kernel-stamped reads (their delays, and the reads that
+    held several events: taken from the hot path's counters, `client.ReadCounters`) and
+    receive-queue depths, turned into an added-delay estimate (`llmload.core.clientload`)."""
 
     def __init__(self) -> None:
         self.samples: list[tuple[float, float, float]] = []
@@ -45,10 +46,11 @@ class LoadMonitor:
 
     def _run(self) -> None:
         from llmload.io import client
-        from llmload.core.clientload import IntervalSample, backlog_ages_ms, stream_gap_ms
+        from llmload.core.clientload import IntervalSample, backlog_ages_ms, stamp_errors, stream_gap_ms
         counters = client.COUNTERS
         last_wall, last_cpu = time.monotonic(), time.process_time()
-        last_counts = (counters.reads, counters.events, counters.bytes)
+        last_counts = (counters.reads, counters.events, counters.bytes, counters.stamped)
+        counters.delays, counters.merged = {}, {}
         last_queued = 0
         while True:
             gevent.sleep(MONITOR_INTERVAL_S)
@@ -57,21 +59,30 @@ class LoadMonitor:
             elapsed = wall - last_wall
             lag_ms = max(elapsed - MONITOR_INTERVAL_S, 0.0) * 1000.0
             cpu_pct = (cpu - last_cpu) / elapsed * 100.0 if elapsed > 0 else 0.0
-            counts = (counters.reads, counters.events, counters.bytes)
-            reads, events, nbytes = (a - b for a, b in zip(counts, last_counts))
+            counts = (counters.reads, counters.events, counters.bytes, counters.stamped)
+            reads, events, nbytes, stamped = (a - b for a, b in zip(counts, last_counts))
+            delays, merged = counters.delays, counters.merged
+            counters.delays, counters.merged = {}, {}
             streams = client.open_streams()
-            ages = None
+            ages, queued_events, stamps = None, None, {}
             if events and streams and elapsed > 0:
                 peeked = client.queued_events()
                 queued = [b for b, _ in peeked]
                 gap_ms = stream_gap_ms(streams=streams, events=events, nbytes=nbytes,
                                        backlog_growth_bytes=sum(queued) - last_queued, elapsed_s=elapsed)
                 ages = backlog_ages_ms(queued, gap_ms=gap_ms, events=[e for _, e in peeked])
+                queued_events = sum(e for _, e in peeked)
                 last_queued = sum(queued)
+                if stamped:
+                    errors, n_merged, late, merged_events = stamp_errors(merged, gap_ms=gap_ms)
+                    stamps = dict(stamped_reads=stamped, stamped_events=stamped - n_merged + merged_events,
+                                  merged_reads=n_merged, late_merged_reads=late, read_delays=Counter(delays),
+                                  stamp_errors=errors)
             self.samples.append((t, cpu_pct, lag_ms))
             if events:
                 self.reads.append(IntervalSample(t_s=t, reads=reads, events=events, bytes_=nbytes,
-                                                 streams=streams, ages=ages or Counter()))
+                                                 streams=streams, ages=ages or Counter(),
+                                                 queued_events=queued_events, **stamps))
             if len(self.samples) > 20000:
                 del self.samples[:10000]
             if len(self.reads) > 20000:

@@ -11,7 +11,7 @@ naming the files, unless `allow_missing` (the cell is then kept as written, or l
 of the export, and the caller says so).
 
 `export_records(dir, fmt, out)` writes the per-request table (`recordstore.export_table`)
-as csv, parquet or jsonl. In csv, the list columns (chunk_times_s, chunk_tokens) are JSON
+as csv, parquet or jsonl. In csv, the list columns (LIST_COLUMNS) are JSON
 arrays in one field; times keep full float64 precision in every format (shortest repr).
 """
 
@@ -29,7 +29,7 @@ from llmload.output.recordstore import RECORDS_DIR, RecordsError, cell_files, ex
 from llmload.output.results import load_results
 
 EXPORT_FORMATS = ("csv", "parquet", "jsonl")
-LIST_COLUMNS = ("chunk_times_s", "chunk_tokens")
+LIST_COLUMNS = ("chunk_times_s", "chunk_tokens", "chunk_multi_event_read")
 
 
 def missing_records(results_dir: str | os.PathLike[str], results: Results) -> list[str]:

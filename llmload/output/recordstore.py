@@ -7,7 +7,8 @@ into results.json; so every measured cell in results.json has its records on dis
 
 One row per request; the columns are `RequestRecord`'s fields (RECORD_COLUMNS, checked
 against the dataclass by the tests), with full float64 times (seconds, `llmload.core.clock`):
-chunk_times_s is a list<float64> and chunk_tokens a list<uint32> per request. Which worker
+chunk_times_s is a list<float64>, chunk_tokens a list<uint32> and chunk_multi_event_read a
+list<uint8> per request (empty in files written before it was kept). Which worker
 process sent a request is the `w<index>.` prefix of its user_id. The file's key-value
 metadata holds, as JSON, the planned cell (`llmload.core.capacity.PlannedCell`) under
 "llmload.planned" and what the cell's status needs besides the requests
@@ -51,6 +52,8 @@ RECORD_COLUMNS: dict[str, pa.DataType] = {
     "first_byte_s": pa.float64(),
     "chunk_times_s": pa.list_(pa.float64()),
     "chunk_tokens": pa.list_(pa.uint32()),
+    "chunk_multi_event_read": pa.list_(pa.uint8()),
+    "stamp_source": pa.string(),
     "end_s": pa.float64(),
     "status": pa.string(),
     "finish_reason": pa.string(),
@@ -79,7 +82,7 @@ RECORD_SCHEMA = pa.schema([pa.field(name, t) for name, t in RECORD_COLUMNS.items
 CELL_COLUMNS = {"phase": pa.string(), "context_tokens": pa.int64(), "concurrency": pa.int64(),
                 "rate_rps": pa.float64()}
 
-_ARRAY_COLUMNS = {"chunk_times_s": "d", "chunk_tokens": "I"}
+_ARRAY_COLUMNS = {"chunk_times_s": "d", "chunk_tokens": "I", "chunk_multi_event_read": "B"}
 
 
 class RecordsError(ValueError):

@@ -74,7 +74,10 @@ Top level:
     loop_lag_ms_p90 (the load generator's worst process), client_events_per_read,
     client_added_delay_ms_p50, client_added_delay_ms_p99 (the load generator's own estimate
     of how late it read tokens, `llmload.core.clientload`; over 2 ms makes the cell
-    client_bound), client_added_delay_source, warmup_cache_hit (bool or null),
+    client_bound), client_added_delay_source, stamp_source (token times from the kernel's
+    receive stamps "kernel", from user space "user" — TLS — or "mixed"),
+    client_read_delay_ms_p99 (kernel stamps: how late the client read, p99 over reads; null
+    otherwise), warmup_cache_hit (bool or null),
     cached_tokens (prefill: the server's cached prompt tokens, 0 for a cold prefill),
     longest_stall_s (decode: the longest silence of a request after its first token inside
     the window; the cell is "stalled" when it exceeds the bound, see cellstatus.stall_bound_s),

@@ -109,7 +109,7 @@ class TokenTimeline:
     """
 
     __slots__ = (
-        "chunk_times_s", "chunk_tokens", "continuous", "_last_count", "done", "_count",
+        "chunk_times_s", "chunk_tokens", "chunk_multi_event_read", "continuous", "_last_count", "done", "_count",
         "_key", "_container", "_opening", "_source", "_last", "finish_reason", "prompt_tokens",
         "completion_tokens", "cached_tokens", "error", "timings", "metrics", "first_answer_s",
         "reasoning_tokens", "_answered", "_thinking", "_answer_pending",
@@ -118,6 +118,8 @@ class TokenTimeline:
     def __init__(self, count_key: str = "completion_tokens") -> None:
         self.chunk_times_s = array("d")
         self.chunk_tokens = array("I")
+        self.chunk_multi_event_read = array("B")
+        """1 where the read that carried the chunk held more than one SSE event."""
         self._key = count_key
         self._count = _count_pattern(count_key)
         self._container, self._source = COUNT_KEYS[count_key]
@@ -151,7 +153,8 @@ class TokenTimeline:
         """The first answer chunk is in the read being fed: its time is stamped at its end."""
 
     def feed(self, t: float, payloads: list[bytes]) -> None:
-        """Payloads that arrived together in one read at time t."""
+        """Payloads that arrived together in one read at time t (a second read at the same t
+        adds to the same arrival, which is then marked as holding several events)."""
         tokens = 0
         for payload in payloads:
             tokens += self._scan(payload)
@@ -160,9 +163,11 @@ class TokenTimeline:
             if times and times[-1] == t:
                 # Chunks that arrived in the same read arrived together: one arrival.
                 self.chunk_tokens[-1] += tokens
+                self.chunk_multi_event_read[-1] = 1
             else:
                 times.append(t)
                 self.chunk_tokens.append(tokens)
+                self.chunk_multi_event_read.append(len(payloads) > 1)
             if self._answer_pending:
                 self._answer_pending = False
                 self.first_answer_s = t
