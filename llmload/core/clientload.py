@@ -5,23 +5,28 @@ The `client_bound` status needs the delay llmload itself adds between a token's 
 this host and its timestamp.
 
 **Kernel stamps** (plain TCP on Linux, `io.plainsocket`): a read's time is the kernel's
-receive stamp of its newest bytes, so a read that held one event is stamped exactly however
-late the client read it, and its delay (user − kernel, `IntervalSample.read_delays`) changes
-no figure. What a kernel stamp cannot give is the arrival of the *older* events of a read
-that held several: they came earlier and carry the newest one's stamp. Several events in
-one read are either the server's own burst (it wrote them together: they arrived within
-microseconds, and the client, idle, read them at once) or the client's lag (they queued
-while it was busy). The delay tells the two apart: a read holding several events that came
-READ_LATE_MS or more after its kernel stamp is counted as the client's lag, and its older
-events as stamped late by one gap between events each (the j-th older by j gaps, the gap
-being S streams / the rate events arrived, `stream_gap_ms`); every other event is exact
-(error 0). `client_added_delay_ms_p99` is the p99 of these errors over the window's
+receive stamp of its newest bytes, so a read that held one token event is stamped exactly
+however late the client read it, and its delay (user − kernel, `IntervalSample.read_delays`)
+changes no figure. Only token-carrying events count: the usage chunk and [DONE] that close
+a stream are written with its last token, and the end of every request would otherwise read
+as a merged read. What a kernel stamp cannot give is the arrival of the *older* token events
+of a read that held several: they came earlier and carry the newest one's stamp. Several
+token events in one read are either the server's own burst (it wrote them together: they
+arrived within microseconds, and the client, idle, read them at once) or the client's lag
+(they queued while it was busy). The event loop tells how long such a read waited on the
+client's other work (`io.plainsocket.read_wait_bin`: the callbacks the loop ran between
+its last poll's return and the read, and those before that poll where the bytes came
+earlier); its older token events count as stamped late by that long, but at most by one
+gap between events each (the j-th older by j gaps, the gap being S streams / the rate
+events arrived, `stream_gap_ms`). What came while the loop slept waited only for its
+wake-up, which is the machine's, not the client's load;
+every other event is exact (error 0). `client_added_delay_ms_p99` is the p99 of these errors over the window's
 kernel-stamped events, given from MIN_STAMPED_EVENTS events on (a p99 is a share of about
 1%, which needs some ten events above it); over ADDED_DELAY_BOUND_MS the cell is client_bound. So the cell is
-client-bound when reads held several events on more than about 1% of its events *and*
-came late — not when a read of one event came late, nor when a server wrote several events
-at once and they were read within READ_LATE_MS (a llama.cpp cell at 38 tok/s with 2-3
-events per packet, read within microseconds, is not). The receive queues give the second
+client-bound when reads held several token events on more than about 1% of its events
+*and* waited on a busy client — not when a read of one event came late, nor when a server
+wrote several events at once while the client slept (a llama.cpp cell at 38 tok/s with
+2-3 events per packet is not, nor the simulator's catch-up steps). The receive queues give the second
 sign: where the unread events per stream grew by QUEUE_GROWTH_EVENTS or more from the
 window's first half to its second (`queue_growth`, over at least MIN_COALESCING_INTERVALS
 intervals), the client fell behind on every stream, and the estimate is at least that
@@ -75,10 +80,8 @@ READ_DELAY_BIN_MS = 0.1
 """Resolution of the read-delay histogram: bin b holds delays in [b, b + 1) × this (the hot
 path's `client.DELAY_BINS_PER_S`)."""
 READ_LATE_MS = 0.5
-"""A kernel-stamped read that held several events and came this long or longer after its
-stamp is the client's lag, not the server's burst: an idle client reads a loopback or LAN
-socket within about 0.1 ms of its stamp (a burst), a busy one up to a gap between events
-later."""
+"""Reads of several token events that waited on the client this long or longer are counted
+in the estimate's source text ("late"); their errors are in the estimate however small."""
 MIN_STAMPED_EVENTS = 1000
 """Fewer events in kernel-stamped reads than this in a window: no estimate (its p99 is a
 share of about 1%, which needs some ten events above it)."""
@@ -104,9 +107,9 @@ class IntervalSample:
     stamped_events: int = 0
     """Events those reads carried."""
     merged_reads: int = 0
-    """Kernel-stamped reads that held several events ..."""
+    """Kernel-stamped reads that held several token events ..."""
     late_merged_reads: int = 0
-    """... and of them those that came READ_LATE_MS or more after their stamp."""
+    """... and of them those that waited on a busy client (`io.plainsocket.read_was_late`)."""
     read_delays: Counter = field(default_factory=Counter)
     """Histogram of the kernel-stamped reads' delays (user − kernel): bin index (delay /
     READ_DELAY_BIN_MS, rounded down) -> reads."""
@@ -147,22 +150,23 @@ def _counter(pairs) -> Counter:
 
 
 def stamp_errors(merged: dict[tuple[int, int], int], *, gap_ms: float) -> tuple[Counter, int, int, int]:
-    """From the hot path's reads that held several events ((events, delay bin) -> reads,
-    `client.ReadCounters.merged`) and one stream's gap between events: the histogram of
-    estimated stamp errors (the module doc: the j-th older event of a late read j gaps),
-    the reads that held several events, those of them that were late, and their events."""
+    """From the hot path's reads that held several token events ((token events, wait bin) ->
+    reads, `client.ReadCounters.merged`, the bin from `io.plainsocket.read_wait_bin`) and one
+    stream's gap between events: the histogram of estimated stamp errors of their older
+    events (the module doc: how long the read waited on the client's other work, but at
+    most j gaps for the j-th older), the reads that held several token events, those of
+    them that waited READ_LATE_MS or more, and their token events."""
     hist: Counter = Counter()
     reads = late = events = 0
-    late_bin = READ_LATE_MS / READ_DELAY_BIN_MS - 1e-9
     for (k, b), n in merged.items():
         reads += n
         events += k * n
-        if b < late_bin:
-            continue
-        late += n
+        waited_ms = (b + 1) * READ_DELAY_BIN_MS
+        if waited_ms >= READ_LATE_MS:
+            late += n
         for j in range(1, k):
-            age = j * gap_ms
-            hist[math.ceil(age / ADDED_DELAY_BIN_MS) if age > 0 else 0] += n
+            age = min(j * gap_ms, waited_ms)
+            hist[math.ceil(age / ADDED_DELAY_BIN_MS - 1e-9) if age > 0 else 0] += n
     return hist, reads, late, events
 
 
@@ -255,8 +259,8 @@ def _stamp_estimate(samples: list[IntervalSample], out: dict) -> None:
     zeros = max(events - sum(errors.values()), 0)
     late = sum(s.late_merged_reads for s in samples)
     p99 = _quantile_with_zeros(errors, zeros, 0.99)
-    source = (f"kernel stamps: {late} of {stamped} reads held several events and came "
-              f"≥ {READ_LATE_MS:g} ms late")
+    source = (f"kernel stamps: {late} of {stamped} reads held several token events and waited "
+              f"≥ {READ_LATE_MS:g} ms on the client")
     growth = queue_growth(samples)
     span = samples[-1].t_s - samples[0].t_s if len(samples) > 1 else 0.0
     streams = max(s.streams for s in samples)

@@ -8,11 +8,13 @@ processes share one time axis.
 Token arrivals are kept compactly: one entry per *token-carrying* chunk (role-only and
 empty chunks are not tokens), with the chunk's arrival time and how many tokens it carried
 (a chunk can carry several: speculative decoding, --stream-interval > 1), and whether the
-read that carried it held more than one SSE event (`chunk_multi_event_read`). An arrival
-time is the kernel's receive stamp of the read where there is one (`stamp_source`
-"kernel", plain TCP on Linux: `llmload.io.plainsocket`), else the time the read returned to
-llmload ("user"). A kernel stamp is the arrival of the read's newest bytes: exact for a read
-that held one event; the older events of a read that held several arrived earlier.
+read that carried it held more than one token-carrying SSE event (`chunk_multi_event_read`).
+An arrival time is the kernel's receive stamp of the read where there is one
+(`stamp_source` "kernel", plain TCP on Linux: `llmload.io.plainsocket`), else the time the
+read returned to llmload ("user"). A kernel stamp is the arrival of the read's newest bytes:
+exact for a read that held one token event (the usage chunk and [DONE] that close a stream
+come with its last token); the older token events of a read that held several arrived
+earlier.
 
 A reasoning model's thinking is told from its answer per token-carrying chunk, by the
 rule of `llmload.wire.stream.TokenTimeline`: a chunk whose text is only in a reasoning

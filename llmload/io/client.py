@@ -8,7 +8,7 @@ stamp on plain TCP where the OS gives one (`llmload.io.plainsocket`), else `cloc
 taken as soon as the read returns, before any parsing. The bytes then go through the
 sans-I/O layers (`chunked` -> `sse` -> `stream.TokenTimeline`); a failed answer is read and
 told by `llmload.io.failures`. A record says which stamps it has (`stamp_source`) and, per
-token-carrying chunk, whether its read held several SSE events.
+token-carrying chunk, whether its read held several token-carrying events.
 
 Rules:
 - One write per request (headers and body together); TCP_NODELAY.
@@ -33,7 +33,7 @@ from llmload.core.engines import server_truth
 from llmload.io.answertext import KeptSSE, answer_text
 from llmload.io.endpoint import Endpoint
 from llmload.io.failures import describe_failure, read_error_body, retry_after_s
-from llmload.io.plainsocket import READ_SIZE, PlainSocket, open_streams, queued_bytes, queued_events  # noqa: F401 - the monitor's
+from llmload.io.plainsocket import READ_SIZE, PlainSocket, open_streams, read_wait_bin, queued_bytes, queued_events  # noqa: F401 - the monitor's
 from llmload.wire.httphead import ResponseHeadParser
 from llmload.core.records import RequestRecord
 from llmload.wire.sse import SSEDecoder
@@ -54,8 +54,9 @@ class ReadCounters:
     """Process-wide counts of the streaming hot path, read by the load monitor
     (`loadgen.monitor.LoadMonitor`): reads that carried events, the events and bytes they
     carried; of them the kernel-stamped reads (`stamped`), their delays (`delays`: bin
-    int(delay × DELAY_BINS_PER_S) -> reads) and, for those that held several events, their
-    delay bins and event counts (`merged`: (events, bin) -> reads). The monitor takes the two
+    int(delay × DELAY_BINS_PER_S) -> reads) and, for those that held several token-carrying
+    events, their token-event counts and how they waited on the client (`merged`: (token
+    events, `plainsocket.read_wait_bin`) -> reads). The monitor takes the two
     histograms away each interval (a fresh dict in their place)."""
 
     __slots__ = ("reads", "events", "bytes", "stamped", "delays", "merged")
@@ -267,10 +268,10 @@ class _StreamReader:
                 self._remaining -= len(data)
         payloads = self._sse.feed(body)
         if payloads:
+            k = timeline.feed(t, payloads)
             counters = COUNTERS
-            n = len(payloads)
             counters.reads += 1
-            counters.events += n
+            counters.events += len(payloads)
             counters.bytes += len(data)
             if delay is None:
                 self.stamp_source = "user"
@@ -279,11 +280,10 @@ class _StreamReader:
                 b = int(delay * DELAY_BINS_PER_S)
                 h = counters.delays
                 h[b] = h.get(b, 0) + 1
-                if n > 1:
+                if k > 1:
                     h = counters.merged
-                    k = (n, b)
+                    k = (k, read_wait_bin(t, delay))
                     h[k] = h.get(k, 0) + 1
-            timeline.feed(t, payloads)
             if timeline.done and self.end_s is None:
                 self.end_s = t
         if (dechunk is not None and dechunk.finished) or self._remaining == 0:

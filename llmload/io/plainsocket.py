@@ -16,8 +16,18 @@ gives its delay (user − kernel: how long the newest bytes waited for the clien
 bytes wait in a receive queue the kernel merges them and one read returns one stamp (the
 newest), so a read that holds one event is stamped exactly and a read that holds several
 tells the client fell behind or the server wrote them together. Where there is no stamp (a
-platform without SO_TIMESTAMPNS, a read without the control message) the read's time is
-now() and its delay None.
+platform without SO_TIMESTAMPNS, a read without the control message, or the first reads
+after the machine's first stamping socket: Linux turns receive stamps on in deferred work)
+the read's time is now() and its delay None.
+
+How long a read of several token events waited on the client's other work is told by the
+event loop (`read_wait_bin`): a prepare watcher stamps the moment the loop began to poll for
+I/O and how long it had run callbacks before (`POLLS`), libev keeps the moment the poll
+returned (`loop.now()`). A read waited for the callbacks the loop ran between its poll's
+return and the read and, where its bytes came before that poll began, for the callbacks it
+ran before the poll as well. Bytes that came while the loop slept waited only for its
+wake-up (the machine's) and that dispatch.
+The watcher costs one Python call per loop iteration, not per read.
 """
 
 from __future__ import annotations
@@ -32,6 +42,7 @@ import gevent
 from gevent import socket
 from gevent.hub import Waiter
 
+from llmload.core.clientload import READ_DELAY_BIN_MS
 from llmload.core.clock import REALTIME, now, refresh_realtime
 
 SO_TIMESTAMPNS: int | None = getattr(socket, "SO_TIMESTAMPNS", 35 if sys.platform.startswith("linux") else None)
@@ -45,6 +56,55 @@ READ_SIZE = 65536
 """Bytes asked of the socket per read; a read returns whatever has arrived."""
 OPEN_SOCKETS: dict[int, "PlainSocket"] = {}
 """Open plain-TCP streaming sockets by file descriptor, for `queued_bytes`."""
+
+
+class LoopPolls:
+    """The event loop's last poll for I/O (`watch_polls`): when it began (`began_s`, now()'s
+    axis) and how long the loop had run callbacks before it (`busy_s`: from the poll before's
+    return to this one's start)."""
+
+    __slots__ = ("began_s", "busy_s", "loop", "_watcher")
+
+    def __init__(self) -> None:
+        self.began_s = 0.0
+        self.busy_s = 0.0
+        self.loop = None
+        self._watcher = None
+
+    def _began(self) -> None:
+        # libev runs prepare watchers before it polls; its now() is still the last poll's return
+        t = now()
+        self.busy_s = t - (self.loop.now() + REALTIME.offset_s)
+        self.began_s = t
+
+
+POLLS = LoopPolls()
+_BINS_PER_S = 1000.0 / READ_DELAY_BIN_MS
+
+
+def watch_polls(loop) -> None:
+    """Start stamping `loop`'s polls (once per loop; a new loop replaces the old one's watcher)."""
+    if POLLS.loop is loop:
+        return
+    if POLLS._watcher is not None:
+        POLLS._watcher.stop()
+    watcher = loop.prepare(ref=False)
+    POLLS.loop, POLLS._watcher = loop, watcher
+    watcher.start(POLLS._began)
+
+
+def read_wait_bin(t: float, delay: float) -> int:
+    """How long a kernel-stamped read (newest bytes' stamp t, read delay seconds later) waited
+    on the client's other work (the module doc), in READ_DELAY_BIN_MS bins: the time from the
+    poll's return to the read, and where its bytes came before that poll began, the callbacks
+    the loop ran before it too. Called for reads of several token events only."""
+    loop = POLLS.loop
+    if loop is None:
+        return 0
+    waited = t + delay - (loop.now() + REALTIME.offset_s)  # libev's now(): the poll's return
+    if t < POLLS.began_s:
+        waited += POLLS.busy_s
+    return max(int(waited * _BINS_PER_S), 0)
 
 
 class PlainSocket:
@@ -78,6 +138,7 @@ class PlainSocket:
                 self._raw.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
                 self.kernel_stamps = True
                 refresh_realtime()
+                watch_polls(self._hub.loop)
             except OSError:
                 pass
 

@@ -119,7 +119,7 @@ class TokenTimeline:
         self.chunk_times_s = array("d")
         self.chunk_tokens = array("I")
         self.chunk_multi_event_read = array("B")
-        """1 where the read that carried the chunk held more than one SSE event."""
+        """1 where the read that carried the chunk held more than one token-carrying event."""
         self._key = count_key
         self._count = _count_pattern(count_key)
         self._container, self._source = COUNT_KEYS[count_key]
@@ -152,25 +152,33 @@ class TokenTimeline:
         self._answer_pending = False
         """The first answer chunk is in the read being fed: its time is stamped at its end."""
 
-    def feed(self, t: float, payloads: list[bytes]) -> None:
+    def feed(self, t: float, payloads: list[bytes]) -> int:
         """Payloads that arrived together in one read at time t (a second read at the same t
-        adds to the same arrival, which is then marked as holding several events)."""
-        tokens = 0
+        adds to the same arrival, which is then marked as holding several token events).
+        Returns how many of them carried tokens: a read's kernel stamp is its newest bytes'
+        arrival, so only the older *token* events of a read are stamped late by it (the
+        usage chunk and [DONE] that close a stream come with its last token)."""
+        tokens = events = 0
         for payload in payloads:
-            tokens += self._scan(payload)
+            n = self._scan(payload)
+            if n:
+                tokens += n
+                events += 1
         if tokens:
             times = self.chunk_times_s
             if times and times[-1] == t:
-                # Chunks that arrived in the same read arrived together: one arrival.
+                # The same stamp: these bytes came in the same packet as the last read's.
                 self.chunk_tokens[-1] += tokens
-                self.chunk_multi_event_read[-1] = 1
+                if events > 1:
+                    self.chunk_multi_event_read[-1] = 1
             else:
                 times.append(t)
                 self.chunk_tokens.append(tokens)
-                self.chunk_multi_event_read.append(len(payloads) > 1)
+                self.chunk_multi_event_read.append(events > 1)
             if self._answer_pending:
                 self._answer_pending = False
                 self.first_answer_s = t
+        return events
 
     def _scan(self, payload: bytes) -> int:
         """Tokens carried by one chunk; the rare facts go through the slow path."""
