@@ -170,7 +170,8 @@ def test_reasoning_on_the_chat_endpoint(server, tmp_path):
 
 def test_sequences_at_once_are_learned_from_the_gauges(server, tmp_path):
     """vLLM reports max_num_seqs nowhere: with no launch command, a cell above it shows the
-    running gauge held at 8 while the rest wait, and a later cell above it is planned queued."""
+    running gauge held at 8 while the rest wait, and a later cell above it is planned queued
+    (where the first cell taught it)."""
     out = tmp_path / "seqs"
     # 8-s windows: vLLM's /metrics answers slowly while it streams (one read took over a
     # second here), and the limit is learned from at least 3 reads that saw requests waiting.
@@ -183,12 +184,14 @@ def test_sequences_at_once_are_learned_from_the_gauges(server, tmp_path):
     # gauges teach the limit either way
     assert cells[(0, 10)]["status"] in ("saturated", "client_bound", "stalled") and cells[(0, 10)]["max_waiting"] >= 1
     assert doc["server"]["max_sequences"] == 8, doc["server"]
-    assert doc["server"]["max_sequences_source"].startswith("learned from cell 0×10"), doc["server"]
-    plan = {(c["context_tokens"], c["concurrency"]): c for c in doc["plan"] if c["phase"] == "decode"}
-    assert plan[(0, 16)]["status"] == "queued", plan[(0, 16)]
-    # It ran, and the server queued what the plan said it would: 8 of 16 waited. (Its status
-    # can read client_bound: the receive-queue estimate counts vLLM's bursts and the waiting
-    # streams' silence as client delay, a false alarm left to kernel receive stamps.)
+    # Learned from the first cell above the limit whose window showed it: 0×10, or on a
+    # loaded machine (vLLM's /metrics answering late in 0×10's window) 0×16
+    source = doc["server"]["max_sequences_source"]
+    assert source.startswith(("learned from cell 0×10", "learned from cell 0×16")), doc["server"]
+    if source.startswith("learned from cell 0×10"):
+        plan = {(c["context_tokens"], c["concurrency"]): c for c in doc["plan"] if c["phase"] == "decode"}
+        assert plan[(0, 16)]["status"] == "queued", plan[(0, 16)]
+    # It ran, and the server queued as the limit says: 8 of 16 waited.
     assert cells[(0, 16)]["total_tok_s"] and cells[(0, 16)]["median_waiting"] >= 4, cells[(0, 16)]
 
 

@@ -11,27 +11,26 @@ changes no figure. Only token-carrying events count: the usage chunk and [DONE] 
 a stream are written with its last token, and the end of every request would otherwise read
 as a merged read. What a kernel stamp cannot give is the arrival of the *older* token events
 of a read that held several: they came earlier and carry the newest one's stamp. Several
-token events in one read are either the server's own burst (it wrote them together: they
-arrived within microseconds, and the client, idle, read them at once) or the client's lag
-(they queued while it was busy). The event loop tells how long such a read waited on the
-client's other work (`io.plainsocket.read_wait_bin`: the callbacks the loop ran between
-its last poll's return and the read, and those before that poll where the bytes came
-earlier); its older token events count as stamped late by that long, but at most by one
-gap between events each (the j-th older by j gaps, the gap being S streams / the rate
-events arrived, `stream_gap_ms`). What came while the loop slept waited only for its
-wake-up, which is the machine's, not the client's load;
-every other event is exact (error 0). `client_added_delay_ms_p99` is the p99 of these errors over the window's
+token events in one read are either the server's own burst (it wrote them together) or the
+client's lag (they queued while it was busy). The event loop tells how long such a read
+waited on the client's other work (`io.plainsocket.read_wait_bin`: the callbacks the loop
+ran between its last poll's return and the read, and those before that poll where the
+bytes came earlier); its older token events count as stamped late by that long, but at
+most by one gap between events each (the j-th older by j gaps, the gap being S streams /
+the rate events arrived, `stream_gap_ms`). What came while the loop slept waited only for
+its wake-up, which is the machine's, not the client's load. Every other event is exact
+(error 0). `client_added_delay_ms_p99` is the p99 of these errors over the window's
 kernel-stamped events, given from MIN_STAMPED_EVENTS events on (a p99 is a share of about
-1%, which needs some ten events above it); over ADDED_DELAY_BOUND_MS the cell is client_bound. So the cell is
-client-bound when reads held several token events on more than about 1% of its events
-*and* waited on a busy client — not when a read of one event came late, nor when a server
-wrote several events at once while the client slept (a llama.cpp cell at 38 tok/s with
-2-3 events per packet is not, nor the simulator's catch-up steps). The receive queues give the second
-sign: where the unread events per stream grew by QUEUE_GROWTH_EVENTS or more from the
-window's first half to its second (`queue_growth`, over at least MIN_COALESCING_INTERVALS
-intervals), the client fell behind on every stream, and the estimate is at least that
-many gaps. A window that mixes kernel-stamped and user-stamped reads (`stamp_source`
-"mixed") is judged by its kernel-stamped ones.
+1%, which needs some ten events above it); over ADDED_DELAY_BOUND_MS the cell is
+client_bound. So the cell is client-bound when reads held several token events on more than
+about 1% of its events *and* had waited on the client's other work — not when a read of one
+event came late, nor when a server wrote several events at once while the client slept (a
+llama.cpp cell at 38 tok/s with 2-3 events per packet is not, nor the simulator's catch-up
+steps). The receive queues give the second sign: where the unread events per stream grew
+by QUEUE_GROWTH_EVENTS or more from the window's first half to its second (`queue_growth`,
+over at least MIN_COALESCING_INTERVALS intervals), the client fell behind on every stream,
+and the estimate is at least that many gaps. A window that mixes kernel-stamped and
+user-stamped reads (`stamp_source` "mixed") is judged by its kernel-stamped ones.
 
 **User-space stamps** (TLS, or no kernel stamp): the process cannot time bytes it has not
 read yet. What it can see, every monitor interval (`loadgen.monitor.LoadMonitor`):
