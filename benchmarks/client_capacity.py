@@ -16,7 +16,10 @@ that axis with the same shift measured here (it differs between processes by mic
 
 Per row, over the cell's window (tokens sent in it), as a Markdown table:
 - events/s demanded (streams / tick) and read (tokens recorded per second);
-- stamp error (recorded time − send time) p50 / p99 / max;
+- stamp error (recorded time − send time) p50 / p99 / max, and the p99 over the tokens whose
+  read held one token event, with the share of tokens in reads that held several (the
+  records' `chunk_multi_event_read`: a kernel stamp is a read's newest bytes', so the older
+  events of such a read carry a later time than their arrival);
 - events per read: tokens per recorded arrival in the records (chunks read together are
   one arrival), and llmload's own figure from its monitor (`client_events_per_read`);
 - client CPU: every llmload process's CPU % over the window from /proc (the controller
@@ -190,8 +193,11 @@ def run_level(exe: Path, streams: int, tick_ms: float, mode: str, procs: int, se
         arr = np.full(int(part["k"].max()) + 1, np.nan)
         arr[part["k"]] = part["t"].astype(np.float64) / 1e9 + shift  # the epoch axis
         send[int(key)] = arr
-    errors, arrivals, tokens_read, per_process, unmatched = [], 0, 0, {}, 0
-    for rec in table.select(["user_id", "tag", "chunk_times_s", "chunk_tokens"]).to_pylist():
+    errors, merged, arrivals, tokens_read, per_process, unmatched = [], [], 0, 0, {}, 0
+    columns = ["user_id", "tag", "chunk_times_s", "chunk_tokens"]
+    if "chunk_multi_event_read" in table.column_names:
+        columns.append("chunk_multi_event_read")
+    for rec in table.select(columns).to_pylist():
         if rec["tag"] != "decode" or not rec["chunk_tokens"]:
             continue
         times = np.asarray(rec["chunk_times_s"])
@@ -210,6 +216,10 @@ def run_level(exe: Path, streams: int, tick_ms: float, mode: str, procs: int, se
         tok_send = st[np.minimum(tok, len(st) - 1)]
         inside = (tok_send >= t0) & (tok_send <= t1) & (tok < len(st))
         errors.append((at[inside] - tok_send[inside]) * 1000.0)
+        multi = rec.get("chunk_multi_event_read")
+        if multi is not None and len(multi) == len(times):
+            # the tokens whose read held several token events (kernel stamps: the older ones late)
+            merged.append(np.repeat(np.asarray(multi, dtype=bool)[ok], counts[ok])[inside])
         in_arrivals = ok & (times >= t0) & (times <= t1)
         arrivals += int(in_arrivals.sum())
         read = int(counts[in_arrivals].sum())
@@ -217,6 +227,8 @@ def run_level(exe: Path, streams: int, tick_ms: float, mode: str, procs: int, se
         proc = rec["user_id"].split(".", 1)[0] if rec["user_id"].startswith("w") else "w0"
         per_process[proc] = per_process.get(proc, 0) + read
     err = np.concatenate(errors) if errors else np.zeros(0)
+    flags = np.concatenate(merged) if merged and len(merged) == len(errors) else None
+    single = err[~flags] if flags is not None else np.zeros(0)
     # CPU over the window, on perf_counter's axis (the samples') from the epoch one.
     cpu, span = sampler.cpu_between(t0 - shift, t1 - shift)
     names = sampler.names
@@ -237,6 +249,8 @@ def run_level(exe: Path, streams: int, tick_ms: float, mode: str, procs: int, se
         "p99_ms": float(np.percentile(err, 99)) if err.size else float("nan"),
         "max_ms": float(err.max()) if err.size else float("nan"),
         "min_ms": float(err.min()) if err.size else float("nan"), "tokens_matched": int(err.size),
+        "p99_single_ms": float(np.percentile(single, 99)) if single.size else float("nan"),
+        "merged_pct": 100.0 * float(flags.mean()) if flags is not None and flags.size else float("nan"),
         "events_per_read": tokens_read / arrivals if arrivals else float("nan"),
         "llmload_events_per_read": load.get("client_events_per_read"),
         "cpu_pct": [100.0 * v / span for v in streaming.values()] if span > 0 else [],
@@ -256,7 +270,8 @@ def _fmt(x, spec=",.0f"):
 
 def table(rows: list[dict]) -> str:
     head = ("| streams × tick | mode | procs | events/s demanded | sent | read | most read by one process "
-            "| stamp error p50 / p99 / max ms | events/read (records / llmload) | client CPU % (streaming processes) "
+            "| stamp error p50 / p99 / max ms | p99 ms, tokens of one-event reads (tokens in reads of several, %) "
+            "| events/read (records / llmload) | client CPU % (streaming processes) "
             "| all llmload CPU % | CPU µs/event | llmload's CPU % mean | client_bound (estimate p99 ms) "
             f"| server CPU % | machine CPU % of {os.cpu_count() * 100} (steal) |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
@@ -265,6 +280,7 @@ def table(rows: list[dict]) -> str:
             f"| {r['streams']} × {r['tick_ms']:g} ms | {r['mode']} | {r['procs']} | {_fmt(r['demanded'])} "
             f"| {_fmt(r['sent'])} | {_fmt(r['read'])} | {_fmt(r['per_process_max'])} "
             f"| {_fmt(r['p50_ms'], '.2f')} / {_fmt(r['p99_ms'], '.2f')} / {_fmt(r['max_ms'], '.1f')} "
+            f"| {_fmt(r.get('p99_single_ms'), '.2f')} ({_fmt(r.get('merged_pct'), '.1f')}) "
             f"| {_fmt(r['events_per_read'], '.2f')} / {_fmt(r['llmload_events_per_read'], '.2f')} "
             f"| {' + '.join(_fmt(c) for c in r['cpu_pct'])} | {_fmt(r['all_cpu_pct'])} | {_fmt(r['us_per_event'], '.1f')} "
             f"| {_fmt(r['llmload_cpu_pct'])} | {'yes' if r['client_bound'] else 'no'} ({_fmt(r['estimate_p99_ms'], '.1f')}) "
