@@ -124,10 +124,16 @@ def test_a_read_is_stamped_with_the_kernels_receive_time():
 def test_a_late_read_keeps_its_arrival_and_its_user_time_is_later():
     plain, peer = _pair()
     try:
-        sent = clock.now()
-        peer.sendall(b"data: 1\n\n")
-        time.sleep(0.2)  # the client is busy: the bytes wait in the receive queue
-        t, _, delay = _one_read(plain)
+        # A read now and then comes without a stamp on a loaded machine (seen once in a full
+        # CI run): it then has the user-space time, as the client handles it. Up to 3 tries.
+        for _ in range(3):
+            sent = clock.now()
+            peer.sendall(b"data: 1\n\n")
+            time.sleep(0.2)  # the client is busy: the bytes wait in the receive queue
+            t, _, delay = _one_read(plain)
+            if delay is not None:
+                break
+        assert delay is not None, "no kernel stamp in 3 reads"
         assert sent - 0.0005 <= t <= sent + 0.02
         assert delay >= 0.19  # read 200 ms after it arrived
         # recv_stamped, the header read, gives the same

@@ -133,6 +133,25 @@ def test_llama_cpp_chat_count_that_grows_only_in_the_final_chunk_is_counted():
     assert list(tl.chunk_tokens)[-1] == 1 and list(tl.chunk_times_s)[-1] == 1.02
 
 
+def test_a_token_whose_text_llama_cpp_held_back_arrives_with_its_count():
+    # As recorded from llama-server (chat, max_tokens 1, a random-weight model): the one
+    # token is a partial UTF-8 character, so no chunk carries text; the finish chunk has an
+    # empty delta and the final chunk the counts. The token arrived with them.
+    tl = TokenTimeline(count_key="predicted_n")
+    finish = json.dumps({"choices": [{"finish_reason": "length", "index": 0, "delta": {}}]}).encode()
+    final = json.loads(llama_chunk("", 1, 0.5))
+    final["choices"] = []
+    final["usage"] = {"completion_tokens": 1, "prompt_tokens": 1327, "total_tokens": 1328}
+    tl.feed(2.5, [finish, json.dumps(final).encode()])
+    tl.feed(2.6, [b"[DONE]"])
+    tl.finish()
+    assert list(tl.chunk_times_s) == [2.5] and tl.output_tokens == 1 == tl.completion_tokens
+    # an answer of no tokens stays empty
+    empty = TokenTimeline()
+    empty.feed(1.0, [chunk("", finish="stop"), final_usage(0), b"[DONE]"])
+    assert empty.output_tokens == 0 and not empty.chunk_times_s
+
+
 def test_a_final_total_is_not_counted_again_on_a_stream_counted_by_chunks():
     tl = TokenTimeline()
     tl.feed(1.0, [chunk("a")])

@@ -178,6 +178,13 @@ class TokenTimeline:
             if self._answer_pending:
                 self._answer_pending = False
                 self.first_answer_s = t
+        elif self.completion_tokens and not self.chunk_times_s and self.error is None:
+            # The server's count says it generated tokens whose text it never sent (llama.cpp
+            # holds back a partial UTF-8 character to the end: a one-token answer can come as
+            # a finish chunk with an empty delta, then the usage): they arrived with that count.
+            self.chunk_times_s.append(t)
+            self.chunk_tokens.append(self.completion_tokens)
+            self.chunk_multi_event_read.append(0)
         return events
 
     def _scan(self, payload: bytes) -> int:
