@@ -24,7 +24,7 @@ from llmload.loadgen.monitor import LoadMonitor
 from llmload.matrix.driver import spawn_rate_for
 from llmload.matrix.loop import CELL_CHANGE_S, remaining_s
 from llmload.core.scenario import Scenario, ScenarioError
-from tests_helpers import StreamServer, llmload
+from tests_helpers import StreamServer, llmload, loopback_pair
 
 
 # ----------------------------------------------------------------------------- the estimate
@@ -104,14 +104,8 @@ def test_no_coalescing_estimate_rests_on_too_few_intervals_or_events():
 
 def test_queued_bytes_reads_the_kernel_receive_queue():
     from llmload.io.client import open_streams, queued_bytes
-    from llmload.io.plainsocket import OPEN_SOCKETS, PlainSocket
-    from gevent import socket as gsocket
-    listener = pysocket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(1)
-    client = gsocket.create_connection(listener.getsockname())
-    peer, _ = listener.accept()
-    plain = PlainSocket(client)
+    from llmload.io.plainsocket import OPEN_SOCKETS
+    plain, peer = loopback_pair()
     try:
         assert open_streams() >= 1 and plain._fd in OPEN_SOCKETS
         peer.sendall(b"x" * 1234)
@@ -122,7 +116,6 @@ def test_queued_bytes_reads_the_kernel_receive_queue():
     finally:
         plain.close()
         peer.close()
-        listener.close()
     assert plain._fd not in OPEN_SOCKETS
 
 

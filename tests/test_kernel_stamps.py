@@ -3,7 +3,6 @@ mapped onto llmload's clock, and the client_bound verdict that follows what they
 Real loopback sockets and the embedded simulator; timing bounds are generous."""
 
 import json
-import socket as pysocket
 import sys
 import time
 from array import array
@@ -11,7 +10,7 @@ from collections import Counter
 
 import gevent
 import pytest
-from gevent import monkey, socket as gsocket
+from gevent import monkey
 
 from llmload.core import clock
 from llmload.core.capacity import PlannedCell
@@ -26,6 +25,7 @@ from llmload.io.plainsocket import POLLS, PlainSocket, read_wait_bin
 from llmload.wire.stream import TokenTimeline
 from llmload.loadgen.monitor import LoadMonitor
 from llmload.output.recordstore import read_cell, write_cell
+from tests_helpers import loopback_pair
 
 RealThread = monkey.get_original("threading", "Thread")
 real_sleep = monkey.get_original("time", "sleep")
@@ -60,16 +60,6 @@ def test_the_realtime_offset_is_measured_again_once_it_is_old():
 # ----------------------------------------------------------------------------- loopback
 
 
-def _pair():
-    listener = pysocket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(1)
-    client = gsocket.create_connection(listener.getsockname())
-    peer, _ = listener.accept()
-    listener.close()
-    return PlainSocket(client), peer
-
-
 def _one_read(plain: PlainSocket) -> tuple[float, bytes, float | None]:
     got = []
 
@@ -78,6 +68,21 @@ def _one_read(plain: PlainSocket) -> tuple[float, bytes, float | None]:
         return True
     plain.pump(consume)
     return got[0]
+
+
+def _stamped_read(plain: PlainSocket, peer, payload: bytes, *, wait_s: float):
+    """Send payload, wait wait_s, read it: (send time, t, data, delay) of the first of up to
+    3 tries whose read had the kernel's stamp. A read now and then comes without one on a
+    loaded machine (seen once in a full CI run) and has the user-space time, as the client
+    handles it."""
+    for _ in range(3):
+        sent = clock.now()
+        peer.sendall(payload)
+        time.sleep(wait_s)
+        t, data, delay = _one_read(plain)
+        if delay is not None:
+            return sent, t, data, delay
+    raise AssertionError("no kernel stamp in 3 reads")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -89,7 +94,7 @@ def stamping_on():
     if not sys.platform.startswith("linux"):
         yield
         return
-    plain, peer = _pair()
+    plain, peer = loopback_pair()
     deadline = time.monotonic() + 2.0
     try:
         while True:
@@ -106,13 +111,11 @@ def stamping_on():
 
 @linux
 def test_a_read_is_stamped_with_the_kernels_receive_time():
-    plain, peer = _pair()
+    plain, peer = loopback_pair()
     try:
         assert plain.kernel_stamps
-        sent = clock.now()
-        peer.sendall(b"data: {}\n\n")
-        t, data, delay = _one_read(plain)
-        assert data == b"data: {}\n\n" and delay is not None
+        sent, t, data, delay = _stamped_read(plain, peer, b"data: {}\n\n", wait_s=0.0)
+        assert data == b"data: {}\n\n"
         # the kernel's time, on llmload's axis: after the send, before the read returned
         assert sent - 0.0005 <= t <= t + delay + 0.0005 and delay < 1.0
     finally:
@@ -122,18 +125,10 @@ def test_a_read_is_stamped_with_the_kernels_receive_time():
 
 @linux
 def test_a_late_read_keeps_its_arrival_and_its_user_time_is_later():
-    plain, peer = _pair()
+    plain, peer = loopback_pair()
     try:
-        # A read now and then comes without a stamp on a loaded machine (seen once in a full
-        # CI run): it then has the user-space time, as the client handles it. Up to 3 tries.
-        for _ in range(3):
-            sent = clock.now()
-            peer.sendall(b"data: 1\n\n")
-            time.sleep(0.2)  # the client is busy: the bytes wait in the receive queue
-            t, _, delay = _one_read(plain)
-            if delay is not None:
-                break
-        assert delay is not None, "no kernel stamp in 3 reads"
+        # the client is busy: the bytes wait in the receive queue
+        sent, t, _, delay = _stamped_read(plain, peer, b"data: 1\n\n", wait_s=0.2)
         assert sent - 0.0005 <= t <= sent + 0.02
         assert delay >= 0.19  # read 200 ms after it arrived
         # recv_stamped, the header read, gives the same
@@ -149,7 +144,7 @@ def test_a_late_read_keeps_its_arrival_and_its_user_time_is_later():
 
 def test_without_the_option_a_read_has_the_user_space_time(monkeypatch):
     monkeypatch.setattr(plainsocket, "SO_TIMESTAMPNS", None)
-    plain, peer = _pair()
+    plain, peer = loopback_pair()
     try:
         assert not plain.kernel_stamps
         peer.sendall(b"data: 1\n\n")
@@ -164,7 +159,7 @@ def test_without_the_option_a_read_has_the_user_space_time(monkeypatch):
 
 @linux
 def test_the_loop_tells_a_read_that_came_while_it_slept_from_one_that_came_while_it_was_busy():
-    plain, peer = _pair()
+    plain, peer = loopback_pair()
     got = []
 
     def consume(t, data, delay):

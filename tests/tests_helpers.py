@@ -113,6 +113,22 @@ def a_measured_cell_in(out: Path) -> bool:
     return any(c["status"] in BUSY_MACHINE for c in cells.values())
 
 
+def loopback_pair():
+    """(PlainSocket, peer): a connected plain-TCP pair on 127.0.0.1, the client side as the
+    streaming hot path reads it; the caller closes both."""
+    from gevent import socket as gsocket
+    from llmload.io.plainsocket import PlainSocket
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    try:
+        client = gsocket.create_connection(listener.getsockname())
+        peer, _ = listener.accept()
+    finally:
+        listener.close()
+    return PlainSocket(client), peer
+
+
 def wait_for(predicate: Callable[[], object], timeout_s: float, what: str):
     """predicate()'s first true value, polled every 0.1 s; fails after timeout_s."""
     deadline = time.monotonic() + timeout_s
