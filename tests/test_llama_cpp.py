@@ -149,7 +149,9 @@ def test_plan_and_statuses_on_the_real_server(matrix):
         expected = {"run": "valid", "queued": "saturated", "exceeds_context": "exceeds_context"}[EXPECTED_PLAN[(c, n)]]
         assert cell["status"] == expected, (endpoint, c, n, cell["reason"])
         if cell["total_tok_s"] and sys.platform.startswith("linux"):
-            assert cell["stamp_source"] == "kernel", (endpoint, c, n, cell["stamp_source"])
+            # judged by the kernel's stamps ("mixed": some reads came without one, the
+            # verdict then uses those that had it)
+            assert cell["stamp_source"] in ("kernel", "mixed"), (endpoint, c, n, cell["stamp_source"])
 
 
 def test_figures_agree_with_the_servers_own_timings(matrix):

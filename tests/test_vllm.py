@@ -116,7 +116,7 @@ def test_counts_and_prompts_are_exact(boundary_run):
         assert cell["usage_mismatches"] == 0, key
         assert cell["server_prompt_tokens"] == key[0], key  # token-ID prompts: exact
         if sys.platform.startswith("linux"):
-            assert cell["stamp_source"] == "kernel", key  # token times are the kernel's receive stamps
+            assert cell["stamp_source"] in ("kernel", "mixed"), key  # judged by the kernel's receive stamps
         if BOUNDARY[key] == "run":
             # Seen by the server (--enable-prompt-tokens-details); where the users' prompts do
             # not fit the pool together, warming one evicts another's and the cell says so.

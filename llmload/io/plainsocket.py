@@ -17,7 +17,8 @@ bytes wait in a receive queue the kernel merges them and one read returns one st
 newest), so a read that holds one event is stamped exactly and a read that holds several
 tells the client fell behind or the server wrote them together. Where there is no stamp (a
 platform without SO_TIMESTAMPNS, a read without the control message, or the first reads
-after the machine's first stamping socket: Linux turns receive stamps on in deferred work)
+after the machine's first stamping socket: Linux turns receive stamps on in deferred work,
+and a process keeps them on for its life with one socket that asks, `_keep_stamping_on`)
 the read's time is now() and its delay None.
 
 How long a read of several token events waited on the client's other work is told by the
@@ -107,6 +108,25 @@ def read_wait_bin(t: float, delay: float) -> int:
     return max(int(waited * _BINS_PER_S), 0)
 
 
+_KEEPER: list = []
+
+
+def _keep_stamping_on() -> None:
+    """Hold one socket with SO_TIMESTAMPNS for the process's life. Linux stamps received
+    packets only while some socket asks, and turns that on and off in deferred work: without
+    it, each time the last streaming connection closed (a server that closes after each
+    answer, the gap between cells) the next connection's first reads came without a stamp
+    (a real llama.cpp cell read "mixed")."""
+    if _KEEPER:
+        return
+    try:
+        keeper = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        keeper.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    except OSError:
+        return
+    _KEEPER.append(keeper)
+
+
 class PlainSocket:
     """A plain-TCP gevent socket, read the cheap way.
 
@@ -139,6 +159,7 @@ class PlainSocket:
                 self.kernel_stamps = True
                 refresh_realtime()
                 watch_polls(self._hub.loop)
+                _keep_stamping_on()
             except OSError:
                 pass
 
