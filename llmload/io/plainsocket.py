@@ -38,6 +38,7 @@ import struct
 import sys
 import termios
 from array import array
+from time import perf_counter as _perf_counter
 
 import gevent
 from gevent import socket
@@ -60,23 +61,24 @@ OPEN_SOCKETS: dict[int, "PlainSocket"] = {}
 
 
 class LoopPolls:
-    """The event loop's last poll for I/O (`watch_polls`): when it began (`began_s`, now()'s
-    axis) and how long the loop had run callbacks before it (`busy_s`: from the poll before's
-    return to this one's start)."""
+    """The event loop's last poll for I/O (`watch_polls`): when it began (`began_perf`,
+    perf_counter) and when the poll before it returned (`returned`, libev's now(): the
+    CLOCK_REALTIME axis). The watcher only keeps the two raw times (one Python call per loop
+    iteration); `read_wait_bin` maps them, for the rare reads that need it."""
 
-    __slots__ = ("began_s", "busy_s", "loop", "_watcher")
+    __slots__ = ("began_perf", "returned", "loop", "_watcher", "_loop_now")
 
     def __init__(self) -> None:
-        self.began_s = 0.0
-        self.busy_s = 0.0
+        self.began_perf = 0.0
+        self.returned = 0.0
         self.loop = None
         self._watcher = None
+        self._loop_now = None
 
     def _began(self) -> None:
         # libev runs prepare watchers before it polls; its now() is still the last poll's return
-        t = now()
-        self.busy_s = t - (self.loop.now() + REALTIME.offset_s)
-        self.began_s = t
+        self.began_perf = _perf_counter()
+        self.returned = self._loop_now()
 
 
 POLLS = LoopPolls()
@@ -90,7 +92,7 @@ def watch_polls(loop) -> None:
     if POLLS._watcher is not None:
         POLLS._watcher.stop()
     watcher = loop.prepare(ref=False)
-    POLLS.loop, POLLS._watcher = loop, watcher
+    POLLS.loop, POLLS._watcher, POLLS._loop_now = loop, watcher, loop.now
     watcher.start(POLLS._began)
 
 
@@ -99,12 +101,15 @@ def read_wait_bin(t: float, delay: float) -> int:
     on the client's other work (the module doc), in READ_DELAY_BIN_MS bins: the time from the
     poll's return to the read, and where its bytes came before that poll began, the callbacks
     the loop ran before it too. Called for reads of several token events only."""
-    loop = POLLS.loop
+    polls = POLLS
+    loop = polls.loop
     if loop is None:
         return 0
-    waited = t + delay - (loop.now() + REALTIME.offset_s)  # libev's now(): the poll's return
-    if t < POLLS.began_s:
-        waited += POLLS.busy_s
+    realtime = REALTIME.offset_s
+    waited = t + delay - (loop.now() + realtime)  # libev's now(): this poll's return
+    began_s = polls.began_perf + (now() - _perf_counter())
+    if t < began_s:
+        waited += began_s - (polls.returned + realtime)  # the callbacks run before this poll
     return max(int(waited * _BINS_PER_S), 0)
 
 

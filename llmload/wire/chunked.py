@@ -16,22 +16,29 @@ class ChunkedError(ValueError):
 
 
 class ChunkedDecoder:
-    __slots__ = ("_state", "_remaining", "_line")
+    __slots__ = ("_state", "_remaining", "_line", "finished")
 
     def __init__(self) -> None:
         self._state = _SIZE
         self._remaining = 0
         self._line = b""
-
-    @property
-    def finished(self) -> bool:
-        """True once the last (zero-size) chunk and the trailer section were read."""
-        return self._state == _DONE
+        self.finished = False
+        """True once the last (zero-size) chunk and the trailer section were read (an
+        attribute, not a property: the hot path reads it once per read)."""
 
     def feed(self, data: bytes) -> bytes:
         if self._state == _SIZE and not self._line:
             # Fast path: whole `size CRLF data CRLF` chunks, one find and two slices each;
             # anything else (a split chunk, extensions, the last chunk) from where it starts.
+            # The commonest read, one whole chunk, first.
+            j = data.find(b"\r\n")
+            if j > 0 and data.endswith(b"\r\n"):
+                try:
+                    size = int(data[:j], 16)
+                except ValueError:
+                    size = 0
+                if size > 0 and j + 4 + size == len(data):
+                    return data[j + 2:-2]
             out = []
             i, n = 0, len(data)
             while i < n:
@@ -89,6 +96,7 @@ class ChunkedDecoder:
         if self._state == _TRAILER:
             if not line:
                 self._state = _DONE
+                self.finished = True
             return
         text = line.split(b";", 1)[0].strip()
         # Hex digits only: int(..., 16) would also take "-1", "+a", "0x1a" and "1_0".

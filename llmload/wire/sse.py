@@ -30,6 +30,9 @@ class SSEDecoder:
 
     def feed(self, data: bytes) -> list[bytes]:
         """Add bytes; return the data payloads of every event they completed."""
+        if not self._buf and data.startswith(b"data: ") and data.find(b"\n", 6) == len(data) - 2 \
+                and data.endswith(b"\n\n") and b"\r" not in data:
+            return [data[6:-2]]  # the commonest read: one whole single-line event
         buf = self._buf + data if self._buf else data
         if b"\r" not in buf:
             blocks = buf.split(_LF2)

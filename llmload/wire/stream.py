@@ -24,27 +24,25 @@ streams its thinking in a delta field of its own (REASONING_FIELDS) and the answ
 "content" (ANSWER_FIELDS); the rule is in `TokenTimeline`'s docstring. Only names listed
 here are recognised: a server that names its reasoning text otherwise is one entry more.
 
-What is trusted: a count is read only from inside its own object (`"usage": {...}` or
-`"timings": {...}`), never from text that mentions it; an event whose bytes do not look
-like one whole JSON object (not ending in "}", unbalanced braces or quotes) is parsed in
-full, and one that does not parse fails the request with the reason; an error object is
-looked for anywhere in the event, not only at its start.
+What is trusted: every event is parsed in full as JSON, so a count is read only from its
+own object (`"usage": {...}` or `"timings": {...}`), never from text that mentions it; an
+event that does not parse fails the request with the reason, and so does an error object
+(`{"error": ...}`, `{"object": "error"}`) anywhere in the stream.
 
-Hot path: a chunk costs a few substring counts and one or two precompiled regex searches
-on its bytes. A full `json.loads` happens only for the rare chunks that carry a finish
-reason, the final usage or an error, for events that fail the cheap shape check (text with
-braces or escaped quotes in it), and once at the end of a cut request whose server
-reports timings, so per-token work stays a few microseconds. Telling thinking from
-answering adds one substring test per token-carrying chunk once the answer has begun, and
-up to two regex searches on the chunks before it and on those that hold a reasoning field.
+Hot path: the parse is orjson's (`_loads`: about 1.3 µs for a 250-byte completions chunk
+on this project's 2-core machine, where the standard library's takes 10 µs and the
+substring and regex scan it replaced took about 7 µs in all), then a few dict lookups for
+the common chunk (one choice, no finish reason, no error); a chunk with a finish reason,
+the final usage or an error has its facts read by `_facts`.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 from array import array
+
+import orjson
 
 #: Fields that carry answer text: a completions choice's "text", a chat delta's "content".
 ANSWER_FIELDS = ("text", "content")
@@ -55,43 +53,26 @@ REASONING_FIELDS = ("reasoning", "reasoning_content")
 _DONE = b"[DONE]"
 
 
-def _text_pattern(names: tuple[str, ...]) -> re.Pattern:
-    """Non-empty text in one of the fields `names`: the opening quote is followed by
-    anything but the closing quote. Inside a JSON string every quote is escaped, so a match
-    is a key, never text that mentions one."""
-    return re.compile(rb'"(?:' + b"|".join(re.escape(n.encode()) for n in names) + rb')"\s*:\s*"[^"]')
-
-
-_NONEMPTY_TEXT = _text_pattern(ANSWER_FIELDS + REASONING_FIELDS)
-_ANSWER_TEXT = _text_pattern(ANSWER_FIELDS)
-_REASONING_TEXT = _text_pattern(REASONING_FIELDS)
-# What every reasoning field's key starts with: one substring test per chunk tells a chunk
-# that may carry reasoning from one that cannot (b'"' at worst: always looked at, never wrong).
+_TEXT_FIELDS = ANSWER_FIELDS + REASONING_FIELDS
+# What every reasoning field's key starts with: once the answer has begun, one substring
+# test per token chunk tells a chunk that may carry reasoning from one that cannot.
 _REASONING_MARK = os.path.commonprefix([b'"' + n.encode() for n in REASONING_FIELDS])
-_FINISHED = re.compile(rb'"finish_reason"\s*:\s*"')
-_EMPTY_CHOICES = re.compile(rb'"choices"\s*:\s*\[\s*\]')
-# Every error shape ({"error": ...}, {"object": "error"}) holds this; so can a text that
-# ends in the word (rare: it then takes the full parse, which decides).
-_ERROR = b'error"'
-_COUNT_PATTERNS: dict[str, re.Pattern] = {}
 #: Per cumulative count key: the object that holds it and the token source it gives.
 COUNT_KEYS = {"completion_tokens": ("usage", "continuous_usage"),
               "predicted_n": ("timings", "timings_per_token")}
 
 
-def _count_pattern(key: str) -> re.Pattern:
-    pattern = _COUNT_PATTERNS.get(key)
-    if pattern is None:
-        pattern = _COUNT_PATTERNS[key] = re.compile(rb'"' + key.encode() + rb'"\s*:\s*(\d+)')
-    return pattern
-
-
-def _looks_whole(payload: bytes) -> bool:
-    """Cheap shape check of one JSON object: a closing brace at the end, as many "{" as
-    "}" and an even number of quotes. Text with braces or escaped quotes fails it too:
-    those events take the full parse, which decides."""
-    return (payload.endswith(b"}") and payload.count(b"{") == payload.count(b"}")
-            and not payload.count(b'"') & 1)
+def _loads(payload: bytes):
+    """The event's JSON value, or None where it does not parse. orjson first (a few µs less
+    per token event than the standard library, which is most of a chunk's cost); what orjson
+    refuses and the standard library takes (NaN, a lone surrogate escape) parses as before."""
+    try:
+        return orjson.loads(payload)
+    except ValueError:
+        try:
+            return json.loads(payload)
+        except ValueError:
+            return None
 
 
 class TokenTimeline:
@@ -109,8 +90,8 @@ class TokenTimeline:
     """
 
     __slots__ = (
-        "chunk_times_s", "chunk_tokens", "chunk_multi_event_read", "continuous", "_last_count", "done", "_count",
-        "_key", "_container", "_opening", "_source", "_last", "finish_reason", "prompt_tokens",
+        "chunk_times_s", "chunk_tokens", "chunk_multi_event_read", "continuous", "_last_count", "done",
+        "_key", "_container", "_source", "finish_reason", "prompt_tokens",
         "completion_tokens", "cached_tokens", "error", "timings", "metrics", "first_answer_s",
         "reasoning_tokens", "_answered", "_thinking", "_answer_pending",
     )
@@ -121,15 +102,10 @@ class TokenTimeline:
         self.chunk_multi_event_read = array("B")
         """1 where the read that carried the chunk held more than one token-carrying event."""
         self._key = count_key
-        self._count = _count_pattern(count_key)
         self._container, self._source = COUNT_KEYS[count_key]
-        self._opening = b'"' + self._container.encode() + b'"'
-        """Where the count's own object starts (`"usage"`): a count is read after it only."""
         self.continuous = False
         """True once a chunk with choices carried the cumulative count."""
         self._last_count = 0
-        self._last: bytes | None = None
-        """The last token-carrying payload (its timings are read at the end of a cut request)."""
         self.done = False
         """True once `data: [DONE]` arrived."""
         self.finish_reason: str | None = None
@@ -188,7 +164,8 @@ class TokenTimeline:
         return events
 
     def _scan(self, payload: bytes) -> int:
-        """Tokens carried by one chunk; the rare facts go through the slow path."""
+        """Tokens carried by one chunk: parsed in full (`_loads`), read field by field for the
+        common chunk (choices, no finish, no error); the rest by `_facts`."""
         if payload[:1] != b"{":
             stripped = payload.strip()
             if stripped == _DONE:
@@ -196,24 +173,30 @@ class TokenTimeline:
             elif stripped:
                 self.error = self.error or f"unexpected event data: {payload[:120]!r}"
             return 0
-        if _ERROR in payload or not _looks_whole(payload) or _EMPTY_CHOICES.search(payload) is not None \
-                or _FINISHED.search(payload) is not None:
-            # An error, the final usage chunk, a finish, or an odd shape: parse it.
-            return self._slow(payload)
-        start = payload.find(self._opening)
-        if start >= 0:
-            m = self._count.search(payload, start)
-            if m is None or payload.find(b"}", start, m.start()) >= 0:
-                return self._slow(payload)  # the object is there but not simple: parse
-            tokens = self._counted(int(m.group(1)))
+        obj = _loads(payload)
+        if type(obj) is not dict:
+            self.error = self.error or f"{'malformed' if obj is None else 'unexpected'} event data: {payload[:120]!r}"
+            return 0
+        choices = obj.get("choices")
+        if type(choices) is not list or len(choices) != 1 or "error" in obj or obj.get("object") == "error":
+            return self._facts(obj)
+        choice = choices[0]
+        if type(choice) is not dict or choice.get("finish_reason"):
+            return self._facts(obj)
+        holder = obj.get(self._container)
+        if holder is None:
+            tokens = 1 if _has_text(choice, _TEXT_FIELDS) else 0
+        elif type(holder) is dict and type(n := holder.get(self._key)) is int:
+            tokens = self._counted(n)
         else:
-            tokens = 1 if _NONEMPTY_TEXT.search(payload) is not None else 0
+            return self._facts(obj)
         if tokens:
-            self._last = payload
-            # Answering, with no reasoning field in sight: nothing to tell (one substring test).
+            timings = obj.get("timings")
+            if type(timings) is dict:
+                self.timings = timings  # a cut request keeps its last token's timings
             if self._thinking or not self._answered or _REASONING_MARK in payload:
-                answer = _ANSWER_TEXT.search(payload) is not None
-                self._phase(answer, not answer and _REASONING_TEXT.search(payload) is not None, tokens)
+                answer = _has_text(choice, ANSWER_FIELDS)
+                self._phase(answer, not answer and _has_text(choice, REASONING_FIELDS), tokens)
         return tokens
 
     def _phase(self, answer: bool, reasoning: bool, tokens: int) -> None:
@@ -233,16 +216,9 @@ class TokenTimeline:
         self._last_count = n
         return tokens if tokens > 0 else 0
 
-    def _slow(self, payload: bytes) -> int:
-        """A full parse: the chunk's facts, and its tokens by the same rules as `_scan`."""
-        try:
-            obj = json.loads(payload)
-        except ValueError:
-            self.error = self.error or f"malformed event data: {payload[:120]!r}"
-            return 0
-        if not isinstance(obj, dict):
-            self.error = self.error or f"unexpected event data: {payload[:120]!r}"
-            return 0
+    def _facts(self, obj: dict) -> int:
+        """A chunk's facts (finish, usage, error, timings, metrics), and its tokens by the
+        same rules as `_scan`."""
         err = _error_message(obj)
         if err is not None:
             self.error = err
@@ -263,7 +239,6 @@ class TokenTimeline:
         timings = obj.get("timings")
         if isinstance(timings, dict):
             self.timings = timings
-            self._last = None
         metrics = obj.get("metrics")
         if isinstance(metrics, dict):
             self.metrics = metrics
@@ -290,20 +265,7 @@ class TokenTimeline:
 
     def finish(self) -> str:
         """Close the stream; returns the token source (see the module docstring)."""
-        if self._last is not None and b'"timings"' in self._last:
-            # A request cut before its final chunk: the last chunk's cumulative timings.
-            last, self._last = self._last, None
-            self._slow_timings(last)
         return self._source if self.continuous else "chunks"
-
-    def _slow_timings(self, payload: bytes) -> None:
-        try:
-            obj = json.loads(payload)
-        except ValueError:
-            return
-        timings = obj.get("timings") if isinstance(obj, dict) else None
-        if isinstance(timings, dict):
-            self.timings = timings
 
     @property
     def output_tokens(self) -> int:
@@ -312,9 +274,14 @@ class TokenTimeline:
 
 def _has_text(choice: dict, names: tuple[str, ...]) -> bool:
     """Non-empty text in one of the fields `names` of a choice (its delta in chat)."""
-    delta = choice.get("delta")
-    where = delta if isinstance(delta, dict) else choice
-    return any(isinstance(where.get(k), str) and where[k] for k in names)
+    where = choice.get("delta")
+    if type(where) is not dict:
+        where = choice
+    for k in names:
+        text = where.get(k)
+        if text and type(text) is str:
+            return True
+    return False
 
 
 def _error_message(obj: dict) -> str | None:
