@@ -72,3 +72,16 @@ def test_a_chunk_is_given_out_as_soon_as_its_bytes_arrive():
 def test_bad_framing_is_an_error(stream):
     with pytest.raises(ChunkedError, match="bad chunk size"):
         ChunkedDecoder().feed(stream)
+
+
+def test_a_read_that_begins_inside_a_chunk_decodes_the_chunks_after_it():
+    # A client that fell behind reads mid-chunk: the rest of that chunk, then whole chunks
+    # (the fast path), then a split one, then data after the last chunk, which is no body.
+    events = [b"data: {\"n\": %d}\n\n" % k for k in range(6)]
+    stream = b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in events) + b"0\r\n\r\n5\r\nhello\r\n"
+    for cut in range(1, len(stream)):
+        for cut2 in (cut + 1, cut + 37, len(stream)):
+            d = ChunkedDecoder()
+            body = d.feed(stream[:cut]) + d.feed(stream[cut:cut2]) + d.feed(stream[cut2:])
+            assert body == b"".join(events), (cut, cut2)
+            assert d.finished
