@@ -54,7 +54,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "paced_server.c"
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "llmload"
-DEFAULT_LEVELS = "16:10,16:1,64:1,128:1,256:4,512:10,512:4"
+DEFAULT_LEVELS = "16:10,16:1,24:1,32:1,64:1,128:1,256:4,512:10,512:4"
 KEY_SCALE = 1000  # paced_server.c's KEY_SCALE
 SLOT_US = 20.0  # the shortest slot of the staggered mode (the server's timer period)
 CONTEXT = 64  # prompt tokens: the cell's context (its text starts with a per-user nonce)

@@ -107,9 +107,9 @@ def read_wait_bin(t: float, delay: float) -> int:
         return 0
     realtime = REALTIME.offset_s
     waited = t + delay - (loop.now() + realtime)  # libev's now(): this poll's return
-    began_s = polls.began_perf + (now() - _perf_counter())
-    if t < began_s:
-        waited += began_s - (polls.returned + realtime)  # the callbacks run before this poll
+    # The older events came before the newest (t), so before this poll began where the loop
+    # was busy: the callbacks it ran before the poll are counted whatever t was.
+    waited += polls.began_perf + (now() - _perf_counter()) - (polls.returned + realtime)
     return max(int(waited * _BINS_PER_S), 0)
 
 
