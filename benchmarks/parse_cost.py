@@ -1,4 +1,4 @@
-"""CPU per token event of the streaming client's parse, layer by layer, without sockets.
+"""CPU per token event of the streaming client's parse, layer by layer, and of the read before it.
 
 Feeds N reads of one whole completions chunk each (the ~250-byte chunk of
 benchmarks/paced_server.c: HTTP chunked framing, one SSE event, a continuous
@@ -10,10 +10,12 @@ benchmarks/paced_server.c: HTTP chunked framing, one SSE event, a continuous
 - `timeline`: `TokenTimeline.feed` (the data → the token arrival);
 - `consume`: the client's `_StreamReader._consume`, all of the above plus the read counters
   (what runs for a read inside the event loop's callback, `PlainSocket.pump`);
-- `json.loads` and `orjson.loads` of the event's data alone, for scale.
+- `json.loads` and `orjson.loads` of the event's data alone, for scale;
+- `recvmsg`: one read of one such chunk (sent just before, not timed) from a loopback TCP
+  connection with kernel receive stamps on, as `PlainSocket` reads it — the system call
+  every read costs before any parsing (Linux).
 
-The socket read itself (a `recvmsg`, 7–9 µs of kernel time per read on this project's
-machine) is not in these figures: benchmarks/client_capacity.py measures the whole path.
+benchmarks/client_capacity.py measures the whole path (the event loop, the read, the parse).
 
     python benchmarks/parse_cost.py            # 20,000 events, best of 7
 """
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import socket
 import time
 import timeit
 
@@ -41,6 +44,34 @@ EVENT = (b'data: {"id":"cmpl-1","object":"text_completion","created":0,"model":"
 def frame(k: int) -> bytes:
     event = EVENT % (k, k + 1)
     return b"%x\r\n" % len(event) + event + b"\r\n"
+
+
+def recvmsg_cost(frames: list[bytes], repeat: int) -> float | None:
+    """Best of `repeat` runs: µs per `recvmsg(65536, stamp space)` of one chunk on loopback."""
+    from llmload.io.plainsocket import SO_TIMESTAMPNS, STAMP_SPACE
+    if SO_TIMESTAMPNS is None:
+        return None
+    listener = socket.create_server(("127.0.0.1", 0))
+    client = socket.create_connection(listener.getsockname())
+    server, _ = listener.accept()
+    listener.close()
+    try:
+        server.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        client.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        send, recvmsg, clock = server.send, client.recvmsg, time.perf_counter
+        best = float("inf")
+        for _ in range(repeat):
+            spent = 0.0
+            for f in frames[:5000]:
+                send(f)
+                t = clock()
+                recvmsg(65536, STAMP_SPACE)
+                spent += clock() - t
+            best = min(best, spent / min(len(frames), 5000) * 1e6)
+        return best
+    finally:
+        client.close()
+        server.close()
 
 
 def main() -> None:
@@ -91,6 +122,8 @@ def main() -> None:
                      ("json.loads", stdlib_json), ("orjson.loads", or_json)):
         best = min(timeit.repeat(fn, timer=time.process_time, number=1, repeat=args.repeat)) / n * 1e6
         print(f"  {name:<13} {best:6.2f}")
+    recv = recvmsg_cost(frames, args.repeat)
+    print(f"  {'recvmsg':<13} {recv:6.2f}" if recv is not None else "  recvmsg: no SO_TIMESTAMPNS here")
 
 
 if __name__ == "__main__":

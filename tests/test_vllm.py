@@ -184,13 +184,15 @@ def test_sequences_at_once_are_learned_from_the_gauges(server, tmp_path):
     # saturated, or client_bound or stalled where the client or one request was late (on
     # this machine both processes can freeze for a second or more at low CPU); the server's
     # gauges teach the limit either way
-    assert cells[(0, 10)]["status"] in ("saturated", "client_bound", "stalled") and cells[(0, 10)]["max_waiting"] >= 1
+    assert cells[(0, 10)]["status"] in ("saturated", "client_bound", "stalled")
     assert doc["server"]["max_sequences"] == 8, doc["server"]
     # Learned from the first cell above the limit whose window showed it: 0×10, or on a
-    # loaded machine (vLLM's /metrics answering late in 0×10's window) 0×16
+    # loaded machine (vLLM's /metrics answering late in 0×10's window: it read no request
+    # waiting there, seen in CI) 0×16
     source = doc["server"]["max_sequences_source"]
     assert source.startswith(("learned from cell 0×10", "learned from cell 0×16")), doc["server"]
     if source.startswith("learned from cell 0×10"):
+        assert cells[(0, 10)]["max_waiting"] >= 1
         plan = {(c["context_tokens"], c["concurrency"]): c for c in doc["plan"] if c["phase"] == "decode"}
         assert plan[(0, 16)]["status"] == "queued", plan[(0, 16)]
     # It ran, and the server queued as the limit says: 8 of 16 waited.

@@ -14,8 +14,8 @@ of a read that held several: they came earlier and carry the newest one's stamp.
 token events in one read are either the server's own burst (it wrote them together) or the
 client's lag (they queued while it was busy). The event loop tells how long such a read
 waited on the client's other work (`io.plainsocket.read_wait_bin`: the callbacks the loop
-ran between its last poll's return and the read, and those before that poll where the
-bytes came earlier); its older token events count as stamped late by that long, but at
+ran between its last poll's return and the read, and those it ran before that poll, where
+the older events came); its older token events count as stamped late by that long, but at
 most by one gap between events each (the j-th older by j gaps, the gap being S streams /
 the rate events arrived, `stream_gap_ms`). What came while the loop slept waited only for
 its wake-up, which is the machine's, not the client's load. Every other event is exact

@@ -33,7 +33,7 @@ from llmload.core.engines import server_truth
 from llmload.io.answertext import KeptSSE, answer_text
 from llmload.io.endpoint import Endpoint
 from llmload.io.failures import describe_failure, read_error_body, retry_after_s
-from llmload.io.plainsocket import READ_SIZE, PlainSocket, open_streams, read_wait_bin, queued_bytes, queued_events  # noqa: F401 - the monitor's
+from llmload.io.plainsocket import READ_SIZE, PlainSocket, active_streams, open_streams, read_wait_bin, queued_bytes, queued_events  # noqa: F401 - the monitor's
 from llmload.wire.httphead import ResponseHeadParser
 from llmload.core.records import RequestRecord
 from llmload.wire.sse import SSEDecoder

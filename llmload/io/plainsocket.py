@@ -24,9 +24,12 @@ the read's time is now() and its delay None.
 How long a read of several token events waited on the client's other work is told by the
 event loop (`read_wait_bin`): a prepare watcher stamps the moment the loop began to poll for
 I/O and how long it had run callbacks before (`POLLS`), libev keeps the moment the poll
-returned (`loop.now()`). A read waited for the callbacks the loop ran between its poll's
-return and the read and, where its bytes came before that poll began, for the callbacks it
-ran before the poll as well. Bytes that came while the loop slept waited only for its
+returned (`loop.now()`). A read of several token events waited for the callbacks the loop
+ran between its poll's return and the read and for those it ran before the poll: its older
+events came before its newest stamp, and where that was before the poll began, those
+callbacks held them (counting them always: counting them only where the newest stamp came
+before the poll under-read the client's lag at 24-32 streams x 1 ms,
+benchmarks/client_capacity.py). Bytes that came while the loop slept waited only for its
 wake-up (the machine's) and that dispatch.
 The watcher costs one Python call per loop iteration, not per read.
 """
@@ -66,11 +69,13 @@ class LoopPolls:
     CLOCK_REALTIME axis). The watcher only keeps the two raw times (one Python call per loop
     iteration); `read_wait_bin` maps them, for the rare reads that need it."""
 
-    __slots__ = ("began_perf", "returned", "loop", "_watcher", "_loop_now")
+    __slots__ = ("began_perf", "returned", "perf_to_now", "loop", "_watcher", "_loop_now")
 
     def __init__(self) -> None:
         self.began_perf = 0.0
         self.returned = 0.0
+        self.perf_to_now = 0.0
+        """now() − perf_counter(): fixed for the process (`clock.now`), taken once."""
         self.loop = None
         self._watcher = None
         self._loop_now = None
@@ -93,14 +98,15 @@ def watch_polls(loop) -> None:
         POLLS._watcher.stop()
     watcher = loop.prepare(ref=False)
     POLLS.loop, POLLS._watcher, POLLS._loop_now = loop, watcher, loop.now
+    POLLS.perf_to_now = now() - _perf_counter()
     watcher.start(POLLS._began)
 
 
 def read_wait_bin(t: float, delay: float) -> int:
     """How long a kernel-stamped read (newest bytes' stamp t, read delay seconds later) waited
     on the client's other work (the module doc), in READ_DELAY_BIN_MS bins: the time from the
-    poll's return to the read, and where its bytes came before that poll began, the callbacks
-    the loop ran before it too. Called for reads of several token events only."""
+    poll's return to the read, and the callbacks the loop ran before that poll. Called for
+    reads of several token events only."""
     polls = POLLS
     loop = polls.loop
     if loop is None:
@@ -109,7 +115,7 @@ def read_wait_bin(t: float, delay: float) -> int:
     waited = t + delay - (loop.now() + realtime)  # libev's now(): this poll's return
     # The older events came before the newest (t), so before this poll began where the loop
     # was busy: the callbacks it ran before the poll are counted whatever t was.
-    waited += polls.began_perf + (now() - _perf_counter()) - (polls.returned + realtime)
+    waited += polls.began_perf + polls.perf_to_now - (polls.returned + realtime)
     return max(int(waited * _BINS_PER_S), 0)
 
 
@@ -307,3 +313,11 @@ def queued_events() -> list[tuple[int, int]]:
 def open_streams() -> int:
     """Plain-TCP streaming connections open in this process."""
     return len(OPEN_SOCKETS)
+
+
+def active_streams(since: float) -> int:
+    """Plain-TCP streaming connections of this process read from (or sent on) since `since`
+    (a now() time): the streams of an interval, without the idle keep-alive connections of
+    users between requests (a session's think time), which would stretch the gap between
+    one stream's events that the monitor derives from them."""
+    return sum(1 for ps in list(OPEN_SOCKETS.values()) if ps._last >= since)

@@ -52,6 +52,7 @@ class LoadMonitor:
         last_counts = (counters.reads, counters.events, counters.bytes, counters.stamped)
         counters.delays, counters.merged = {}, {}
         last_queued = 0
+        last_t = now()
         while True:
             gevent.sleep(MONITOR_INTERVAL_S)
             wall, cpu = time.monotonic(), time.process_time()
@@ -63,7 +64,7 @@ class LoadMonitor:
             reads, events, nbytes, stamped = (a - b for a, b in zip(counts, last_counts))
             delays, merged = counters.delays, counters.merged
             counters.delays, counters.merged = {}, {}
-            streams = client.open_streams()
+            streams = client.active_streams(last_t)
             ages, queued_events, stamps = None, None, {}
             if events and streams and elapsed > 0:
                 peeked = client.queued_events()
@@ -87,7 +88,7 @@ class LoadMonitor:
                 del self.samples[:10000]
             if len(self.reads) > 20000:
                 del self.reads[:10000]
-            last_wall, last_cpu, last_counts = wall, cpu, counts
+            last_wall, last_cpu, last_counts, last_t = wall, cpu, counts, t
 
     def between(self, t0: float, t1: float) -> list[tuple[float, float, float]]:
         """The (time, cpu %, lag ms) samples taken in [t0, t1]."""
