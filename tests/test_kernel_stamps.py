@@ -394,3 +394,27 @@ def test_stamp_errors_follow_how_a_read_of_several_token_events_waited():
     # 30 ms: the older events of a read of 4 are one, two and three gaps off (4, 8, 12 ms);
     # waited 0.8 ms: 0.8 ms; 20 ms: one gap at most (4 ms)
     assert hist == Counter({1: 10, 40: 3, 80: 2, 120: 2, 8: 2})
+
+
+@linux
+def test_an_intervals_streams_are_the_connections_read_from_or_holding_bytes(monkeypatch):
+    from llmload.core.clock import now
+    from llmload.io import plainsocket
+    from llmload.io.plainsocket import active_streams
+    plain, peer = loopback_pair()
+    monkeypatch.setattr(plainsocket, "OPEN_SOCKETS", {plain._fd: plain})  # this one alone
+    try:
+        before = now()
+        real_sleep(0.01)
+        since = now()
+        assert active_streams(since) == 0  # idle since `since`: a user between requests
+        peer.sendall(b"data: 1\n\n")
+        real_sleep(0.05)
+        assert active_streams(since) == 1  # unread bytes: a stream the client has not reached
+        plain.recv(100)
+        assert active_streams(since) == 1  # read from since `since`
+        assert active_streams(now() + 1.0) == 0
+        assert active_streams(before) == 1
+    finally:
+        plain.close()
+        peer.close()

@@ -35,7 +35,8 @@ user-stamped reads (`stamp_source` "mixed") is judged by its kernel-stamped ones
 **User-space stamps** (TLS, or no kernel stamp): the process cannot time bytes it has not
 read yet. What it can see, every monitor interval (`loadgen.monitor.LoadMonitor`):
 - coalescing: events per read (`client.COUNTERS`), and so bytes per event and the rate of
-  events that arrived (read, plus the growth of the unread backlog); with S open streams,
+  events that arrived (read, plus the growth of the unread backlog); with S streams (those
+  read from in the interval: `io.plainsocket.active_streams`),
   one stream's gap between events is S / that rate;
 - the read backlog: bytes waiting unread in every streaming socket's kernel receive queue
   (`client.queued_bytes`, ioctl FIONREAD/SIOCINQ where the OS tells).

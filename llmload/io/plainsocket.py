@@ -317,7 +317,18 @@ def open_streams() -> int:
 
 def active_streams(since: float) -> int:
     """Plain-TCP streaming connections of this process read from (or sent on) since `since`
-    (a now() time): the streams of an interval, without the idle keep-alive connections of
-    users between requests (a session's think time), which would stretch the gap between
-    one stream's events that the monitor derives from them."""
-    return sum(1 for ps in list(OPEN_SOCKETS.values()) if ps._last >= since)
+    (a now() time), or holding unread bytes: the streams of an interval, without the idle
+    keep-alive connections of users between requests (a session's think time), which would
+    stretch the gap between one stream's events that the monitor derives from them."""
+    active = 0
+    buf = array("i", [0])
+    for fd, ps in list(OPEN_SOCKETS.items()):
+        if ps._last >= since:
+            active += 1
+            continue
+        try:
+            fcntl.ioctl(fd, termios.FIONREAD, buf, True)
+        except OSError:
+            continue
+        active += buf[0] > 0
+    return active
