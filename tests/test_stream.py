@@ -350,3 +350,14 @@ def test_a_final_chunk_counted_while_thinking_is_thinking():
     tl.feed(1.2, [llama({}, 2, choices=False), b"[DONE]"])
     assert tl.finish() == "timings_per_token"
     assert tl.output_tokens == 2 and tl.reasoning_tokens == 2 and tl.first_answer_s is None
+
+
+def test_what_orjson_refuses_and_the_standard_library_takes_still_counts():
+    # A lone surrogate escape (a byte-level token cut inside a character) and a NaN: orjson
+    # refuses both, json.loads takes them, and so does the timeline; garbage still fails.
+    tl = TokenTimeline()
+    tl.feed(1.0, [b'{"choices":[{"index":0,"text":"\\ud800","finish_reason":null}],"usage":{"completion_tokens":1}}'])
+    tl.feed(1.1, [b'{"choices":[{"index":0,"text":"x","logprobs":NaN,"finish_reason":null}],"usage":{"completion_tokens":2}}'])
+    assert list(tl.chunk_tokens) == [1, 1] and tl.error is None
+    tl.feed(1.2, [b'{"choices":[{"index":0,"text":"x",'])
+    assert tl.error and tl.error.startswith("malformed event data")

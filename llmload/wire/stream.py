@@ -29,11 +29,12 @@ own object (`"usage": {...}` or `"timings": {...}`), never from text that mentio
 event that does not parse fails the request with the reason, and so does an error object
 (`{"error": ...}`, `{"object": "error"}`) anywhere in the stream.
 
-Hot path: the parse is orjson's (`_loads`: about 1.3 µs for a 250-byte completions chunk
-on this project's 2-core machine, where the standard library's takes 10 µs and the
-substring and regex scan it replaced took about 7 µs in all), then a few dict lookups for
-the common chunk (one choice, no finish reason, no error); a chunk with a finish reason,
-the final usage or an error has its facts read by `_facts`.
+Hot path: the parse is orjson's (`_loads`), then a few dict lookups for the common chunk
+(one choice, no finish reason, no error); a chunk with a finish reason, the final usage or
+an error has its facts read by `_facts`. `python benchmarks/parse_cost.py` on this project's
+2-core machine: orjson parses a 250-byte completions chunk in about 1.2 µs where the
+standard library takes 5–8 µs, and the whole timeline costs about 3.4 µs per event where
+the substring and regex scan it replaced cost 5.0 (best of alternating runs).
 """
 
 from __future__ import annotations
