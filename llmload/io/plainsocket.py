@@ -27,9 +27,8 @@ I/O and how long it had run callbacks before (`POLLS`), libev keeps the moment t
 returned (`loop.now()`). A read of several token events waited for the callbacks the loop
 ran between its poll's return and the read and for those it ran before the poll: its older
 events came before its newest stamp, and where that was before the poll began, those
-callbacks held them (counting them always: counting them only where the newest stamp came
-before the poll under-read the client's lag at 24-32 streams x 1 ms,
-benchmarks/client_capacity.py). Bytes that came while the loop slept waited only for its
+callbacks held them (counted always: benchmarks/client_capacity.py, docs/performance.md).
+Bytes that came while the loop slept waited only for its
 wake-up (the machine's) and that dispatch.
 The watcher costs one Python call per loop iteration, not per read.
 """
@@ -279,18 +278,21 @@ class PlainSocket:
         self.sock.close()
 
 
+def _unread(fd: int, buf: array) -> int | None:
+    """Bytes waiting unread in socket fd's kernel receive queue (ioctl FIONREAD, i.e. SIOCINQ
+    on Linux, into buf: one int), or None where the OS does not tell."""
+    try:
+        fcntl.ioctl(fd, termios.FIONREAD, buf, True)
+    except OSError:
+        return None
+    return buf[0]
+
+
 def queued_bytes() -> list[int]:
     """Bytes waiting unread in the kernel receive queue of every open plain-TCP streaming
-    socket (ioctl FIONREAD, i.e. SIOCINQ on Linux); empty where the OS does not tell."""
-    out = []
+    socket (`_unread`); empty where the OS does not tell."""
     buf = array("i", [0])
-    for fd in list(OPEN_SOCKETS):
-        try:
-            fcntl.ioctl(fd, termios.FIONREAD, buf, True)
-        except OSError:
-            continue
-        out.append(buf[0])
-    return out
+    return [n for n in (_unread(fd, buf) for fd in list(OPEN_SOCKETS)) if n is not None]
 
 
 def queued_events() -> list[tuple[int, int]]:
@@ -300,9 +302,10 @@ def queued_events() -> list[tuple[int, int]]:
     out = []
     buf = array("i", [0])
     for fd, ps in list(OPEN_SOCKETS.items()):
+        n = _unread(fd, buf)
+        if n is None:
+            continue
         try:
-            fcntl.ioctl(fd, termios.FIONREAD, buf, True)
-            n = buf[0]
             events = ps._raw.recv(min(n, 1 << 20), socket.MSG_PEEK).count(b"data:") if n > 0 else 0
         except OSError:
             continue
@@ -320,15 +323,5 @@ def active_streams(since: float) -> int:
     (a now() time), or holding unread bytes: the streams of an interval, without the idle
     keep-alive connections of users between requests (a session's think time), which would
     stretch the gap between one stream's events that the monitor derives from them."""
-    active = 0
     buf = array("i", [0])
-    for fd, ps in list(OPEN_SOCKETS.items()):
-        if ps._last >= since:
-            active += 1
-            continue
-        try:
-            fcntl.ioctl(fd, termios.FIONREAD, buf, True)
-        except OSError:
-            continue
-        active += buf[0] > 0
-    return active
+    return sum(1 for fd, ps in list(OPEN_SOCKETS.items()) if ps._last >= since or (_unread(fd, buf) or 0) > 0)

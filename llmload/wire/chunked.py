@@ -30,6 +30,7 @@ class ChunkedDecoder:
 
     def feed(self, data: bytes) -> bytes:
         i, n = 0, len(data)
+        out: list[bytes] = []
         if self._state == _SIZE and not self._line:
             # The commonest read, one whole `size CRLF data CRLF` chunk: one find, one slice.
             j = data.find(b"\r\n")
@@ -40,11 +41,9 @@ class ChunkedDecoder:
                     size = 0
                 if size > 0 and j + 4 + size == n:
                     return data[j + 2:-2]
-            out = []
         else:
             # A read that begins inside a chunk (a client that fell behind reads mid-chunk):
             # the state machine to the end of that chunk, then whole chunks the fast way.
-            out = []
             i = self._step(data, 0, out, to_boundary=True)
         # Fast path: whole chunks, one find and two slices each; anything else (a split
         # chunk, extensions, the last chunk) through the state machine from where it starts.
