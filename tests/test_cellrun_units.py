@@ -84,7 +84,7 @@ def test_a_decode_cell_has_the_servers_and_the_clients_samples_of_its_window(cel
     first, last = facts.server_first, facts.server_last
     assert first.t_s < last.t_s and last.generated > first.generated  # its token counter moved
     assert len(facts.client_samples) == 1 and len(facts.client_reads) == 1  # one process
-    assert facts.client_samples[0] and all(t0 <= t <= t1 for t, _, _ in facts.client_samples[0])
+    assert facts.client_samples[0] and all(t0 <= s.t_s <= t1 for s in facts.client_samples[0])
     assert all(t0 <= s.t_s <= t1 for s in facts.client_reads[0])
     assert facts.exact_prompt_length and facts.slo is None and facts.power is None
 

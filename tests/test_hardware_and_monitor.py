@@ -1,11 +1,18 @@
 """Hardware facts (NVML through a stand-in module: CI has no GPU) and the load monitor."""
 
+import mmap
+import os
+import sys
+import time
+
 import gevent
+import pytest
 
 from llmload.io import hardware
 from llmload.core.cellresult import ClientLoad
 from llmload.core.cellstatus import is_client_bound
-from llmload.loadgen.monitor import LoadMonitor
+from llmload.core.clock import now
+from llmload.loadgen.monitor import MONITOR_INTERVAL_S, Heartbeat, LoadMonitor
 
 
 def test_gpu_facts_from_nvml(fake_nvml):
@@ -24,22 +31,97 @@ def test_no_driver_means_no_gpu_facts_not_an_error(fake_nvml):
     assert "gpu" not in facts and facts["cpu_cores"] >= 1 and facts["os"]
 
 
+def _hog(cpu_s: float) -> tuple[float, float]:
+    """Run this process's own CPU for cpu_s seconds without yielding: (wall s, CPU s) it took
+    (on a busy machine the wall time is longer, and the test's bounds follow it)."""
+    wall0, cpu0 = time.monotonic(), time.process_time()
+    while time.process_time() - cpu0 < cpu_s:
+        sum(range(10000))
+    return time.monotonic() - wall0, time.process_time() - cpu0
+
+
 def test_load_monitor_sees_a_busy_loop():
+    """Bounds from the busy loop's own CPU time and wall time, so a busy machine (which
+    stretches the wall time) changes what is expected, not whether it holds."""
     mon = LoadMonitor()
     mon.start()
     try:
         gevent.sleep(0.6)
-        from llmload.core.clock import now
         t0 = now()
-        end = t0 + 0.8
-        while now() < end:  # hog the loop: lag and CPU both climb
-            sum(range(10000))
-        gevent.sleep(0.3)
+        wall_s, cpu_s = _hog(0.5)  # the loop runs nothing else: lag, CPU and a freeze
+        gevent.sleep(0.6)
         load = mon.window(t0, now())
     finally:
         mon.stop()
-    assert load.loop_lag_ms_max > 100
-    assert load.client_cpu_pct_max > 50
+    # The monitor's wake-up fell due within 0.25 s of the hog's start: it came at least the
+    # rest of the hog late; the heartbeat (every 10 ms) came the whole hog late.
+    assert load.loop_lag_ms_max > (wall_s - MONITOR_INTERVAL_S) * 1000 - 20, (load, wall_s)
+    assert load.client_freezes >= 1 and load.client_freeze_ms_max > wall_s * 1000 - 30, (load, wall_s)
+    # The interval that holds the hog spans it and at most one interval more: its CPU share
+    # is at least the hog's CPU over that.
+    assert load.client_cpu_pct_max > 0.9 * 100 * cpu_s / (wall_s + MONITOR_INTERVAL_S + 0.05), (load, wall_s, cpu_s)
+    if sys.platform.startswith("linux"):
+        assert load.client_cpu_wait_ms is not None and load.client_cpu_wait_ms >= 0
+        assert load.client_major_faults is not None
     assert is_client_bound(ClientLoad(client_cpu_pct_mean=95.0, loop_lag_ms_p50=1.0))
     assert is_client_bound(ClientLoad(client_cpu_pct_mean=10.0, loop_lag_ms_p50=50.0))
     assert not is_client_bound(ClientLoad(client_cpu_pct_mean=40.0, loop_lag_ms_p50=1.0, loop_lag_ms_p90=80.0))
+
+
+def test_heartbeat_counts_each_freeze_and_not_the_quiet_loop():
+    beat = Heartbeat()
+    beat.start(gevent.get_hub().loop)
+    try:
+        gevent.sleep(0.3)  # the loop idle: beats on time
+        assert beat.take() == (0, 0.0, 0.0)
+        for cpu_s in (0.12, 0.2):
+            wall_s, _ = _hog(cpu_s)
+            gevent.sleep(0.05)
+        freezes, longest_ms, total_ms = beat.take()
+    finally:
+        beat.stop()
+    assert freezes == 2, (freezes, longest_ms, total_ms)
+    assert longest_ms >= 190 and total_ms >= longest_ms + 110
+
+
+def test_a_hog_still_going_is_counted_once():
+    """A freeze still going on when the monitor reads counts as far as it has gone, and the
+    beat that ends it counts only the rest."""
+    beat = Heartbeat()
+    beat.start(gevent.get_hub().loop)
+    try:
+        gevent.sleep(0.05)
+        _hog(0.15)
+        freezes, longest_ms, _ = beat.take()  # read inside the freeze: the beat is overdue
+        _hog(0.1)
+        gevent.sleep(0.05)
+        rest = beat.take()
+    finally:
+        beat.stop()
+    assert freezes == 1 and longest_ms >= 130
+    assert rest[0] == 1 and 80 <= rest[1] < longest_ms + 100, rest
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="posix_fadvise and ru_majflt as on Linux")
+def test_load_monitor_counts_major_faults(tmp_path):
+    """A page read back from disk is a major fault: a file's pages dropped from the page
+    cache (written, synced, then POSIX_FADV_DONTNEED), mapped and touched."""
+    path = tmp_path / "pages"
+    path.write_bytes(os.urandom(64 * 4096))
+    fd = os.open(path, os.O_RDONLY)
+    mon = LoadMonitor()
+    mon.start()
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        gevent.sleep(0.3)
+        t0 = now()
+        with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as pages:
+            touched = sum(pages[i] for i in range(0, len(pages), 4096))
+        gevent.sleep(0.6)
+        load = mon.window(t0, now())
+    finally:
+        mon.stop()
+        os.close(fd)
+    assert touched >= 0
+    assert load.client_major_faults >= 1, load

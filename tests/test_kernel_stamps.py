@@ -17,7 +17,8 @@ from llmload.core.capacity import PlannedCell
 from llmload.core.cellfacts import CellFacts
 from llmload.core.cells import decode_cell
 from llmload.core.cellstatus import client_load, combined_client_load, is_client_bound
-from llmload.core.clientload import ADDED_DELAY_BOUND_MS, MIN_STAMPED_EVENTS, IntervalSample, stamp_errors, window_estimate
+from llmload.core.clientload import (ADDED_DELAY_BOUND_MS, MIN_STAMPED_EVENTS, IntervalSample, LoadSample, stamp_errors,
+                                     window_estimate)
 from llmload.core.records import RequestRecord
 from llmload.io import plainsocket
 from llmload.io.client import COUNTERS, StreamingClient
@@ -313,7 +314,7 @@ def _cell(samples: list[IntervalSample], *, multi: int) -> tuple[str, object]:
     planned = PlannedCell(phase="decode", context_tokens=0, concurrency=1, status="run", reason="",
                           prompt_tokens=8, max_tokens=10000)
     facts = CellFacts(t0_s=t0, t1_s=t1, waiting_samples=tuple((s.t_s, 0.0) for s in samples[::4]),
-                      client_samples=(tuple((s.t_s, 6.0, 0.1) for s in samples),), client_reads=(tuple(samples),))
+                      client_samples=(tuple(LoadSample(t_s=s.t_s, cpu_pct=6.0, lag_ms=0.1) for s in samples),), client_reads=(tuple(samples),))
     cell = decode_cell(planned, [rec], facts)
     return cell.status, cell
 
@@ -349,7 +350,7 @@ def test_single_event_reads_that_came_late_change_no_figure():
                               ages=Counter({0: 512}), stamped_reads=12800, stamped_events=12800,
                               read_delays=Counter({0: 6400, 50: 3200, 100: 3200}), queued_events=0)
                for i in range(40)]
-    load = client_load([(s.t_s, 60.0, 0.5) for s in samples], samples)
+    load = client_load([LoadSample(t_s=s.t_s, cpu_pct=60.0, lag_ms=0.5) for s in samples], samples)
     assert load.client_read_delay_ms_p99 == pytest.approx(10.1)
     assert load.client_added_delay_ms_p99 == 0.0 and not is_client_bound(load)
 

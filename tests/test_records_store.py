@@ -17,6 +17,7 @@ import llmload.output.results as results_module
 from llmload.core.capacity import PlannedCell
 from llmload.core.cellresult import CELL_KEYS
 from llmload.core.cellfacts import CellFacts, ServerSample
+from llmload.core.clientload import LoadSample
 from llmload.core.cells import assemble_cell
 from llmload.output.recompute import read_export
 from llmload.core.records import RequestRecord
@@ -55,7 +56,9 @@ def test_a_cell_file_round_trips_exactly(tmp_path):
     facts = CellFacts(t0_s=t, t1_s=t + 2.5, waiting_samples=((t + 0.5, 0.0), (t + 1.5, 1.0)),
                       server_first=ServerSample(t_s=t, preemptions=0.0, generated=10.0),
                       server_last=ServerSample(t_s=t + 2.5, preemptions=0.0, generated=30.0),
-                      client_samples=(((t + 0.25, 12.5, 0.1), (t + 0.5, 14.0, 0.3)), ()),
+                      client_samples=((LoadSample(t_s=t + 0.25, cpu_pct=12.5, lag_ms=0.1, major_faults=0, cpu_wait_ms=0.4),
+                                       LoadSample(t_s=t + 0.5, cpu_pct=14.0, lag_ms=0.3, major_faults=2, freezes=1,
+                                                  freeze_ms_max=61.0, freeze_ms_total=61.0, cpu_wait_ms=0.0)), ()),
                       exact_prompt_length=True)
     path = write_cell(tmp_path, planned, records, facts)
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary file left

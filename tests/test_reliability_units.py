@@ -177,7 +177,7 @@ def _stall_cell(*, window_s: float, stall_s: float, cpu_pct: float = 0.4, late_m
     from llmload.core.capacity import PlannedCell
     from llmload.core.cellfacts import CellFacts
     from llmload.core.cells import assemble_cell
-    from llmload.core.clientload import ADDED_DELAY_BIN_MS, IntervalSample
+    from llmload.core.clientload import ADDED_DELAY_BIN_MS, IntervalSample, LoadSample
     t0, t1 = 100.0, 100.0 + window_s
     records = []
     for u in range(4):
@@ -193,7 +193,7 @@ def _stall_cell(*, window_s: float, stall_s: float, cpu_pct: float = 0.4, late_m
     ages = Counter({0: 5, round(late_ms / ADDED_DELAY_BIN_MS): 5}) if late_ms else Counter({0: 10})
     reads = tuple(IntervalSample(t_s=t0 + 0.25 * i, reads=10, events=12, bytes_=2400, streams=4, ages=ages)
                   for i in range(int(window_s * 4)))
-    samples = tuple((t0 + 0.25 * i, cpu_pct, 0.1) for i in range(int(window_s * 4)))
+    samples = tuple(LoadSample(t_s=t0 + 0.25 * i, cpu_pct=cpu_pct, lag_ms=0.1) for i in range(int(window_s * 4)))
     planned = PlannedCell(phase="decode", context_tokens=0, concurrency=4, status="run", reason="",
                           prompt_tokens=10, max_tokens=20)
     facts = CellFacts(t0_s=t0, t1_s=t1, client_samples=(samples,), client_reads=(reads,))

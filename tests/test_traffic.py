@@ -13,6 +13,7 @@ import pytest
 
 from llmload.core.capacity import PlannedCell
 from llmload.core.cellfacts import CellFacts, ServerSample
+from llmload.core.clientload import LoadSample
 from llmload.core.cells import assemble_cell
 from llmload.core.cellstatus import LATENESS_BOUND_MS
 from llmload.core.engines import engine_caps
@@ -112,7 +113,7 @@ def test_rate_cell_client_bound_when_sent_late():
 
 def test_rate_cell_client_bound_measured_outranks_the_cap():
     waited = replace(_rate("b", 105.0, 4, 0.2, 0.1), cap_wait=True)
-    busy = ((T0 + 1, 97.0, 0.1), (T0 + 5, 98.0, 0.1))
+    busy = (LoadSample(t_s=T0 + 1, cpu_pct=97.0, lag_ms=0.1), LoadSample(t_s=T0 + 5, cpu_pct=98.0, lag_ms=0.1))
     cell = assemble_cell(RATE, _rate_records(b=waited), _rate_facts(client_samples=(busy,)))
     assert cell.status == "client_bound" and "CPU or event-loop lag" in cell.reason
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
-from llmload.core.clientload import IntervalSample
+from llmload.core.clientload import IntervalSample, LoadSample
 from llmload.core.energy import PowerWindow
 
 
@@ -48,8 +48,9 @@ class CellFacts:
     server_first: ServerSample | None = None
     """The server's counters at the window's start and end (None: no /metrics)."""
     server_last: ServerSample | None = None
-    client_samples: tuple[tuple[tuple[float, float, float], ...], ...] = ()
-    """Per load-generator process: (time, CPU %, event-loop lag ms) samples in the window."""
+    client_samples: tuple[tuple[LoadSample, ...], ...] = ()
+    """Per load-generator process: its monitor's samples in the window (CPU, event-loop lag,
+    freezes: `clientload.LoadSample`)."""
     client_reads: tuple[tuple[IntervalSample, ...], ...] = ()
     """Per load-generator process: its hot path's reads, events and read backlog per monitor
     interval in the window (`clientload.IntervalSample`)."""
@@ -84,6 +85,7 @@ class CellFacts:
 
     def to_json(self) -> str:
         d = asdict(self)
+        d["client_samples"] = [[s.to_wire() for s in proc] for proc in self.client_samples]
         d["client_reads"] = [[s.to_wire() for s in proc] for proc in self.client_reads]
         return json.dumps(d, allow_nan=True)
 
@@ -99,7 +101,8 @@ class CellFacts:
                                      watts=tuple(tuple(w) for w in p["watts"]),
                                      counter_j=tuple(p["counter_j"]) if p.get("counter_j") is not None else None)
         d.update({k: tuple(tuple(s) for s in d.get(k) or ()) for k in ("waiting_samples", "running_samples")})
-        d["client_samples"] = tuple(tuple(tuple(s) for s in proc) for proc in d.get("client_samples") or ())
+        d["client_samples"] = tuple(tuple(LoadSample.from_wire(s) for s in proc)
+                                    for proc in d.get("client_samples") or ())
         d["client_reads"] = tuple(tuple(IntervalSample.from_wire(s) for s in proc)
                                   for proc in d.get("client_reads") or ())
         return cls(**d)

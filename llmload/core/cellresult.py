@@ -47,6 +47,19 @@ class ClientLoad:
     client_read_delay_ms_p99: float | None = None
     """Kernel stamps: how late the client read (user − kernel stamp, p99 over reads); a read
     of one event is stamped exactly however late it came."""
+    client_freezes: int | None = None
+    """Times a load-generator process's event loop ran nothing for FREEZE_MIN_MS or longer
+    (`loadgen.monitor`), all processes together."""
+    client_freeze_ms_max: float | None = None
+    """The longest of them, in any process (0: none)."""
+    client_freeze_ms_total: float | None = None
+    """Their sum in the worst process: over `cellstatus.FREEZE_SHARE_BOUND` of the window, the
+    cell is client_bound."""
+    client_major_faults: int | None = None
+    """Page faults that waited for a disk read, all processes together."""
+    client_cpu_wait_ms: float | None = None
+    """How long, in all over the window, the worst process's event-loop thread was ready to
+    run and waited for a CPU (Linux schedstat; None elsewhere)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -21,8 +21,8 @@ from dataclasses import replace
 from llmload.core.capacity import PlannedCell
 from llmload.core.cellfacts import CellFacts
 from llmload.core.cellresult import CellEnergy, CellResult, CellTiming, CellTraffic, ServerLoad
-from llmload.core.cellstatus import (LATENESS_BOUND_MS, CellClientLoad, classify_cell, classify_open_loop,
-                                     combined_client_load, longest_stall, stall_bound_s)
+from llmload.core.cellstatus import (FREEZE_SHARE_BOUND, LATENESS_BOUND_MS, CellClientLoad, classify_cell, classify_open_loop,
+                                     combined_client_load, freeze_text, longest_stall, stall_bound_s)
 from llmload.core.clientload import ADDED_DELAY_BOUND_MS
 from llmload.core.metrics import MAX_ERROR_SAMPLES, WindowFigures, median_prefill, quantile, window_figures
 from llmload.core.energy import cell_energy
@@ -95,7 +95,7 @@ def decode_cell(planned: PlannedCell, records: list[RequestRecord], facts: CellF
     decode = [r for r in records if r.tag == tag]
     warm = [r for r in records if r.tag == "warmup"]
     fig = window_figures(decode, t0, t1, concurrency=planned.concurrency)
-    load = combined_client_load(facts.client_samples, facts.client_reads)
+    load = combined_client_load(facts.client_samples, facts.client_reads, window_s=t1 - t0)
     waits = [w for _, w in facts.waiting_samples]
     median_waiting = quantile(waits, 0.5) if waits else None
     max_waiting = max(waits) if waits else None
@@ -164,7 +164,8 @@ def open_loop_cell(planned: PlannedCell, records: list[RequestRecord], facts: Ce
     requests = open_loop_requests(records, planned.phase, t0, t1)
     fig = open_loop_figures(requests, t0, t1, phase=planned.phase, slo=facts.slo)
     span, win = fig.span, fig.window
-    load = combined_client_load(facts.client_samples, facts.client_reads)
+    load = combined_client_load(facts.client_samples, facts.client_reads,
+                                window_s=t1 - t0 if t0 is not None and t1 is not None else None)
     status = classify_open_loop(errors=span.errors, ran=bool(requests), cap_waits=fig.cap_waits,
                                 send_lateness_ms_p99=fig.send_lateness_ms_p99, client_overloaded=load.overloaded,
                                 client_late=load.late)
@@ -248,6 +249,9 @@ def _status_reason(status: str, fig: WindowFigures, planned: PlannedCell, *, err
     if status == "saturated":
         return (f"server queue: median {median_waiting:g} waiting" if median_waiting
                 else f"average active {fig.avg_active:.2f} / streaming {fig.avg_streaming:.2f} of {planned.concurrency}")
+    if status == "client_bound" and load.frozen:
+        return (f"the load generator was the bottleneck: it {freeze_text(load.load)} "
+                f"(bound {FREEZE_SHARE_BOUND:.0%} of the window)")
     if status == "client_bound":
         delay = load.load.client_added_delay_ms_p99
         if not load.overloaded and delay is not None and delay > ADDED_DELAY_BOUND_MS:

@@ -33,15 +33,22 @@ CLIENT_CPU_BOUND_PCT = 90.0
 CLIENT_LAG_BOUND_MS = 5.0
 """Median event-loop lag over a window above this: client_bound. The median, not a high
 percentile: one garbage collection or a neighbour's burst is a hiccup, not a bottleneck."""
+FREEZE_MIN_MS = 50.0
+"""The event loop running nothing for this long or longer is a freeze (`loadgen.monitor`'s
+heartbeat; a garbage collection of a small heap or a scheduler tick stays well under it)."""
+FREEZE_SHARE_BOUND = 0.02
+"""A load-generator process frozen for more than this share of a window in all:
+client_bound. The requests it should have sent and the tokens it should have read waited
+that long; in a 30-s window, 0.6 s."""
 
 
 # --------------------------------------------------------------------------- the client's load
 
 
 def client_load(samples, reads=()) -> ClientLoad:
-    """One process's load over a window from its (time, CPU %, lag ms) samples (the
-    percentiles follow `metrics.quantile`) and its hot path's interval samples (the
-    added-delay estimate, `clientload.window_estimate`)."""
+    """One process's load over a window from its monitor samples (`clientload.LoadSample`:
+    CPU, loop lag and freezes; the percentiles follow `metrics.quantile`) and its hot path's
+    interval samples (the added-delay estimate, `clientload.window_estimate`)."""
     estimate = window_estimate(list(reads))
     delay = ClientLoad(client_events_per_read=estimate["events_per_read"],
                        client_added_delay_ms_p50=estimate["added_delay_ms_p50"],
@@ -51,11 +58,37 @@ def client_load(samples, reads=()) -> ClientLoad:
                        client_read_delay_ms_p99=estimate["read_delay_ms_p99"])
     if not samples:
         return delay
-    cpus = [s[1] for s in samples]
-    lags = [s[2] for s in samples]
+    cpus = [s.cpu_pct for s in samples]
+    lags = [s.lag_ms for s in samples]
+    faults = [s.major_faults for s in samples if s.major_faults is not None]
+    waits = [s.cpu_wait_ms for s in samples if s.cpu_wait_ms is not None]
     return replace(delay, client_cpu_pct_mean=sum(cpus) / len(cpus), client_cpu_pct_max=max(cpus),
                    loop_lag_ms_p50=quantile(lags, 0.5), loop_lag_ms_p90=quantile(lags, 0.9),
-                   loop_lag_ms_max=max(lags))
+                   loop_lag_ms_max=max(lags), client_freezes=sum(s.freezes for s in samples),
+                   client_freeze_ms_max=max(s.freeze_ms_max for s in samples),
+                   client_freeze_ms_total=sum(s.freeze_ms_total for s in samples),
+                   client_major_faults=sum(faults) if faults else None,
+                   client_cpu_wait_ms=sum(waits) if waits else None)
+
+
+def client_froze(load: ClientLoad, window_s: float | None) -> bool:
+    """Measured: the process's event loop ran nothing for more than FREEZE_SHARE_BOUND of the
+    window in all."""
+    total = load.client_freeze_ms_total
+    return bool(total and window_s and total > FREEZE_SHARE_BOUND * window_s * 1000.0)
+
+
+def freeze_text(load: ClientLoad) -> str | None:
+    """What the load generator's freezes were and what explains them, for a reason or a note
+    ("froze 2 time(s) ..."); None where it did not freeze."""
+    if not load.client_freezes:
+        return None
+    causes = [f"{load.client_major_faults or 0:,} major page fault(s)"]
+    if load.client_cpu_wait_ms is not None:
+        causes.append(f"{load.client_cpu_wait_ms:,.0f} ms waiting for a CPU")
+    return (f"froze {load.client_freezes} time(s) (its event loop ran nothing for {FREEZE_MIN_MS:g} ms or more), "
+            f"the longest {load.client_freeze_ms_max:,.0f} ms, {load.client_freeze_ms_total:,.0f} ms in all; "
+            f"in the window {', '.join(causes)}")
 
 
 def client_overloaded(load: ClientLoad) -> bool:
@@ -80,17 +113,25 @@ def is_client_bound(load: ClientLoad) -> bool:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CellClientLoad:
     """A cell's client load: the worst process for each figure, and whether any process was
-    overloaded (CPU or lag measured over its bound) or late (the added delay estimated over
-    its bound): `classify_cell` ranks a seen stall between the two."""
+    overloaded (CPU or lag measured over its bound, or frozen over FREEZE_SHARE_BOUND of the
+    window) or late (the added delay estimated over its bound): `classify_cell` ranks a seen
+    stall between the two."""
 
     load: ClientLoad
     overloaded: bool
     late: bool
+    frozen: bool = False
+    """Overloaded because a process froze (`client_froze`): the reason says so."""
 
 
 def _worst(values) -> float | None:
     known = [v for v in values if v is not None]
     return max(known) if known else None
+
+
+def _total(values) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
 
 
 def _one_source(sources) -> str | None:
@@ -99,8 +140,9 @@ def _one_source(sources) -> str | None:
     return known.pop() if len(known) == 1 else ("mixed" if known else None)
 
 
-def combined_client_load(per_process, reads_per_process=()) -> CellClientLoad:
-    """The cell's client load from each process's samples and reads (`CellClientLoad`)."""
+def combined_client_load(per_process, reads_per_process=(), *, window_s: float | None = None) -> CellClientLoad:
+    """The cell's client load from each process's samples and reads (`CellClientLoad`) over a
+    window of `window_s` seconds (None: freezes are reported, never judged)."""
     reads = list(reads_per_process) + [()] * (len(per_process) - len(reads_per_process))
     loads = [client_load(samples, r) for samples, r in zip(per_process, reads)]
     worst = ClientLoad(
@@ -115,9 +157,15 @@ def combined_client_load(per_process, reads_per_process=()) -> CellClientLoad:
         client_added_delay_source=next((x.client_added_delay_source for x in loads
                                         if x.client_added_delay_source), None),
         stamp_source=_one_source(x.stamp_source for x in loads),
-        client_read_delay_ms_p99=_worst(x.client_read_delay_ms_p99 for x in loads))
-    return CellClientLoad(load=worst, overloaded=any(client_overloaded(x) for x in loads),
-                          late=any(client_late(x) for x in loads))
+        client_read_delay_ms_p99=_worst(x.client_read_delay_ms_p99 for x in loads),
+        client_freezes=_total(x.client_freezes for x in loads),
+        client_freeze_ms_max=_worst(x.client_freeze_ms_max for x in loads),
+        client_freeze_ms_total=_worst(x.client_freeze_ms_total for x in loads),
+        client_major_faults=_total(x.client_major_faults for x in loads),
+        client_cpu_wait_ms=_worst(x.client_cpu_wait_ms for x in loads))
+    frozen = any(client_froze(x, window_s) for x in loads)
+    return CellClientLoad(load=worst, overloaded=frozen or any(client_overloaded(x) for x in loads),
+                          late=any(client_late(x) for x in loads), frozen=frozen)
 
 
 # --------------------------------------------------------------------------- stalls

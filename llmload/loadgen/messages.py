@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar
 
-from llmload.core.clientload import IntervalSample
+from llmload.core.clientload import IntervalSample, LoadSample
 from llmload.core.records import RequestRecord
 
 CELL = "llmload_cell"
@@ -145,23 +145,24 @@ class Ready(_Message):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Records(_Message):
-    """One process's records of a cell, its (time, CPU %, lag ms) samples in the window and
+    """One process's records of a cell, its monitor samples in the window
+    (`clientload.LoadSample`: CPU, loop lag, freezes) and
     what its hot path saw per monitor interval (reads, events, read backlog:
     `clientload.IntervalSample`), from which the added-delay estimate is made."""
 
     TYPE: ClassVar[str] = RECORDS
     id: str
     records: tuple[RequestRecord, ...] = ()
-    load_samples: tuple[tuple[float, float, float], ...] = ()
+    load_samples: tuple[LoadSample, ...] = ()
     read_samples: tuple[IntervalSample, ...] = ()
 
     def to_wire(self) -> dict[str, Any]:
         return {"id": self.id, "records": [r.to_wire() for r in self.records],
-                "load_samples": [list(s) for s in self.load_samples],
+                "load_samples": [s.to_wire() for s in self.load_samples],
                 "read_samples": [s.to_wire() for s in self.read_samples]}
 
     @classmethod
     def from_wire(cls, data: dict[str, Any]) -> "Records":
         return cls(id=data["id"], records=tuple(RequestRecord.from_wire(r) for r in data.get("records") or ()),
-                   load_samples=tuple(tuple(s) for s in data.get("load_samples") or ()),
+                   load_samples=tuple(LoadSample.from_wire(s) for s in data.get("load_samples") or ()),
                    read_samples=tuple(IntervalSample.from_wire(s) for s in data.get("read_samples") or ()))

@@ -1,23 +1,105 @@
-"""The load monitor: how busy this process was, so a cell whose load generator was the
-bottleneck is marked client_bound.
+"""The load monitor: how busy this process was, and whether it froze, so a cell whose load
+generator was the bottleneck is marked client_bound.
 
 A greenlet samples this process's CPU, event-loop lag and read backlog (the added delay it
 implies, `llmload.core.clientload`) every MONITOR_INTERVAL_S; workers ship a cell window's
 samples with its records (`llmload.loadgen.cellworker`).
+
+Freezes: a libev timer beats every HEARTBEAT_S (a C watcher and one short Python call: no
+greenlet switch); a beat FREEZE_MIN_MS or more late is a freeze, a time the loop ran nothing.
+Each interval also keeps what explains one that was not the loop's own work: the process's
+major page faults (a page read back from disk) and the time its loop thread waited for a CPU
+(Linux's schedstat run delay).
 """
 
 from __future__ import annotations
 
+import os
+import resource
 import time
 from collections import Counter
 
 import gevent
 
 from llmload.core.cellresult import ClientLoad
-from llmload.core.cellstatus import client_load
+from llmload.core.cellstatus import FREEZE_MIN_MS, client_load
+from llmload.core.clientload import LoadSample
 from llmload.core.clock import now
 
 MONITOR_INTERVAL_S = 0.25
+HEARTBEAT_S = 0.01
+"""The freeze watcher's period: 100 short callbacks a second."""
+
+
+class Heartbeat:
+    """A repeating libev timer that keeps the freezes of its loop: how many beats came
+    FREEZE_MIN_MS or more late, the longest and their sum, since the last `take`."""
+
+    __slots__ = ("last", "freezes", "longest_s", "total_s", "_timer")
+
+    def __init__(self) -> None:
+        self.last = time.perf_counter()
+        self.freezes, self.longest_s, self.total_s = 0, 0.0, 0.0
+        self._timer = None
+
+    def start(self, loop) -> None:
+        self.last = time.perf_counter()
+        self._timer = loop.timer(HEARTBEAT_S, HEARTBEAT_S, ref=False)
+        self._timer.start(self._beat)
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.stop()
+            self._timer = None
+
+    def _beat(self) -> None:
+        t = time.perf_counter()
+        late = t - self.last - HEARTBEAT_S
+        self.last = t
+        if late >= FREEZE_MIN_MS / 1000.0:
+            self.freezes += 1
+            self.total_s += late
+            if late > self.longest_s:
+                self.longest_s = late
+
+    def take(self) -> tuple[int, float, float]:
+        """(freezes, longest ms, total ms) since the last take, and start counting afresh.
+        A freeze still going on is counted as far as it has gone."""
+        late = time.perf_counter() - self.last - HEARTBEAT_S
+        freezes, longest, total = self.freezes, self.longest_s, self.total_s
+        if late >= FREEZE_MIN_MS / 1000.0:  # the beat is overdue right now (a greenlet ran long)
+            freezes, longest, total = freezes + 1, max(longest, late), total + late
+            self.last += late  # counted: the beat that ends it counts only what comes after
+        self.freezes, self.longest_s, self.total_s = 0, 0.0, 0.0
+        return freezes, longest * 1000.0, total * 1000.0
+
+
+class CpuWait:
+    """The time this thread has waited for a CPU while ready to run (the second field of
+    Linux's /proc/thread-self/schedstat, nanoseconds); None elsewhere."""
+
+    def __init__(self) -> None:
+        try:
+            self._fd: int | None = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+        except OSError:
+            self._fd = None
+
+    def ms(self) -> float | None:
+        if self._fd is None:
+            return None
+        try:
+            return int(os.pread(self._fd, 128, 0).split()[1]) / 1e6
+        except (OSError, IndexError, ValueError):
+            return None
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def major_faults() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_majflt
 
 
 class LoadMonitor:
@@ -29,8 +111,8 @@ class LoadMonitor:
     receive-queue depths, turned into an added-delay estimate (`llmload.core.clientload`)."""
 
     def __init__(self) -> None:
-        self.samples: list[tuple[float, float, float]] = []
-        """(time, cpu %, lag ms) per interval."""
+        self.samples: list[LoadSample] = []
+        """The process's CPU, loop lag and freezes per interval."""
         self.reads: list = []
         """clientload.IntervalSample per interval."""
         self._greenlet = None
@@ -45,6 +127,15 @@ class LoadMonitor:
             self._greenlet = None
 
     def _run(self) -> None:
+        heartbeat, cpu_wait = Heartbeat(), CpuWait()
+        heartbeat.start(gevent.get_hub().loop)
+        try:
+            self._sample_forever(heartbeat, cpu_wait)
+        finally:
+            heartbeat.stop()
+            cpu_wait.close()
+
+    def _sample_forever(self, heartbeat: Heartbeat, cpu_wait: CpuWait) -> None:
         from llmload.io import client
         from llmload.core.clientload import IntervalSample, backlog_ages_ms, stamp_errors, stream_gap_ms
         counters = client.COUNTERS
@@ -53,6 +144,7 @@ class LoadMonitor:
         counters.delays, counters.merged = {}, {}
         last_queued = 0
         last_t = now()
+        last_faults, last_wait = major_faults(), cpu_wait.ms()
         while True:
             gevent.sleep(MONITOR_INTERVAL_S)
             wall, cpu = time.monotonic(), time.process_time()
@@ -60,6 +152,8 @@ class LoadMonitor:
             elapsed = wall - last_wall
             lag_ms = max(elapsed - MONITOR_INTERVAL_S, 0.0) * 1000.0
             cpu_pct = (cpu - last_cpu) / elapsed * 100.0 if elapsed > 0 else 0.0
+            faults, waited = major_faults(), cpu_wait.ms()
+            freezes, longest_ms, frozen_ms = heartbeat.take()
             counts = (counters.reads, counters.events, counters.bytes, counters.stamped)
             reads, events, nbytes, stamped = (a - b for a, b in zip(counts, last_counts))
             delays, merged = counters.delays, counters.merged
@@ -79,7 +173,10 @@ class LoadMonitor:
                     stamps = dict(stamped_reads=stamped, stamped_events=stamped - n_merged + merged_events,
                                   merged_reads=n_merged, late_merged_reads=late, read_delays=Counter(delays),
                                   stamp_errors=errors)
-            self.samples.append((t, cpu_pct, lag_ms))
+            self.samples.append(LoadSample(
+                t_s=t, cpu_pct=cpu_pct, lag_ms=lag_ms, major_faults=faults - last_faults, freezes=freezes,
+                freeze_ms_max=longest_ms, freeze_ms_total=frozen_ms,
+                cpu_wait_ms=waited - last_wait if waited is not None and last_wait is not None else None))
             if events:
                 self.reads.append(IntervalSample(t_s=t, reads=reads, events=events, bytes_=nbytes,
                                                  streams=streams, ages=ages or Counter(),
@@ -89,10 +186,11 @@ class LoadMonitor:
             if len(self.reads) > 20000:
                 del self.reads[:10000]
             last_wall, last_cpu, last_counts, last_t = wall, cpu, counts, t
+            last_faults, last_wait = faults, waited
 
-    def between(self, t0: float, t1: float) -> list[tuple[float, float, float]]:
-        """The (time, cpu %, lag ms) samples taken in [t0, t1]."""
-        return [s for s in self.samples if t0 <= s[0] <= t1]
+    def between(self, t0: float, t1: float) -> list[LoadSample]:
+        """The samples taken in [t0, t1]."""
+        return [s for s in self.samples if t0 <= s.t_s <= t1]
 
     def reads_between(self, t0: float, t1: float) -> list:
         """The hot path's `clientload.IntervalSample`s taken in [t0, t1]."""

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from llmload.core.cellresult import CellResult
+from llmload.core.cellstatus import freeze_text
 from llmload.core.runresults import Results
 from llmload.core.servercheck import ServerCheck
 from llmload.output.pageformat import (
@@ -44,7 +45,8 @@ STATUS_NOTES = {
     "saturated": "Saturated: the server kept requests queued (or fewer than 95% of them were "
     "in flight on average); the figure is real but is not this many requests at once.",
     "client_bound": "Client bound: the load generator itself was the bottleneck (CPU, "
-    "event-loop lag, or tokens read over 2 ms late at p99); the figure is not the server's.",
+    "event-loop lag, freezes over 2% of the window, or tokens read over 2 ms late at p99); the "
+    "figure is not the server's.",
     "stalled": "Stalled: a stream received nothing for longer than the stall bound after its "
     "first token (the reason gives the gap); the figure is not a steady rate.",
     "errors": "Errors: some requests failed; counts and first messages are listed below "
@@ -258,7 +260,13 @@ def check_items(cells: Sequence[CellResult]) -> tuple[CheckItem, ...]:
         if cell.usage_mismatches:
             items.append(CheckItem(text=f"{where(cell)}: {cell.usage_mismatches:,} completed request(s) whose "
                                         "streamed tokens differ from the server's usage.completion_tokens"))
-        for note in (cell.prompt_length_note, cell.stall_check_note):
+        for note in (cell.prompt_length_note, cell.stall_check_note, _freeze_note(cell.client_load)):
             if note:
                 items.append(CheckItem(text=f"{where(cell)}: {note}"))
     return tuple(items)
+
+
+
+def _freeze_note(load) -> str | None:
+    text = freeze_text(load)
+    return f"the load generator {text}" if text else None

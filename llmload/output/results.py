@@ -77,7 +77,13 @@ Top level:
     client_bound), client_added_delay_source, stamp_source (token times from the kernel's
     receive stamps "kernel", from user space "user" — TLS — or "mixed"),
     client_read_delay_ms_p99 (kernel stamps: how late the client read, p99 over reads; null
-    otherwise), warmup_cache_hit (bool or null),
+    otherwise), client_freezes, client_freeze_ms_max, client_freeze_ms_total (times a
+    load-generator process's event loop ran nothing for 50 ms or longer, the longest, and
+    their sum in the worst process: over 2% of the window makes the cell client_bound,
+    `llmload.loadgen.monitor`), client_major_faults (page faults that waited for a disk read,
+    all processes), client_cpu_wait_ms (how long the worst process's event loop was ready to
+    run and waited for a CPU; null off Linux) — these five are absent before they came,
+    within version 2, warmup_cache_hit (bool or null),
     cached_tokens (prefill: the server's cached prompt tokens, 0 for a cold prefill),
     longest_stall_s (decode: the longest silence of a request after its first token inside
     the window; the cell is "stalled" when it exceeds the bound, see cellstatus.stall_bound_s),
