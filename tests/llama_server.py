@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests_helpers import get_json
+from tests_helpers import engine_cpus, get_json, pinned_to
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD_SCRIPT = ROOT / "scripts" / "build_llama_server.sh"
@@ -69,7 +69,9 @@ class LlamaServer:
         self._log = tempfile.NamedTemporaryFile(prefix="llama-server-", suffix=".log", delete=False)
 
     def __enter__(self) -> "LlamaServer":
-        self.proc = subprocess.Popen(self.cmd, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT)
+        # On its own cores, the load generator on the others (`tests_helpers.engine_cpus`)
+        self.proc = subprocess.Popen(self.cmd, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
+                                     preexec_fn=pinned_to(engine_cpus()))
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -10,7 +10,8 @@ import pytest
 
 from llmload.io import hardware
 from llmload.core.cellresult import ClientLoad
-from llmload.core.cellstatus import is_client_bound
+from llmload.core.cellstatus import client_load, is_client_bound
+from llmload.core.clientload import LoadSample
 from llmload.core.clock import now
 from llmload.loadgen.monitor import MONITOR_INTERVAL_S, Heartbeat, LoadMonitor
 
@@ -73,15 +74,20 @@ def test_heartbeat_counts_each_freeze_and_not_the_quiet_loop():
     beat.start(gevent.get_hub().loop)
     try:
         gevent.sleep(0.3)  # the loop idle: beats on time
-        assert beat.take() == (0, 0.0, 0.0)
+        assert beat.take() == ()
+        ends = []
         for cpu_s in (0.12, 0.2):
-            wall_s, _ = _hog(cpu_s)
+            _hog(cpu_s)
+            ends.append(now())
             gevent.sleep(0.05)
-        freezes, longest_ms, total_ms = beat.take()
+        freezes = beat.take()
     finally:
         beat.stop()
-    assert freezes == 2, (freezes, longest_ms, total_ms)
-    assert longest_ms >= 190 and total_ms >= longest_ms + 110
+    assert len(freezes) == 2, freezes
+    (end1, ms1), (end2, ms2) = freezes
+    assert ms1 >= 110 and ms2 >= 190, freezes
+    # each ends when its hog ended (the beat came right after), on the now() axis
+    assert ends[0] <= end1 < ends[0] + 0.05 and ends[1] <= end2 < ends[1] + 0.05, (ends, freezes)
 
 
 def test_a_hog_still_going_is_counted_once():
@@ -92,14 +98,27 @@ def test_a_hog_still_going_is_counted_once():
     try:
         gevent.sleep(0.05)
         _hog(0.15)
-        freezes, longest_ms, _ = beat.take()  # read inside the freeze: the beat is overdue
+        [(_, so_far)] = beat.take()  # read inside the freeze: the beat is overdue
         _hog(0.1)
         gevent.sleep(0.05)
-        rest = beat.take()
+        [(_, rest)] = beat.take()
     finally:
         beat.stop()
-    assert freezes == 1 and longest_ms >= 130
-    assert rest[0] == 1 and 80 <= rest[1] < longest_ms + 100, rest
+    assert so_far >= 130 and 80 <= rest < so_far + 100, (so_far, rest)
+
+
+def test_a_window_counts_the_part_of_a_freeze_inside_it():
+    """A freeze that began before the window (a collection before the users started, say)
+    counts only for its part inside, and that part only where it is a freeze itself."""
+    sample = LoadSample(t_s=10.1, cpu_pct=5.0, lag_ms=0.0, freezes=((10.05, 100.0), (10.09, 60.0)))
+    load = client_load([sample], window=(10.0, 12.0))
+    assert (load.client_freezes, load.client_freeze_ms_max) == (2, pytest.approx(60.0))
+    late = client_load([sample], window=(10.02, 12.0))  # 30 ms of the first inside: no freeze
+    assert (late.client_freezes, late.client_freeze_ms_total) == (1, pytest.approx(60.0))
+    after = LoadSample(t_s=12.2, cpu_pct=99.0, lag_ms=0.0, freezes=((12.1, 200.0),))
+    both = client_load([sample, after], window=(10.0, 12.0))  # the sample after the end: its freeze's part
+    assert both.client_freeze_ms_max == pytest.approx(100.0) and both.client_cpu_pct_max == 5.0
+    assert client_load([sample]).client_freeze_ms_total == pytest.approx(160.0)  # no window: whole
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="posix_fadvise and ru_majflt as on Linux")

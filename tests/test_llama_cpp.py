@@ -11,8 +11,6 @@ saturated; 4K (4,096 + 256 > 4,096) exceeds the context.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 
 import pytest
@@ -24,6 +22,7 @@ from llmload.core.servercheck import server_stream_rate_tok_s
 from llmload.core.prompts import PromptBuilder
 from llmload.io.probe import build_prompts, http_json, probe_server, prompt_counter
 from llama_server import LlamaServer, llama_server_binary, no_compiler_reason, tiny_model
+from tests_helpers import llmload_pinned, on_client_cpus
 
 K = 1024
 CONTEXTS, LEVELS, MAX_TOKENS = [1 * K, 3 * K, 4 * K], [1, 4, 8], 256
@@ -32,6 +31,14 @@ EXPECTED_PLAN = {
     (3 * K, 1): "run", (3 * K, 4): "run", (3 * K, 8): "queued",
     (4 * K, 1): "exceeds_context", (4 * K, 4): "exceeds_context", (4 * K, 8): "exceeds_context",
 }
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _on_client_cores():
+    """pytest's own process (which streams from the server in some tests) on the load
+    generator's cores, the engine on the others."""
+    with on_client_cpus():
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -48,9 +55,7 @@ def server(llama):
         yield s
 
 
-def llmload(*args, timeout=900):
-    return subprocess.run([sys.executable, "-m", "llmload", *args], capture_output=True, text=True,
-                          timeout=timeout, env=dict(os.environ))
+llmload = llmload_pinned  # the load generator on its own cores, the engine on the others
 
 
 def plan_of(info):

@@ -57,8 +57,8 @@ def test_a_cell_file_round_trips_exactly(tmp_path):
                       server_first=ServerSample(t_s=t, preemptions=0.0, generated=10.0),
                       server_last=ServerSample(t_s=t + 2.5, preemptions=0.0, generated=30.0),
                       client_samples=((LoadSample(t_s=t + 0.25, cpu_pct=12.5, lag_ms=0.1, major_faults=0, cpu_wait_ms=0.4),
-                                       LoadSample(t_s=t + 0.5, cpu_pct=14.0, lag_ms=0.3, major_faults=2, freezes=1,
-                                                  freeze_ms_max=61.0, freeze_ms_total=61.0, cpu_wait_ms=0.0)), ()),
+                                       LoadSample(t_s=t + 0.5, cpu_pct=14.0, lag_ms=0.3, major_faults=2,
+                                                  freezes=((t + 0.45, 61.0),), cpu_wait_ms=0.0)), ()),
                       exact_prompt_length=True)
     path = write_cell(tmp_path, planned, records, facts)
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary file left

@@ -2,6 +2,8 @@
 
 import logging
 
+from dataclasses import replace
+
 import pytest
 
 from llmload.core.cellresult import CellResult
@@ -168,10 +170,12 @@ def test_the_error_rate_counts_warmups_on_both_sides():
     assert _decode_cell_of(warm_ok=True, window_ok=True).errors == 0
 
 
-def _stall_cell(*, window_s: float, stall_s: float, cpu_pct: float = 0.4, late_ms: float | None = None) -> dict:
+def _stall_cell(*, window_s: float, stall_s: float, cpu_pct: float = 0.4, late_ms: float | None = None,
+                froze_ms: tuple[float, ...] = ()) -> dict:
     """A decode cell of 4 users whose server froze `stall_s` after the first token of every
-    second request; the client's samples say `cpu_pct`, and with `late_ms` its queue ages
-    say it read that late (an estimate over the 2 ms bound)."""
+    second request; the client's samples say `cpu_pct`, with `late_ms` its queue ages say it
+    read that late (an estimate over the 2 ms bound), and its event loop froze `froze_ms`
+    (one freeze an interval, each spent waiting for a CPU, one major fault each)."""
     from collections import Counter
 
     from llmload.core.capacity import PlannedCell
@@ -193,7 +197,10 @@ def _stall_cell(*, window_s: float, stall_s: float, cpu_pct: float = 0.4, late_m
     ages = Counter({0: 5, round(late_ms / ADDED_DELAY_BIN_MS): 5}) if late_ms else Counter({0: 10})
     reads = tuple(IntervalSample(t_s=t0 + 0.25 * i, reads=10, events=12, bytes_=2400, streams=4, ages=ages)
                   for i in range(int(window_s * 4)))
-    samples = tuple(LoadSample(t_s=t0 + 0.25 * i, cpu_pct=cpu_pct, lag_ms=0.1) for i in range(int(window_s * 4)))
+    samples = tuple(LoadSample(t_s=t0 + 0.25 * i, cpu_pct=cpu_pct, lag_ms=0.1, major_faults=0, cpu_wait_ms=0.5)
+                    for i in range(int(window_s * 4)))
+    samples = samples[:1] + tuple(replace(s, freezes=((s.t_s - 0.01, ms),), major_faults=1, cpu_wait_ms=ms)
+                                  for s, ms in zip(samples[1:], froze_ms)) + samples[1 + len(froze_ms):]
     planned = PlannedCell(phase="decode", context_tokens=0, concurrency=4, status="run", reason="",
                           prompt_tokens=10, max_tokens=20)
     facts = CellFacts(t0_s=t0, t1_s=t1, client_samples=(samples,), client_reads=(reads,))
@@ -212,6 +219,26 @@ def test_a_seen_stall_outranks_an_estimated_client_delay():
     assert _stall_cell(window_s=6.0, stall_s=0.0, late_ms=5.0)["status"] == "client_bound"  # no stall: the estimate
     busy = _stall_cell(window_s=6.0, stall_s=10.0, cpu_pct=95.0, late_ms=5.0)
     assert busy["status"] == "client_bound" and "CPU or event-loop lag" in busy["reason"]
+
+
+@pytest.mark.fault("the load generator's event loop frozen 0.4 s of a 6 s window (two freezes, waiting for a CPU)",
+                   "client_bound: the reason gives the freezes, the longest, their sum and the CPU wait; frozen "
+                   "0.2 s (under 5% of the window) stays valid and the report's Checks list the freeze")
+def test_a_client_that_froze_over_its_bound_is_client_bound_and_says_why():
+    from llmload.output.pagetables import check_items
+    froze = _stall_cell(window_s=6.0, stall_s=0.0, froze_ms=(150.0, 250.0))
+    assert froze["client_freezes"] == 2
+    assert (froze["client_freeze_ms_max"], froze["client_freeze_ms_total"]) == (pytest.approx(250.0), pytest.approx(400.0))
+    assert froze["client_major_faults"] == 2 and froze["client_cpu_wait_ms"] == pytest.approx(400.0 + 22 * 0.5)
+    assert froze["status"] == "client_bound", froze["reason"]
+    assert froze["reason"] == ("the load generator was the bottleneck: it froze 2 time(s) (its event loop ran nothing "
+                               "for 50 ms or more), the longest 250 ms, 400 ms in all; in the window 2 major page "
+                               "fault(s), 411 ms waiting for a CPU (bound 5% of the window)")
+    brief = _stall_cell(window_s=6.0, stall_s=0.0, froze_ms=(200.0,))
+    assert brief["status"] == "valid", brief["reason"]
+    notes = [i.text for i in check_items([cell_of(brief)])]
+    assert any(n.startswith("Sustained decode 0 × 4: the load generator froze 1 time(s)") for n in notes), notes
+    assert _stall_cell(window_s=6.0, stall_s=0.0)["client_freezes"] == 0
 
 
 @pytest.mark.fault("a 3 s decode window (never longer than the stall bound, at least 3 s)",

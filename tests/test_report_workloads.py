@@ -21,7 +21,7 @@ from llmload.output.report import CSV_COLUMNS, render_html, render_markdown
 from llmload.output.resultswriter import write_renderings
 from llmload.output.terminal import echo_matrix
 from llmload.output.report import split_csv_list
-from tests.tests_helpers import new_cell, results_of
+from tests_helpers import new_cell, results_of
 
 SERVER = {"model": "tiny-model", "engine": "vllm", "version": "0.9.1"}
 

@@ -1,11 +1,13 @@
 """Helpers shared by the tests: `llmload` in this process (click's CliRunner) or as a process,
 what a run wrote (`cells_of`) and its one-line errors, the typed results of a test's partial
 results dict (`results_of`, `cell_of`), the fault-injecting stream server as a subprocess,
-the one request-record builder, ports that servers chose themselves, and a readiness probe
-for the real engines' servers."""
+the one request-record builder, ports that servers chose themselves, a readiness probe
+for the real engines' servers, and the cores a real engine and the load generator each
+get (`engine_cpus`, `client_cpus`, `llmload_pinned`)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -29,6 +31,67 @@ from llmload.core.runresults import Results
 from llmload.output.results import CELL_STATUSES
 
 SERVER = Path(__file__).with_name("stream_server.py")
+
+
+# ----------------------------------------------------------------------------- cores
+
+
+#: The CPUs the test session may use, as it started (a test may move pytest onto fewer).
+SESSION_CPUS = tuple(sorted(os.sched_getaffinity(0))) if hasattr(os, "sched_getaffinity") else ()
+
+
+def _split_cpus() -> tuple[frozenset[int], frozenset[int]] | None:
+    """The session's CPUs, split: the upper half for a real engine, the lower for the load
+    generator (and pytest); None with fewer than two (nothing to split: both share the one)."""
+    cpus = SESSION_CPUS
+    if len(cpus) < 2:
+        return None
+    half = len(cpus) // 2
+    return frozenset(cpus[half:]), frozenset(cpus[:half])
+
+
+def engine_cpus() -> frozenset[int] | None:
+    """The cores a real engine's server runs on in the tests: on a 2-core machine the engine
+    and the load generator otherwise take each other's CPU (vLLM's CPU backend keeps every
+    core busy while it serves, and the load generator's loop then waited up to 2 s for one)."""
+    split = _split_cpus()
+    return split[0] if split else None
+
+
+def client_cpus() -> frozenset[int] | None:
+    """The cores the load generator runs on beside a real engine (`engine_cpus`)."""
+    split = _split_cpus()
+    return split[1] if split else None
+
+
+def pinned_to(cpus: frozenset[int] | None) -> Callable[[], None] | None:
+    """A `preexec_fn` that moves the child onto `cpus` (None: leave it where it is)."""
+    if cpus is None:
+        return None
+    return lambda: os.sched_setaffinity(0, cpus)
+
+
+@contextlib.contextmanager
+def on_client_cpus():
+    """This (pytest's) process on the load generator's cores while in the block, for tests
+    that stream from a real engine in-process (`engine_cpus`)."""
+    cpus = client_cpus()
+    if cpus is None:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpus)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def llmload_pinned(*args, timeout: float = 900) -> subprocess.CompletedProcess:
+    """`python -m llmload ARGS` as a process on the load generator's cores (`client_cpus`),
+    beside a real engine on its own."""
+    return subprocess.run([sys.executable, "-m", "llmload", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, env=dict(os.environ), preexec_fn=pinned_to(client_cpus()))
 
 
 # ----------------------------------------------------------------------------- llmload

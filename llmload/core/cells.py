@@ -95,7 +95,7 @@ def decode_cell(planned: PlannedCell, records: list[RequestRecord], facts: CellF
     decode = [r for r in records if r.tag == tag]
     warm = [r for r in records if r.tag == "warmup"]
     fig = window_figures(decode, t0, t1, concurrency=planned.concurrency)
-    load = combined_client_load(facts.client_samples, facts.client_reads, window_s=t1 - t0)
+    load = combined_client_load(facts.client_samples, facts.client_reads, window=(t0, t1))
     waits = [w for _, w in facts.waiting_samples]
     median_waiting = quantile(waits, 0.5) if waits else None
     max_waiting = max(waits) if waits else None
@@ -165,7 +165,7 @@ def open_loop_cell(planned: PlannedCell, records: list[RequestRecord], facts: Ce
     fig = open_loop_figures(requests, t0, t1, phase=planned.phase, slo=facts.slo)
     span, win = fig.span, fig.window
     load = combined_client_load(facts.client_samples, facts.client_reads,
-                                window_s=t1 - t0 if t0 is not None and t1 is not None else None)
+                                window=(t0, t1) if t0 is not None and t1 is not None else None)
     status = classify_open_loop(errors=span.errors, ran=bool(requests), cap_waits=fig.cap_waits,
                                 send_lateness_ms_p99=fig.send_lateness_ms_p99, client_overloaded=load.overloaded,
                                 client_late=load.late)

@@ -24,6 +24,10 @@ from llmload.core.records import RequestRecord
 
 #: A cell is "N at once" only if at least this fraction of N was active/streaming on average.
 VALID_FRACTION = 0.95
+FREEZE_SHARE_BOUND = 1.0 - VALID_FRACTION
+"""A load-generator process frozen for more than this share of a window in all:
+client_bound. The requests it should have sent waited that long, which is the share by which
+a valid cell's requests in flight may fall short of N; in a 30-s window, 1.5 s."""
 #: Without server metrics, a cell whose requests streamed on average less than this
 #: fraction of N is taken as queued (short requests legitimately spend a few percent of their
 #: life before their first token, so the bar is lower than VALID_FRACTION).
@@ -36,19 +40,20 @@ percentile: one garbage collection or a neighbour's burst is a hiccup, not a bot
 FREEZE_MIN_MS = 50.0
 """The event loop running nothing for this long or longer is a freeze (`loadgen.monitor`'s
 heartbeat; a garbage collection of a small heap or a scheduler tick stays well under it)."""
-FREEZE_SHARE_BOUND = 0.02
-"""A load-generator process frozen for more than this share of a window in all:
-client_bound. The requests it should have sent and the tokens it should have read waited
-that long; in a 30-s window, 0.6 s."""
 
 
 # --------------------------------------------------------------------------- the client's load
 
 
-def client_load(samples, reads=()) -> ClientLoad:
+def client_load(samples, reads=(), *, window: tuple[float, float] | None = None) -> ClientLoad:
     """One process's load over a window from its monitor samples (`clientload.LoadSample`:
     CPU, loop lag and freezes; the percentiles follow `metrics.quantile`) and its hot path's
-    interval samples (the added-delay estimate, `clientload.window_estimate`)."""
+    interval samples (the added-delay estimate, `clientload.window_estimate`).
+
+    With the window (t0, t1), CPU and lag come from the samples taken up to t1 (a sample
+    after it, whose interval held the window's end, may be there for its freezes), and a
+    freeze counts for its part inside the window, where that part is a freeze itself
+    (FREEZE_MIN_MS or more)."""
     estimate = window_estimate(list(reads))
     delay = ClientLoad(client_events_per_read=estimate["events_per_read"],
                        client_added_delay_ms_p50=estimate["added_delay_ms_p50"],
@@ -56,6 +61,9 @@ def client_load(samples, reads=()) -> ClientLoad:
                        client_added_delay_source=estimate["added_delay_source"],
                        stamp_source=estimate["stamps"],
                        client_read_delay_ms_p99=estimate["read_delay_ms_p99"])
+    frozen = _freezes_in(samples, window)
+    if window is not None:
+        samples = [s for s in samples if s.t_s <= window[1]]
     if not samples:
         return delay
     cpus = [s.cpu_pct for s in samples]
@@ -64,11 +72,22 @@ def client_load(samples, reads=()) -> ClientLoad:
     waits = [s.cpu_wait_ms for s in samples if s.cpu_wait_ms is not None]
     return replace(delay, client_cpu_pct_mean=sum(cpus) / len(cpus), client_cpu_pct_max=max(cpus),
                    loop_lag_ms_p50=quantile(lags, 0.5), loop_lag_ms_p90=quantile(lags, 0.9),
-                   loop_lag_ms_max=max(lags), client_freezes=sum(s.freezes for s in samples),
-                   client_freeze_ms_max=max(s.freeze_ms_max for s in samples),
-                   client_freeze_ms_total=sum(s.freeze_ms_total for s in samples),
+                   loop_lag_ms_max=max(lags), client_freezes=len(frozen),
+                   client_freeze_ms_max=max(frozen, default=0.0), client_freeze_ms_total=sum(frozen),
                    client_major_faults=sum(faults) if faults else None,
                    client_cpu_wait_ms=sum(waits) if waits else None)
+
+
+def _freezes_in(samples, window: tuple[float, float] | None) -> list[float]:
+    """The freezes' lengths (ms), each cut to the window where one is given."""
+    lengths = []
+    for sample in samples:
+        for end, ms in sample.freezes:
+            if window is not None:
+                ms = (min(end, window[1]) - max(end - ms / 1000.0, window[0])) * 1000.0
+            if ms >= FREEZE_MIN_MS:
+                lengths.append(ms)
+    return lengths
 
 
 def client_froze(load: ClientLoad, window_s: float | None) -> bool:
@@ -140,11 +159,12 @@ def _one_source(sources) -> str | None:
     return known.pop() if len(known) == 1 else ("mixed" if known else None)
 
 
-def combined_client_load(per_process, reads_per_process=(), *, window_s: float | None = None) -> CellClientLoad:
-    """The cell's client load from each process's samples and reads (`CellClientLoad`) over a
-    window of `window_s` seconds (None: freezes are reported, never judged)."""
+def combined_client_load(per_process, reads_per_process=(), *,
+                         window: tuple[float, float] | None = None) -> CellClientLoad:
+    """The cell's client load from each process's samples and reads (`CellClientLoad`) over
+    the window (t0, t1) (None: freezes are reported whole, never judged)."""
     reads = list(reads_per_process) + [()] * (len(per_process) - len(reads_per_process))
-    loads = [client_load(samples, r) for samples, r in zip(per_process, reads)]
+    loads = [client_load(samples, r, window=window) for samples, r in zip(per_process, reads)]
     worst = ClientLoad(
         client_cpu_pct_max=_worst(x.client_cpu_pct_max for x in loads),
         client_cpu_pct_mean=_worst(x.client_cpu_pct_mean for x in loads),
@@ -163,6 +183,7 @@ def combined_client_load(per_process, reads_per_process=(), *, window_s: float |
         client_freeze_ms_total=_worst(x.client_freeze_ms_total for x in loads),
         client_major_faults=_total(x.client_major_faults for x in loads),
         client_cpu_wait_ms=_worst(x.client_cpu_wait_ms for x in loads))
+    window_s = window[1] - window[0] if window is not None else None
     frozen = any(client_froze(x, window_s) for x in loads)
     return CellClientLoad(load=worst, overloaded=frozen or any(client_overloaded(x) for x in loads),
                           late=any(client_late(x) for x in loads), frozen=frozen)

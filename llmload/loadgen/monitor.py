@@ -32,14 +32,14 @@ HEARTBEAT_S = 0.01
 
 
 class Heartbeat:
-    """A repeating libev timer that keeps the freezes of its loop: how many beats came
-    FREEZE_MIN_MS or more late, the longest and their sum, since the last `take`."""
+    """A repeating libev timer that keeps the freezes of its loop: each beat that came
+    FREEZE_MIN_MS or more late, as (when it ended on the `clock.now` axis, ms), until `take`."""
 
-    __slots__ = ("last", "freezes", "longest_s", "total_s", "_timer")
+    __slots__ = ("last", "freezes", "_timer")
 
     def __init__(self) -> None:
         self.last = time.perf_counter()
-        self.freezes, self.longest_s, self.total_s = 0, 0.0, 0.0
+        self.freezes: list[tuple[float, float]] = []
         self._timer = None
 
     def start(self, loop) -> None:
@@ -57,21 +57,18 @@ class Heartbeat:
         late = t - self.last - HEARTBEAT_S
         self.last = t
         if late >= FREEZE_MIN_MS / 1000.0:
-            self.freezes += 1
-            self.total_s += late
-            if late > self.longest_s:
-                self.longest_s = late
+            self.freezes.append((now(), late * 1000.0))
 
-    def take(self) -> tuple[int, float, float]:
-        """(freezes, longest ms, total ms) since the last take, and start counting afresh.
-        A freeze still going on is counted as far as it has gone."""
+    def take(self) -> tuple[tuple[float, float], ...]:
+        """The freezes since the last take, and start afresh. A freeze still going on (the
+        beat overdue now: a greenlet runs long) counts as far as it has gone; the beat that
+        ends it counts only the rest."""
         late = time.perf_counter() - self.last - HEARTBEAT_S
-        freezes, longest, total = self.freezes, self.longest_s, self.total_s
-        if late >= FREEZE_MIN_MS / 1000.0:  # the beat is overdue right now (a greenlet ran long)
-            freezes, longest, total = freezes + 1, max(longest, late), total + late
-            self.last += late  # counted: the beat that ends it counts only what comes after
-        self.freezes, self.longest_s, self.total_s = 0, 0.0, 0.0
-        return freezes, longest * 1000.0, total * 1000.0
+        if late >= FREEZE_MIN_MS / 1000.0:
+            self.freezes.append((now(), late * 1000.0))
+            self.last += late
+        taken, self.freezes = tuple(self.freezes), []
+        return taken
 
 
 class CpuWait:
@@ -153,7 +150,7 @@ class LoadMonitor:
             lag_ms = max(elapsed - MONITOR_INTERVAL_S, 0.0) * 1000.0
             cpu_pct = (cpu - last_cpu) / elapsed * 100.0 if elapsed > 0 else 0.0
             faults, waited = major_faults(), cpu_wait.ms()
-            freezes, longest_ms, frozen_ms = heartbeat.take()
+            freezes = heartbeat.take()
             counts = (counters.reads, counters.events, counters.bytes, counters.stamped)
             reads, events, nbytes, stamped = (a - b for a, b in zip(counts, last_counts))
             delays, merged = counters.delays, counters.merged
@@ -175,7 +172,6 @@ class LoadMonitor:
                                   stamp_errors=errors)
             self.samples.append(LoadSample(
                 t_s=t, cpu_pct=cpu_pct, lag_ms=lag_ms, major_faults=faults - last_faults, freezes=freezes,
-                freeze_ms_max=longest_ms, freeze_ms_total=frozen_ms,
                 cpu_wait_ms=waited - last_wait if waited is not None and last_wait is not None else None))
             if events:
                 self.reads.append(IntervalSample(t_s=t, reads=reads, events=events, bytes_=nbytes,
@@ -198,4 +194,4 @@ class LoadMonitor:
 
     def window(self, t0: float, t1: float) -> ClientLoad:
         """This process's load over [t0, t1] (`cellstatus.client_load`)."""
-        return client_load(self.between(t0, t1), self.reads_between(t0, t1))
+        return client_load(self.between(t0, t1), self.reads_between(t0, t1), window=(t0, t1))

@@ -45,7 +45,7 @@ STATUS_NOTES = {
     "saturated": "Saturated: the server kept requests queued (or fewer than 95% of them were "
     "in flight on average); the figure is real but is not this many requests at once.",
     "client_bound": "Client bound: the load generator itself was the bottleneck (CPU, "
-    "event-loop lag, freezes over 2% of the window, or tokens read over 2 ms late at p99); the "
+    "event-loop lag, freezes over 5% of the window, or tokens read over 2 ms late at p99); the "
     "figure is not the server's.",
     "stalled": "Stalled: a stream received nothing for longer than the stall bound after its "
     "first token (the reason gives the gap); the figure is not a steady rate.",

@@ -79,7 +79,7 @@ Top level:
     client_read_delay_ms_p99 (kernel stamps: how late the client read, p99 over reads; null
     otherwise), client_freezes, client_freeze_ms_max, client_freeze_ms_total (times a
     load-generator process's event loop ran nothing for 50 ms or longer, the longest, and
-    their sum in the worst process: over 2% of the window makes the cell client_bound,
+    their sum in the worst process: over 5% of the window makes the cell client_bound,
     `llmload.loadgen.monitor`), client_major_faults (page faults that waited for a disk read,
     all processes), client_cpu_wait_ms (how long the worst process's event loop was ready to
     run and waited for a CPU; null off Linux) — these five are absent before they came,
