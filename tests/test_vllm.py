@@ -199,7 +199,9 @@ def test_reasoning_on_the_chat_endpoint(server, tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     _, cells = cells_of(out)
     cell = cells[(1 * K, 1)]
-    assert cell["status"] == "valid", cell["reason"]
+    # the server's part of the status; whether the client kept up is the machine's
+    assert cell["status"] in ("valid", "client_bound"), cell["reason"]
+    assert not cell["max_waiting"] and not cell["preemptions"], cell
     assert cell["reasoning_token_share"] > 0.5
     assert cell["usage_mismatches"] == 0
     # The model's BPE tokenizer is not one token per word: the chat prompt was fitted to
