@@ -11,7 +11,7 @@ import pytest
 from llmload.io import hardware
 from llmload.core.cellresult import ClientLoad
 from llmload.core.cellstatus import client_load, is_client_bound
-from llmload.core.clientload import LoadSample
+from llmload.core.cellfacts import LoadSample
 from llmload.core.clock import now
 from llmload.loadgen.monitor import MONITOR_INTERVAL_S, Heartbeat, LoadMonitor
 

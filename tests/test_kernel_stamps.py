@@ -14,10 +14,10 @@ from gevent import monkey
 
 from llmload.core import clock
 from llmload.core.capacity import PlannedCell
-from llmload.core.cellfacts import CellFacts
+from llmload.core.cellfacts import CellFacts, LoadSample
 from llmload.core.cells import decode_cell
 from llmload.core.cellstatus import client_load, combined_client_load, is_client_bound
-from llmload.core.clientload import (ADDED_DELAY_BOUND_MS, MIN_STAMPED_EVENTS, IntervalSample, LoadSample, stamp_errors,
+from llmload.core.clientload import (ADDED_DELAY_BOUND_MS, MIN_STAMPED_EVENTS, IntervalSample, stamp_errors,
                                      window_estimate)
 from llmload.core.records import RequestRecord
 from llmload.io import plainsocket

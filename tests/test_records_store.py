@@ -16,8 +16,7 @@ import pytest
 import llmload.output.results as results_module
 from llmload.core.capacity import PlannedCell
 from llmload.core.cellresult import CELL_KEYS
-from llmload.core.cellfacts import CellFacts, ServerSample
-from llmload.core.clientload import LoadSample
+from llmload.core.cellfacts import CellFacts, LoadSample, ServerSample
 from llmload.core.cells import assemble_cell
 from llmload.output.recompute import read_export
 from llmload.core.records import RequestRecord

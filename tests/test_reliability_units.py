@@ -179,9 +179,9 @@ def _stall_cell(*, window_s: float, stall_s: float, cpu_pct: float = 0.4, late_m
     from collections import Counter
 
     from llmload.core.capacity import PlannedCell
-    from llmload.core.cellfacts import CellFacts
+    from llmload.core.cellfacts import CellFacts, LoadSample
     from llmload.core.cells import assemble_cell
-    from llmload.core.clientload import ADDED_DELAY_BIN_MS, IntervalSample, LoadSample
+    from llmload.core.clientload import ADDED_DELAY_BIN_MS, IntervalSample
     t0, t1 = 100.0, 100.0 + window_s
     records = []
     for u in range(4):

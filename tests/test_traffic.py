@@ -12,8 +12,7 @@ from dataclasses import replace
 import pytest
 
 from llmload.core.capacity import PlannedCell
-from llmload.core.cellfacts import CellFacts, ServerSample
-from llmload.core.clientload import LoadSample
+from llmload.core.cellfacts import CellFacts, LoadSample, ServerSample
 from llmload.core.cells import assemble_cell
 from llmload.core.cellstatus import LATENESS_BOUND_MS
 from llmload.core.engines import engine_caps

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
-from llmload.core.clientload import IntervalSample, LoadSample
+from llmload.core.clientload import IntervalSample
 from llmload.core.energy import PowerWindow
 
 
@@ -34,6 +34,44 @@ class ServerSample:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class LoadSample:
+    """What one monitor interval saw of the load generator's process itself
+    (`loadgen.monitor.LoadMonitor`): how busy it was, how late its event loop ran, and what
+    kept the loop from running when it was not busy."""
+
+    t_s: float
+    cpu_pct: float
+    """The process's CPU time over the interval's wall time."""
+    lag_ms: float
+    """How late the monitor's own wake-up came."""
+    major_faults: int | None = None
+    """Page faults of the process that had to wait for a disk read (getrusage ru_majflt)."""
+    freezes: tuple[tuple[float, float], ...] = ()
+    """(end, ms) of each time the event loop's heartbeat came `cellstatus.FREEZE_MIN_MS` or
+    more late, ended in the interval: the loop ran nothing for that long (busy in one
+    callback, waiting for a CPU, or blocked in the kernel); end on the `clock.now` axis, so
+    a window counts only the part of a freeze inside it."""
+    cpu_wait_ms: float | None = None
+    """Time the event loop's thread was ready to run and waited for a CPU (Linux schedstat
+    run delay); None where the OS does not tell."""
+
+    def to_wire(self) -> list:
+        """Plain values for a Locust message or a JSON file."""
+        return [self.t_s, self.cpu_pct, self.lag_ms, self.major_faults, [list(f) for f in self.freezes],
+                self.cpu_wait_ms]
+
+    @classmethod
+    def from_wire(cls, data) -> "LoadSample":
+        """From `to_wire`'s list, or the (time, CPU %, lag ms) of one kept before the freezes."""
+        t_s, cpu_pct, lag_ms = data[:3]
+        more = {}
+        if len(data) >= 6:
+            faults, freezes, wait = data[3:6]
+            more = dict(major_faults=faults, freezes=tuple((end, ms) for end, ms in freezes), cpu_wait_ms=wait)
+        return cls(t_s=t_s, cpu_pct=cpu_pct, lag_ms=lag_ms, **more)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CellFacts:
     """What a cell's result needs besides its request records."""
 
@@ -50,7 +88,7 @@ class CellFacts:
     server_last: ServerSample | None = None
     client_samples: tuple[tuple[LoadSample, ...], ...] = ()
     """Per load-generator process: its monitor's samples in the window (CPU, event-loop lag,
-    freezes: `clientload.LoadSample`)."""
+    freezes: `cellfacts.LoadSample`)."""
     client_reads: tuple[tuple[IntervalSample, ...], ...] = ()
     """Per load-generator process: its hot path's reads, events and read backlog per monitor
     interval in the window (`clientload.IntervalSample`)."""

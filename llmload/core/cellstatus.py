@@ -46,7 +46,7 @@ heartbeat; a garbage collection of a small heap or a scheduler tick stays well u
 
 
 def client_load(samples, reads=(), *, window: tuple[float, float] | None = None) -> ClientLoad:
-    """One process's load over a window from its monitor samples (`clientload.LoadSample`:
+    """One process's load over a window from its monitor samples (`cellfacts.LoadSample`:
     CPU, loop lag and freezes; the percentiles follow `metrics.quantile`) and its hot path's
     interval samples (the added-delay estimate, `clientload.window_estimate`).
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar
 
-from llmload.core.clientload import IntervalSample, LoadSample
+from llmload.core.cellfacts import LoadSample
+from llmload.core.clientload import IntervalSample
 from llmload.core.records import RequestRecord
 
 CELL = "llmload_cell"
@@ -146,7 +147,7 @@ class Ready(_Message):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Records(_Message):
     """One process's records of a cell, its monitor samples in the window
-    (`clientload.LoadSample`: CPU, loop lag, freezes) and
+    (`cellfacts.LoadSample`: CPU, loop lag, freezes) and
     what its hot path saw per monitor interval (reads, events, read backlog:
     `clientload.IntervalSample`), from which the added-delay estimate is made."""
 

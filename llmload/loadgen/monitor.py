@@ -14,8 +14,6 @@ major page faults (a page read back from disk) and the time its loop thread wait
 
 from __future__ import annotations
 
-import os
-import resource
 import time
 from collections import Counter
 
@@ -23,8 +21,9 @@ import gevent
 
 from llmload.core.cellresult import ClientLoad
 from llmload.core.cellstatus import FREEZE_MIN_MS, client_load
-from llmload.core.clientload import LoadSample
+from llmload.core.cellfacts import LoadSample
 from llmload.core.clock import now
+from llmload.io.procstat import CpuWait, major_faults
 
 MONITOR_INTERVAL_S = 0.25
 HEARTBEAT_S = 0.01
@@ -69,34 +68,6 @@ class Heartbeat:
             self.last += late
         taken, self.freezes = tuple(self.freezes), []
         return taken
-
-
-class CpuWait:
-    """The time this thread has waited for a CPU while ready to run (the second field of
-    Linux's /proc/thread-self/schedstat, nanoseconds); None elsewhere."""
-
-    def __init__(self) -> None:
-        try:
-            self._fd: int | None = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
-        except OSError:
-            self._fd = None
-
-    def ms(self) -> float | None:
-        if self._fd is None:
-            return None
-        try:
-            return int(os.pread(self._fd, 128, 0).split()[1]) / 1e6
-        except (OSError, IndexError, ValueError):
-            return None
-
-    def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-
-def major_faults() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_majflt
 
 
 class LoadMonitor:
