@@ -7,6 +7,7 @@ import msgpack
 import pytest
 
 from llmload.loadgen import messages
+from llmload.core.cellfacts import LoadSample
 from llmload.core.records import RequestRecord
 
 
@@ -30,7 +31,8 @@ RECORD = RequestRecord(user_id="w1.ab.3", tag="decode", send_s=1_764_000_000.000
     messages.Collect(id="c1", t0_s=None, t1_s=None),
     messages.Ready(id="c1", n=1),
     messages.Records(id="c1", records=(RECORD, dataclasses.replace(RECORD, status="error", error="x")),
-                     load_samples=((1.5, 12.0, 0.25),)),
+                     load_samples=(LoadSample(t_s=1.5, cpu_pct=12.0, lag_ms=0.25, major_faults=1,
+                                              freezes=((1.4, 62.5),), cpu_wait_ms=3.0),)),
 ])
 def test_every_message_round_trips_over_msgpack(msg):
     assert _wire(msg) == msg
