@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests_helpers import engine_cpus, get_json, pinned_to
+from tests_helpers import engine_cpus, get_json, on_every_cpu, pinned_to
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD_SCRIPT = ROOT / "scripts" / "build_llama_server.sh"
@@ -44,7 +44,8 @@ def llama_server_binary() -> str | None:
         _binary.append(None)
         return None
     sys.stderr.write("\nllmload tests: building llama-server (cached after the first time)...\n")
-    done = subprocess.run(["bash", str(BUILD_SCRIPT)], capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+    done = subprocess.run(["bash", str(BUILD_SCRIPT)], capture_output=True, text=True, timeout=BUILD_TIMEOUT_S,
+                          preexec_fn=on_every_cpu())
     if done.returncode != 0:
         raise RuntimeError(f"building llama-server failed:\n{done.stderr[-3000:]}")
     _binary.append(done.stdout.strip().splitlines()[-1])

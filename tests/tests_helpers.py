@@ -87,6 +87,12 @@ def on_client_cpus():
         os.sched_setaffinity(0, before)
 
 
+def on_every_cpu() -> Callable[[], None] | None:
+    """A `preexec_fn` that gives the child every CPU of the session (a build started from a
+    test that runs on the load generator's cores: `nproc` would say 1)."""
+    return pinned_to(frozenset(SESSION_CPUS)) if SESSION_CPUS else None
+
+
 def llmload_pinned(*args, timeout: float = 900) -> subprocess.CompletedProcess:
     """`python -m llmload ARGS` as a process on the load generator's cores (`client_cpus`),
     beside a real engine on its own."""

