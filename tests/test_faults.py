@@ -350,8 +350,9 @@ def test_a_slow_clean_server_in_short_windows_is_not_client_bound(tmp_path, stre
     assert "stall check did not apply" in (out / "report.md").read_text()
 
 
-@fault("the first 3 streaming requests fail with HTTP 500 (the warm-up and two in the window)",
-       "errors = 3 exactly, warm-up failure counted like the others, the reason says 3; exit 1")
+@fault("the first 3 streaming requests fail with HTTP 500 (the settle request before the warm-up, the "
+       "warm-up and one in the window)",
+       "errors = 3 exactly, settle and warm-up failures counted like the others, the reason says 3; exit 1")
 def test_failed_requests_are_counted_exactly_and_the_reason_agrees(tmp_path, stream_server):
     s = stream_server("--fail-first", "3", "--interval-ms", "5", "--tokens", "20")
     out = tmp_path / "count"
@@ -363,6 +364,7 @@ def test_failed_requests_are_counted_exactly_and_the_reason_agrees(tmp_path, str
     assert cell["status"] == "errors" and cell["errors"] == 3
     assert cell["reason"] == "3 failed request(s)"
     assert any(e.startswith("warm-up: ") for e in cell["error_samples"])
+    assert any(e.startswith("settle: ") for e in cell["error_samples"])
     assert cell["completed_requests"] > 0
 
 
@@ -393,7 +395,7 @@ def test_retry_after_is_honoured_within_the_window(tmp_path, stream_server):
     cell = cells[("decode", 0, 1)]
     # At t0, t0 + 1 s and t0 + 2 s (the third may miss the window on a busy machine), never ~12.
     assert cell["requests_sent"] in (2, 3), cell
-    assert cell["errors"] == cell["requests_sent"] + 1  # and the warm-up
+    assert cell["errors"] == cell["requests_sent"] + 2  # and the settle request and the warm-up
     assert cell["error_samples"][0].startswith("HTTP 429") or "injected failure" in cell["error_samples"][0]
 
 

@@ -26,6 +26,7 @@ from llmload.loadgen.monitor import MONITOR_INTERVAL_S
 from llmload.loadgen.plugin import install
 from llmload.loadgen.state import state_of
 from llmload.loadgen.stats import LiveCollector, fire_request
+from llmload.loadgen import user as user_module
 from llmload.loadgen.user import LLMUser
 from tests_helpers import record
 
@@ -294,9 +295,12 @@ def test_users_in_a_prefill_cell_send_cold_requests_then_report_ready(make_env, 
     env.runner.send_message(messages.CELL, spec.to_wire())
     assert state_of(env).mailboxes.wait_ready("p1", 1, timeout_s=30.0) == 1
     reply = collect(env, "p1")
-    assert [r.tag for r in reply.records] == ["prefill"] * 3
-    assert all(r.status == "ok" and r.output_tokens == 1 and r.prompt_tokens == 256 for r in reply.records)
-    assert all(r.cached_tokens == 0 for r in reply.records)  # cold: a fresh prompt each
+    # a tiny settle request first (`LLMUser._settle`), then the samples
+    assert [r.tag for r in reply.records] == ["settle"] + ["prefill"] * 3
+    settle, *samples = reply.records
+    assert settle.status == "ok" and settle.prompt_tokens == user_module.SETTLE_PROMPT
+    assert all(r.status == "ok" and r.output_tokens == 1 and r.prompt_tokens == 256 for r in samples)
+    assert all(r.cached_tokens == 0 for r in samples)  # cold: a fresh prompt each
     assert reply.load_samples == () and reply.read_samples == ()  # no window, no samples
 
 

@@ -27,7 +27,7 @@ from llmload.core.clientload import ADDED_DELAY_BOUND_MS
 from llmload.core.metrics import MAX_ERROR_SAMPLES, WindowFigures, median_prefill, quantile, window_figures
 from llmload.core.energy import cell_energy
 from llmload.core.goodput import request_goodput
-from llmload.core.records import RequestRecord
+from llmload.core.records import SETTLE_TAG, RequestRecord
 from llmload.core.traffic import (OPEN_LOOP_TAGS, SESSION_TAG, cached_prompt_ratio, open_loop_figures,
                                   open_loop_requests, server_cached_prompt_ratio, session_figures)
 from llmload.core.servercheck import (ServerCheck, counter_check, prefill_check, server_timing, timing_check,
@@ -107,12 +107,14 @@ def decode_cell(planned: PlannedCell, records: list[RequestRecord], facts: CellF
                            client_bound=load.overloaded, preemptions=preemptions, stalled=stalled,
                            client_late=load.late, users_idle=users_idle)
     errors, samples = fig.errors, list(fig.error_samples)
-    warm_errors = [r for r in warm if r.status == "error"]
+    # the settle request before a cold-prefill sample (`SETTLE_TAG`) is counted like a warm-up
+    settle = [r for r in records if r.tag == SETTLE_TAG]
+    warm_errors = [r for r in warm + settle if r.status == "error"]
     if warm_errors:
         status = "errors"
         errors += len(warm_errors)
         for r in warm_errors:
-            text = f"warm-up: {r.error or 'failed'}"
+            text = f"{'warm-up' if r.tag == 'warmup' else r.tag}: {r.error or 'failed'}"
             if text not in samples and len(samples) < MAX_ERROR_SAMPLES:
                 samples.append(text)
     if status == "stalled":
@@ -125,7 +127,7 @@ def decode_cell(planned: PlannedCell, records: list[RequestRecord], facts: CellF
     # sides of the error rate (errors / requests_attempted), so it never exceeds 1.
     return replace(
         _window(not_run_cell(planned), fig), status=status, reason=reason,
-        requests_attempted=(fig.requests_attempted or 0) + len(warm), errors=errors, error_samples=tuple(samples),
+        requests_attempted=(fig.requests_attempted or 0) + len(warm) + len(settle), errors=errors, error_samples=tuple(samples),
         server_load=ServerLoad(max_waiting=max_waiting, median_waiting=median_waiting, preemptions=preemptions),
         client_load=load.load, longest_stall_s=stall.gap_s if stall is not None else None,
         # every silence is cut at the window's edges: none can pass the bound
@@ -223,6 +225,8 @@ def _decode_check(decode: list[RequestRecord], facts: CellFacts) -> ServerCheck 
 
 def prefill_cell(planned: PlannedCell, records: list[RequestRecord], *, source: str,
                  text_prompt: bool = False) -> CellResult:
+    # the settle request before the samples (`SETTLE_TAG`) counts only if it failed
+    records = [r for r in records if r.tag != SETTLE_TAG or r.status != "ok"]
     samples = [r for r in records if r.status == "ok"]
     failed = [r for r in records if r.status != "ok"]
     fig = median_prefill(samples)

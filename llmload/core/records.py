@@ -39,6 +39,10 @@ STATUSES = ("ok", "cancelled", "error")
 #: Where arrival times come from: the kernel's receive stamp, or the read's return to llmload.
 STAMP_SOURCES = ("kernel", "user")
 
+SETTLE_TAG = "settle"
+"""A tiny request sent just before a cold-prefill sample so that the server's leftover work
+from the previous cell falls on it (`llmload.loadgen.user`); in the records, in no figure."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RequestRecord:
@@ -47,7 +51,8 @@ class RequestRecord:
     user_id: str
     """Which Locust user sent it (unique within a run, across worker processes)."""
     tag: str = ""
-    """What the request was for, e.g. "warmup", "decode", "prefill", "adhoc"."""
+    """What the request was for, e.g. "warmup", "decode", "prefill", "adhoc", "settle"
+    (`SETTLE_TAG`)."""
     send_s: float
     """Time the request was written to the socket."""
     first_byte_s: float | None = None
