@@ -4,6 +4,7 @@ cell protocol's messages as the controller sends them; ad hoc rate mode; the has
 prompts of trace replay (`PromptBuilder.block_prompt`). What is asserted is what the pacing
 user publishes: its records (due time, send time, cap waits, the server's usage)."""
 
+import dataclasses
 import json
 from argparse import Namespace
 
@@ -85,8 +86,9 @@ def run_cell(env, spec: messages.CellSpec, seconds: float) -> tuple[float, float
     runner.start(1, spawn_rate=1)
     runner.spawning_greenlet.join()
     boxes = state_of(env).mailboxes
+    spec = dataclasses.replace(spec, window_s=seconds)  # as the controller sends it
     runner.send_message(messages.CELL, spec.to_wire())
-    assert boxes.wait_ready(spec.id, 1, timeout_s=10.0) == 1  # at once: no warm-up
+    assert boxes.wait_ready(spec.id, 1, timeout_s=10.0) == 1  # once the first bodies are built
     t0, t1 = window_of(seconds)
     runner.send_message(messages.GO, messages.Go(id=spec.id, t0_s=t0, t1_s=t1).to_wire())
     gevent.sleep(max(t1 - now(), 0))
@@ -159,12 +161,12 @@ def test_requests_still_running_at_the_drains_end_are_cancelled(make_env, sim_ti
 
 def test_pacers_split_a_cell_without_overlap(served):
     cells = CellWorker(None)
-    rate = paced_spec(served, "split", kind="rate", rate_rps=10.0, arrivals="constant", pacers=3)
-    dues = sorted(due for i in range(3) for due, _ in rate_sends(cells, rate, 100.0, 102.0, i, 3))
-    assert dues == pytest.approx([100.0 + k / 10 for k in range(20)])
+    rate = paced_spec(served, "split", kind="rate", rate_rps=10.0, arrivals="constant", pacers=3, window_s=2.0)
+    dues = sorted(due for i in range(3) for due, _ in rate_sends(cells, rate, i, 3))
+    assert dues == pytest.approx([k / 10 for k in range(20)])  # seconds after t0
     trace = tuple((k * 0.1, 32, 4, (), "") for k in range(7))
     replay = paced_spec(served, "split-r", kind="replay", trace=trace, pacers=3)
-    mine = [[json.loads(body)["max_tokens"] and due for due, body in replay_sends(cells, replay, 100.0, i, 3)]
+    mine = [[json.loads(body)["max_tokens"] and 100.0 + due for due, body in replay_sends(cells, replay, i, 3)]
             for i in range(3)]
     assert mine == [pytest.approx([100.0, 100.3, 100.6]), pytest.approx([100.1, 100.4]),
                     pytest.approx([100.2, 100.5])]

@@ -69,10 +69,12 @@ def rate_run(*, slo=True, ttft_scale=1.0):
 
 def replay_run(trace="traces/chat.jsonl"):
     cell = new_cell(phase="replay", context_tokens=8192, concurrency=0, status="valid", arrivals="trace",
-                    trace_requests=240, requests_sent=240, achieved_rate_rps=3.96, send_lateness_ms_p50=0.6,
+                    trace_requests=241, requests_sent=240, achieved_rate_rps=3.96, send_lateness_ms_p50=0.6,
                     send_lateness_ms_p99=4.75, avg_active=5.5, cap_waits=0, in_flight_cap=256, ttft_ms=55.0,
                     ttft_p99_ms=310.0, tbt_ms=5.5, tbt_p99_ms=11.0, e2e_ms=1500.0, e2e_p99_ms=4200.0,
-                    cached_prompt_ratio=0.625, total_tok_s=950.0)
+                    cached_prompt_ratio=0.625, total_tok_s=950.0, requests_scheduled=241, requests_completed=238,
+                    requests_failed=0, requests_unfinished=2, requests_not_sent=0, requests_skipped=1, drain_s=600.0,
+                    lower_bounds=["e2e_p99_ms"])
     config = {"workload": "replay", "trace": trace, "speedup": 2.0, "max_in_flight": 256}
     return results_of({"config": config, "server": SERVER, "cells": [cell]})
 
@@ -163,12 +165,16 @@ def test_replay_page_holds_its_row_and_lateness(tmp_path):
     page = (tmp_path / "report.html").read_text()
     assert md.startswith("# Trace replay chat.jsonl — tiny-model")
     assert "**Workload:** Trace replay chat.jsonl · trace traces/chat.jsonl · speedup 2× · in-flight cap 256" in md
-    row = ["Valid", "240 / 240", "3.96 req/s", "0.6 ms", "4.8 ms", "5.50", "0", "55 ms", "310 ms", "5.5 ms",
-           "11.0 ms", "1,500 ms", "4,200 ms", "62.5%"]
+    # the counts of every request of the trace; the e2e p99 an unfinished request may raise
+    row = ["Valid", "3.96 req/s", "0.6 ms", "4.8 ms", "5.50", "0",
+           "241 scheduled: 238 completed, 2 unfinished, 1 skipped (over the context)", "55 ms", "310 ms",
+           "5.5 ms", "11.0 ms", "1,500 ms", "> 4,200 ms", "62.5%"]
     assert rows_of(md, "Valid")[0] == row
     assert html_rows(page, "workload") == [row]
-    statement = ("240 of the trace's 240 requests were sent, a median 0.6 ms and at p99 4.8 ms after their "
-                 "time in the trace (speedup applied). None waited for the in-flight cap.")
+    statement = ("240 of the trace's 241 requests were sent, a median 0.6 ms and at p99 4.8 ms after their "
+                 "time in the trace (speedup applied). None waited for the in-flight cap. Of the trace's "
+                 "requests: 241 scheduled: 238 completed, 2 unfinished, 1 skipped (over the context) (llmload "
+                 "waited up to 600 s after the last send).")
     assert statement in md and statement in html.unescape(page)
 
 
@@ -221,7 +227,7 @@ def test_csv_of_a_rate_run_keys_cells_by_rate(tmp_path):
 @pytest.mark.parametrize("make, header, figure", [
     (sessions_run, "Chat sessions (one row per system prompt S × users):", "87.5%"),
     (rate_run, "Open-loop arrivals (one row per context × rate):", "10,400 ms"),
-    (replay_run, "Trace replay:", "240 / 240"),
+    (replay_run, "Trace replay:", "238 completed"),
 ])
 def test_terminal_shows_the_workload_table_instead_of_the_matrix(make, header, figure):
     lines: list[str] = []

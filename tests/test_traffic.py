@@ -17,7 +17,9 @@ from llmload.core.cells import assemble_cell
 from llmload.core.cellstatus import LATENESS_BOUND_MS
 from llmload.core.engines import engine_caps
 from llmload.core.resultsjson import cell_from_dict, cell_to_dict
-from llmload.core.traffic import cached_prompt_ratio, open_loop_requests, server_cached_prompt_ratio
+from llmload.core.trace import TraceError, TraceRequest, fit_trace
+from llmload.core.traffic import (cached_prompt_ratio, censored_quantile, open_loop_requests, request_counts,
+                                  server_cached_prompt_ratio)
 from llmload.io.probe import http_json, server_load
 from tests_helpers import record
 
@@ -125,6 +127,118 @@ def test_rate_cell_errors():
     assert cell.completed_requests == 2 and cell.requests_sent == 3
     empty = assemble_cell(RATE, [], _rate_facts())
     assert (empty.status, empty.reason, empty.requests_sent) == ("errors", "no request was sent in the window", 0)
+
+
+# ----------------------------------------------------------------------------- every request accounted for
+
+
+def test_censored_quantile_is_exact_only_when_no_censored_value_can_move_it():
+    # all exact: numpy's linear quantile
+    assert censored_quantile([1.0, 2.0, 3.0], [], 0.5) == (2.0, False)
+    # a censored value above the order statistics the median uses cannot move it
+    value, lower = censored_quantile([1.0, 2.0, 3.0], [10.0], 0.5)
+    assert (value, lower) == (approx(2.5), False)  # 2 and 3 are interpolated, 10 is above both
+    # ... but its p99 sits on it: at least 10, a lower bound
+    value, lower = censored_quantile([1.0, 2.0, 3.0], [10.0], 0.99)
+    assert value == approx(9.79) and lower
+    # a request still running after 0.5 s with the exact ones at 1, 2, 3: the median may rise
+    value, lower = censored_quantile([1.0, 2.0, 3.0], [0.5], 0.5)
+    assert value == approx(1.5) and lower
+    # ties: an exact value equal to the censored one sorts first, the median is the exact one
+    value, lower = censored_quantile([2.0, 2.0, 3.0], [2.0], 0.25)
+    assert value == approx(2.0) and not lower
+    assert censored_quantile([], [], 0.5) == (None, False)
+    assert censored_quantile([], [4.0], 0.5) == (4.0, True)
+
+
+def test_request_counts_add_up_to_what_was_scheduled():
+    ok = record("a", 1.0, [(1.1, 1)], tag="rate", finish="length")
+    failed = record("b", 1.0, [], 1.2, status="error", tag="rate")
+    running = record("c", 1.0, [(1.5, 1)], 9.0, status="cancelled", tag="rate")
+    never = record("d", 9.0, [], 9.0, status="not_sent", tag="rate", cap_wait=True)
+    counts = request_counts([ok, failed, running, never], scheduled=7, skipped=1)
+    assert (counts.scheduled, counts.completed, counts.failed, counts.unfinished, counts.not_sent,
+            counts.skipped) == (7, 1, 1, 1, 3, 1)  # 2 due with no record: their pacer never got there
+    assert request_counts([ok, running]).scheduled == 2  # no schedule given: the records
+    with pytest.raises(ValueError, match="4 request records and 0 skipped, but 3 scheduled"):
+        request_counts([ok, failed, running, never], scheduled=3)
+
+
+def _unfinished(user, scheduled, late_ms, *, first_token: float | None):
+    send = scheduled + late_ms / 1000.0
+    chunks = [(send + first_token, 1)] if first_token is not None else []
+    return record(user, send, chunks, 140.0, status="cancelled", tag="rate", scheduled_s=scheduled, cap_wait=False)
+
+
+def test_a_rate_cell_whose_requests_did_not_finish_is_overloaded_with_censored_latency():
+    # C never got a first token: 30.5 s so far when llmload stopped waiting at 140 s
+    c = _unfinished("c", 109.5, 6, first_token=None)
+    cell = assemble_cell(RATE, _rate_records(c=c), _rate_facts(requests_scheduled=3, drain_s=30.0))
+    t = cell.traffic
+    assert cell.status == "overloaded"
+    assert cell.reason == "the server finished 2 of 3 request(s); 1 still running after waiting 30 s"
+    assert (t.requests_scheduled, t.requests_completed, t.requests_failed, t.requests_unfinished,
+            t.requests_not_sent, t.requests_skipped) == (3, 2, 0, 1, 0, None)
+    # TTFT 100, 200 ms exact and C at least 30,494 ms: the p90 and p99 interpolate towards C,
+    # lower bounds; the median is B's 200 ms, which C cannot move
+    assert cell.ttft_ms == approx(200.0) and cell.ttft_p99_ms == approx(200.0 + 0.98 * (30494.0 - 200.0))
+    assert {"ttft_p90_ms", "ttft_p99_ms", "e2e_p99_ms"} <= set(t.lower_bounds) and "ttft_ms" not in t.lower_bounds
+    # over the finished requests only, the p99 would have read 199 ms
+    # results.json keeps the counts and the bounds
+    assert cell_from_dict(json.loads(json.dumps(cell_to_dict(cell)))) == cell
+
+
+def test_an_unfinished_cell_sent_late_is_client_bound_not_overloaded():
+    c = _unfinished("c", 109.5, 60, first_token=0.2)
+    cell = assemble_cell(RATE, _rate_records(c=c), _rate_facts(requests_scheduled=3))
+    assert cell.status == "client_bound" and "send lateness" in cell.reason
+    # with a first token its TTFT is exact: only e2e is censored
+    assert "ttft_p99_ms" not in cell.traffic.lower_bounds and "e2e_p99_ms" in cell.traffic.lower_bounds
+
+
+def test_failures_outrank_overloaded():
+    failed = record("b", 105.0, [], 105.3, status="error", tag="rate", scheduled_s=105.0, error="HTTP 503")
+    c = _unfinished("c", 109.5, 6, first_token=None)
+    cell = assemble_cell(RATE, _rate_records(b=failed, c=c), _rate_facts(requests_scheduled=3))
+    assert cell.status == "errors"
+    assert (cell.traffic.requests_failed, cell.traffic.requests_unfinished) == (1, 1)
+
+
+def test_requests_never_sent_are_counted_and_in_no_figure():
+    never = record("c", 140.0, [], 140.0, status="not_sent", tag="rate", scheduled_s=109.5, cap_wait=True)
+    cell = assemble_cell(RATE, _rate_records(c=never), _rate_facts(requests_scheduled=3))
+    assert cell.status == "in_flight_cap" and cell.traffic.cap_waits == 1
+    assert cell.requests_sent == 2 and cell.traffic.requests_not_sent == 1 and cell.traffic.requests_completed == 2
+    assert cell.traffic.send_lateness_ms_p99 < 10  # the one never sent has no lateness
+    # a due request with no record at all (its pacer never reached it): the sender's fault
+    cell = assemble_cell(RATE, _rate_records(), _rate_facts(requests_scheduled=4))
+    assert cell.status == "client_bound" and cell.traffic.requests_not_sent == 1
+    assert cell.reason == "the load generator never sent 1 of the 4 scheduled request(s)"
+
+
+def _line(line, t_s, inputs, outputs=8):
+    return TraceRequest(line=line, t_s=t_s, input_tokens=inputs, output_tokens=outputs,
+                        hash_ids=tuple(range(100 * line, 100 * line + -(-inputs // 512))))
+
+
+def test_a_trace_is_fitted_to_the_servers_context():
+    trace = (_line(1, 0.0, 1000), _line(2, 0.5, 4090), _line(3, 1.0, 5000, 8), _line(4, 1.5, 100, 4096))
+    skip = fit_trace(trace, 4096, "skip")
+    assert [r.line for r in skip.requests] == [1] and skip.over == (2, 3, 4) and skip.skipped == 3
+    assert skip.notice(4096) == ("3 of the trace's 4 requests exceed the context (4,096 tokens, prompt + output) "
+                                 "and are skipped (--over-context skip): line(s) 2, 3, 4")
+    clip = fit_trace(trace, 4096, "clip")
+    assert [(r.line, r.input_tokens, len(r.hash_ids)) for r in clip.requests] == [(1, 1000, 2), (2, 4088, 8),
+                                                                                (3, 4088, 8)]
+    assert clip.requests[2].hash_ids == trace[2].hash_ids[:8]  # the leading blocks kept
+    assert (clip.clipped, clip.skipped) == (2, 1)  # line 4's output alone fills the context
+    send = fit_trace(trace, 4096, "send")
+    assert send.requests == trace and send.skipped == 0 and send.over == (2, 3, 4)
+    assert fit_trace(trace, None, "skip").requests == trace  # no limit known: nothing checked
+    assert fit_trace(trace, 8192, "skip").notice(8192) is None
+    with pytest.raises(TraceError, match="none of the trace's 4 requests fits the server's context "
+                                         r"\(1,000 tokens, prompt \+ output\): the shortest needs 1,008"):
+        fit_trace(trace, 1000, "skip")
 
 
 # ----------------------------------------------------------------------------- replay

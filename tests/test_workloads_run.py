@@ -105,6 +105,7 @@ def test_constant_rate_sends_its_schedule_exactly(sim_tiny, tmp_path):
     [cell] = cells(out, "rate")
     assert (cell["context_tokens"], cell["rate_rps"], cell["arrivals"]) == (128, 10.0, "constant")
     assert cell["requests_sent"] == 20
+    assert cell["requests_scheduled"] == cell["requests_completed"] == 20 and cell["status"] == "valid"
     assert cell["achieved_rate_rps"] == pytest.approx(10.0)
     assert cell["send_lateness_ms_p99"] < 50
     records = [rec for rec in records_of(out, cell) if rec.tag == "rate"]
@@ -164,6 +165,83 @@ def test_replay_sends_every_request_of_the_trace(sim_tiny, tmp_path):
     assert sorted(rec.prompt_tokens for rec in records) == sorted(t.input_tokens for t in trace)
 
 
+def _burst_trace(path: Path, *, over: int = 0) -> Path:
+    """A burst of 16 requests of 3K-3.5K tokens at one timestamp, then two small ones later;
+    `over` more lines longer than the tiny profile's 4K context (line numbers 2, 3, ...)."""
+    lines = [{"timestamp": 0, "input_length": 600, "output_length": 8, "hash_ids": [0, 1]}]
+    lines += [{"timestamp": 10, "input_length": 5000, "output_length": 8, "hash_ids": list(range(10, 20))}] * over
+    lines += [{"timestamp": 20, "input_length": 3000 + 30 * i, "output_length": 8,
+               "hash_ids": list(range(100 * (i + 1), 100 * (i + 1) + 7))} for i in range(16)]
+    lines += [{"timestamp": 40, "input_length": 100, "output_length": 8, "hash_ids": [900]}] * 2
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+def _counts(cell: dict) -> tuple:
+    return tuple(cell[k] for k in ("requests_completed", "requests_failed", "requests_unfinished",
+                                   "requests_not_sent", "requests_skipped"))
+
+
+def test_a_replay_the_server_cannot_keep_up_with_is_overloaded_and_every_line_is_counted(sim_tiny, tmp_path):
+    # tiny prefills about 20 µs a token, 2K tokens a step: the burst's ~51K prompt tokens take
+    # over a second; llmload waits 0.3 s after the last send, then stops waiting.
+    trace = _burst_trace(tmp_path / "burst.jsonl", over=1)
+    out = tmp_path / "replay"
+    r = llmload("run", "--host", sim_tiny.url, "--workload", "replay", "--trace", trace, "--drain", "300ms",
+                "--out", out)
+    assert r.returncode == 0, r.stdout + r.stderr  # a finding about the server, not a failed run
+    assert ("Trace: 1 of the trace's 20 requests exceed the context (4,096 tokens, prompt + output) and are "
+            "skipped (--over-context skip): line(s) 2") in r.stdout
+    [cell] = cells(out, "replay")
+    completed, failed, unfinished, not_sent, skipped = _counts(cell)
+    assert cell["requests_scheduled"] == cell["trace_requests"] == 20
+    assert completed + failed + unfinished + not_sent + skipped == 20
+    assert (failed, not_sent, skipped) == (0, 0, 1) and unfinished >= 8, cell
+    assert cell["status"] == "overloaded", cell["reason"]
+    assert cell["reason"] == (f"the server finished {completed} of 19 request(s); {unfinished} still running "
+                              "after waiting 300 ms")
+    assert cell["requests_sent"] == 19 and cell["drain_s"] == pytest.approx(0.3)
+    # the unfinished requests are in the latency as at least their time so far
+    assert "ttft_p99_ms" in cell["lower_bounds"] and "e2e_p99_ms" in cell["lower_bounds"]
+    records = [rec for rec in records_of(out, cell) if rec.tag == "replay"]
+    assert sum(rec.status == "cancelled" for rec in records) == unfinished
+    waited = max(rec.send_s for rec in records) + 0.3
+    assert all(rec.end_s <= waited + 1.0 for rec in records)
+    assert "> " in (out / "report.md").read_text()  # a lower bound reads "> value"
+    assert f"20 scheduled: {completed} completed, {unfinished} unfinished, 1 skipped" in r.stdout
+
+
+@pytest.mark.parametrize("mode", ["clip", "send"])
+def test_a_line_over_the_context_is_clipped_or_sent(sim_tiny, tmp_path, mode):
+    trace = tmp_path / "over.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 600, "output_length": 8, "hash_ids": [0, 1]}\n'
+                     '{"timestamp": 100, "input_length": 5000, "output_length": 8, "hash_ids": '
+                     + json.dumps(list(range(10, 20))) + "}\n")
+    out = tmp_path / mode
+    r = llmload("run", "--host", sim_tiny.url, "--workload", "replay", "--trace", trace, "--over-context", mode,
+                "--out", out)
+    [cell] = cells(out, "replay")
+    records = sorted((rec for rec in records_of(out, cell) if rec.tag == "replay"), key=lambda rec: rec.send_s)
+    assert len(records) == 2
+    if mode == "clip":
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert records[1].status == "ok" and records[1].prompt_tokens == 4096 - 8
+        assert _counts(cell) == (2, 0, 0, 0, 0) and cell["status"] == "valid"
+    else:
+        assert r.returncode == 1, r.stdout + r.stderr  # the server's refusal is a failed request
+        assert records[1].status == "error" and _counts(cell) == (1, 1, 0, 0, 0) and cell["status"] == "errors"
+
+
+def test_a_trace_none_of_whose_lines_fits_is_refused(sim_tiny, tmp_path):
+    trace = tmp_path / "long.jsonl"
+    trace.write_text('{"timestamp": 0, "prompt_tokens": 5000, "output_tokens": 8}\n' * 3)
+    out = tmp_path / "out"
+    r = llmload("run", "--host", sim_tiny.url, "--workload", "replay", "--trace", trace, "--out", out)
+    assert r.returncode == 2
+    assert "none of the trace's 3 requests fits the server's context (4,096 tokens" in one_line_error(r)
+    assert not (out / "results.json").exists()
+
+
 def test_slo_search_bisects_the_rate(sim_tiny, tmp_path):
     # tiny: a 2K prompt takes ~45 ms to prefill, one at a time. At 2 req/s TTFT is about that;
     # at 16 req/s of 64 tokens the prefills queue (~70% of the engine's time) and the p99 grows
@@ -193,3 +271,7 @@ def test_the_scenario_files_run(sim_tiny, tmp_path, monkeypatch, scenario, args,
     assert r.returncode == 0, r.stdout + r.stderr
     [cell] = cells(out, phase)
     assert cell["requests_sent"] > 0 and cell["errors"] == 0, cell
+    if phase in ("rate", "replay"):  # every request scheduled accounted for
+        assert sum(cell[k] or 0 for k in ("requests_completed", "requests_failed", "requests_unfinished",
+                                          "requests_not_sent", "requests_skipped")) == cell["requests_scheduled"]
+        assert cell["requests_scheduled"] >= cell["requests_sent"]

@@ -295,12 +295,12 @@ def free_port() -> int:
 def new_cell(*, phase: str, context_tokens: int, concurrency: int, status: str, **values: Any
              ) -> dict[str, Any]:
     """A results.json cell dict with every CELL_KEYS key (None where not given; the list keys
-    error_samples, ttft_by_turn_ms, turn_requests []), for a test's hand-made document."""
+    error_samples, ttft_by_turn_ms, turn_requests, lower_bounds []), for a test's hand-made document."""
     if phase not in PHASES:
         raise ValueError(f"cell phase {phase!r} must be one of {', '.join(PHASES)}")
     if status not in CELL_STATUSES:
         raise ValueError(f"cell status {status!r} is not one of {', '.join(CELL_STATUSES)}")
-    lists = ("error_samples", "ttft_by_turn_ms", "turn_requests")
+    lists = ("error_samples", "ttft_by_turn_ms", "turn_requests", "lower_bounds")
     cell: dict[str, Any] = {**dict.fromkeys(CELL_KEYS), **{k: [] for k in lists}}
     cell.update((k, v) for k, v in values.items() if not (k in lists and v is None))
     cell.update(phase=phase, context_tokens=int(context_tokens), concurrency=int(concurrency),

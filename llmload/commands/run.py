@@ -22,7 +22,8 @@ SCENARIO_OPTIONS = {
     "slo": "slo", "slo_search": "slo_search", "energy": "energy",
     "workload": "workload", "system_prompt_tokens": "system_prompt_tokens", "turns": "turns",
     "turn_tokens": "turn_tokens", "think_time": "think_time", "rates": "rates", "arrivals": "arrivals",
-    "max_in_flight": "max_in_flight", "trace": "trace", "speedup": "speedup",
+    "max_in_flight": "max_in_flight", "trace": "trace", "speedup": "speedup", "drain": "drain_s",
+    "over_context": "over_context",
 }
 
 
@@ -74,6 +75,11 @@ SCENARIO_OPTIONS = {
 @click.option("--max-in-flight", help="Rate and replay: most requests in flight at once (default 256).")
 @click.option("--trace", help="Replay: JSONL trace (Mooncake or plain).")
 @click.option("--speedup", help="Replay: play the trace this many times faster (default 1).")
+@click.option("--drain", help="Rate and replay: wait this long after the last due send for the requests "
+              "still running (default: replay 10m; rate the window's length, at least 30s).")
+@click.option("--over-context", type=click.Choice(["skip", "clip", "send"]),
+              help="Replay: trace lines longer than the server's context are skipped (default), "
+              "clipped to fit, or sent.")
 def run(scenario_file, out_dir, resume_dir, force, max_error_rate, master_bind, expect_workers, api_key,
         **options) -> None:
     """Run the speed test matrix (SCENARIO_FILE: e.g. scenarios/quick.yaml).

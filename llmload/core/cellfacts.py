@@ -119,7 +119,14 @@ class CellFacts:
     in_flight_cap: int | None = None
     """Rate and replay cells: the cap on requests in flight, over all processes."""
     trace_requests: int | None = None
-    """Replay: the trace's requests."""
+    """Replay: the trace's requests (its lines, the skipped ones included)."""
+    requests_scheduled: int | None = None
+    """Rate and replay cells: the requests due (a rate cell's arrivals over every pacer; a
+    replay's trace lines), skipped ones included (`llmload.core.traffic.request_counts`)."""
+    requests_skipped: int = 0
+    """Replay: trace lines not sent, over the server's context (`--over-context skip`)."""
+    drain_s: float | None = None
+    """Rate and replay cells: how long after the last due send llmload waited for requests."""
 
     def to_json(self) -> str:
         d = asdict(self)

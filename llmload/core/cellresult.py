@@ -138,7 +138,22 @@ class CellTraffic:
     context_reached_tokens: int | None = None
     """Session cells: the longest prompt sent (server's count where it reported one)."""
     trace_requests: int | None = None
-    """Replay: the trace's requests (the cell's requests_sent add up to it)."""
+    """Replay: the trace's lines."""
+    requests_scheduled: int | None = None
+    """Rate and replay: the requests due; the five counts below add up to it."""
+    requests_completed: int | None = None
+    requests_failed: int | None = None
+    requests_unfinished: int | None = None
+    """Sent, still running when llmload stopped waiting (the drain's end): never `valid`."""
+    requests_not_sent: int | None = None
+    """Due but never sent: the in-flight cap stayed full to the end, or the end came first."""
+    requests_skipped: int | None = None
+    """Replay: trace lines over the server's context, not sent (`--over-context skip`)."""
+    drain_s: float | None = None
+    """How long after the last due send llmload waited for the requests still running."""
+    lower_bounds: tuple[str, ...] = ()
+    """Latency figures that are lower bounds (e.g. "ttft_p99_ms"): an unfinished request,
+    counted as its time so far, may raise them; the page shows them as "> value"."""
 
 
 CELL_GROUPS = {"server_load": ServerLoad, "client_load": ClientLoad, "server_timing": ServerTiming,

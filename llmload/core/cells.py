@@ -28,6 +28,7 @@ from llmload.core.metrics import MAX_ERROR_SAMPLES, WindowFigures, median_prefil
 from llmload.core.energy import cell_energy
 from llmload.core.goodput import request_goodput
 from llmload.core.records import SETTLE_TAG, RequestRecord
+from llmload.core.units import format_duration_s
 from llmload.core.traffic import (OPEN_LOOP_TAGS, SESSION_TAG, cached_prompt_ratio, open_loop_figures,
                                   open_loop_requests, server_cached_prompt_ratio, session_figures)
 from llmload.core.servercheck import (ServerCheck, counter_check, prefill_check, server_timing, timing_check,
@@ -164,14 +165,25 @@ def open_loop_cell(planned: PlannedCell, records: list[RequestRecord], facts: Ce
     """A rate or replay cell (`llmload.core.traffic` says over which requests and windows)."""
     t0, t1 = facts.t0_s, facts.t1_s
     requests = open_loop_requests(records, planned.phase, t0, t1)
-    fig = open_loop_figures(requests, t0, t1, phase=planned.phase, slo=facts.slo)
+    fig = open_loop_figures(requests, t0, t1, phase=planned.phase, slo=facts.slo,
+                            scheduled=facts.requests_scheduled, skipped=facts.requests_skipped)
+    counts = fig.counts
+    unreached = counts.not_sent - sum(1 for r in requests if r.status == "not_sent")
+    requests = [r for r in requests if r.status != "not_sent"]
     span, win = fig.span, fig.window
     load = combined_client_load(facts.client_samples, facts.client_reads,
                                 window=(t0, t1) if t0 is not None and t1 is not None else None)
     status = classify_open_loop(errors=span.errors, ran=bool(requests), cap_waits=fig.cap_waits,
                                 send_lateness_ms_p99=fig.send_lateness_ms_p99, client_overloaded=load.overloaded,
-                                client_late=load.late)
-    if status == "in_flight_cap":
+                                client_late=load.late, unfinished=counts.unfinished,
+                                sender_late_ms_p99=fig.sender_late_ms_p99, unreached=unreached)
+    if status == "overloaded":
+        drain = f" after waiting {format_duration_s(facts.drain_s)}" if facts.drain_s is not None else ""
+        reason = (f"the server finished {counts.completed:,} of {counts.scheduled - counts.skipped:,} request(s); "
+                  f"{counts.unfinished:,} still running{drain}")
+    elif status == "client_bound" and unreached and not load.overloaded:
+        reason = f"the load generator never sent {unreached:,} of the {counts.scheduled:,} scheduled request(s)"
+    elif status == "in_flight_cap":
         reason = (f"{fig.cap_waits} of {len(requests)} request(s) waited for a place under the in-flight cap "
                   f"({facts.in_flight_cap if facts.in_flight_cap is not None else 'its limit'}): "
                   "sent late, off their schedule")
@@ -191,9 +203,15 @@ def open_loop_cell(planned: PlannedCell, records: list[RequestRecord], facts: Ce
         e2e_ms=fig.e2e_ms, e2e_p90_ms=fig.e2e_p90_ms, e2e_p99_ms=fig.e2e_p99_ms,
         cached_prompt_ratio=cached_prompt_ratio(requests),
         server_cached_prompt_ratio=server_cached_prompt_ratio(facts.server_first, facts.server_last),
-        trace_requests=facts.trace_requests if planned.phase == "replay" else None)
+        trace_requests=facts.trace_requests if planned.phase == "replay" else None,
+        requests_scheduled=counts.scheduled, requests_completed=counts.completed, requests_failed=counts.failed,
+        requests_unfinished=counts.unfinished, requests_not_sent=counts.not_sent,
+        requests_skipped=counts.skipped if planned.phase == "replay" else None, drain_s=facts.drain_s,
+        lower_bounds=fig.lower_bounds)
     return replace(
         _window(not_run_cell(planned), span), status=status, reason=reason, prompt_tok_s=fig.prompt_tok_s,
+        # TTFT with the unfinished requests in it (at least their time so far)
+        ttft_ms=fig.ttft_ms, ttft_p90_ms=fig.ttft_p90_ms, ttft_p99_ms=fig.ttft_p99_ms,
         total_tok_s=win.total_tok_s, output_tokens=win.output_tokens, measured_s=win.measured_s,
         avg_active=win.avg_active, avg_streaming=win.avg_streaming, requests_sent=len(requests),
         server_load=ServerLoad(max_waiting=max(waits) if waits else None,

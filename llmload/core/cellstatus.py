@@ -323,26 +323,28 @@ LATENESS_BOUND_MS = 10.0
 
 
 def classify_open_loop(*, errors: int, ran: bool, cap_waits: int, send_lateness_ms_p99: float | None,
-                       client_overloaded: bool, client_late: bool) -> str:
+                       client_overloaded: bool, client_late: bool, unfinished: int = 0,
+                       sender_late_ms_p99: float | None = None, unreached: int = 0) -> str:
     """Status of a rate or replay cell that ran, first matching rule wins:
 
-    1. "errors"        — any failed request, or none in flight during the window (`ran` false).
-    2. "client_bound"  — the load generator measured itself overloaded (CPU, loop lag).
-    3. "in_flight_cap" — cap_waits > 0: requests waited for a place under the in-flight cap,
-                         so the schedule was not kept (their lateness is the cap's, not the
-                         sender's: this rule comes before the lateness one).
-    4. "client_bound"  — send lateness p99 over LATENESS_BOUND_MS (the sender fell behind its
-                         schedule) or the estimated added delay over its bound (`client_late`).
-    5. "valid"         — otherwise.
-    A server that cannot keep up shows as latency (TTFT, end-to-end), never as a status: an
-    open loop sends on schedule whatever the server does, so there is no "saturated".
-    """
+    1. "errors" — any failed request, or none in flight during the window (`ran` false).
+    2. "overloaded" — `unfinished` requests still ran when llmload stopped waiting (the
+       drain's end) while the sender kept its schedule (`sender_late_ms_p99`, the requests
+       that did not wait for the cap, within LATENESS_BOUND_MS).
+    3. "client_bound" — the load generator measured itself overloaded (CPU, loop lag, freezes).
+    4. "in_flight_cap" — requests waited for a place under the cap (before the lateness rule).
+    5. "client_bound" — send lateness p99 over LATENESS_BOUND_MS, the estimated added delay
+       over its bound (`client_late`), or requests due that the sender never reached.
+    6. "valid" — otherwise (a server slower than the arrivals shows as latency)."""
     if errors > 0 or not ran:
         return "errors"
+    own = sender_late_ms_p99 if sender_late_ms_p99 is not None else send_lateness_ms_p99
+    if unfinished > 0 and (own is None or own <= LATENESS_BOUND_MS):
+        return "overloaded"
     if client_overloaded:
         return "client_bound"
     if cap_waits > 0:
         return "in_flight_cap"
-    if client_late or (send_lateness_ms_p99 is not None and send_lateness_ms_p99 > LATENESS_BOUND_MS):
+    if client_late or unreached > 0 or (send_lateness_ms_p99 or 0.0) > LATENESS_BOUND_MS:
         return "client_bound"
     return "valid"

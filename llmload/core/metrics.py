@@ -19,7 +19,7 @@ in `llmload.core.cellstatus`, the comparison with the server's own figures in
   (`llmload.core.records`); time to first answer token (TTFA) runs from send to the first
   answer chunk, while TTFT stays the first chunk carrying any token.
 - Record statuses: "ok", "cancelled" (closed by llmload at the window end: not a failure),
-  "error".
+  "error", "not_sent" (an open-loop request due but never sent; `llmload.core.traffic`).
 """
 
 from __future__ import annotations

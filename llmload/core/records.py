@@ -33,8 +33,10 @@ from typing import Any
 #: How the per-chunk token counts were obtained, best first (see measurement.md).
 TOKEN_SOURCES = ("continuous_usage", "timings_per_token", "chunks")
 
-#: Request outcomes. "cancelled" = closed by llmload at the end of a window: not a failure.
-STATUSES = ("ok", "cancelled", "error")
+#: Request outcomes. "cancelled" = closed by llmload at the end of a window (or of an
+#: open-loop cell's drain: still running, unfinished), not a failure; "not_sent" = an
+#: open-loop request that was due but never sent (the in-flight cap stayed full to the end).
+STATUSES = ("ok", "cancelled", "error", "not_sent")
 
 #: Where arrival times come from: the kernel's receive stamp, or the read's return to llmload.
 STAMP_SOURCES = ("kernel", "user")

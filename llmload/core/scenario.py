@@ -112,6 +112,14 @@ class Scenario:
     """Replay: the JSONL trace file (`llmload.core.trace`)."""
     speedup: float = 1.0
     """Replay: time compression of the trace's timestamps (2 = twice as fast)."""
+    drain_s: float | None = None
+    """Rate and replay: how long after the last due send llmload waits for the requests still
+    running before it stops waiting (they count as unfinished). None: a replay waits
+    REPLAY_DRAIN_S, a rate cell its window's length and at least 30 s."""
+    over_context: str = "skip"
+    """Replay: what to do with trace lines whose prompt + output exceed the server's
+    per-sequence limit: "skip" (counted, not sent), "clip" (prompt shortened to fit, its
+    leading hash blocks kept) or "send" (sent; the server's refusals are failures)."""
 
     def __post_init__(self) -> None:
         # Constructing a Scenario directly validates it the same way files and flags are.

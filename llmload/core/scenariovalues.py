@@ -13,7 +13,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from llmload.core.units import parse_duration, parse_int_list, parse_pairs, parse_token_list, parse_tokens
-from llmload.core.workloads import ARRIVALS, WORKLOADS, parse_think_time
+from llmload.core.workloads import ARRIVALS, OVER_CONTEXT, WORKLOADS, parse_think_time
 
 ENDPOINTS = ("completions", "chat")
 _TRUE = {"true", "yes", "on", "1"}
@@ -263,4 +263,6 @@ PARSERS: dict[str, Callable[[Any], Any]] = {
     "max_in_flight": _int_at_least(1, 100_000),
     "trace": _optional_text,
     "speedup": _positive_number,
+    "drain_s": lambda v: None if v is None or v == "" else parse_duration(v),
+    "over_context": lambda v: _choice(v, "over_context", OVER_CONTEXT),
 }

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 MOONCAKE_BLOCK_TOKENS = 512
 """Tokens per Mooncake hash block."""
@@ -138,3 +138,65 @@ def load_trace(path: str | os.PathLike[str]) -> tuple[TraceRequest, ...]:
 def trace_duration_s(requests: tuple[TraceRequest, ...], speedup: float = 1.0) -> float:
     """Seconds from the first request's send to the last one's, at `speedup`."""
     return (requests[-1].t_s - requests[0].t_s) / speedup
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TraceFit:
+    """A trace read against the server's per-sequence limit (`fit_trace`)."""
+
+    requests: tuple[TraceRequest, ...]
+    """The requests to send, in order (clipped ones shortened)."""
+    lines: int
+    """The trace's requests, all of them."""
+    over: tuple[int, ...]
+    """Line numbers whose prompt + output exceed the limit."""
+    skipped: int
+    """Of those, not sent."""
+    clipped: int
+    """Of those, sent with a shortened prompt."""
+    mode: str
+
+    def notice(self, limit: int | None, *, shown: int = 5) -> str | None:
+        """One line about the lines over the limit; None when there are none."""
+        if not self.over:
+            return None
+        where = ", ".join(map(str, self.over[:shown])) + (", ..." if len(self.over) > shown else "")
+        what = {"skip": "skipped (--over-context skip)", "send": "sent all the same (--over-context send)",
+                "clip": f"clipped to fit (--over-context clip; {self.skipped:,} whose output alone is over it skipped)"
+                if self.skipped else "clipped to fit (--over-context clip)"}[self.mode]
+        return (f"{len(self.over):,} of the trace's {self.lines:,} requests exceed the context "
+                f"({limit:,} tokens, prompt + output) and are {what}: line(s) {where}")
+
+
+def fit_trace(requests: tuple[TraceRequest, ...], limit: int | None, mode: str) -> TraceFit:
+    """The trace against a per-sequence limit of `limit` tokens (prompt + output; None:
+    unknown, nothing checked). A line over it is skipped, clipped (its prompt cut to
+    limit − output tokens, the leading hash blocks that hold them kept; skipped when the
+    output alone reaches the limit) or sent, by `mode`. A text prompt (the plain format's
+    `prompt`) has no count before the server's: it is never over. TraceError when no
+    request is left to send."""
+    if limit is None:
+        return TraceFit(requests=requests, lines=len(requests), over=(), skipped=0, clipped=0, mode=mode)
+    keep: list[TraceRequest] = []
+    over: list[int] = []
+    skipped = clipped = 0
+    for r in requests:
+        if r.input_tokens + r.output_tokens <= limit:
+            keep.append(r)
+            continue
+        over.append(r.line)
+        room = limit - r.output_tokens
+        if mode == "send":
+            keep.append(r)
+        elif mode == "clip" and room >= 1:
+            blocks = -(-room // MOONCAKE_BLOCK_TOKENS)
+            keep.append(replace(r, input_tokens=room, hash_ids=r.hash_ids[:blocks]))
+            clipped += 1
+        else:
+            skipped += 1
+    if not keep:
+        shortest = min(r.input_tokens + r.output_tokens for r in requests)
+        raise TraceError(f"none of the trace's {len(requests):,} requests fits the server's context "
+                         f"({limit:,} tokens, prompt + output): the shortest needs {shortest:,}")
+    return TraceFit(requests=tuple(keep), lines=len(requests), over=tuple(over), skipped=skipped,
+                    clipped=clipped, mode=mode)

@@ -8,10 +8,20 @@ Open loop (phases "rate" and "replay"):
   without a schedule counts by its send time); the replay cell's are all its "replay"
   records (one cell covers the whole trace, whose last request is due at t1 itself). There
   are no warm-ups. Requests sent in the window may end after t1: they drain.
+- Every request accounted for (`RequestCounts`): each one scheduled is completed (status
+  "ok"), failed ("error"), unfinished (sent, still running when llmload stopped waiting at
+  the drain's end: "cancelled"), not sent (due, but the in-flight cap stayed full to the end:
+  "not_sent"; or never reached by its pacer: scheduled with no record) or, for a replay,
+  skipped (a trace line over the server's context, `--over-context skip`). They add up to
+  what was scheduled: a rate cell's arrivals, a replay's trace lines.
 - Latency per request, in full: TTFT, TBT, TTFA, the stream rate, completed requests and
   errors are taken over the span from the first send to the last end, so a request that
   drains past t1 counts whole (`span`). End-to-end latency (`e2e`): send to end of the
-  requests that completed (status "ok" with a finish_reason).
+  requests that completed (status "ok" with a finish_reason). An unfinished request is in
+  the TTFT (if it had no first token) and e2e percentiles as at least its time so far
+  (`censored_quantile`): a percentile that may rise with it is a lower bound, named
+  in `lower_bounds` ("> 41 s" on the page), never a number below the truth. Requests not
+  sent are in no figure but the counts.
 - Throughput inside the window: output tokens whose chunks arrived in the window W, over W;
   the average in flight is the time-weighted mean of requests in flight over W (`window`).
   W is [t0, t1] for a rate cell; for the replay cell it runs on to the last request's end
@@ -41,6 +51,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from llmload.core.cellfacts import ServerSample
 from llmload.core.cellresult import CellSlo
 from llmload.core.goodput import request_goodput
@@ -69,6 +81,75 @@ def _ms_percentiles(values_s: Sequence[float], qs: Sequence[float]) -> tuple[flo
     return tuple(None if (v := quantile(values_s, q)) is None else v * 1000.0 for q in qs)
 
 
+def censored_quantile(exact: Sequence[float], censored: Sequence[float], q: float) -> tuple[float | None, bool]:
+    """The q-quantile of values some of which are known only from below, and whether it is a
+    lower bound. `censored` holds, for each value not seen to its end (a request still
+    running when llmload stopped waiting), its value so far. The quantile is `quantile`'s
+    over both lists, each censored value at its bound. It is exact when no censored value
+    sits among the order statistics it interpolates (sorted with the exact values first
+    among equals): raising a censored value to its truth can then move none of them.
+    Otherwise the truth is at least the figure, and it is a lower bound ("> 41 s").
+    (None, False) when there is no value."""
+    values = [(float(v), 0) for v in exact] + [(float(v), 1) for v in censored]
+    if not values:
+        return None, False
+    values.sort()
+    figure = quantile([v for v, _ in values], q)
+    hi = int(np.ceil((len(values) - 1) * q))
+    return figure, any(flag for _, flag in values[:hi + 1])
+
+
+PERCENTILES = (("", 0.5), ("_p90", 0.9), ("_p99", 0.99))
+"""The latency percentiles of a cell: figure-name suffix and quantile (ttft_ms, ttft_p90_ms...)."""
+
+
+def _censored_ms(name: str, exact_s: Sequence[float], censored_s: Sequence[float]
+                 ) -> tuple[dict[str, float | None], list[str]]:
+    """{figure name: ms} of the three percentiles, and the names that are lower bounds."""
+    values, bounds = {}, []
+    for suffix, q in PERCENTILES:
+        figure, lower = censored_quantile(exact_s, censored_s, q)
+        values[f"{name}{suffix}_ms"] = None if figure is None else figure * 1000.0
+        if lower:
+            bounds.append(f"{name}{suffix}_ms")
+    return values, bounds
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestCounts:
+    """What became of every request an open-loop cell scheduled (see the module docstring)."""
+
+    scheduled: int
+    completed: int
+    failed: int
+    unfinished: int
+    not_sent: int
+    skipped: int = 0
+
+    def __post_init__(self) -> None:
+        parts = self.completed + self.failed + self.unfinished + self.not_sent + self.skipped
+        if parts != self.scheduled:
+            raise ValueError(f"request counts add up to {parts}, not the {self.scheduled} scheduled")
+
+
+def request_counts(requests: Sequence[RequestRecord], *, scheduled: int | None = None,
+                   skipped: int = 0) -> RequestCounts:
+    """The counts of a cell's requests (`open_loop_requests`). `scheduled`: how many were due,
+    skipped ones included (None: as many as there are records, plus `skipped`); the ones
+    due with no record (their pacer never got to them) are not sent. More records than
+    that is a bug: ValueError."""
+    by_status = {status: 0 for status in ("ok", "error", "cancelled", "not_sent")}
+    for r in requests:
+        by_status[r.status] = by_status.get(r.status, 0) + 1
+    due = len(requests) + skipped if scheduled is None else scheduled
+    missing = due - skipped - len(requests)
+    if missing < 0:
+        raise ValueError(f"{len(requests)} request records and {skipped} skipped, but {due} scheduled")
+    return RequestCounts(scheduled=due, completed=by_status["ok"], failed=by_status["error"],
+                         unfinished=by_status["cancelled"], not_sent=by_status["not_sent"] + missing,
+                         skipped=skipped)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OpenLoopFigures:
     """An open-loop cell's figures (see the module docstring)."""
@@ -84,13 +165,27 @@ class OpenLoopFigures:
     e2e_ms: float | None
     e2e_p90_ms: float | None
     e2e_p99_ms: float | None
+    ttft_ms: float | None
+    ttft_p90_ms: float | None
+    ttft_p99_ms: float | None
+    """TTFT percentiles with the unfinished requests censored (the span's figures are not)."""
+    lower_bounds: tuple[str, ...]
+    """The figures above that are lower bounds (an unfinished request may raise them)."""
+    counts: RequestCounts
+    sender_late_ms_p99: float | None
+    """Send lateness p99 of the requests that did not wait for the in-flight cap: the sender's own."""
     prompt_tok_s: float | None
     slo: CellSlo
 
 
 def open_loop_figures(requests: Sequence[RequestRecord], t0: float, t1: float, *, phase: str,
-                      slo: dict[str, float] | None = None) -> OpenLoopFigures:
-    """The figures of an open-loop cell's requests (`open_loop_requests`) sent from t0."""
+                      slo: dict[str, float] | None = None, scheduled: int | None = None,
+                      skipped: int = 0) -> OpenLoopFigures:
+    """The figures of an open-loop cell's requests (`open_loop_requests`) sent from t0;
+    `scheduled` and `skipped` as `request_counts` takes them."""
+    counts = request_counts(requests, scheduled=scheduled, skipped=skipped)
+    cap_waits = sum(1 for r in requests if r.cap_wait)  # the ones never sent included
+    requests = [r for r in requests if r.status != "not_sent"]
     ends = [r.end_s for r in requests]
     w1 = max([t1, *ends]) if phase == "replay" else t1
     if not w1 > t0:
@@ -100,17 +195,25 @@ def open_loop_figures(requests: Sequence[RequestRecord], t0: float, t1: float, *
     span = window_figures(requests, lo, hi, concurrency=0)
     window = window_figures(requests, t0, w1, concurrency=0)
     late = [r.send_s - r.scheduled_s for r in requests if r.scheduled_s is not None]
-    e2e = [r.end_s - r.send_s for r in requests if r.status == "ok" and r.finish_reason is not None]
+    own = [r.send_s - r.scheduled_s for r in requests if r.scheduled_s is not None and not r.cap_wait]
     p50_late, p99_late = _ms_percentiles(late, (0.5, 0.99))
-    e2e_p50, e2e_p90, e2e_p99 = _ms_percentiles(e2e, (0.5, 0.9, 0.99))
+    unfinished = [r for r in requests if r.status == "cancelled"]
+    e2e, e2e_bounds = _censored_ms(
+        "e2e", [r.end_s - r.send_s for r in requests if r.status == "ok" and r.finish_reason is not None],
+        [r.end_s - r.send_s for r in unfinished])
+    firsts = [(r, token_chunks(r)[0]) for r in requests]
+    ttft, ttft_bounds = _censored_ms(
+        "ttft", [float(times[0]) - r.send_s for r, times in firsts if times.size],
+        [r.end_s - r.send_s for r, times in firsts if not times.size and r.status == "cancelled"])
     prompts = [r.prompt_tokens for r in requests if r.prompt_tokens is not None
                and r.first_token_s is not None and t0 <= r.first_token_s <= w1]
     return OpenLoopFigures(
         span=span, window=window,
         achieved_rate_rps=(sum(1 for r in requests if t0 <= r.send_s <= t1) / (t1 - t0)) if t1 > t0 else None,
         send_lateness_ms_p50=p50_late, send_lateness_ms_p99=p99_late,
-        cap_waits=sum(1 for r in requests if r.cap_wait),
-        e2e_ms=e2e_p50, e2e_p90_ms=e2e_p90, e2e_p99_ms=e2e_p99,
+        cap_waits=cap_waits,
+        **e2e, **ttft, lower_bounds=tuple(ttft_bounds + e2e_bounds), counts=counts,
+        sender_late_ms_p99=_ms_percentiles(own, (0.99,))[0],
         prompt_tok_s=sum(prompts) / (w1 - t0) if prompts else None,
         slo=open_loop_goodput(requests, (lo, hi), (t0, w1), slo))
 

@@ -33,6 +33,19 @@ WORKLOAD_PHASES = {"sessions": "session", "rate": "rate", "replay": "replay"}
 ARRIVALS = ("poisson", "constant")
 DEFAULT_MAX_IN_FLIGHT = 256
 """The cap on a rate or replay cell's requests in flight, over all processes."""
+OVER_CONTEXT = ("skip", "clip", "send")
+"""Replay: what becomes of a trace line over the server's context (`trace.fit_trace`)."""
+REPLAY_DRAIN_S = 600.0
+"""Replay: how long after the trace's last send llmload waits for the requests still running
+(`--drain`); a rate cell waits its window's length, at least RATE_DRAIN_MIN_S."""
+RATE_DRAIN_MIN_S = 30.0
+
+
+def drain_s(phase: str, window_s: float, given: float | None) -> float:
+    """How long a rate or replay cell waits after its window for its requests (`--drain`)."""
+    if given is not None:
+        return given
+    return REPLAY_DRAIN_S if phase == "replay" else max(window_s, RATE_DRAIN_MIN_S)
 
 
 # --------------------------------------------------------------------------- think time

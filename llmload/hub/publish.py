@@ -159,7 +159,8 @@ def cell_rows(run: RunToPublish) -> list[dict[str, Any]]:
     for idx, cell in enumerate(run.results.cells):
         rows.append({"run_id": run.id, "idx": idx, "phase": cell.phase, "context_tokens": cell.context_tokens,
                      "concurrency": cell.concurrency, "rate_rps": _float(cell.traffic.rate_rps),
-                     "status": cell.status, **{f: _float(getattr(cell, f)) for f in schema.FIGURES}})
+                     "status": cell.status, **{f: _float(getattr(cell, f)) for f in schema.FIGURES},
+                     **{f: getattr(cell.traffic, f) for f in schema.REQUEST_COUNTS}})
     return rows
 
 

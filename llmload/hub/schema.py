@@ -67,9 +67,18 @@ cells = Table(
     Column("tbt_ms", Float),
     Column("tbt_p99_ms", Float),
     Column("prompt_tok_s", Float),
+    Column("requests_scheduled", Integer),
+    Column("requests_completed", Integer),
+    Column("requests_failed", Integer),
+    Column("requests_unfinished", Integer),
+    Column("requests_not_sent", Integer),
+    Column("requests_skipped", Integer),
     Index("ix_cells_phase_context_concurrency", "phase", "context_tokens", "concurrency"),
 )
 
 FIGURES = ("total_tok_s", "per_request_tok_s", "ttft_ms", "ttft_p99_ms", "tbt_ms", "tbt_p99_ms",
            "prompt_tok_s")
 """The figures a cell row keeps (the cell's own, as results.json holds them)."""
+REQUEST_COUNTS = ("requests_scheduled", "requests_completed", "requests_failed", "requests_unfinished",
+                  "requests_not_sent", "requests_skipped")
+"""An open-loop cell's request counts a cell row keeps (None for the others)."""

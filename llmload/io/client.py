@@ -31,7 +31,7 @@ from llmload.wire.chunked import ChunkedDecoder, ChunkedError
 from llmload.core.clock import now
 from llmload.core.engines import server_truth
 from llmload.io.answertext import KeptSSE, answer_text
-from llmload.io.endpoint import Endpoint
+from llmload.io.endpoint import Endpoint, connect_to
 from llmload.io.failures import describe_failure, read_error_body, retry_after_s
 from llmload.io.plainsocket import READ_SIZE, PlainSocket, active_streams, open_streams, read_wait_bin, queued_bytes, queued_events  # noqa: F401 - the monitor's
 from llmload.wire.httphead import ResponseHeadParser
@@ -43,7 +43,6 @@ logger = logging.getLogger(__name__)
 
 AFTER_DONE_TIMEOUT_S = 2.0
 """How long to wait for the end of the HTTP body after `[DONE]` before dropping the connection."""
-CONNECT_TIMEOUT_S = 10.0
 
 
 DELAY_BINS_PER_S = 10000.0
@@ -104,7 +103,7 @@ class StreamingClient:
     def _connect(self):
         if self._sock is None:
             ep = self.endpoint
-            sock = socket.create_connection((ep.host, ep.port), timeout=CONNECT_TIMEOUT_S)
+            sock = connect_to(ep.host, ep.port)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if ep.scheme == "https":
                 from gevent import ssl

@@ -98,6 +98,9 @@ class CellSpec(_Message):
     per request, already divided by the speedup; pacer i of P sends every P-th from the i-th."""
     drain_s: float = 0.0
     """Rate and replay: how long after t1 requests sent in the window may run on (then cancelled)."""
+    window_s: float = 0.0
+    """Rate and replay: the window's length t1 − t0 (a rate cell's arrivals are drawn over it
+    before the window starts, so their bodies can be built ahead)."""
 
     @classmethod
     def idle(cls, cell_id: str) -> "CellSpec":

@@ -7,7 +7,8 @@ idle ones (keep-alive reuse; a new one when none is idle). At most `cap` request
 flight per pacing user: an arrival that finds the cap full waits for a place, and its record
 says so (`cap_wait=True`). Every record carries its due time (`scheduled_s`); the client's
 `send_s` is when the request was written (after any connect), so send_s − scheduled_s is how
-late it went. A request's body is built before its due time, while the user waits for it.
+late it went. Request bodies are built ahead of their due time by a builder greenlet that
+never runs into a due send (`Lookahead`).
 
 Cells (`run_paced_cell`, kinds "rate" and "replay"): one pacing user per process, its index
 the process's worker index; the controller's `pacers` say how many there are. A rate cell's
@@ -42,6 +43,7 @@ from llmload.core.records import RequestRecord
 from llmload.core.trace import MOONCAKE_BLOCK_TOKENS
 from llmload.core.workloads import ARRIVALS, DEFAULT_MAX_IN_FLIGHT, arrival_offsets, pacer_seed
 from llmload.io.client import StreamingClient
+from llmload.loadgen.lookahead import Lookahead
 from llmload.loadgen.messages import CellSpec
 
 logger = logging.getLogger(__name__)
@@ -89,7 +91,7 @@ class InFlight:
                 # The cap stayed full until the drain ended: never sent.
                 t = now()
                 self._publish(RequestRecord(user_id=user_id, tag=self.tag, send_s=t, end_s=t,
-                                            status="cancelled", scheduled_s=due_s, cap_wait=True))
+                                            status="not_sent", scheduled_s=due_s, cap_wait=True))
                 return
         client = self._idle.pop() if self._idle else self._new_client()
         try:
@@ -109,10 +111,19 @@ class InFlight:
         self._user.llm.publish(record, name=self.name, cell_id=self.cell_id)
 
 
-def pace(flight: InFlight, sends: Iterable[tuple[float, bytes]]) -> None:
-    """Send each (due time, body) at its time: the body is made (the iterator advanced)
-    before the wait, the request spawned as soon as it is due."""
-    for due_s, body in sends:
+PRIME_S = 1.0
+"""A paced cell's pacer reports ready once the bodies due in the window's first PRIME_S
+seconds are built (or the look-ahead is full): a burst at t0 goes out on time too."""
+
+
+def pace(flight: InFlight, ahead: Lookahead, t0: float) -> None:
+    """Send each (time after t0, body) of `ahead` at t0 + its time, spawned as soon as it is
+    due; the bodies are built ahead (`Lookahead`)."""
+    ahead.start(t0)
+    for offset_s, body in ahead:
+        due_s = t0 + offset_s
+        if due_s > now():
+            ahead.taken()
         while (delay := due_s - now()) > 0:  # a timer may fire a little early: never send early
             gevent.sleep(delay)
         flight.spawn(due_s, body)
@@ -127,42 +138,44 @@ def process_index(runner) -> int:
 
 
 def run_paced_cell(user, cell: CellSpec) -> None:
-    """A rate or replay cell, for one user (an `LLMUser`): ready at once, then the window's
-    requests on schedule, then the drain (see the module docstring)."""
+    """A rate or replay cell, for one user (an `LLMUser`): the first bodies built, ready,
+    then the window's requests on schedule, then the drain (see the module docstring)."""
     cells = user.cells
-    cells.report_ready(cell.id, once_for=user.user_id)
     if not cells.claim_pacer(cell.id, user.user_id):
+        cells.report_ready(cell.id, once_for=user.user_id)
         logger.warning("llmload: more than one user in this process for cell %s; only one paces", cell.id)
         return
-    window = cells.wait_go(cell.id)
-    if window is None:
-        return
-    t0, t1 = window
     index = process_index(user.environment.runner)
     pacers = max(cell.pacers, 1)
     if index >= pacers:
         raise ValueError(f"this process is pacer {index}, but the cell has {pacers} pacer(s)")
-    if cell.kind == "rate":
-        sends = rate_sends(cells, cell, t0, t1, index, pacers)
-    else:
-        sends = replay_sends(cells, cell, t0, index, pacers)
-    flight = InFlight(user, base_url=cell.base_url, timeout_s=cell.timeout_s,
-                      cap=max(1, cell.max_in_flight // pacers), path=cell.path,
-                      count_key=engine_caps(cell.engine).count_key, tag=cell.kind,
-                      name=f"{cell.kind} {cell.name}", cell_id=cell.id, deadline_s=t1 + cell.drain_s)
-    cells.enter_window(cell.id)
+    sends = rate_sends(cells, cell, index, pacers) if cell.kind == "rate" else replay_sends(cells, cell, index, pacers)
+    ahead = Lookahead(sends)
     try:
-        pace(flight, sends)
-        flight.join()
+        ahead.prime(PRIME_S)
+        cells.report_ready(cell.id, once_for=user.user_id)
+        window = cells.wait_go(cell.id)
+        if window is None:
+            return
+        t0, t1 = window
+        flight = InFlight(user, base_url=cell.base_url, timeout_s=cell.timeout_s,
+                          cap=max(1, cell.max_in_flight // pacers), path=cell.path,
+                          count_key=engine_caps(cell.engine).count_key, tag=cell.kind,
+                          name=f"{cell.kind} {cell.name}", cell_id=cell.id, deadline_s=t1 + cell.drain_s)
+        cells.enter_window(cell.id)
+        try:
+            pace(flight, ahead, t0)
+            flight.join()
+        finally:
+            flight.close()
+            cells.leave_window(cell.id)
     finally:
-        flight.close()
-        cells.leave_window(cell.id)
+        ahead.close()
 
 
-def rate_sends(cells, cell: CellSpec, t0: float, t1: float, index: int,
-               pacers: int) -> Iterator[tuple[float, bytes]]:
-    """Pacer `index`'s (due time, body) of a rate cell: a fresh cold prompt each."""
-    offsets = arrival_offsets(cell.rate_rps, t1 - t0, cell.arrivals, index=index, pacers=pacers,
+def rate_sends(cells, cell: CellSpec, index: int, pacers: int) -> Iterator[tuple[float, bytes]]:
+    """Pacer `index`'s (time after t0, body) of a rate cell: a fresh cold prompt each."""
+    offsets = arrival_offsets(cell.rate_rps, cell.window_s, cell.arrivals, index=index, pacers=pacers,
                               seed=pacer_seed(cell.run_id, cell.id, index))
     caps = engine_caps(cell.engine)
 
@@ -171,11 +184,11 @@ def rate_sends(cells, cell: CellSpec, t0: float, t1: float, index: int,
         return request_body(caps, endpoint=cell.endpoint, model=cell.model, prompt=prompt,
                             max_tokens=cell.max_tokens, fixed_output=cell.fixed_output,
                             temperature=cell.temperature, cold=True)
-    return ((t0 + offset, body(k)) for k, offset in enumerate(offsets))
+    return ((offset, body(k)) for k, offset in enumerate(offsets))
 
 
-def replay_sends(cells, cell: CellSpec, t0: float, index: int, pacers: int) -> Iterator[tuple[float, bytes]]:
-    """Pacer `index`'s (due time, body) of a replay cell: trace requests index, index + P, ..."""
+def replay_sends(cells, cell: CellSpec, index: int, pacers: int) -> Iterator[tuple[float, bytes]]:
+    """Pacer `index`'s (time after t0, body) of a replay cell: trace requests index, index + P, ..."""
     builder = cells.prompt_builder(cell)
     caps = engine_caps(cell.engine)
     salt = f"{cell.run_id}/{cell.id}"
@@ -189,7 +202,7 @@ def replay_sends(cells, cell: CellSpec, t0: float, index: int, pacers: int) -> I
             prompt = builder.prompt(f"{salt}/r{n}", inputs)
         return request_body(caps, endpoint=cell.endpoint, model=cell.model, prompt=prompt,
                             max_tokens=outputs, fixed_output=True, temperature=cell.temperature)
-    return ((t0 + t_s, body(n, inputs, outputs, hash_ids, text))
+    return ((t_s, body(n, inputs, outputs, hash_ids, text))
             for n, (t_s, inputs, outputs, hash_ids, text) in enumerate(cell.trace)
             if n % pacers == index)
 
@@ -245,7 +258,9 @@ def run_adhoc_rate(user) -> None:
         for due_s in arrival_times(now(), rate, arrivals, rng):
             user.request_no += 1
             yield due_s, setup["body"](f"{prefix}/{user.request_no}" if opts["cold"] else prefix)
+    ahead = Lookahead(sends())
     try:
-        pace(flight, sends())
+        pace(flight, ahead, 0.0)  # the arrival times are the clock's own
     finally:
+        ahead.close()
         flight.close()

@@ -106,6 +106,8 @@ def fire_request(environment, record: RequestRecord, name: str, **_kw) -> None:
         exc = RuntimeError(record.error or "request failed")
     if record.status == "cancelled":
         name = f"{name} (cut at window end)"
+    elif record.status == "not_sent":
+        name = f"{name} (not sent: the in-flight cap stayed full)"
     environment.events.request.fire(
         request_type="POST", name=name, response_time=(record.end_s - record.send_s) * 1000.0,
         response_length=record.output_tokens, exception=exc, context={}, response=None,

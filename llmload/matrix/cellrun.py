@@ -24,7 +24,7 @@ from llmload.core.clock import now
 from llmload.core.engines import ENDPOINT_PATHS
 from llmload.core.records import RequestRecord
 from llmload.core.units import format_tokens
-from llmload.core.workloads import parse_think_time
+from llmload.core.workloads import arrival_offsets, drain_s, pacer_seed, parse_think_time
 from llmload.loadgen.messages import CellSpec, Collect, Go
 from llmload.matrix.context import RunContext, WorkerLost
 from llmload.matrix.driver import WAIT_NOTE_EVERY_S, LocustDriver
@@ -39,9 +39,6 @@ CHECK_EVERY_S = 0.1
 """The longest the controller waits for a message before it checks for lost workers."""
 
 
-DRAIN_MIN_S = 30.0
-"""Rate and replay cells: requests sent in the window run on past its end for the window's
-length, and at least this long; then they are cancelled."""
 
 
 def cell_message(ctx: RunContext, planned: PlannedCell, cell_id: str, prompts, *, pacers: int = 1) -> CellSpec:
@@ -65,7 +62,8 @@ def cell_message(ctx: RunContext, planned: PlannedCell, cell_id: str, prompts, *
                        turn_tokens=sc.turn_tokens, think_time=sc.think_time)
     if planned.phase in ("rate", "replay"):
         spec = replace(spec, pacers=pacers, max_in_flight=sc.max_in_flight,
-                       drain_s=max(cell_window_s(ctx, planned), DRAIN_MIN_S))
+                       drain_s=drain_s(planned.phase, cell_window_s(ctx, planned), sc.drain_s),
+                       window_s=cell_window_s(ctx, planned))
     if planned.phase == "rate":
         return replace(spec, rate_rps=planned.rate_rps or 0.0, arrivals=sc.arrivals)
     if planned.phase == "replay":
@@ -104,9 +102,22 @@ def workload_facts(ctx: RunContext, planned: PlannedCell) -> dict:
     if planned.phase == "session":
         return {"think_time_s": parse_think_time(sc.think_time).mean_s}
     if planned.phase in ("rate", "replay"):
-        return {"arrivals": "trace" if planned.phase == "replay" else sc.arrivals, "in_flight_cap": sc.max_in_flight,
-                "trace_requests": len(ctx.trace) if planned.phase == "replay" else None}
+        facts = {"arrivals": "trace" if planned.phase == "replay" else sc.arrivals, "in_flight_cap": sc.max_in_flight,
+                 "drain_s": drain_s(planned.phase, cell_window_s(ctx, planned), sc.drain_s)}
+        fit = ctx.trace_fit
+        if planned.phase == "replay":
+            lines = fit.lines if fit is not None else len(ctx.trace)
+            facts.update(trace_requests=lines, requests_scheduled=lines,
+                         requests_skipped=fit.skipped if fit is not None else 0)
+        return facts
     return {}
+
+
+def rate_arrivals(msg: CellSpec) -> int:
+    """The requests a rate cell's pacers schedule over its window: each pacer's arrivals
+    (`workloads.arrival_offsets`, drawn from the same seed as the pacer's own)."""
+    return sum(len(arrival_offsets(msg.rate_rps, msg.window_s, msg.arrivals, index=i, pacers=msg.pacers,
+                                   seed=pacer_seed(msg.run_id, msg.id, i))) for i in range(msg.pacers))
 
 
 def users_of(planned: PlannedCell, processes: int) -> int:
@@ -140,6 +151,8 @@ class CellMeasurer:
                         **workload_facts(self.ctx, planned))
         if planned.phase != "prefill":
             facts = self._window(cell_id, users, facts, cell_window_s(self.ctx, planned))
+        if planned.phase == "rate":
+            facts = replace(facts, requests_scheduled=rate_arrivals(msg))
         records, client_samples, client_reads = self._collect(cell_id, facts.t0_s, facts.t1_s, users,
                                                               extra_s=msg.drain_s)
         ended = now()

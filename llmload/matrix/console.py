@@ -11,9 +11,10 @@ from llmload.core.capacity import PlannedCell, expected_duration_s
 from llmload.core.cellresult import CellResult
 from llmload.core.scenario import Scenario
 from llmload.core.units import format_duration_s, format_tokens
+from llmload.core.workloads import drain_s
 from llmload.io.probe import ServerInfo
 from llmload.matrix.context import RunContext
-from llmload.output.pageformat import cell_label
+from llmload.output.pageformat import cell_label, cell_ms, request_counts_text
 from llmload.output.pagetext import limit_lines
 
 def echo_note(ctx: RunContext, cell: CellResult) -> None:
@@ -44,8 +45,10 @@ def traffic_summary(c: CellResult) -> str:
                 f"context reached {format_tokens(t.context_reached_tokens or 0)}, {c.requests_sent} requests{tail}")
     rate = f"{t.achieved_rate_rps:.2f}" if t.achieved_rate_rps is not None else "—"
     late = f"{t.send_lateness_ms_p99:.1f}" if t.send_lateness_ms_p99 is not None else "—"
-    return (f"{c.status}: {rate} req/s sent ({c.requests_sent} requests, lateness p99 {late} ms), "
-            f"TTFT p50/p99 {_ms(c.ttft_ms)}/{_ms(c.ttft_p99_ms)} ms, e2e p99 {_ms(t.e2e_p99_ms)} ms{tail}")
+    counts = request_counts_text(c) or f"{c.requests_sent} requests"
+    return (f"{c.status}: {rate} req/s sent ({counts}; lateness p99 {late} ms), "
+            f"TTFT p50/p99 {cell_ms(c, 'ttft_ms')}/{cell_ms(c, 'ttft_p99_ms')}, "
+            f"e2e p99 {cell_ms(c, 'e2e_p99_ms')}{tail}")
 
 
 def eta_clock(seconds: float) -> str:
@@ -86,8 +89,14 @@ def echo_plan(plan: list[PlannedCell], scenario: Scenario, echo: Callable[[str],
     the scenario's duration unless given)."""
     runs = [c for c in plan if c.runs]
     expected = expected_duration_s(plan, duration_s=scenario.duration_s if window_s is None else window_s)
+    open_loop = [c for c in runs if c.phase in ("rate", "replay")]
+    drain = ""
+    if open_loop:
+        wait = drain_s(open_loop[0].phase, scenario.duration_s if window_s is None else window_s, scenario.drain_s)
+        drain = (f", and up to {format_duration_s(wait)} more per cell while requests still running drain"
+                 " (--drain)")
     echo(f"Plan: {len(plan)} cells, {len(runs)} to run, about "
-         f"{eta_clock(expected)} ({'h:mm:ss' if expected >= 3600 else 'm:ss'}) expected")
+         f"{eta_clock(expected)} ({'h:mm:ss' if expected >= 3600 else 'm:ss'}) expected{drain}")
     for c in plan:
         where = f" ({c.prefill_source.replace('_', ' ')})" if c.prefill_source else ""
         echo(f"  {planned_label(c):<24} {c.status.replace('_', ' ')}{where}"

@@ -39,4 +39,7 @@ class RunContext:
     """A `hardware.PowerMonitor` when energy is measured (llmload.core.energy), else None."""
     idle_power_w: float | None = None
     trace: tuple = ()
-    """Replay: the trace's requests (`llmload.core.trace.TraceRequest`), read before the run."""
+    """Replay: the trace's requests to send (`llmload.core.trace.TraceRequest`), read before
+    the run and fitted to the server's context (`trace_fit`)."""
+    trace_fit: object | None = None
+    """Replay: the `llmload.core.trace.TraceFit` the requests above come from."""

@@ -22,7 +22,7 @@ from llmload.core.seqlimit import is_learned
 from llmload.io.hardware import host_facts
 from llmload.io.probe import ServerInfo, build_prompts, probe_server
 from llmload.matrix.console import echo_plan, echo_prompts, echo_server
-from llmload.core.trace import load_trace
+from llmload.core.trace import TraceError, fit_trace, load_trace
 from llmload.matrix.context import PlanRefused, RunContext
 from llmload.matrix.driver import LocustDriver
 from llmload.matrix.loop import plan_for, run_plan, run_slo_search, run_window_s
@@ -65,8 +65,18 @@ def _run_matrix(scenario: Scenario, *, api_key: str | None, run_dir, master_bind
                             launch_command=scenario.launch_command)
         info = learned_before(info, run_dir.previous if run_dir is not None else None)
         echo_server(info, echo)
-        ctx = RunContext(scenario=scenario, info=info, echo=echo, api_key=api_key, trace=trace)
-        plan = plan_for(scenario, info, trace=trace)
+        fit = None
+        if trace:
+            # Every line read against the server's per-sequence limit, before anything runs.
+            try:
+                fit = fit_trace(trace, info.max_model_len, scenario.over_context)
+            except TraceError as exc:  # no line fits: bad input for this server, refused
+                raise PlanRefused(str(exc)) from None
+            if fit.notice(info.max_model_len):
+                echo(f"Trace: {fit.notice(info.max_model_len)}")
+        ctx = RunContext(scenario=scenario, info=info, echo=echo, api_key=api_key,
+                         trace=fit.requests if fit else (), trace_fit=fit)
+        plan = plan_for(scenario, info, trace=ctx.trace)
         refuse_unfit(scenario, plan)
         # Text prompts are fitted to the server's count once per length; an over-capacity
         # cell can run later (a learned sequence limit re-plans it queued): its length too.

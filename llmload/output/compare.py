@@ -59,6 +59,9 @@ OPEN_LOOP_FIGURES: tuple[CompareFigure, ...] = (
     ("e2e_p99_ms", "end to end p99", False, lambda c: c.traffic.e2e_p99_ms),
     ("total_tok_s", "total tok/s", True, lambda c: c.total_tok_s),
     ("goodput_tok_s", "goodput tok/s", True, lambda c: c.slo.goodput_tok_s),
+    ("requests_completed", "requests completed", True, lambda c: c.traffic.requests_completed),
+    ("requests_unfinished", "requests unfinished", False, lambda c: c.traffic.requests_unfinished),
+    ("requests_not_sent", "requests not sent", False, lambda c: c.traffic.requests_not_sent),
 )
 #: The figures compared for each phase's cells.
 PHASE_FIGURES = {"decode": DECODE_FIGURES, "prefill": PREFILL_FIGURES, "session": SESSION_FIGURES,

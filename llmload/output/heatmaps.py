@@ -188,7 +188,7 @@ def decode_heatmap(cells: Sequence[CellResult]) -> Chart | None:
 # --------------------------------------------------------------------------- compare page
 
 #: Status words short enough for a ratio heat-map cell.
-SHORT_STATUS = {"over_capacity": "Over cap.", "exceeds_context": "Exceeds ctx", "client_bound": "Client b.",
+SHORT_STATUS = {"over_capacity": "Over cap.", "exceeds_context": "Exceeds ctx", "client_bound": "Client b.", "overloaded": "Overloaded",
                 "saturated": "Saturated", "errors": "Errors", "stalled": "Stalled", "valid": "Valid",
                 "not_run": "Not run"}
 

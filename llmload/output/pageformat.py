@@ -33,6 +33,7 @@ STATUS_LABELS = {
     "not_run": "Not run",
     "running": "Running",
     "in_flight_cap": "In-flight cap",
+    "overloaded": "Overloaded",
 }
 
 # --------------------------------------------------------------------------- formatting
@@ -54,6 +55,32 @@ fmt_tbt_ms = _number(",.1f", " ms")
 fmt_active = _number(".2f")
 fmt_count = _number(",d")
 fmt_seconds = _number(".1f", " s")
+
+
+def fmt_bound(render: Callable[[Any], str], value: Any, lower_bound: bool) -> str:
+    """A figure that may be a lower bound (`CellTraffic.lower_bounds`): "> 41,200 ms"."""
+    text = render(value)
+    return f"> {text}" if lower_bound and text != MISSING else text
+
+
+def cell_ms(cell: CellResult, name: str) -> str:
+    """A cell's latency figure by name (ttft_ms, ttft_p99_ms on the cell; e2e_* on its
+    traffic), "> " before it where it is a lower bound."""
+    value = getattr(cell, name) if hasattr(cell, name) else getattr(cell.traffic, name)
+    return fmt_bound(fmt_ms, value, name in cell.traffic.lower_bounds)
+
+
+def request_counts_text(cell: CellResult) -> str | None:
+    """"39 scheduled: 2 completed, 37 unfinished" (zero counts left out); None for a cell
+    without the counts (matrix and session cells)."""
+    t = cell.traffic
+    if t.requests_scheduled is None:
+        return None
+    parts = [(t.requests_completed, "completed"), (t.requests_failed, "failed"),
+             (t.requests_unfinished, "unfinished"), (t.requests_not_sent, "not sent"),
+             (t.requests_skipped, "skipped (over the context)")]
+    shown = ", ".join(f"{n:,} {what}" for n, what in parts if n) or "none completed"
+    return f"{t.requests_scheduled:,} scheduled: {shown}"
 
 
 def fmt_context(tokens: int) -> str:

@@ -52,6 +52,9 @@ STATUS_NOTES = {
     "errors": "Errors: some requests failed; counts and first messages are listed below "
     "and kept in results.json.",
     "not_run": "Not run: the run ended before this cell was measured.",
+    "overloaded": "Overloaded: requests sent on schedule were still running when llmload "
+    "stopped waiting for them (the drain's end); latency percentiles count each as at least "
+    "its time so far, and a \"> \" marks one that it may raise.",
 }
 TTFT_NOTE_WARM = (
     "TTFT is measured after the benchmark warms the server's prompt cache, so it mostly "

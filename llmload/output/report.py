@@ -110,7 +110,9 @@ def _csv_columns(results: Results) -> list[str]:
     return CSV_COLUMNS if workload_of(results) == "matrix" else CSV_COLUMNS + TRAFFIC_CSV_COLUMNS
 
 
-_TRAFFIC_INT_COLUMNS = ["in_flight_cap", "cap_waits", "turns", "context_reached_tokens", "trace_requests"]
+_TRAFFIC_INT_COLUMNS = ["in_flight_cap", "cap_waits", "turns", "context_reached_tokens", "trace_requests",
+                        "requests_scheduled", "requests_completed", "requests_failed", "requests_unfinished",
+                        "requests_not_sent", "requests_skipped"]
 
 
 def _csv_row(results: Results, cell: CellResult) -> dict[str, Any]:
@@ -118,7 +120,8 @@ def _csv_row(results: Results, cell: CellResult) -> dict[str, Any]:
     row = {column: flat.get(column) for column in _csv_columns(results)}
     if workload_of(results) != "matrix":
         row.update(ttft_by_turn_ms=join_csv_list(cell.traffic.ttft_by_turn_ms),
-                   turn_requests=join_csv_list(cell.traffic.turn_requests))
+                   turn_requests=join_csv_list(cell.traffic.turn_requests),
+                   lower_bounds=LIST_SEPARATOR.join(cell.traffic.lower_bounds) or None)
     check = cell.server_check
     row.update(provenance=results.provenance, sim_profile=results.sim_profile,
                error_samples=" | ".join(cell.error_samples) or None,

@@ -114,7 +114,12 @@ Top level:
     second), send_lateness_ms_p50, send_lateness_ms_p99 (send time minus schedule),
     in_flight_cap and cap_waits (requests that waited for a place under the cap; the cell is
     then "in_flight_cap"), e2e_ms, e2e_p90_ms, e2e_p99_ms (send to end of the requests that
-    completed), turns, ttft_by_turn_ms (list, first turn first), turn_requests (list),
+    completed, and of the unfinished ones at least their time so far), requests_scheduled,
+    requests_completed, requests_failed, requests_unfinished (sent, still running when
+    llmload stopped waiting: the cell is then "overloaded"), requests_not_sent,
+    requests_skipped (replay: trace lines over the context), which add up to
+    requests_scheduled; drain_s (how long llmload waited after the last due send);
+    lower_bounds (list: the TTFT and e2e percentiles an unfinished request may raise), turns, ttft_by_turn_ms (list, first turn first), turn_requests (list),
     cached_prompt_ratio (usage cached tokens over prompt tokens), server_cached_prompt_ratio
     (from the server's prefix-cache counters), context_reached_tokens, trace_requests. For a
     session cell, context_tokens is the shared system prompt S and concurrency the users; for
@@ -143,7 +148,7 @@ HTML_FILE = "report.html"
 
 CELL_STATUSES = (
     "valid", "over_capacity", "exceeds_context", "errors", "saturated", "client_bound",
-    "stalled", "not_run", "running", "in_flight_cap",
+    "stalled", "not_run", "running", "in_flight_cap", "overloaded",
 )
 
 

@@ -28,6 +28,7 @@ from llmload.core.units import format_duration_s, format_tokens
 from llmload.core.workloads import parse_think_time
 from llmload.output.pageformat import (
     MISSING,
+    cell_ms,
     cell_place,
     cell_rate,
     fmt_active,
@@ -37,6 +38,7 @@ from llmload.output.pageformat import (
     fmt_rps,
     fmt_tbt_ms,
     phase_cells,
+    request_counts_text,
     status_label,
     workload_of,
 )
@@ -164,29 +166,31 @@ RATE_COLUMNS: list[Column] = [
     ("send lateness p99", lambda c: fmt_tbt_ms(_t(c).send_lateness_ms_p99)),
     ("average in flight", lambda c: fmt_active(c.avg_active)),
     ("cap waits", lambda c: fmt_count(_t(c).cap_waits)),
-    ("TTFT p50", lambda c: fmt_ms(c.ttft_ms)),
-    ("TTFT p99", lambda c: fmt_ms(c.ttft_p99_ms)),
+    ("requests", lambda c: request_counts_text(c) or MISSING),
+    ("TTFT p50", lambda c: cell_ms(c, "ttft_ms")),
+    ("TTFT p99", lambda c: cell_ms(c, "ttft_p99_ms")),
     ("TBT p50", lambda c: fmt_tbt_ms(c.tbt_ms)),
     ("TBT p99", lambda c: fmt_tbt_ms(c.tbt_p99_ms)),
-    ("e2e p50", lambda c: fmt_ms(_t(c).e2e_ms)),
-    ("e2e p99", lambda c: fmt_ms(_t(c).e2e_p99_ms)),
+    ("e2e p50", lambda c: cell_ms(c, "e2e_ms")),
+    ("e2e p99", lambda c: cell_ms(c, "e2e_p99_ms")),
     ("total tok/s", lambda c: fmt_rate(c.total_tok_s)),
 ]
 GOODPUT_COLUMN: Column = ("goodput tok/s", lambda c: fmt_rate(c.slo.goodput_tok_s))
 REPLAY_COLUMNS: list[Column] = [
     ("status", status_label),
-    ("requests (sent / trace)", lambda c: f"{fmt_count(c.requests_sent)} / {fmt_count(_t(c).trace_requests)}"),
+
     ("achieved rate", lambda c: fmt_rps(_t(c).achieved_rate_rps)),
     ("send lateness p50", lambda c: fmt_tbt_ms(_t(c).send_lateness_ms_p50)),
     ("send lateness p99", lambda c: fmt_tbt_ms(_t(c).send_lateness_ms_p99)),
     ("average in flight", lambda c: fmt_active(c.avg_active)),
     ("cap waits", lambda c: fmt_count(_t(c).cap_waits)),
-    ("TTFT p50", lambda c: fmt_ms(c.ttft_ms)),
-    ("TTFT p99", lambda c: fmt_ms(c.ttft_p99_ms)),
+    ("requests", lambda c: request_counts_text(c) or MISSING),
+    ("TTFT p50", lambda c: cell_ms(c, "ttft_ms")),
+    ("TTFT p99", lambda c: cell_ms(c, "ttft_p99_ms")),
     ("TBT p50", lambda c: fmt_tbt_ms(c.tbt_ms)),
     ("TBT p99", lambda c: fmt_tbt_ms(c.tbt_p99_ms)),
-    ("e2e p50", lambda c: fmt_ms(_t(c).e2e_ms)),
-    ("e2e p99", lambda c: fmt_ms(_t(c).e2e_p99_ms)),
+    ("e2e p50", lambda c: cell_ms(c, "e2e_ms")),
+    ("e2e p99", lambda c: cell_ms(c, "e2e_p99_ms")),
     ("cached prompt", lambda c: fmt_share(_t(c).cached_prompt_ratio)),
 ]
 
@@ -197,6 +201,10 @@ def status_table(cells: Sequence[CellResult], columns: Sequence[Column]):
     rows = [[render(c) for _, render in columns] for c in cells]
     statuses = [[(c.status or "not_run") if h == "status" else None for h in heads] for c in cells]
     return make_table(heads, rows, statuses)
+
+
+COUNTS_OPTIONAL = {"requests": lambda c: c.traffic.requests_scheduled}
+"""The request counts' column: shown where a cell has them (results written before them do not)."""
 
 
 def _present(cells: Sequence[CellResult], columns: list[Column], optional: Mapping[str, Any]) -> list[Column]:
@@ -257,6 +265,10 @@ def lateness_statement(cell: CellResult) -> str:
                  f"{fmt_count(t.in_flight_cap)} and went late because of it.")
     elif t.cap_waits == 0:
         text += " None waited for the in-flight cap."
+    counts = request_counts_text(cell)
+    if counts is not None:
+        drain = f" (llmload waited up to {t.drain_s:,.0f} s after the last send)" if t.drain_s is not None else ""
+        text += f" Of the trace's requests: {counts}{drain}."
     return text
 
 
@@ -276,7 +288,7 @@ def workload_view(results: Results, cells: Sequence[CellResult]) -> WorkloadView
         sections.append(Section(title="Chat sessions (one row per system prompt S × users)", intro=None,
                                 table=status_table(mine, columns), note=SESSION_NOTE))
     elif workload == "rate":
-        columns = RATE_COLUMNS + ([GOODPUT_COLUMN] if slo else [])
+        columns = _present(mine, RATE_COLUMNS + ([GOODPUT_COLUMN] if slo else []), COUNTS_OPTIONAL)
         sections.append(Section(title="Open-loop arrivals (one row per context × rate)", intro=None,
                                 table=status_table(mine, columns), note=RATE_NOTE))
         if slo and mine:
@@ -284,7 +296,7 @@ def workload_view(results: Results, cells: Sequence[CellResult]) -> WorkloadView
                                     table=make_table(RATE_CAPACITY_COLUMNS, rate_capacity_rows(mine, slo)),
                                     note=RATE_CAPACITY_NOTE))
     else:
-        sections.append(Section(title="Trace replay", intro=None, table=status_table(mine, REPLAY_COLUMNS),
+        sections.append(Section(title="Trace replay", intro=None, table=status_table(mine, _present(mine, REPLAY_COLUMNS, COUNTS_OPTIONAL)),
                                 note=None))
         notes += [lateness_statement(c) for c in mine if c.status != "not_run"]
     return WorkloadView(workload=workload, title=workload_title(results) or workload,
@@ -298,7 +310,9 @@ SESSION_NOTE = (
 RATE_NOTE = (
     "Requests go on schedule whatever earlier ones are doing (open loop). Send lateness: send "
     "time minus scheduled time; cap waits: arrivals that found the in-flight cap full and waited. "
-    "e2e: send to the last byte of the requests that completed.")
+    "e2e: send to the last byte of the requests that completed; a request still running when "
+    "llmload stopped waiting counts as at least its time so far in TTFT and e2e, and \"> \" marks "
+    "a percentile it may raise. Requests: what became of every request scheduled.")
 RATE_CAPACITY_NOTE = (
     "Highest rate: the largest measured rate whose cell met every bound, with every lower "
     "measured rate meeting it too (≥: no measured rate failed). Binding limit: what the first "
