@@ -174,7 +174,7 @@ def test_replay_page_holds_its_row_and_lateness(tmp_path):
     statement = ("240 of the trace's 241 requests were sent, a median 0.6 ms and at p99 4.8 ms after their "
                  "time in the trace (speedup applied). None waited for the in-flight cap. Of the trace's "
                  "requests: 241 scheduled: 238 completed, 2 unfinished, 1 skipped (over the context) (llmload "
-                 "waited up to 600 s after the last send).")
+                 "waited up to 10 min after the last send).")
     assert statement in md and statement in html.unescape(page)
 
 

@@ -267,7 +267,8 @@ def lateness_statement(cell: CellResult) -> str:
         text += " None waited for the in-flight cap."
     counts = request_counts_text(cell)
     if counts is not None:
-        drain = f" (llmload waited up to {t.drain_s:,.0f} s after the last send)" if t.drain_s is not None else ""
+        drain = (f" (llmload waited up to {format_duration_s(t.drain_s)} after the last send)"
+                 if t.drain_s is not None else "")
         text += f" Of the trace's requests: {counts}{drain}."
     return text
 
