@@ -21,6 +21,7 @@ from llmload.commands.hub import hub
 from llmload.commands.publish import publish
 from llmload.commands.run import run
 from llmload.commands.simulator import fit, predict, sim
+from llmload.commands.trace import trace
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -44,6 +45,7 @@ main.add_command(predict)
 main.add_command(sim)
 main.add_command(publish)
 main.add_command(hub)
+main.add_command(trace)
 
 
 if __name__ == "__main__":  # pragma: no cover
