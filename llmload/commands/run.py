@@ -23,7 +23,8 @@ SCENARIO_OPTIONS = {
     "workload": "workload", "system_prompt_tokens": "system_prompt_tokens", "turns": "turns",
     "turn_tokens": "turn_tokens", "think_time": "think_time", "rates": "rates", "arrivals": "arrivals",
     "max_in_flight": "max_in_flight", "trace": "trace", "speedup": "speedup", "drain": "drain_s",
-    "over_context": "over_context",
+    "over_context": "over_context", "sample": "sample", "length_scale": "length_scale",
+    "max_prompt_tokens": "max_prompt_tokens",
 }
 
 
@@ -77,6 +78,9 @@ SCENARIO_OPTIONS = {
 @click.option("--speedup", help="Replay: play the trace this many times faster (default 1).")
 @click.option("--drain", help="Rate and replay: wait this long after the last due send for the requests "
               "still running (default: replay 10m; rate the window's length, at least 30s).")
+@click.option("--sample", help="Replay: every K-th request of the trace (e.g. 4) or a seeded fraction (0.25).")
+@click.option("--length-scale", help="Replay: multiply prompt and output lengths by X (hash-block sharing kept).")
+@click.option("--max-prompt-tokens", help="Replay: cut prompts to N tokens (leading hash blocks kept).")
 @click.option("--over-context", type=click.Choice(["skip", "clip", "send"]),
               help="Replay: trace lines longer than the server's context are skipped (default), "
               "clipped to fit, or sent.")
@@ -145,14 +149,16 @@ def workload_checked(scenario):
     trace, read and checked here (`TraceError`: FILE:LINE, before anything runs)."""
     from dataclasses import replace
 
-    from llmload.core.trace import TraceError, load_trace
+    from llmload.core.trace import TraceError
     if scenario.workload == "sessions" and scenario.endpoint != "chat":
         return replace(scenario, endpoint="chat")
     if scenario.workload == "replay":
         if not scenario.trace:
             raise TraceError("--workload replay needs --trace FILE (JSONL: Mooncake or plain)")
-        load_trace(scenario.trace)
+        from llmload.core.traceshape import scenario_trace
+        scenario_trace(scenario)
     return scenario
+
 
 
 def _check_bind(value: str | None) -> str | None:

@@ -127,6 +127,8 @@ class CellFacts:
     """Replay: trace lines not sent, over the server's context (`--over-context skip`)."""
     drain_s: float | None = None
     """Rate and replay cells: how long after the last due send llmload waited for requests."""
+    ideal_cached_prompt_ratio: float | None = None
+    """Replay: the trace's ideal prefix-cache hit ratio (`llmload.core.tracestats.hit_ratio`)."""
 
     def to_json(self) -> str:
         d = asdict(self)

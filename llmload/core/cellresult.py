@@ -135,6 +135,9 @@ class CellTraffic:
     """Prompt tokens served from the prefix cache (usage cached_tokens) over prompt tokens."""
     server_cached_prompt_ratio: float | None = None
     """The same share from the server's prefix-cache counters over the window, where it has them."""
+    ideal_cached_prompt_ratio: float | None = None
+    """Replay: the share an unbounded prefix cache would serve, from the trace's hash_ids
+    (`llmload trace stats`): the ceiling of cached_prompt_ratio."""
     context_reached_tokens: int | None = None
     """Session cells: the longest prompt sent (server's count where it reported one)."""
     trace_requests: int | None = None

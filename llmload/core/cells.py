@@ -204,6 +204,7 @@ def open_loop_cell(planned: PlannedCell, records: list[RequestRecord], facts: Ce
         cached_prompt_ratio=cached_prompt_ratio(requests),
         server_cached_prompt_ratio=server_cached_prompt_ratio(facts.server_first, facts.server_last),
         trace_requests=facts.trace_requests if planned.phase == "replay" else None,
+        ideal_cached_prompt_ratio=facts.ideal_cached_prompt_ratio if planned.phase == "replay" else None,
         requests_scheduled=counts.scheduled, requests_completed=counts.completed, requests_failed=counts.failed,
         requests_unfinished=counts.unfinished, requests_not_sent=counts.not_sent,
         requests_skipped=counts.skipped if planned.phase == "replay" else None, drain_s=facts.drain_s,

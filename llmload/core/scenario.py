@@ -116,6 +116,13 @@ class Scenario:
     """Rate and replay: how long after the last due send llmload waits for the requests still
     running before it stops waiting (they count as unfinished). None: a replay waits
     REPLAY_DRAIN_S, a rate cell its window's length and at least 30 s."""
+    sample: str | None = None
+    """Replay: every K-th request ("4") or a seeded fraction ("0.25") of the trace
+    (`llmload.core.traceshape`)."""
+    length_scale: float = 1.0
+    """Replay: prompt and output lengths multiplied by this, the hash-block sharing kept."""
+    max_prompt_tokens: int | None = None
+    """Replay: prompts cut to this many tokens, their leading hash blocks kept."""
     over_context: str = "skip"
     """Replay: what to do with trace lines whose prompt + output exceed the server's
     per-sequence limit: "skip" (counted, not sent), "clip" (prompt shortened to fit, its

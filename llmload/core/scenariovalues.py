@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from llmload.core.units import parse_duration, parse_int_list, parse_pairs, parse_token_list, parse_tokens
+from llmload.core.traceshape import parse_sample
 from llmload.core.workloads import ARRIVALS, OVER_CONTEXT, WORKLOADS, parse_think_time
 
 ENDPOINTS = ("completions", "chat")
@@ -265,4 +266,7 @@ PARSERS: dict[str, Callable[[Any], Any]] = {
     "speedup": _positive_number,
     "drain_s": lambda v: None if v is None or v == "" else parse_duration(v),
     "over_context": lambda v: _choice(v, "over_context", OVER_CONTEXT),
+    "sample": lambda v: None if v is None or v == "" else (parse_sample(v) and str(v)),
+    "length_scale": _positive_number,
+    "max_prompt_tokens": _optional_tokens,
 }

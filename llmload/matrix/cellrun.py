@@ -23,6 +23,7 @@ from llmload.core.cellfacts import CellFacts
 from llmload.core.clock import now
 from llmload.core.engines import ENDPOINT_PATHS
 from llmload.core.records import RequestRecord
+from llmload.core.tracestats import hit_ratio
 from llmload.core.units import format_tokens
 from llmload.core.workloads import arrival_offsets, drain_s, pacer_seed, parse_think_time
 from llmload.loadgen.messages import CellSpec, Collect, Go
@@ -108,7 +109,8 @@ def workload_facts(ctx: RunContext, planned: PlannedCell) -> dict:
         if planned.phase == "replay":
             lines = fit.lines if fit is not None else len(ctx.trace)
             facts.update(trace_requests=lines, requests_scheduled=lines,
-                         requests_skipped=fit.skipped if fit is not None else 0)
+                         requests_skipped=fit.skipped if fit is not None else 0,
+                         ideal_cached_prompt_ratio=hit_ratio(ctx.trace))
         return facts
     return {}
 

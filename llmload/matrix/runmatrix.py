@@ -22,7 +22,8 @@ from llmload.core.seqlimit import is_learned
 from llmload.io.hardware import host_facts
 from llmload.io.probe import ServerInfo, build_prompts, probe_server
 from llmload.matrix.console import echo_plan, echo_prompts, echo_server
-from llmload.core.trace import TraceError, fit_trace, load_trace
+from llmload.core.trace import TraceError, fit_trace
+from llmload.core.traceshape import scenario_trace
 from llmload.matrix.context import PlanRefused, RunContext
 from llmload.matrix.driver import LocustDriver
 from llmload.matrix.loop import plan_for, run_plan, run_slo_search, run_window_s
@@ -50,7 +51,7 @@ def run_matrix(scenario: Scenario, *, api_key: str | None = None, out_dir: str |
 def _run_matrix(scenario: Scenario, *, api_key: str | None, run_dir, master_bind: str | None,
                 expect_workers: int | None, echo: Callable[[str], None]) -> str:
     from llmload.output.rundir import RunDirError, claim, differences, finished_cells, resume_differences
-    trace = load_trace(scenario.trace) if scenario.workload == "replay" else ()
+    trace = scenario_trace(scenario) if scenario.workload == "replay" else ()
     if run_dir is not None and run_dir.previous is not None:
         # A changed configuration is refused before anything starts.
         from llmload.output.resultswriter import ResultsWriter

@@ -121,7 +121,9 @@ Top level:
     requests_scheduled; drain_s (how long llmload waited after the last due send);
     lower_bounds (list: the TTFT and e2e percentiles an unfinished request may raise), turns, ttft_by_turn_ms (list, first turn first), turn_requests (list),
     cached_prompt_ratio (usage cached tokens over prompt tokens), server_cached_prompt_ratio
-    (from the server's prefix-cache counters), context_reached_tokens, trace_requests. For a
+    (from the server's prefix-cache counters), ideal_cached_prompt_ratio (replay: what an
+    unbounded prefix cache would serve, from the trace's hash_ids), context_reached_tokens,
+    trace_requests. For a
     session cell, context_tokens is the shared system prompt S and concurrency the users; for
     a rate cell, concurrency is 0 and the plan's rate_rps names the rate; plan entries carry
     rate_rps and turns (null for the matrix).

@@ -192,6 +192,7 @@ REPLAY_COLUMNS: list[Column] = [
     ("e2e p50", lambda c: cell_ms(c, "e2e_ms")),
     ("e2e p99", lambda c: cell_ms(c, "e2e_p99_ms")),
     ("cached prompt", lambda c: fmt_share(_t(c).cached_prompt_ratio)),
+    ("cached prompt (ideal)", lambda c: fmt_share(_t(c).ideal_cached_prompt_ratio)),
 ]
 
 
@@ -203,7 +204,8 @@ def status_table(cells: Sequence[CellResult], columns: Sequence[Column]):
     return make_table(heads, rows, statuses)
 
 
-COUNTS_OPTIONAL = {"requests": lambda c: c.traffic.requests_scheduled}
+COUNTS_OPTIONAL = {"requests": lambda c: c.traffic.requests_scheduled,
+                   "cached prompt (ideal)": lambda c: c.traffic.ideal_cached_prompt_ratio}
 """The request counts' column: shown where a cell has them (results written before them do not)."""
 
 
