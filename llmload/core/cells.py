@@ -168,7 +168,6 @@ def open_loop_cell(planned: PlannedCell, records: list[RequestRecord], facts: Ce
     fig = open_loop_figures(requests, t0, t1, phase=planned.phase, slo=facts.slo,
                             scheduled=facts.requests_scheduled, skipped=facts.requests_skipped)
     counts = fig.counts
-    unreached = counts.not_sent - sum(1 for r in requests if r.status == "not_sent")
     requests = [r for r in requests if r.status != "not_sent"]
     span, win = fig.span, fig.window
     load = combined_client_load(facts.client_samples, facts.client_reads,
@@ -176,13 +175,14 @@ def open_loop_cell(planned: PlannedCell, records: list[RequestRecord], facts: Ce
     status = classify_open_loop(errors=span.errors, ran=bool(requests), cap_waits=fig.cap_waits,
                                 send_lateness_ms_p99=fig.send_lateness_ms_p99, client_overloaded=load.overloaded,
                                 client_late=load.late, unfinished=counts.unfinished,
-                                sender_late_ms_p99=fig.sender_late_ms_p99, unreached=unreached)
+                                sender_late_ms_p99=fig.sender_late_ms_p99, unreached=counts.unreached)
     if status == "overloaded":
         drain = f" after waiting {format_duration_s(facts.drain_s)}" if facts.drain_s is not None else ""
         reason = (f"the server finished {counts.completed:,} of {counts.scheduled - counts.skipped:,} request(s); "
                   f"{counts.unfinished:,} still running{drain}")
-    elif status == "client_bound" and unreached and not load.overloaded:
-        reason = f"the load generator never sent {unreached:,} of the {counts.scheduled:,} scheduled request(s)"
+    elif status == "client_bound" and counts.unreached and not load.overloaded:
+        reason = (f"the load generator never sent {counts.unreached:,} of the {counts.scheduled:,} "
+                  "scheduled request(s)")
     elif status == "in_flight_cap":
         reason = (f"{fig.cap_waits} of {len(requests)} request(s) waited for a place under the in-flight cap "
                   f"({facts.in_flight_cap if facts.in_flight_cap is not None else 'its limit'}): "

@@ -100,6 +100,14 @@ def _tokens_at_least_1(value: Any) -> int:
     return n
 
 
+def _sample(value: Any) -> str | None:
+    """`--sample` as given ("4", "0.25"), checked (`traceshape.parse_sample`); None: all."""
+    if value is None or value == "":
+        return None
+    parse_sample(value)
+    return str(value)
+
+
 def _optional_tokens(value: Any) -> int | None:
     return None if value is None or value == "" else _tokens_at_least_1(value)
 
@@ -266,7 +274,7 @@ PARSERS: dict[str, Callable[[Any], Any]] = {
     "speedup": _positive_number,
     "drain_s": lambda v: None if v is None or v == "" else parse_duration(v),
     "over_context": lambda v: _choice(v, "over_context", OVER_CONTEXT),
-    "sample": lambda v: None if v is None or v == "" else (parse_sample(v) and str(v)),
+    "sample": lambda v: _sample(v),
     "length_scale": _positive_number,
     "max_prompt_tokens": _optional_tokens,
 }

@@ -43,6 +43,11 @@ class TraceRequest:
     prompt: str | None = None
     """The plain format's prompt text, when given as text."""
 
+    def cut_to(self, n_tokens: int) -> "TraceRequest":
+        """This request with its prompt cut to n_tokens, the leading hash blocks that hold
+        them kept (`fit_trace`'s clip, `--max-prompt-tokens`)."""
+        return replace(self, input_tokens=n_tokens, hash_ids=self.hash_ids[:-(-n_tokens // MOONCAKE_BLOCK_TOKENS)])
+
 
 def _int_field(d: dict, key: str, where: str, *, minimum: int) -> int:
     value = d.get(key)
@@ -189,8 +194,7 @@ def fit_trace(requests: tuple[TraceRequest, ...], limit: int | None, mode: str) 
         if mode == "send":
             keep.append(r)
         elif mode == "clip" and room >= 1:
-            blocks = -(-room // MOONCAKE_BLOCK_TOKENS)
-            keep.append(replace(r, input_tokens=room, hash_ids=r.hash_ids[:blocks]))
+            keep.append(r.cut_to(room))
             clipped += 1
         else:
             skipped += 1

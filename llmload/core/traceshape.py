@@ -72,9 +72,7 @@ def shape_trace(requests: tuple[TraceRequest, ...], *, sample: str | None = None
         ids: dict[tuple[int, int], int] = {}
         out = [_scaled(r, length_scale, ids) for r in out]
     if max_prompt_tokens is not None:
-        out = [replace(r, input_tokens=max_prompt_tokens,
-                       hash_ids=r.hash_ids[:-(-max_prompt_tokens // MOONCAKE_BLOCK_TOKENS)])
-               if r.input_tokens > max_prompt_tokens else r for r in out]
+        out = [r.cut_to(max_prompt_tokens) if r.input_tokens > max_prompt_tokens else r for r in out]
     if not out:
         raise TraceError(f"--sample {sample} left none of the trace's {len(requests):,} requests")
     return tuple(out)

@@ -4,7 +4,7 @@ Pure, over the `TraceRequest`s of `llmload.core.trace`:
 - requests, the span from the first timestamp to the last, the mean rate over it, and its
   peaks: the most requests in any 1 s and any 10 s window (as requests/s), and the most
   requests at one timestamp;
-- prompt and output lengths: mean, p50, p90, p99, max (numpy's linear quantile, as every
+- prompt and output lengths: mean, p50, p90, p99, max (`metrics.quantile`, as every
   llmload figure); a plain line whose prompt is text has no count before the server's and is
   left out of the prompt lengths (`text_prompts` says how many);
 - the ideal prefix-cache hit ratio from the Mooncake `hash_ids`: the trace's requests in
@@ -23,8 +23,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import numpy as np
-
+from llmload.core.metrics import quantile
 from llmload.core.trace import MOONCAKE_BLOCK_TOKENS, TraceRequest
 
 
@@ -63,9 +62,8 @@ class TraceStats:
 def lengths(values: Sequence[int]) -> Lengths:
     if not values:
         return Lengths(count=0)
-    arr = np.asarray(values, dtype=np.float64)
-    p50, p90, p99 = (float(v) for v in np.percentile(arr, [50, 90, 99]))
-    return Lengths(count=len(values), mean=float(arr.mean()), p50=p50, p90=p90, p99=p99, max=int(arr.max()))
+    return Lengths(count=len(values), mean=sum(values) / len(values), p50=quantile(values, 0.5),
+                   p90=quantile(values, 0.9), p99=quantile(values, 0.99), max=max(values))
 
 
 def peak_count(times_s: Sequence[float], window_s: float) -> int:

@@ -125,6 +125,8 @@ class RequestCounts:
     unfinished: int
     not_sent: int
     skipped: int = 0
+    unreached: int = 0
+    """Of not_sent, the ones due with no record at all: their pacer never got to them."""
 
     def __post_init__(self) -> None:
         parts = self.completed + self.failed + self.unfinished + self.not_sent + self.skipped
@@ -147,7 +149,7 @@ def request_counts(requests: Sequence[RequestRecord], *, scheduled: int | None =
         raise ValueError(f"{len(requests)} request records and {skipped} skipped, but {due} scheduled")
     return RequestCounts(scheduled=due, completed=by_status["ok"], failed=by_status["error"],
                          unfinished=by_status["cancelled"], not_sent=by_status["not_sent"] + missing,
-                         skipped=skipped)
+                         skipped=skipped, unreached=missing)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

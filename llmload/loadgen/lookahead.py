@@ -34,9 +34,9 @@ class Lookahead:
     timestamp is then ready when the burst is due, whatever the prompt size."""
 
     def __init__(self, sends: Iterable[tuple[float, bytes]], *, max_bodies: int = LOOKAHEAD_BODIES,
-                 max_bytes: int = LOOKAHEAD_BYTES, t0: float | None = None) -> None:
+                 max_bytes: int = LOOKAHEAD_BYTES) -> None:
         self._sends = iter(sends)
-        self.t0 = t0
+        self.t0: float | None = None
         """What the times of `sends` count from; None until it is known (`start`): the
         builder then builds without waiting for any send."""
         self._queue: deque[tuple[float, bytes]] = deque()

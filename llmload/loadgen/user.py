@@ -35,7 +35,7 @@ logger = logging.getLogger(__name__)
 ERROR_BACKOFF_S = 0.2
 """Pause after a failed request, so a dead server is not hammered in a tight loop."""
 SETTLE_PROMPT = 16
-"""Tokens (or, for a text prompt, characters) of the settle request's prompt (`_settle`)."""
+"""Tokens of the settle request's prompt (`_settle`; a text prompt: about that many)."""
 MAX_RETRY_AFTER_S = 300.0
 """The longest Retry-After honoured (a server asking for more is waited for this long)."""
 
@@ -165,13 +165,13 @@ class LLMUser(User):
             self.cells.leave_window(cell.id)
 
     def _settle(self, client: StreamingClient, cell: CellSpec, key: str, count_key: str) -> None:
-        """One tiny cold request (the prompt's first SETTLE_PROMPT tokens or characters,
+        """One tiny cold request (a prompt of SETTLE_PROMPT tokens from the cell's builder,
         max_tokens 1) just before a cold-prefill sample: what the server still does for the
         previous cell when the next request arrives falls on it, not on the sample's TTFT.
         llama.cpp saves its idle slots to its host-memory prompt cache then: 50-140 ms
         measured on this machine's test server, outside its own prompt_ms. In the records
         (tag "settle"), in no figure."""
-        prompt = self.cells.prompt_for(cell, f"{key}/settle")[:SETTLE_PROMPT]
+        prompt = self.cells.prompt_builder(cell).prompt(f"{key}/settle", SETTLE_PROMPT)
         rec = client.stream(cell.path, self._body(cell, key, 1, cold=True, prompt=prompt), user_id=self.user_id,
                             tag=SETTLE_TAG, count_key=count_key)
         self.llm.publish(rec, name=f"settle {cell.name}", cell_id=cell.id)

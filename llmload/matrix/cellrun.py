@@ -62,9 +62,9 @@ def cell_message(ctx: RunContext, planned: PlannedCell, cell_id: str, prompts, *
         return replace(spec, system_prompt_tokens=planned.context_tokens, turns=planned.turns or sc.turns,
                        turn_tokens=sc.turn_tokens, think_time=sc.think_time)
     if planned.phase in ("rate", "replay"):
+        window = cell_window_s(ctx, planned)
         spec = replace(spec, pacers=pacers, max_in_flight=sc.max_in_flight,
-                       drain_s=drain_s(planned.phase, cell_window_s(ctx, planned), sc.drain_s),
-                       window_s=cell_window_s(ctx, planned))
+                       drain_s=drain_s(planned.phase, window, sc.drain_s), window_s=window)
     if planned.phase == "rate":
         return replace(spec, rate_rps=planned.rate_rps or 0.0, arrivals=sc.arrivals)
     if planned.phase == "replay":
@@ -103,8 +103,7 @@ def workload_facts(ctx: RunContext, planned: PlannedCell) -> dict:
     if planned.phase == "session":
         return {"think_time_s": parse_think_time(sc.think_time).mean_s}
     if planned.phase in ("rate", "replay"):
-        facts = {"arrivals": "trace" if planned.phase == "replay" else sc.arrivals, "in_flight_cap": sc.max_in_flight,
-                 "drain_s": drain_s(planned.phase, cell_window_s(ctx, planned), sc.drain_s)}
+        facts = {"arrivals": "trace" if planned.phase == "replay" else sc.arrivals, "in_flight_cap": sc.max_in_flight}
         fit = ctx.trace_fit
         if planned.phase == "replay":
             lines = fit.lines if fit is not None else len(ctx.trace)
@@ -153,6 +152,8 @@ class CellMeasurer:
                         **workload_facts(self.ctx, planned))
         if planned.phase != "prefill":
             facts = self._window(cell_id, users, facts, cell_window_s(self.ctx, planned))
+        if planned.phase in ("rate", "replay"):
+            facts = replace(facts, drain_s=msg.drain_s)
         if planned.phase == "rate":
             facts = replace(facts, requests_scheduled=rate_arrivals(msg))
         records, client_samples, client_reads = self._collect(cell_id, facts.t0_s, facts.t1_s, users,
