@@ -30,7 +30,8 @@ class Lookahead:
     """The (due time, body) pairs of `sends`, built ahead of their time by a builder greenlet,
     off the path that sends: it builds while the sender sleeps, at most LOOKAHEAD_BODIES and
     LOOKAHEAD_BYTES ahead, and never starts a build that could run into the next due send
-    (its estimate: the longest of the last builds). The body of a burst of requests at one
+    (its estimate: the longest of the last builds; the next send: the body the sender holds,
+waiting for its time, or the next one built). The body of a burst of requests at one
     timestamp is then ready when the burst is due, whatever the prompt size."""
 
     def __init__(self, sends: Iterable[tuple[float, bytes]], *, max_bodies: int = LOOKAHEAD_BODIES,
@@ -47,6 +48,8 @@ class Lookahead:
         self._built = Event()
         self._taken = Event()
         self._build_s: deque[float] = deque(maxlen=8)
+        self._held: float | None = None
+        """The time of the body the sender took last: due later than now, it still waits to be sent."""
         self._horizon: float | None = None
         """Before t0 is known, the builder stops at bodies due from here on (`prime`)."""
         self._builder = gevent.spawn(self._build)
@@ -68,9 +71,9 @@ class Lookahead:
                     self._taken.clear()
                     self._taken.wait()
                     continue
-                if self._queue and self.t0 is not None:
+                if self.t0 is not None and (slack := self._slack()) is not None:
                     estimate = max(self._build_s, default=0.0) + BUILD_GUARD_S
-                    if (slack := self.t0 + self._queue[0][0] - now()) < estimate:
+                    if slack < estimate:
                         # the next send is due before a build could end: after it
                         self._taken.clear()
                         self._taken.wait(timeout=max(slack, 0.0) + BUILD_GUARD_S)
@@ -89,6 +92,14 @@ class Lookahead:
             self._done = True
             self._built.set()
 
+    def _slack(self) -> float | None:
+        """Time until the next send is due: the body the sender holds, else the next built
+        one (None: none known)."""
+        t = now()
+        if self._held is not None and (slack := self.t0 + self._held - t) > 0:
+            return slack
+        return self.t0 + self._queue[0][0] - t if self._queue else None
+
     def __iter__(self) -> Iterator[tuple[float, bytes]]:
         return self
 
@@ -103,7 +114,12 @@ class Lookahead:
             self._built.wait()
         item = self._queue.popleft()
         self._bytes -= len(item[1])
+        self._held = item[0]
         return item
+
+    def offsets(self) -> list[float]:
+        """The times (in the times of `sends`) of the bodies built and not yet taken."""
+        return [t for t, _ in self._queue]
 
     def taken(self) -> None:
         """The sender is about to wait: the builder may use the time."""

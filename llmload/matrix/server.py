@@ -1,7 +1,8 @@
 """The server side of a run: the embedded simulator's lifecycle, and /metrics polling.
 
 `server_for` yields the scenario's server URL, starting and stopping an embedded
-`llmload sim` when the scenario names no host; `poll_server_load` samples the server's
+`llmload sim` when the scenario names no host (on a CPU of its own where there are two or
+more: `procstat.own_cpu_for`); `poll_server_load` samples the server's
 running and waiting gauges (and KV usage) and its preemption, generated-token and
 prefix-cache counters during a cell's window.
 """
@@ -17,6 +18,7 @@ from llmload.core.cellfacts import ServerSample
 from llmload.core.clock import now
 from llmload.core.scenario import Scenario
 from llmload.io.probe import server_load
+from llmload.io.procstat import own_cpu_for, restore_cpus
 from llmload.matrix.context import RunContext, RunError
 
 LOAD_POLL_S = 1.0
@@ -36,10 +38,12 @@ def server_for(scenario: Scenario, echo: Callable[[str], None]) -> Iterator[str]
         sim.start()
     except Exception as exc:  # a bad profile name or a child that died: one line
         raise RunError(f"could not start the simulator: {exc}") from None
+    cpus = own_cpu_for(sim.pid)
     try:
         yield sim.url
     finally:
         sim.stop()
+        restore_cpus(cpus)
 
 
 def poll_server_load(ctx: RunContext, t0: float, t1: float) -> dict:
