@@ -38,7 +38,9 @@ OTHER_DOCUMENTS = {
     "llmload/io/probe.py": {"prompt_tokens"},  # the server's usage object (prompt fitting)
     "llmload/matrix/server.py": {"preemptions"},  # the embedded simulator's /metrics reading
     "llmload/output/sections.py": {"status", "reason", "idle_power_w"},  # the run's energy note
-    "llmload/output/workloadpage.py": {"concurrency", "turns", "arrivals"},  # the run's config
+    "llmload/output/workloadpage.py": {"concurrency", "turns", "arrivals", "prompt_tokens",
+                                       "output_tokens"},  # the run's config
+    "llmload/core/dataset.py": {"output_tokens"},  # a dataset's row
 }
 
 

@@ -24,7 +24,8 @@ SCENARIO_OPTIONS = {
     "turn_tokens": "turn_tokens", "think_time": "think_time", "rates": "rates", "arrivals": "arrivals",
     "max_in_flight": "max_in_flight", "trace": "trace", "speedup": "speedup", "drain": "drain_s",
     "over_context": "over_context", "sample": "sample", "length_scale": "length_scale",
-    "max_prompt_tokens": "max_prompt_tokens",
+    "max_prompt_tokens": "max_prompt_tokens", "prompt_tokens": "prompt_tokens", "output_tokens": "output_tokens",
+    "seed": "seed", "dataset": "dataset", "output_length": "output_length",
 }
 
 
@@ -78,6 +79,14 @@ SCENARIO_OPTIONS = {
 @click.option("--speedup", help="Replay: play the trace this many times faster (default 1).")
 @click.option("--drain", help="Rate and replay: wait this long after the last due send for the requests "
               "still running (default: replay 10m; rate the window's length, at least 30s).")
+@click.option("--prompt-tokens", metavar="DIST",
+              help="Rate: prompt lengths N, normal:MEAN,SD, uniform:LO,HI or lognormal:MEAN,SD (one row, in place of --contexts).")
+@click.option("--output-tokens", metavar="DIST", help="Rate: output lengths, as --prompt-tokens (in place of --max-tokens).")
+@click.option("--dataset", metavar="SPEC",
+              help="Rate: real prompts from sharegpt:PATH, jsonl:PATH or hf:NAME[:SPLIT] (one row, in place of --contexts).")
+@click.option("--output-length", type=click.Choice(["exact", "natural"]),
+              help="Rate with --dataset: each answer's length exactly (default) or up to it (the model may stop).")
+@click.option("--seed", type=int, help="Seed of the drawn lengths (default 0): the same seed sends the same lengths.")
 @click.option("--sample", help="Replay: every K-th request of the trace (e.g. 4) or a seeded fraction (0.25).")
 @click.option("--length-scale", help="Replay: multiply prompt and output lengths by X (hash-block sharing kept).")
 @click.option("--max-prompt-tokens", help="Replay: cut prompts to N tokens (leading hash blocks kept).")
@@ -150,6 +159,18 @@ def workload_checked(scenario):
     from dataclasses import replace
 
     from llmload.core.trace import TraceError
+    if (scenario.prompt_tokens or scenario.output_tokens or scenario.dataset) and scenario.workload != "rate":
+        raise ValueError("--prompt-tokens, --output-tokens and --dataset are for --workload rate (the matrix "
+                         "keeps its fixed lengths; a trace has its own)")
+    if scenario.dataset:
+        if scenario.prompt_tokens or scenario.output_tokens:
+            raise ValueError("--dataset gives the prompts and their answers' lengths: leave out "
+                             "--prompt-tokens and --output-tokens")
+        if scenario.over_context == "clip":
+            raise ValueError("--over-context clip cuts a trace's token blocks; a dataset's prompts are "
+                             "text: use skip or send")
+        from llmload.core.dataset import load_dataset
+        load_dataset(scenario.dataset)  # DatasetError (one line) before anything runs
     if scenario.workload == "sessions" and scenario.endpoint != "chat":
         return replace(scenario, endpoint="chat")
     if scenario.workload == "replay":

@@ -274,10 +274,12 @@ def plan_sessions(*, system_prompt_tokens: Sequence[int], concurrency: Sequence[
 
 
 def plan_rates(*, contexts: Sequence[int], rates: Sequence[float], max_tokens: int, max_model_len: int | None,
-               min_prompt_tokens: int = 1) -> list[PlannedCell]:
+               min_prompt_tokens: int = 1, varied: str | None = None) -> list[PlannedCell]:
     """The rate cells, by context ascending then rate ascending: exceeds_context where the
     prompt and M exceed the per-sequence limit, else run (the KV cache is not planned: an open
-    loop's requests in flight are not known before it runs)."""
+    loop's requests in flight are not known before it runs). `varied` says where lengths
+    vary per request (drawn from a distribution, or a dataset's): the context and M given are
+    then their means, and every request is fitted to the limit on its own."""
     if any(not r > 0 for r in rates):
         raise ValueError(f"rates must be above 0 requests/s: {sorted(rates)}")
     _check_inputs(contexts, [1], max_tokens)
@@ -288,7 +290,8 @@ def plan_rates(*, contexts: Sequence[int], rates: Sequence[float], max_tokens: i
             cell = PlannedCell(phase="rate", context_tokens=c, concurrency=0, status="run", prompt_tokens=prompt,
                                max_tokens=max_tokens, rate_rps=r,
                                reason=(f"{r:g} requests/s, open loop: requests in flight are not known before it "
-                                       "runs, so the KV cache is not planned"))
+                                       "runs, so the KV cache is not planned"
+                                       + (f"; {varied} (planned by their means)" if varied else "")))
             if max_model_len is not None and prompt + max_tokens > max_model_len:
                 cell = replace(cell, status="exceeds_context",
                                reason=(f"{prompt:,} + {max_tokens:,} = {prompt + max_tokens:,} tokens > "

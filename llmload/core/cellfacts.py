@@ -129,6 +129,10 @@ class CellFacts:
     """Rate and replay cells: how long after the last due send llmload waited for requests."""
     ideal_cached_prompt_ratio: float | None = None
     """Replay: the trace's ideal prefix-cache hit ratio (`llmload.core.tracestats.hit_ratio`)."""
+    prompt_lengths: str | None = None
+    """Rate cells: the prompt lengths' distribution (`llmload.core.lengths`), where drawn."""
+    output_lengths: str | None = None
+    """Rate cells: the output lengths' distribution, where drawn."""
 
     def to_json(self) -> str:
         d = asdict(self)

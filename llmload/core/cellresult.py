@@ -138,6 +138,23 @@ class CellTraffic:
     ideal_cached_prompt_ratio: float | None = None
     """Replay: the share an unbounded prefix cache would serve, from the trace's hash_ids
     (`llmload trace stats`): the ceiling of cached_prompt_ratio."""
+    prompt_lengths: str | None = None
+    """Rate: the distribution the prompt lengths were drawn from (`llmload.core.lengths`
+    DIST; None: the context's one length)."""
+    output_lengths: str | None = None
+    """Rate: the distribution the output lengths were drawn from (None: max_tokens each)."""
+    prompt_tokens_mean: float | None = None
+    """Rate and replay: the prompt tokens of the requests that completed, by the server's
+    count: mean, standard deviation, median and p99."""
+    prompt_tokens_sd: float | None = None
+    prompt_tokens_p50: float | None = None
+    prompt_tokens_p99: float | None = None
+    output_tokens_mean: float | None = None
+    """Rate and replay: the output tokens of the requests that completed (the server's count
+    where it gave one): mean, standard deviation, median and p99."""
+    output_tokens_sd: float | None = None
+    output_tokens_p50: float | None = None
+    output_tokens_p99: float | None = None
     context_reached_tokens: int | None = None
     """Session cells: the longest prompt sent (server's count where it reported one)."""
     trace_requests: int | None = None

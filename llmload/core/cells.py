@@ -161,6 +161,11 @@ def session_cell(planned: PlannedCell, records: list[RequestRecord], facts: Cell
     return replace(cell, traffic=traffic, server_prompt_tokens=None, warmup_cache_hit=None)
 
 
+def _lengths_fields(what: str, sent) -> dict:
+    """CellTraffic's {what}_tokens_mean/sd/p50/p99 of a `traffic.LengthsSent` (None: none)."""
+    return {f"{what}_tokens_{k}": getattr(sent, k) if sent is not None else None for k in ("mean", "sd", "p50", "p99")}
+
+
 def open_loop_cell(planned: PlannedCell, records: list[RequestRecord], facts: CellFacts) -> CellResult:
     """A rate or replay cell (`llmload.core.traffic` says over which requests and windows)."""
     t0, t1 = facts.t0_s, facts.t1_s
@@ -208,7 +213,8 @@ def open_loop_cell(planned: PlannedCell, records: list[RequestRecord], facts: Ce
         requests_scheduled=counts.scheduled, requests_completed=counts.completed, requests_failed=counts.failed,
         requests_unfinished=counts.unfinished, requests_not_sent=counts.not_sent,
         requests_skipped=counts.skipped if planned.phase == "replay" else None, drain_s=facts.drain_s,
-        lower_bounds=fig.lower_bounds)
+        lower_bounds=fig.lower_bounds, prompt_lengths=facts.prompt_lengths, output_lengths=facts.output_lengths,
+        **_lengths_fields("prompt", fig.prompt_sent), **_lengths_fields("output", fig.output_sent))
     return replace(
         _window(not_run_cell(planned), span), status=status, reason=reason, prompt_tok_s=fig.prompt_tok_s,
         # TTFT with the unfinished requests in it (at least their time so far)
@@ -219,7 +225,8 @@ def open_loop_cell(planned: PlannedCell, records: list[RequestRecord], facts: Ce
                                median_waiting=quantile(waits, 0.5) if waits else None,
                                preemptions=_counter_delta(facts, "preemptions")),
         client_load=load.load, token_source=_token_source(requests),
-        server_prompt_tokens=_server_prompt_tokens(requests) if planned.phase == "rate" else None,
+        server_prompt_tokens=(_server_prompt_tokens(requests)  # one planned length to check
+                              if planned.phase == "rate" and not facts.prompt_lengths else None),
         usage_mismatches=sum(1 for r in requests if r.status == "ok" and r.completion_tokens is not None
                              and r.finish_reason is not None and r.output_tokens != r.completion_tokens),
         server_check=_decode_check(requests, facts), server_timing=server_timing(requests), slo=fig.slo,

@@ -71,6 +71,9 @@ class EngineCaps:
     count_fields: tuple[tuple[str, object], ...] = ()
     """Extra tokenizer request fields that make it count a text as a request's prompt is
     counted (llama.cpp: BOS added, special tokens parsed)."""
+    answer_count_fields: tuple[tuple[str, object], ...] = (("add_special_tokens", False),)
+    """Tokenizer request fields that make it count a text as generated tokens are counted
+    (no BOS or other special token added): a dataset answer's length."""
     apply_template_path: str | None = None
     """An endpoint that renders chat messages through the template ({messages} -> {prompt}),
     whose text the tokenizer then counts exactly (llama.cpp's /apply-template)."""
@@ -150,6 +153,7 @@ ENGINES: dict[str, EngineCaps] = {
                    include_usage=True, continuous_usage=False, cache_salt=False,
                    tokenize_path="/tokenize", tokenize_key="content",
                    count_fields=(("add_special", True), ("parse_special", True)),
+                   answer_count_fields=(("add_special", False),),
                    apply_template_path="/apply-template",
                    stream_fields=(("timings_per_token", True),), count_key="predicted_n",
                    cold_fields=(("cache_prompt", False),), server_timings=True,
@@ -163,6 +167,7 @@ ENGINES: dict[str, EngineCaps] = {
         EngineCaps(name="tgi", token_id_prompts=False, ignore_eos=False, min_tokens=False,
                    include_usage=True, continuous_usage=False, cache_salt=False,
                    tokenize_path="/tokenize", tokenize_key="inputs", docs=("info", "metrics"),
+                   answer_count_fields=(),
                    sequence_limit=(Source("info", "max_total_tokens"),),
                    pool_limit=(Source("info", "max_batch_total_tokens"),
                                Source("metrics", "tgi_batch_max_total_tokens")),

@@ -119,6 +119,12 @@ class RequestRecord:
     was sent; None for closed-loop requests."""
     turn: int | None = None
     """Sessions: the request's turn in its conversation (1 = the first)."""
+    asked_prompt_tokens: int | None = None
+    """Rate and replay: the prompt tokens this request was built with (a rate cell's drawn
+    length, a trace line's input_length as sent); the server's count (`prompt_tokens`) is
+    what the figures use."""
+    asked_output_tokens: int | None = None
+    """Rate and replay: the output tokens it asked for (max_tokens)."""
 
     @property
     def first_token_s(self) -> float | None:

@@ -105,6 +105,20 @@ class Scenario:
     """Rate: requests per second, one cell column per value."""
     arrivals: str = "poisson"
     """Rate: "poisson" or "constant" arrivals."""
+    prompt_tokens: str | None = None
+    """Rate: prompt lengths drawn from a distribution in place of the contexts (one row,
+    labelled by it): "N", "normal:MEAN,SD", "uniform:LO,HI" or "lognormal:MEAN,SD"
+    (`llmload.core.lengths`), clipped to [1, what the server holds]."""
+    output_tokens: str | None = None
+    """Rate: output lengths drawn from a distribution in place of max_tokens."""
+    dataset: str | None = None
+    """Rate: real prompts from a dataset in place of the contexts (one row): "sharegpt:PATH",
+    "jsonl:PATH" or "hf:NAME[:SPLIT]" (`llmload.core.dataset`)."""
+    output_length: str = "exact"
+    """Rate with a dataset: "exact" (each answer's length, ignore_eos and min_tokens) or
+    "natural" (up to it: the model may stop)."""
+    seed: int = 0
+    """The seed of the drawn lengths and of a dataset's order: the same seed sends the same."""
     max_in_flight: int = 256
     """Rate and replay: the most requests in flight at once (all processes); an arrival that
     finds it full waits, and the cell says so."""

@@ -13,6 +13,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from llmload.core.units import parse_duration, parse_int_list, parse_pairs, parse_token_list, parse_tokens
+from llmload.core.dataset import parse_dataset_spec
+from llmload.core.lengths import parse_lengths
 from llmload.core.traceshape import parse_sample
 from llmload.core.workloads import ARRIVALS, OVER_CONTEXT, WORKLOADS, parse_think_time
 
@@ -105,6 +107,21 @@ def _sample(value: Any) -> str | None:
     if value is None or value == "":
         return None
     parse_sample(value)
+    return str(value)
+
+
+def _lengths(value: Any) -> str | None:
+    """A length distribution (`lengths.parse_lengths`) in its shortest form; None: not given."""
+    if value is None or value == "":
+        return None
+    return parse_lengths(str(value)).label
+
+
+def _dataset(value: Any) -> str | None:
+    """A dataset SPEC (`dataset.parse_dataset_spec`) as given; None: none."""
+    if value is None or value == "":
+        return None
+    parse_dataset_spec(str(value))
     return str(value)
 
 
@@ -269,6 +286,11 @@ PARSERS: dict[str, Callable[[Any], Any]] = {
     "think_time": lambda v: str(parse_think_time(v)),
     "rates": _rates,
     "arrivals": lambda v: _choice(v, "arrivals", ARRIVALS),
+    "prompt_tokens": _lengths,
+    "output_tokens": _lengths,
+    "seed": _int_at_least(0),
+    "dataset": _dataset,
+    "output_length": lambda v: _choice(v, "output_length", ("exact", "natural")),
     "max_in_flight": _int_at_least(1, 100_000),
     "trace": _optional_text,
     "speedup": _positive_number,

@@ -161,16 +161,17 @@ class TraceFit:
     """Of those, sent with a shortened prompt."""
     mode: str
 
-    def notice(self, limit: int | None, *, shown: int = 5) -> str | None:
+    def notice(self, limit: int | None, *, shown: int = 5, whose: str = "the trace's",
+               where: str = "line(s)") -> str | None:
         """One line about the lines over the limit; None when there are none."""
         if not self.over:
             return None
-        where = ", ".join(map(str, self.over[:shown])) + (", ..." if len(self.over) > shown else "")
+        lines = ", ".join(map(str, self.over[:shown])) + (", ..." if len(self.over) > shown else "")
         what = {"skip": "skipped (--over-context skip)", "send": "sent all the same (--over-context send)",
                 "clip": f"clipped to fit (--over-context clip; {self.skipped:,} whose output alone is over it skipped)"
                 if self.skipped else "clipped to fit (--over-context clip)"}[self.mode]
-        return (f"{len(self.over):,} of the trace's {self.lines:,} requests exceed the context "
-                f"({limit:,} tokens, prompt + output) and are {what}: line(s) {where}")
+        return (f"{len(self.over):,} of {whose} {self.lines:,} requests exceed the context "
+                f"({limit:,} tokens, prompt + output) and are {what}: {where} {lines}")
 
 
 def fit_trace(requests: tuple[TraceRequest, ...], limit: int | None, mode: str) -> TraceFit:

@@ -152,6 +152,26 @@ def request_counts(requests: Sequence[RequestRecord], *, scheduled: int | None =
                          skipped=skipped, unreached=missing)
 
 
+@dataclass(frozen=True, slots=True)
+class LengthsSent:
+    """Token counts of the requests that completed, by the server's count (`lengths_sent`)."""
+
+    mean: float
+    sd: float
+    """Sample standard deviation (0 for one request)."""
+    p50: float
+    p99: float
+
+
+def lengths_sent(values: Sequence[int]) -> LengthsSent | None:
+    """Mean, SD, median and p99 of token counts; None for none."""
+    if not values:
+        return None
+    a = np.asarray(values, dtype=float)
+    return LengthsSent(mean=float(a.mean()), sd=float(a.std(ddof=1)) if a.size > 1 else 0.0,
+                       p50=quantile(a, 0.5), p99=quantile(a, 0.99))
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OpenLoopFigures:
     """An open-loop cell's figures (see the module docstring)."""
@@ -178,6 +198,10 @@ class OpenLoopFigures:
     """Send lateness p99 of the requests that did not wait for the in-flight cap: the sender's own."""
     prompt_tok_s: float | None
     slo: CellSlo
+    prompt_sent: LengthsSent | None = None
+    """The prompt tokens of the requests that completed (the server's count)."""
+    output_sent: LengthsSent | None = None
+    """Their output tokens (the server's count where it gave one, else the tokens streamed)."""
 
 
 def open_loop_figures(requests: Sequence[RequestRecord], t0: float, t1: float, *, phase: str,
@@ -209,7 +233,11 @@ def open_loop_figures(requests: Sequence[RequestRecord], t0: float, t1: float, *
         [r.end_s - r.send_s for r, times in firsts if not times.size and r.status == "cancelled"])
     prompts = [r.prompt_tokens for r in requests if r.prompt_tokens is not None
                and r.first_token_s is not None and t0 <= r.first_token_s <= w1]
+    completed = [r for r in requests if r.status == "ok"]
     return OpenLoopFigures(
+        prompt_sent=lengths_sent([r.prompt_tokens for r in completed if r.prompt_tokens is not None]),
+        output_sent=lengths_sent([r.completion_tokens if r.completion_tokens is not None else r.output_tokens
+                                  for r in completed]),
         span=span, window=window,
         achieved_rate_rps=(sum(1 for r in requests if t0 <= r.send_s <= t1) / (t1 - t0)) if t1 > t0 else None,
         send_lateness_ms_p50=p50_late, send_lateness_ms_p99=p99_late,

@@ -294,6 +294,16 @@ def prompt_counter(info: ServerInfo, endpoint: str, api_key: str | None) -> Call
     return None
 
 
+def answer_counter(info: ServerInfo, api_key: str | None) -> Callable[[str], int | None] | None:
+    """The server's count of a text as generated tokens (its tokenizer, no special token
+    added: `EngineCaps.answer_count_fields`); None where the server cannot count."""
+    caps = info.caps
+    if caps.tokenize_path is None:
+        return None
+    fields = {caps.tokenize_key: None, "model": info.model, **dict(caps.answer_count_fields)}
+    return lambda text: _token_count(*_post(info, caps.tokenize_path, {**fields, caps.tokenize_key: text}, api_key))
+
+
 def _token_count(status: int, obj: object) -> int | None:
     """Tokens in a tokenizer's answer: vLLM's count, llama.cpp's tokens, TGI's list."""
     if status != 200:

@@ -10,7 +10,7 @@ build that could run into a due send.
 from __future__ import annotations
 
 from collections import deque
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, NamedTuple
 
 import gevent
 from gevent.event import Event
@@ -26,6 +26,16 @@ BUILD_GUARD_S = 0.001
 time plus this: a build never holds the loop when a request is due."""
 
 
+class Send(NamedTuple):
+    """One request of an open-loop schedule: when it is due (seconds after t0), its body and
+    the lengths it was built with (None: not told)."""
+
+    t_s: float
+    body: bytes
+    prompt_tokens: int | None = None
+    output_tokens: int | None = None
+
+
 class Lookahead:
     """The (due time, body) pairs of `sends`, built ahead of their time by a builder greenlet,
     off the path that sends: it builds while the sender sleeps, at most LOOKAHEAD_BODIES and
@@ -34,13 +44,13 @@ class Lookahead:
 waiting for its time, or the next one built). The body of a burst of requests at one
     timestamp is then ready when the burst is due, whatever the prompt size."""
 
-    def __init__(self, sends: Iterable[tuple[float, bytes]], *, max_bodies: int = LOOKAHEAD_BODIES,
+    def __init__(self, sends: Iterable[Send], *, max_bodies: int = LOOKAHEAD_BODIES,
                  max_bytes: int = LOOKAHEAD_BYTES) -> None:
         self._sends = iter(sends)
         self.t0: float | None = None
         """What the times of `sends` count from; None until it is known (`start`): the
         builder then builds without waiting for any send."""
-        self._queue: deque[tuple[float, bytes]] = deque()
+        self._queue: deque[Send] = deque()
         self._bytes = 0
         self._max_bodies, self._max_bytes = max_bodies, max_bytes
         self._done = False
@@ -100,10 +110,10 @@ waiting for its time, or the next one built). The body of a burst of requests at
             return slack
         return self.t0 + self._queue[0][0] - t if self._queue else None
 
-    def __iter__(self) -> Iterator[tuple[float, bytes]]:
+    def __iter__(self) -> Iterator[Send]:
         return self
 
-    def __next__(self) -> tuple[float, bytes]:
+    def __next__(self) -> Send:
         while not self._queue:
             if self._done:
                 if self._error is not None:
@@ -119,7 +129,7 @@ waiting for its time, or the next one built). The body of a burst of requests at
 
     def offsets(self) -> list[float]:
         """The times (in the times of `sends`) of the bodies built and not yet taken."""
-        return [t for t, _ in self._queue]
+        return [send[0] for send in self._queue]
 
     def taken(self) -> None:
         """The sender is about to wait: the builder may use the time."""

@@ -98,6 +98,18 @@ class CellSpec(_Message):
     per request, already divided by the speedup; pacer i of P sends every P-th from the i-th."""
     drain_s: float = 0.0
     """Rate and replay: how long after t1 requests sent in the window may run on (then cancelled)."""
+    prompt_lengths: str = ""
+    """Rate: the prompt lengths' distribution (`core.lengths` DIST; "": prompt_tokens each)."""
+    output_lengths: str = ""
+    """Rate: the output lengths' distribution ("": max_tokens each)."""
+    seed: int = 0
+    """Rate: the scenario's seed for the drawn lengths."""
+    dataset: tuple[tuple[str, int, int], ...] = ()
+    """Rate with a dataset: (prompt text, its tokens by the server's count, output tokens) per
+    entry, in order; pacer i of P sends entry i + k·P at its k-th arrival (from the first
+    again past the last)."""
+    seq_limit: int = 0
+    """Rate: the server's per-sequence tokens, drawn lengths' ceiling (0: unknown)."""
     window_s: float = 0.0
     """Rate and replay: the window's length t1 − t0 (a rate cell's arrivals are drawn over it
     before the window starts, so their bodies can be built ahead)."""
@@ -115,7 +127,9 @@ class CellSpec(_Message):
     @classmethod
     def from_wire(cls, data: dict[str, Any]) -> "CellSpec":
         trace = tuple((t, i, o, tuple(h), p) for t, i, o, h, p in data.get("trace") or ())
-        return _from_fields(cls, {**data, "pool_ids": tuple(data.get("pool_ids") or ()), "trace": trace})
+        dataset = tuple((p, i, o) for p, i, o in data.get("dataset") or ())
+        return _from_fields(cls, {**data, "pool_ids": tuple(data.get("pool_ids") or ()), "trace": trace,
+                                  "dataset": dataset})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

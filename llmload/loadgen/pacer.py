@@ -27,6 +27,7 @@ is stopped.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import random
 from typing import Iterable, Iterator
@@ -39,11 +40,12 @@ from locust.runners import WorkerRunner
 
 from llmload.core.clock import now
 from llmload.core.engines import engine_caps, request_body
+from llmload.core.lengths import parse_lengths, request_lengths
 from llmload.core.records import RequestRecord
 from llmload.core.trace import MOONCAKE_BLOCK_TOKENS
 from llmload.core.workloads import ARRIVALS, DEFAULT_MAX_IN_FLIGHT, arrival_offsets, pacer_seed
 from llmload.io.client import StreamingClient
-from llmload.loadgen.lookahead import Lookahead
+from llmload.loadgen.lookahead import Lookahead, Send
 from llmload.loadgen.messages import CellSpec
 
 logger = logging.getLogger(__name__)
@@ -68,8 +70,8 @@ class InFlight:
         self.cell_id = cell_id
         self.deadline_s = deadline_s
 
-    def spawn(self, due_s: float, body: bytes) -> None:
-        self._group.spawn(self._send, due_s, body)
+    def spawn(self, due_s: float, send: Send) -> None:
+        self._group.spawn(self._send, due_s, send)
 
     def open(self, n: int) -> None:
         """Open n connections ahead of the first sends (at most the cap): a burst due at
@@ -90,8 +92,10 @@ class InFlight:
         self._idle.clear()
         self._clients.clear()
 
-    def _send(self, due_s: float, body: bytes) -> None:
+    def _send(self, due_s: float, send: Send) -> None:
         user_id = self._user.user_id
+        asked = {"scheduled_s": due_s, "asked_prompt_tokens": send.prompt_tokens,
+                 "asked_output_tokens": send.output_tokens}
         cap_wait = not self._slots.acquire(blocking=False)
         if cap_wait:
             timeout = None if self.deadline_s is None else max(self.deadline_s - now(), 0.0)
@@ -99,16 +103,16 @@ class InFlight:
                 # The cap stayed full until the drain ended: never sent.
                 t = now()
                 self._publish(RequestRecord(user_id=user_id, tag=self.tag, send_s=t, end_s=t,
-                                            status="not_sent", scheduled_s=due_s, cap_wait=True))
+                                            status="not_sent", cap_wait=True, **asked))
                 return
         client = self._idle.pop() if self._idle else self._new_client()
         try:
-            record = client.stream(self.path, body, user_id=user_id, tag=self.tag,
+            record = client.stream(self.path, send.body, user_id=user_id, tag=self.tag,
                                    deadline_s=self.deadline_s, count_key=self.count_key)
         finally:
             self._idle.append(client)
             self._slots.release()
-        self._publish(dataclasses.replace(record, scheduled_s=due_s, cap_wait=cap_wait))
+        self._publish(dataclasses.replace(record, cap_wait=cap_wait, **asked))
 
     def _new_client(self) -> StreamingClient:
         client = StreamingClient(self._base_url, timeout_s=self._timeout_s, api_key=self._user.llm.api_key)
@@ -132,16 +136,16 @@ a yielding wait is late by microseconds. It costs at most this much CPU per due 
 
 
 def pace(flight: InFlight, ahead: Lookahead, t0: float) -> None:
-    """Send each (time after t0, body) of `ahead` at t0 + its time, spawned as soon as it is
-    due; the bodies are built ahead (`Lookahead`)."""
+    """Send each `Send` of `ahead` at t0 + its time, spawned as soon as it is due; the
+    bodies are built ahead (`Lookahead`)."""
     ahead.start(t0)
-    for offset_s, body in ahead:
-        due_s = t0 + offset_s
+    for send in ahead:
+        due_s = t0 + send.t_s
         if due_s > now():
             ahead.taken()
         while (delay := due_s - now()) > 0:  # never send early
             gevent.sleep(delay - SPIN_S if delay > SPIN_S else 0)
-        flight.spawn(due_s, body)
+        flight.spawn(due_s, send)
 
 
 def first_burst(offsets: list[float]) -> int:
@@ -198,22 +202,41 @@ def run_paced_cell(user, cell: CellSpec) -> None:
         ahead.close()
 
 
-def rate_sends(cells, cell: CellSpec, index: int, pacers: int) -> Iterator[tuple[float, bytes]]:
-    """Pacer `index`'s (time after t0, body) of a rate cell: a fresh cold prompt each."""
+def rate_sends(cells, cell: CellSpec, index: int, pacers: int) -> Iterator[Send]:
+    """Pacer `index`'s sends of a rate cell: a cold prompt each (never served by the prefix
+    cache), of the cell's length, of lengths drawn from its distributions (`core.lengths`,
+    seeded by the scenario's seed, the cell and the pacer: the same seed sends the same
+    lengths), or a dataset's entries in order (`CellSpec.dataset`)."""
     offsets = arrival_offsets(cell.rate_rps, cell.window_s, cell.arrivals, index=index, pacers=pacers,
                               seed=pacer_seed(cell.run_id, cell.id, index))
     caps = engine_caps(cell.engine)
+    drawn = None
+    if cell.dataset:
+        entries = cell.dataset
+        drawn = (entries[(index + k * pacers) % len(entries)] for k in itertools.count())
+    elif cell.prompt_lengths or cell.output_lengths:
+        prompt = parse_lengths(cell.prompt_lengths or str(cell.prompt_tokens), flag="--prompt-tokens")
+        output = parse_lengths(cell.output_lengths or str(cell.max_tokens), flag="--output-tokens")
+        lengths = request_lengths(prompt, output, limit=cell.seq_limit or None,
+                                  seed=f"{cell.seed}/{cell.name}/p{index}")
+        builder = cells.prompt_builder(cell)
+        drawn = ((builder.prompt(f"{cell.run_id}/{cell.id}/p{index}/{k}", p), p, m)
+                 for k, (p, m) in enumerate(lengths))
 
-    def body(k: int) -> bytes:
-        prompt = cells.prompt_for(cell, f"{cell.run_id}/{cell.id}/p{index}/{k}")
-        return request_body(caps, endpoint=cell.endpoint, model=cell.model, prompt=prompt,
-                            max_tokens=cell.max_tokens, fixed_output=cell.fixed_output,
-                            temperature=cell.temperature, cold=True)
-    return ((offset, body(k)) for k, offset in enumerate(offsets))
+    def send(k: int, offset: float) -> Send:
+        if drawn is None:
+            text = cells.prompt_for(cell, f"{cell.run_id}/{cell.id}/p{index}/{k}")
+            tokens, max_tokens = cell.prompt_tokens, cell.max_tokens
+        else:
+            text, tokens, max_tokens = next(drawn)
+        return Send(offset, request_body(caps, endpoint=cell.endpoint, model=cell.model, prompt=text,
+                                         max_tokens=max_tokens, fixed_output=cell.fixed_output,
+                                         temperature=cell.temperature, cold=True), tokens, max_tokens)
+    return (send(k, offset) for k, offset in enumerate(offsets))
 
 
-def replay_sends(cells, cell: CellSpec, index: int, pacers: int) -> Iterator[tuple[float, bytes]]:
-    """Pacer `index`'s (time after t0, body) of a replay cell: trace requests index, index + P, ..."""
+def replay_sends(cells, cell: CellSpec, index: int, pacers: int) -> Iterator[Send]:
+    """Pacer `index`'s sends of a replay cell: trace requests index, index + P, ..."""
     builder = cells.prompt_builder(cell)
     caps = engine_caps(cell.engine)
     salt = f"{cell.run_id}/{cell.id}"
@@ -227,7 +250,7 @@ def replay_sends(cells, cell: CellSpec, index: int, pacers: int) -> Iterator[tup
             prompt = builder.prompt(f"{salt}/r{n}", inputs)
         return request_body(caps, endpoint=cell.endpoint, model=cell.model, prompt=prompt,
                             max_tokens=outputs, fixed_output=True, temperature=cell.temperature)
-    return ((t_s, body(n, inputs, outputs, hash_ids, text))
+    return (Send(t_s, body(n, inputs, outputs, hash_ids, text), inputs, outputs)
             for n, (t_s, inputs, outputs, hash_ids, text) in enumerate(cell.trace)
             if n % pacers == index)
 
@@ -279,10 +302,10 @@ def run_adhoc_rate(user) -> None:
     rng = random.Random(pacer_seed(user.llm.run_id, user.user_id, 0))
     prefix = f"{user.llm.run_id}/{user.user_id}"
 
-    def sends() -> Iterator[tuple[float, bytes]]:
+    def sends() -> Iterator[Send]:
         for due_s in arrival_times(now(), rate, arrivals, rng):
             user.request_no += 1
-            yield due_s, setup["body"](f"{prefix}/{user.request_no}" if opts["cold"] else prefix)
+            yield Send(due_s, setup["body"](f"{prefix}/{user.request_no}" if opts["cold"] else prefix))
     ahead = Lookahead(sends())
     try:
         pace(flight, ahead, 0.0)  # the arrival times are the clock's own

@@ -18,6 +18,7 @@ from dataclasses import replace
 
 import gevent
 
+from llmload.core.dataset import dataset_label
 from llmload.core.capacity import PlannedCell
 from llmload.core.cellfacts import CellFacts
 from llmload.core.clock import now
@@ -66,7 +67,11 @@ def cell_message(ctx: RunContext, planned: PlannedCell, cell_id: str, prompts, *
         spec = replace(spec, pacers=pacers, max_in_flight=sc.max_in_flight,
                        drain_s=drain_s(planned.phase, window, sc.drain_s), window_s=window)
     if planned.phase == "rate":
-        return replace(spec, rate_rps=planned.rate_rps or 0.0, arrivals=sc.arrivals)
+        return replace(spec, rate_rps=planned.rate_rps or 0.0, arrivals=sc.arrivals,
+                       prompt_lengths=sc.prompt_tokens or "", output_lengths=sc.output_tokens or "",
+                       seed=sc.seed, seq_limit=ctx.info.max_model_len or 0,
+                       dataset=tuple((r.prompt, r.input_tokens, r.output_tokens) for r in ctx.dataset),
+                       fixed_output=not (ctx.dataset and sc.output_length == "natural"))
     if planned.phase == "replay":
         first = ctx.trace[0].t_s
         return replace(spec, arrivals="trace", trace=tuple(
@@ -104,6 +109,12 @@ def workload_facts(ctx: RunContext, planned: PlannedCell) -> dict:
         return {"think_time_s": parse_think_time(sc.think_time).mean_s}
     if planned.phase in ("rate", "replay"):
         facts = {"arrivals": "trace" if planned.phase == "replay" else sc.arrivals, "in_flight_cap": sc.max_in_flight}
+        if planned.phase == "rate" and ctx.dataset:
+            name = dataset_label(sc.dataset or "")
+            facts.update(prompt_lengths=name, output_lengths=f"{name} answers"
+                         + (" (natural)" if sc.output_length == "natural" else ""))
+        elif planned.phase == "rate":
+            facts.update(prompt_lengths=sc.prompt_tokens, output_lengths=sc.output_tokens)
         fit = ctx.trace_fit
         if planned.phase == "replay":
             lines = fit.lines if fit is not None else len(ctx.trace)

@@ -41,5 +41,11 @@ class RunContext:
     trace: tuple = ()
     """Replay: the trace's requests to send (`llmload.core.trace.TraceRequest`), read before
     the run and fitted to the server's context (`trace_fit`)."""
+    dataset: tuple = ()
+    """Rate with --dataset: its entries to send, in order (`llmload.core.trace.TraceRequest`s
+    with the prompt text and the server's counts), fitted to the server's context
+    (`dataset_fit`)."""
+    dataset_fit: object | None = None
+    """Rate with --dataset: the `llmload.core.trace.TraceFit` the entries above come from."""
     trace_fit: object | None = None
     """Replay: the `llmload.core.trace.TraceFit` the requests above come from."""

@@ -21,6 +21,7 @@ from llmload.core.capacity import (PlannedCell, expected_duration_s, plan_matrix
 from llmload.core.cellfacts import CellFacts
 from llmload.core.cellresult import CellResult, CellSlo
 from llmload.core.cells import assemble_cell, not_run_cell
+from llmload.core.lengths import parse_lengths
 from llmload.core.records import RequestRecord
 from llmload.core.scenario import Scenario
 from llmload.core.seqlimit import learn_sequence_limit
@@ -37,9 +38,28 @@ MAX_DEAD_CELLS = 2
 """Stop the run after this many consecutive cells in which every request failed."""
 
 
-def plan_for(sc: Scenario, info: ServerInfo, *, trace=()) -> list[PlannedCell]:
+def rate_lengths(sc: Scenario, dataset=()) -> tuple[list[int], int, str | None]:
+    """A rate plan's contexts and M, and where lengths vary per request: a dataset's prompts
+    (`dataset`: its fitted requests; their mean lengths), or lengths drawn from
+    distributions (`--prompt-tokens`, `--output-tokens`: their means); else the contexts and
+    M as given, and None."""
+    if dataset:
+        mean_in = sum(r.input_tokens for r in dataset) / len(dataset)
+        mean_out = sum(r.output_tokens for r in dataset) / len(dataset)
+        return ([max(round(mean_in), 1)], max(round(mean_out), 1),
+                f"the prompts and answer lengths of {sc.dataset} ({len(dataset):,} entries)")
+    prompt = parse_lengths(sc.prompt_tokens) if sc.prompt_tokens else None
+    output = parse_lengths(sc.output_tokens) if sc.output_tokens else None
+    drawn = [f"{what} {d.label}" for what, d in (("prompt tokens", prompt), ("output tokens", output)) if d]
+    return ([max(round(prompt.mean), 1)] if prompt else list(sc.contexts),
+            max(round(output.mean), 1) if output else sc.max_tokens,
+            f"{', '.join(drawn)} drawn per request, each clipped to the per-sequence limit" if drawn else None)
+
+
+def plan_for(sc: Scenario, info: ServerInfo, *, trace=(), dataset=()) -> list[PlannedCell]:
     """The scenario's plan from the server's limits: the matrix's (`capacity.plan_matrix`) or
-    its workload's (`plan_sessions`, `plan_rates`, `plan_replay`; `trace` is the replay's).
+    its workload's (`plan_sessions`, `plan_rates`, `plan_replay`; `trace` is the replay's,
+    `dataset` a rate run's fitted dataset requests).
     Without a cold warm-up to borrow (or with several samples wanted) prefill cells run on
     their own. A single cell's plan (the SLO search's) is the plan of a scenario with one
     value on each axis (`dataclasses.replace`)."""
@@ -52,8 +72,9 @@ def plan_for(sc: Scenario, info: ServerInfo, *, trace=()) -> list[PlannedCell]:
                              turn_tokens=sc.turn_tokens, max_tokens=sc.max_tokens,
                              prefix_caching=info.prefix_caching, **limits)
     if sc.workload == "rate":
-        return plan_rates(contexts=list(sc.contexts), rates=list(sc.rates), max_tokens=sc.max_tokens,
-                          max_model_len=info.max_model_len)
+        contexts, max_tokens, varied = rate_lengths(sc, dataset)
+        return plan_rates(contexts=contexts, rates=list(sc.rates), max_tokens=max_tokens,
+                          max_model_len=info.max_model_len, varied=varied)
     if sc.workload == "replay":
         return plan_replay(requests=trace, max_model_len=info.max_model_len, speedup=sc.speedup)
     plan = plan_matrix(contexts=list(sc.contexts), prefill_contexts=list(sc.prefill_contexts),
@@ -169,7 +190,7 @@ def _learn_limit(ctx: RunContext, writer, plan: list[PlannedCell], planned: Plan
     if learned is None:
         return None
     ctx.info = replace(ctx.info, max_sequences=learned.max_sequences, max_sequences_source=learned.source)
-    replanned = plan_for(ctx.scenario, ctx.info)
+    replanned = plan_for(ctx.scenario, ctx.info, trace=ctx.trace, dataset=ctx.dataset)
     server = {**writer.results.server, "max_sequences": learned.max_sequences,
               "max_sequences_source": learned.source}
     writer.update(server=server, plan=tuple(replanned))
@@ -239,9 +260,10 @@ def run_slo_search(ctx: RunContext, driver: LocustDriver, prompts, writer) -> No
             ctx.echo(f"[SLO search] rate {level.rate_rps:g} req/s at {level.context_tokens:,} tokens "
                      f"(between {level.passing:g} and {level.failing:g})")
             return measured(plan_for(replace(sc, contexts=(level.context_tokens,), rates=(level.rate_rps,)),
-                                     info)[0])
+                                     info, dataset=ctx.dataset)[0])
 
-        rate_search(sc.contexts, writer.results.cells, sc.slo, measure_rate, max_cells=MAX_SLO_SEARCH_CELLS)
+        contexts = sorted({c.context_tokens for c in writer.results.cells if c.phase == "rate"})
+        rate_search(contexts, writer.results.cells, sc.slo, measure_rate, max_cells=MAX_SLO_SEARCH_CELLS)
         return
     slo_search(sc.contexts, writer.results.cells, sc.slo, measure, max_cells=MAX_SLO_SEARCH_CELLS)
 

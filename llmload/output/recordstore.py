@@ -76,6 +76,8 @@ RECORD_COLUMNS: dict[str, pa.DataType] = {
     "scheduled_s": pa.float64(),
     "cap_wait": pa.bool_(),
     "turn": pa.int64(),
+    "asked_prompt_tokens": pa.int64(),
+    "asked_output_tokens": pa.int64(),
 }
 RECORD_SCHEMA = pa.schema([pa.field(name, t) for name, t in RECORD_COLUMNS.items()])
 #: Cell identity columns the export puts before the record columns.

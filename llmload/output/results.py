@@ -123,7 +123,10 @@ Top level:
     cached_prompt_ratio (usage cached tokens over prompt tokens), server_cached_prompt_ratio
     (from the server's prefix-cache counters), ideal_cached_prompt_ratio (replay: what an
     unbounded prefix cache would serve, from the trace's hash_ids), context_reached_tokens,
-    trace_requests. For a
+    trace_requests, prompt_lengths and output_lengths (rate: the distributions the lengths
+    were drawn from, `llmload.core.lengths`; null: fixed), prompt_tokens_mean, _sd, _p50,
+    _p99 and output_tokens_mean, _sd, _p50, _p99 (rate and replay: the requests that
+    completed, by the server's count). For a
     session cell, context_tokens is the shared system prompt S and concurrency the users; for
     a rate cell, concurrency is 0 and the plan's rate_rps names the rate; plan entries carry
     rate_rps and turns (null for the matrix).

@@ -37,12 +37,14 @@ from llmload.output.pageformat import (
     fmt_rate,
     fmt_rps,
     fmt_tbt_ms,
+    fmt_whole_rate,
     phase_cells,
     request_counts_text,
     status_label,
     workload_of,
 )
 from llmload.output.pagetables import Column, make_table
+from llmload.output.workloadlengths import lengths_section
 from llmload.output.sections import Section
 
 WORKLOAD_PHASE = {"sessions": "session", "rate": "rate", "replay": "replay"}
@@ -105,9 +107,18 @@ def workload_line(results: Results) -> str | None:
                  ("output tokens a turn M", config.get("max_tokens")),
                  ("think time", _think(config.get("think_time")))]
     elif workload == "rate":
-        parts = [("rates", _list(config.get("rates"), lambda r: f"{r:g}") + " req/s"),
-                 ("contexts", _list(config.get("contexts"), _tokens)),
-                 ("output tokens", config.get("max_tokens")),
+        drawn = config.get("prompt_tokens") or config.get("output_tokens") or config.get("dataset")
+        if config.get("dataset"):
+            rows = ("dataset", config["dataset"])
+            outputs = "each answer's length" + (", or fewer (natural)" if config.get("output_length") == "natural"
+                                                 else "")
+        else:
+            rows = (("prompt tokens", config["prompt_tokens"]) if config.get("prompt_tokens")
+                    else ("contexts", _list(config.get("contexts"), _tokens)))
+            outputs = config.get("output_tokens") or config.get("max_tokens")
+        parts = [("rates", _list(config.get("rates"), lambda r: f"{r:g}") + " req/s"), rows,
+                 ("output tokens", outputs),
+                 ("seed", config.get("seed") if drawn else None),
                  ("in-flight cap", config.get("max_in_flight"))]
     else:
         trace = config.get("trace")
@@ -159,7 +170,7 @@ SESSION_COLUMNS: list[Column] = [
     ("requests", lambda c: fmt_count(c.requests_sent)),
 ]
 RATE_COLUMNS: list[Column] = [
-    ("context", lambda c: format_tokens(c.context_tokens)),
+    ("context", lambda c: _t(c).prompt_lengths or format_tokens(c.context_tokens)),
     ("rate", lambda c: fmt_rps(cell_rate(c))),
     ("status", status_label),
     ("achieved rate", lambda c: fmt_rps(_t(c).achieved_rate_rps)),
@@ -298,9 +309,13 @@ def workload_view(results: Results, cells: Sequence[CellResult]) -> WorkloadView
             sections.append(Section(title="Highest rate under SLO", intro=f"SLO: {describe_slo(slo)}.",
                                     table=make_table(RATE_CAPACITY_COLUMNS, rate_capacity_rows(mine, slo)),
                                     note=RATE_CAPACITY_NOTE))
+        if (lengths := lengths_section(mine, results.config.get("max_tokens"))) is not None:
+            sections.append(lengths)
     else:
         sections.append(Section(title="Trace replay", intro=None, table=status_table(mine, _present(mine, REPLAY_COLUMNS, COUNTS_OPTIONAL)),
                                 note=None))
+        if (lengths := lengths_section(mine, results.config.get("max_tokens"))) is not None:
+            sections.append(lengths)
         notes += [lateness_statement(c) for c in mine if c.status != "not_run"]
     return WorkloadView(workload=workload, title=workload_title(results) or workload,
                         line=workload_line(results) or workload, sections=tuple(sections), notes=tuple(notes))

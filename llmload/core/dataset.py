@@ -1,0 +1,208 @@
+"""Datasets of real prompts for `llmload run --workload rate --dataset SPEC`, read and checked.
+
+SPEC is one of
+- `sharegpt:PATH`: the ShareGPT JSON layout, a list of
+  `{"conversations": [{"from": "human", "value": ...}, {"from": "gpt", "value": ...}, ...]}`:
+  an entry is a conversation's first human turn (the prompt) and the gpt turn after it (the
+  answer: its length in the server's tokens is the request's output length). A conversation
+  without both is dropped (counted).
+- `jsonl:PATH`: one `{"prompt": TEXT, "output_tokens": N}` per line (blank lines skipped).
+- `hf:NAME[:SPLIT]`: a Hugging Face dataset through the `datasets` package (the optional
+  `hf` extra: `pip install 'llmload[hf]'`): NAME a directory written by `save_to_disk`, or a
+  name on the Hub (downloaded by `datasets`); SPLIT default "train". Its rows are read as
+  the ShareGPT layout (a `conversations` column) or the JSONL one (`prompt` and
+  `output_tokens` columns).
+A dataset that cannot be read, or that holds no usable entry, is a `DatasetError` (one line:
+what, and where: FILE:LINE or FILE entry N). Pure but for `load_dataset`'s one read.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import random
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+DATASET_KINDS = ("sharegpt", "jsonl", "hf")
+MAX_DATASET_ENTRIES = 1_000_000
+
+
+class DatasetError(ValueError):
+    """A dataset that cannot be used; the message is one line."""
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetEntry:
+    """One prompt of a dataset."""
+
+    where: str
+    """FILE:LINE or FILE entry N (1-based), for messages."""
+    prompt: str
+    output_tokens: int | None = None
+    """The output length asked (JSONL); None: the answer's length, counted by the server."""
+    answer: str | None = None
+    """The recorded answer (ShareGPT), whose length in the server's tokens is the output length."""
+
+
+@dataclass(frozen=True, slots=True)
+class Dataset:
+    label: str
+    """How the results name it: "sharegpt:FILE", "jsonl:FILE", "hf:NAME"."""
+    entries: tuple[DatasetEntry, ...]
+    dropped: int = 0
+    """Conversations without a prompt and an answer (ShareGPT), not entries."""
+
+
+def parse_dataset_spec(spec: str) -> tuple[str, str, str | None]:
+    """(kind, path or name, split) of a SPEC (the module docstring); ValueError (one line)."""
+    kind, sep, rest = str(spec).partition(":")
+    if not sep or kind not in DATASET_KINDS or not rest:
+        raise ValueError(f"{spec!r}: give sharegpt:PATH, jsonl:PATH or hf:NAME[:SPLIT]")
+    if kind != "hf":
+        return kind, rest, None
+    name, _, split = rest.partition(":")
+    return kind, name, split or "train"
+
+
+def dataset_label(spec: str) -> str:
+    """How results name a dataset: its kind and file (or directory, or Hub) name."""
+    kind, source, _ = parse_dataset_spec(spec)
+    return f"{kind}:{os.path.basename(os.path.normpath(source))}"
+
+
+def _turns(conversation: Any) -> tuple[str, str] | None:
+    """(first human turn, the gpt turn after it), or None."""
+    turns = conversation.get("conversations") if isinstance(conversation, dict) else None
+    if not isinstance(turns, list):
+        return None
+    for i, turn in enumerate(turns[:-1]):
+        nxt = turns[i + 1]
+        if (isinstance(turn, dict) and isinstance(nxt, dict) and turn.get("from") == "human"
+                and nxt.get("from") == "gpt" and isinstance(turn.get("value"), str)
+                and isinstance(nxt.get("value"), str) and turn["value"].strip() and nxt["value"].strip()):
+            return turn["value"], nxt["value"]
+    return None
+
+
+def sharegpt_entries(conversations: Iterable[Any], name: str) -> tuple[list[DatasetEntry], int]:
+    """The entries of ShareGPT conversations, and how many were dropped."""
+    entries, dropped = [], 0
+    for n, conversation in enumerate(conversations, 1):
+        pair = _turns(conversation)
+        if pair is None:
+            dropped += 1
+            continue
+        entries.append(DatasetEntry(where=f"{name} entry {n}", prompt=pair[0], answer=pair[1]))
+    return entries, dropped
+
+
+def jsonl_entry(row: Any, where: str) -> DatasetEntry:
+    """One {"prompt", "output_tokens"} row; DatasetError naming `where`."""
+    if not isinstance(row, dict):
+        raise DatasetError(f"{where}: not a JSON object")
+    prompt, out = row.get("prompt"), row.get("output_tokens")
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise DatasetError(f"{where}: no prompt (a non-empty string)")
+    if isinstance(out, bool) or not isinstance(out, int) or out < 1:
+        raise DatasetError(f"{where}: output_tokens must be an integer of at least 1, got {out!r}")
+    return DatasetEntry(where=where, prompt=prompt, output_tokens=out)
+
+
+def _read_sharegpt(path: str) -> Dataset:
+    name = os.path.basename(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DatasetError(f"{path}: cannot read it: {getattr(exc, 'strerror', None) or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise DatasetError(f"{path}: not JSON (line {exc.lineno}: {exc.msg})") from None
+    if not isinstance(doc, list):
+        raise DatasetError(f"{path}: a ShareGPT file is a JSON list of conversations")
+    entries, dropped = sharegpt_entries(doc, name)
+    return Dataset(label=dataset_label(f"sharegpt:{path}"), entries=tuple(entries), dropped=dropped)
+
+
+def _read_jsonl(path: str) -> Dataset:
+    name = os.path.basename(path)
+    entries = []
+    try:
+        with open(path, encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except (json.JSONDecodeError, RecursionError):
+                    raise DatasetError(f"{path}:{n}: not JSON") from None
+                entries.append(jsonl_entry(row, f"{path}:{n}"))
+                if len(entries) > MAX_DATASET_ENTRIES:
+                    raise DatasetError(f"{path}: more than {MAX_DATASET_ENTRIES:,} entries")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DatasetError(f"{path}: cannot read it: {getattr(exc, 'strerror', None) or exc}") from None
+    return Dataset(label=dataset_label(f"jsonl:{path}"), entries=tuple(entries))
+
+
+def _read_hf(name: str, split: str) -> Dataset:
+    try:
+        import datasets  # the optional `hf` extra
+    except ImportError:
+        raise DatasetError("hf: datasets need the `datasets` package: pip install 'llmload[hf]'") from None
+    try:
+        if os.path.isdir(name):
+            data = datasets.load_from_disk(name)
+            if isinstance(data, datasets.DatasetDict):
+                if split not in data:
+                    raise DatasetError(f"hf:{name}: no split {split!r} (it has {', '.join(data)})")
+                data = data[split]
+        else:
+            data = datasets.load_dataset(name, split=split)
+    except DatasetError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - whatever the package raises, said in one line
+        raise DatasetError(f"hf:{name}: cannot load it: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+    label = dataset_label(f"hf:{name}")
+    columns = set(data.column_names)
+    if "conversations" in columns:
+        entries, dropped = sharegpt_entries(iter(data), label)
+        return Dataset(label=label, entries=tuple(entries), dropped=dropped)
+    if {"prompt", "output_tokens"} <= columns:
+        return Dataset(label=label, entries=tuple(jsonl_entry(row, f"{label} row {n}")
+                                                  for n, row in enumerate(data, 1)))
+    raise DatasetError(f"hf:{name}: no `conversations` column, nor `prompt` and `output_tokens` "
+                       f"(it has {', '.join(sorted(columns))})")
+
+
+def load_dataset(spec: str) -> Dataset:
+    """The dataset SPEC names, read and checked (`DatasetError` if it cannot be used); read
+    once while its file stays the same (a run checks it first, then fits it to the server)."""
+    try:
+        kind, source, split = parse_dataset_spec(spec)
+    except ValueError as exc:
+        raise DatasetError(f"--dataset {exc}") from None
+    try:
+        st = os.stat(source)
+        stamp: tuple = (st.st_mtime_ns, st.st_size)
+    except OSError:
+        stamp = ()
+    return _load(spec, kind, source, split, stamp)
+
+
+@functools.lru_cache(maxsize=2)
+def _load(spec: str, kind: str, source: str, split: str | None, stamp: tuple) -> Dataset:
+    dataset = (_read_sharegpt(source) if kind == "sharegpt" else _read_jsonl(source) if kind == "jsonl"
+               else _read_hf(source, split or "train"))
+    if not dataset.entries:
+        dropped = f" ({dataset.dropped:,} conversation(s) without a human turn and a gpt answer)" if dataset.dropped else ""
+        raise DatasetError(f"{spec}: no usable entry{dropped}")
+    return dataset
+
+
+def dataset_order(n: int, seed: int) -> list[int]:
+    """The entries' order: a shuffle of range(n) seeded by `seed` (the same every run)."""
+    order = list(range(n))
+    random.Random(int.from_bytes(hashlib.sha256(f"dataset/{seed}".encode()).digest()[:8], "big")).shuffle(order)
+    return order
