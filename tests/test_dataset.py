@@ -98,7 +98,7 @@ def test_the_order_is_a_seeded_shuffle_and_a_changed_file_is_read_again(tmp_path
 
 
 @pytest.mark.parametrize("args, says", [
-    (("--workload", "sessions", "--dataset", "jsonl:x.jsonl"), "are for --workload rate"),
+    (("--workload", "sessions", "--dataset", "jsonl:x.jsonl"), "--dataset is for --workload rate"),
     (("--workload", "rate", "--dataset", "jsonl:x.jsonl", "--prompt-tokens", "100"), "leave out --prompt-tokens"),
     (("--workload", "rate", "--dataset", "jsonl:x.jsonl", "--over-context", "clip"), "use skip or send"),
     (("--workload", "rate", "--dataset", "parquet:x"), "sharegpt:PATH, jsonl:PATH or hf:NAME"),

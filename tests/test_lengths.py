@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 
 from llmload.core.capacity import plan_rates
-from llmload.core.lengths import LengthDist, draw_stream, parse_lengths, request_lengths
+from llmload.core.lengths import LengthDist, draw_stream, parse_lengths, rate_lengths, request_lengths
 from llmload.core.scenario import Scenario
-from llmload.matrix.loop import rate_lengths
+from llmload.core.traffic import length_histogram, ttft_by_prompt
+from llmload.loadgen.sessions import stable_id
 from llmload.output.recordstore import read_cell
 from tests_helpers import llmload, one_line_error
 
@@ -90,9 +91,25 @@ def test_a_distribution_takes_the_place_of_the_contexts_in_the_plan():
     assert over.status == "exceeds_context"
 
 
+def test_a_histogram_counts_every_length_in_equal_bins():
+    edges, counts = length_histogram([1, 2, 2, 3, 100])
+    assert len(edges) == 21 and len(counts) == 20 and sum(counts) == 5
+    assert (edges[0], edges[-1], counts[0], counts[-1]) == (1.0, 100.0, 4, 1)
+    assert length_histogram([7, 7, 7]) == ((6.5, 7.5), (3,))
+    assert length_histogram([]) == ((), ())
+
+
+def test_ttft_against_prompt_length_is_grouped_by_length_in_equal_counts():
+    pairs = [(n, n / 1e5) for n in range(100, 2100, 100)]  # TTFT 1 ms per 100 tokens
+    tokens, ttft_ms = ttft_by_prompt(pairs)
+    assert tokens == (150.0, 350.0, 550.0, 750.0, 950.0, 1150.0, 1350.0, 1550.0, 1750.0, 1950.0)
+    assert ttft_ms == pytest.approx([t / 100 for t in tokens])
+    assert ttft_by_prompt([(5, 0.1)]) == ((5.0,), (100.0,)) and ttft_by_prompt([]) == ((), ())
+
+
 def test_lengths_are_for_the_rate_workload(tmp_path):
-    r = llmload("run", "--workload", "sessions", "--prompt-tokens", "normal:100,10", "--out", tmp_path / "out")
-    assert "--prompt-tokens, --output-tokens and --dataset are for --workload rate" in one_line_error(r)
+    r = llmload("run", "--workload", "replay", "--prompt-tokens", "normal:100,10", "--out", tmp_path / "out")
+    assert "--prompt-tokens and --output-tokens are for --workload rate and sessions" in one_line_error(r)
     r = llmload("run", "--workload", "rate", "--output-tokens", "uniform:9,3", "--out", tmp_path / "out")
     assert "--output-tokens" in one_line_error(r)
     assert not (tmp_path / "out").exists()
@@ -124,6 +141,11 @@ def test_a_rate_run_sends_the_asked_distributions_by_the_servers_count(sim_tiny,
     page = (tmp_path / "a" / "report.md").read_text()
     assert "Lengths sent" in page and "uniform:64,256" in page
     assert "the server counted" not in r.stdout  # no one planned length to warn about
+    assert sum(cell["prompt_tokens_hist"]) == sum(cell["output_tokens_hist"]) == 200
+    assert cell["prompt_tokens_edges"][0] == min(rec.prompt_tokens for rec in records)
+    assert cell["ttft_by_prompt_tokens"] == sorted(cell["ttft_by_prompt_tokens"]) and len(cell["ttft_by_prompt_ms"]) == 10
+    html = (tmp_path / "a" / "report.html").read_text()
+    assert "TTFT against prompt length" in html and "Lengths sent" in html
 
     # the same seed sends the same lengths; another seed others
     _, _, again = rate_run(sim_tiny.url, tmp_path / "b", "--duration", "1s")
@@ -133,3 +155,48 @@ def test_a_rate_run_sends_the_asked_distributions_by_the_servers_count(sim_tiny,
             for rec in sorted(again, key=lambda r: r.scheduled_s)] == asked[:40]
     assert [(rec.asked_prompt_tokens, rec.asked_output_tokens)
             for rec in sorted(other, key=lambda r: r.scheduled_s)] != asked[:40]
+
+
+def session_run(url: str, out: Path, *extra: str, users: int = 4):
+    r = llmload("run", "--host", url, "--workload", "sessions", "--system-prompt-tokens", "256",
+                "--concurrency", str(users), "--turns", "4", "--duration", "4s", "--out", out, *extra)
+    assert r.returncode == 0, r.stdout + r.stderr
+    [cell] = [c for c in json.loads((out / "results.json").read_text())["cells"] if c["phase"] == "session"]
+    return r, cell, [rec for rec in read_cell(out / cell["records_file"])[1] if rec.tag == "session"]
+
+
+def test_a_session_draws_each_turns_new_tokens_and_answer(sim_tiny, tmp_path):
+    r, cell, records = session_run(sim_tiny.url, tmp_path / "s", "--prompt-tokens", "normal:300,100",
+                                   "--output-tokens", "uniform:16,64")
+    assert cell["status"] == "valid" and "new tokens a turn U normal:300,100" in r.stdout
+    done = [rec for rec in records if rec.status == "ok"]
+    assert all(rec.completion_tokens == rec.asked_output_tokens and 16 <= rec.asked_output_tokens <= 64
+               for rec in done)
+    assert statistics.pstdev(rec.asked_output_tokens for rec in done) > 8
+    # a turn's prompt is the one before, its answer and the new turn (and the template's few tokens)
+    by_user: dict = {}
+    for rec in sorted(done, key=lambda rec: rec.send_s):
+        by_user.setdefault(rec.user_id, []).append(rec)
+    grown = [b.prompt_tokens - a.prompt_tokens - a.completion_tokens
+             for recs in by_user.values() for a, b in zip(recs, recs[1:]) if b.turn == a.turn + 1]
+    assert len(grown) >= 10
+    assert statistics.fmean(grown) == pytest.approx(300, abs=40) and statistics.pstdev(grown) > 50
+
+
+def test_a_session_whose_drawn_turns_outgrow_the_context_ends_the_conversation(sim_tiny, tmp_path):
+    # tiny holds 4,096 tokens; four turns of 900 new tokens fit after S 256 by their mean (the
+    # plan), but an SD of 600 draws conversations past it: those turns are cut or end it
+    r, cell, records = session_run(sim_tiny.url, tmp_path / "s", "--prompt-tokens", "normal:900,600",
+                                   "--output-tokens", "8", users=2)
+    assert cell["errors"] == 0  # no turn over the context (the server would refuse it)
+    assert {rec.status for rec in records} <= {"ok", "cancelled"}
+    assert max(rec.prompt_tokens for rec in records if rec.prompt_tokens) <= 4096 - 8
+    by_user: dict = {}
+    for rec in sorted(records, key=lambda rec: rec.send_s):
+        by_user.setdefault(rec.user_id, []).append(rec.turn)
+    ended_early = [a for turns in by_user.values() for a, b in zip(turns, turns[1:]) if b == 1 and a < 4]
+    assert ended_early  # some conversation reached the context before its fourth turn
+
+
+def test_a_users_drawn_lengths_do_not_depend_on_the_runs_own_ids():
+    assert stable_id("w0.3fa1.7") == stable_id("w0.9c2e.7") == "w0.7" and stable_id("odd") == "odd"

@@ -230,3 +230,9 @@ def test_a_llama_cpp_run_is_published_and_ranked(matrix, tmp_path):
         assert run.engine == "llama.cpp"
         rows = store.leaderboard(doc["server"]["model"], best["context_tokens"], concurrency=best["concurrency"])
     assert [row.total_tok_s for row in rows] == [pytest.approx(best["total_tok_s"])]
+
+
+@pytest.mark.parametrize("endpoint", ["completions", "chat"])
+def test_a_dataset_sends_each_prompt_and_answer_length_as_llama_cpp_counts_them(server, tmp_path, endpoint):
+    from engine_datasets import check_dataset_run
+    check_dataset_run(server.url, tmp_path, endpoint)

@@ -162,11 +162,11 @@ def test_requests_still_running_at_the_drains_end_are_cancelled(make_env, sim_ti
 def test_pacers_split_a_cell_without_overlap(served):
     cells = CellWorker(None)
     rate = paced_spec(served, "split", kind="rate", rate_rps=10.0, arrivals="constant", pacers=3, window_s=2.0)
-    dues = sorted(due for i in range(3) for due, _ in rate_sends(cells, rate, i, 3))
+    dues = sorted(send.t_s for i in range(3) for send in rate_sends(cells, rate, i, 3))
     assert dues == pytest.approx([k / 10 for k in range(20)])  # seconds after t0
     trace = tuple((k * 0.1, 32, 4, (), "") for k in range(7))
     replay = paced_spec(served, "split-r", kind="replay", trace=trace, pacers=3)
-    mine = [[json.loads(body)["max_tokens"] and 100.0 + due for due, body in replay_sends(cells, replay, i, 3)]
+    mine = [[json.loads(send.body)["max_tokens"] and 100.0 + send.t_s for send in replay_sends(cells, replay, i, 3)]
             for i in range(3)]
     assert mine == [pytest.approx([100.0, 100.3, 100.6]), pytest.approx([100.1, 100.4]),
                     pytest.approx([100.2, 100.5])]

@@ -20,7 +20,7 @@ from llmload.core.clock import now
 from llmload.io import plainsocket
 from llmload.io.client import FIRST_WRITE_BYTES, StreamingClient
 from llmload.io.procstat import own_cpu_for, restore_cpus
-from llmload.loadgen.lookahead import Lookahead
+from llmload.loadgen.lookahead import Lookahead, Send
 from llmload.loadgen.pacer import BURST_S, InFlight, first_burst, pace
 
 BUILD_S = 0.02
@@ -32,7 +32,7 @@ def slow_sends(offsets):
         end = time.perf_counter() + BUILD_S
         while time.perf_counter() < end:  # holds the loop, as a large body's JSON does
             pass
-        yield t, b"x"
+        yield Send(t, b"x")
 
 
 class Sent:
@@ -41,7 +41,7 @@ class Sent:
     def __init__(self) -> None:
         self.sent: list[tuple[float, float]] = []
 
-    def spawn(self, due_s: float, body: bytes) -> None:
+    def spawn(self, due_s: float, send: Send) -> None:
         self.sent.append((due_s, now()))
 
 
@@ -62,17 +62,17 @@ def test_the_builder_never_runs_into_the_send_the_sender_holds():
 
 
 def test_the_look_ahead_is_bounded_and_keeps_the_order():
-    ahead = Lookahead(((i / 1000, bytes(10)) for i in range(100)), max_bodies=8)
+    ahead = Lookahead((Send(i / 1000, bytes(10)) for i in range(100)), max_bodies=8)
     gevent.sleep(0.05)  # the builder fills the look-ahead, and no more
     assert len(ahead.offsets()) == 8
-    assert [t for t, _ in ahead] == [i / 1000 for i in range(100)]
+    assert [send.t_s for send in ahead] == [i / 1000 for i in range(100)]
     ahead.close()
 
 
 def test_the_pacer_wakes_on_time_not_on_a_millisecond_timer():
     # epoll's timers here fire 0.9 ms late in the median (whole milliseconds, at least one)
     offsets = [0.0123 + k * 0.0137 for k in range(20)]
-    ahead = Lookahead((t, b"x") for t in offsets)
+    ahead = Lookahead(Send(t, b"x") for t in offsets)
     flight = Sent()
     t0 = now() + 0.05
     ahead.prime(1.0)

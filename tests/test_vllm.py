@@ -298,3 +298,8 @@ def test_a_vllm_run_is_published_and_ranked(boundary_run, tmp_path):
         assert (run.engine, run.model) == ("vllm", doc["server"]["model"])
         [row] = store.leaderboard(doc["server"]["model"], 1 * K, concurrency=2)
     assert row.total_tok_s == pytest.approx(cells[(1 * K, 2)]["total_tok_s"])
+
+
+def test_a_dataset_sends_each_prompt_and_answer_length_as_vllm_counts_them(server, tmp_path):
+    from engine_datasets import check_dataset_run
+    check_dataset_run(server.url, tmp_path, "chat")

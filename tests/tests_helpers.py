@@ -18,13 +18,13 @@ import time
 import traceback
 import urllib.request
 from array import array
-from dataclasses import dataclass
+from dataclasses import dataclass, fields as dataclass_fields
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from llmload import __version__
 from llmload.core.capacity import PHASES
-from llmload.core.cellresult import CELL_KEYS, CellResult
+from llmload.core.cellresult import CELL_KEYS, CellResult, CellTraffic
 from llmload.core.records import RequestRecord
 from llmload.core.resultsjson import cell_from_dict, results_from_dict
 from llmload.core.runresults import Results
@@ -295,12 +295,13 @@ def free_port() -> int:
 def new_cell(*, phase: str, context_tokens: int, concurrency: int, status: str, **values: Any
              ) -> dict[str, Any]:
     """A results.json cell dict with every CELL_KEYS key (None where not given; the list keys
-    error_samples, ttft_by_turn_ms, turn_requests, lower_bounds []), for a test's hand-made document."""
+    error_samples and CellTraffic's tuples, ttft_by_turn_ms and the like, []), for a test's
+    hand-made document."""
     if phase not in PHASES:
         raise ValueError(f"cell phase {phase!r} must be one of {', '.join(PHASES)}")
     if status not in CELL_STATUSES:
         raise ValueError(f"cell status {status!r} is not one of {', '.join(CELL_STATUSES)}")
-    lists = ("error_samples", "ttft_by_turn_ms", "turn_requests", "lower_bounds")
+    lists = ("error_samples", *(f.name for f in dataclass_fields(CellTraffic) if isinstance(f.default, tuple)))
     cell: dict[str, Any] = {**dict.fromkeys(CELL_KEYS), **{k: [] for k in lists}}
     cell.update((k, v) for k, v in values.items() if not (k in lists and v is None))
     cell.update(phase=phase, context_tokens=int(context_tokens), concurrency=int(concurrency),

@@ -159,9 +159,11 @@ def workload_checked(scenario):
     from dataclasses import replace
 
     from llmload.core.trace import TraceError
-    if (scenario.prompt_tokens or scenario.output_tokens or scenario.dataset) and scenario.workload != "rate":
-        raise ValueError("--prompt-tokens, --output-tokens and --dataset are for --workload rate (the matrix "
+    if (scenario.prompt_tokens or scenario.output_tokens) and scenario.workload not in ("rate", "sessions"):
+        raise ValueError("--prompt-tokens and --output-tokens are for --workload rate and sessions (the matrix "
                          "keeps its fixed lengths; a trace has its own)")
+    if scenario.dataset and scenario.workload != "rate":
+        raise ValueError("--dataset is for --workload rate")
     if scenario.dataset:
         if scenario.prompt_tokens or scenario.output_tokens:
             raise ValueError("--dataset gives the prompts and their answers' lengths: leave out "

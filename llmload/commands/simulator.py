@@ -72,7 +72,6 @@ def predict(profile, contexts, concurrency, prefill_contexts, max_tokens, durati
     """Predict a speed test matrix from a (fitted) simulator PROFILE, in virtual time."""
     import time
 
-    from llmload.core.resultsjson import results_to_dict
     from llmload.output.resultswriter import ResultsWriter
     from llmload.output.rundir import RunDirError, claim
     from llmload.output.terminal import echo_matrix

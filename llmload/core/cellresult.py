@@ -155,6 +155,17 @@ class CellTraffic:
     output_tokens_sd: float | None = None
     output_tokens_p50: float | None = None
     output_tokens_p99: float | None = None
+    prompt_tokens_edges: tuple[float, ...] = ()
+    """Rate and replay: a histogram of those prompt lengths: its bin edges (one more than
+    bins) and counts (`traffic.length_histogram`); the same of the output lengths below."""
+    prompt_tokens_hist: tuple[int, ...] = ()
+    output_tokens_edges: tuple[float, ...] = ()
+    output_tokens_hist: tuple[int, ...] = ()
+    ttft_by_prompt_tokens: tuple[float, ...] = ()
+    """Rate and replay: TTFT against prompt length: the requests in up to 10 equal-count groups
+    by prompt tokens (the server's count), each group's mean prompt tokens ..."""
+    ttft_by_prompt_ms: tuple[float, ...] = ()
+    """... and median TTFT (`traffic.ttft_by_prompt`)."""
     context_reached_tokens: int | None = None
     """Session cells: the longest prompt sent (server's count where it reported one)."""
     trace_requests: int | None = None

@@ -214,7 +214,10 @@ def open_loop_cell(planned: PlannedCell, records: list[RequestRecord], facts: Ce
         requests_unfinished=counts.unfinished, requests_not_sent=counts.not_sent,
         requests_skipped=counts.skipped if planned.phase == "replay" else None, drain_s=facts.drain_s,
         lower_bounds=fig.lower_bounds, prompt_lengths=facts.prompt_lengths, output_lengths=facts.output_lengths,
-        **_lengths_fields("prompt", fig.prompt_sent), **_lengths_fields("output", fig.output_sent))
+        **_lengths_fields("prompt", fig.prompt_sent), **_lengths_fields("output", fig.output_sent),
+        prompt_tokens_edges=fig.prompt_hist[0], prompt_tokens_hist=fig.prompt_hist[1],
+        output_tokens_edges=fig.output_hist[0], output_tokens_hist=fig.output_hist[1],
+        ttft_by_prompt_tokens=fig.ttft_by_prompt[0], ttft_by_prompt_ms=fig.ttft_by_prompt[1])
     return replace(
         _window(not_run_cell(planned), span), status=status, reason=reason, prompt_tok_s=fig.prompt_tok_s,
         # TTFT with the unfinished requests in it (at least their time so far)

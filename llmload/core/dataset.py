@@ -127,7 +127,6 @@ def _read_sharegpt(path: str) -> Dataset:
 
 
 def _read_jsonl(path: str) -> Dataset:
-    name = os.path.basename(path)
     entries = []
     try:
         with open(path, encoding="utf-8") as f:

@@ -1,5 +1,6 @@
-"""Length distributions: how many prompt or output tokens each request of a rate cell asks for
-(`--prompt-tokens DIST`, `--output-tokens DIST`).
+"""Length distributions: how many prompt or output tokens each request of a rate cell, or new
+tokens and output tokens each turn of a chat session, asks for (`--prompt-tokens DIST`,
+`--output-tokens DIST`).
 
 DIST is one of
 - `N`: every request N tokens (`1K` and the like, as `units.parse_tokens` reads them);
@@ -18,9 +19,12 @@ import hashlib
 import math
 import random
 from dataclasses import dataclass
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from llmload.core.units import format_tokens, parse_tokens
+
+if TYPE_CHECKING:
+    from llmload.core.scenario import Scenario
 
 KINDS = ("normal", "uniform", "lognormal")
 
@@ -117,3 +121,28 @@ def request_lengths(prompt: LengthDist, output: LengthDist, *, limit: int | None
     prompts = draw_stream(prompt, f"{seed}/prompt", top)  # clipped below, per request
     for m, p in zip(outputs, prompts):
         yield max(1, min(p, top - m)), m
+
+
+def rate_lengths(sc: "Scenario", dataset=()) -> tuple[list[int], int, str | None]:
+    """A rate plan's contexts and M, and where lengths vary per request: a dataset's prompts
+    (`dataset`: its fitted requests; their mean lengths), or lengths drawn from
+    distributions (`--prompt-tokens`, `--output-tokens`: their means); else the contexts and
+    M as given, and None."""
+    if dataset:
+        mean_in = sum(r.input_tokens for r in dataset) / len(dataset)
+        mean_out = sum(r.output_tokens for r in dataset) / len(dataset)
+        return ([max(round(mean_in), 1)], max(round(mean_out), 1),
+                f"the prompts and answer lengths of {sc.dataset} ({len(dataset):,} entries)")
+    prompt = parse_lengths(sc.prompt_tokens) if sc.prompt_tokens else None
+    output = parse_lengths(sc.output_tokens) if sc.output_tokens else None
+    drawn = [f"{what} {d.label}" for what, d in (("prompt tokens", prompt), ("output tokens", output)) if d]
+    return ([max(round(prompt.mean), 1)] if prompt else list(sc.contexts),
+            max(round(output.mean), 1) if output else sc.max_tokens,
+            f"{', '.join(drawn)} drawn per request, each clipped to the per-sequence limit" if drawn else None)
+
+
+def session_lengths(sc: "Scenario") -> tuple[int, int]:
+    """A session plan's new tokens a turn U and output tokens a turn M: the means of their
+    distributions where drawn (`--prompt-tokens`, `--output-tokens`), else as given."""
+    return (max(round(parse_lengths(sc.prompt_tokens).mean), 1) if sc.prompt_tokens else sc.turn_tokens,
+            max(round(parse_lengths(sc.output_tokens).mean), 1) if sc.output_tokens else sc.max_tokens)

@@ -124,7 +124,8 @@ class RequestRecord:
     length, a trace line's input_length as sent); the server's count (`prompt_tokens`) is
     what the figures use."""
     asked_output_tokens: int | None = None
-    """Rate and replay: the output tokens it asked for (max_tokens)."""
+    """Rate and replay: the output tokens it asked for (max_tokens); sessions, where drawn
+    (`--output-tokens DIST`)."""
 
     @property
     def first_token_s(self) -> float | None:

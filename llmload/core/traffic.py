@@ -172,6 +172,35 @@ def lengths_sent(values: Sequence[int]) -> LengthsSent | None:
                        p50=quantile(a, 0.5), p99=quantile(a, 0.99))
 
 
+HISTOGRAM_BINS = 20
+"""Equal-width bins of a cell's lengths histogram (`length_histogram`)."""
+TTFT_BY_PROMPT_GROUPS = 10
+"""Equal-count groups of requests by prompt length (`ttft_by_prompt`)."""
+
+
+def length_histogram(values: Sequence[int]) -> tuple[tuple[float, ...], tuple[int, ...]]:
+    """(edges, counts): HISTOGRAM_BINS equal-width bins from the least to the most value
+    (one bin of width 1 around a single value); ((), ()) for none."""
+    if not values:
+        return (), ()
+    lo, hi = min(values), max(values)
+    bins = HISTOGRAM_BINS if hi > lo else 1
+    counts, edges = np.histogram(values, bins=bins, range=(lo, hi) if hi > lo else (lo - 0.5, hi + 0.5))
+    return tuple(float(e) for e in edges), tuple(int(c) for c in counts)
+
+
+def ttft_by_prompt(pairs: Sequence[tuple[int, float]]) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """(mean prompt tokens, median TTFT ms) of up to TTFT_BY_PROMPT_GROUPS equal-count groups of
+    (prompt tokens, TTFT s) pairs, by prompt length: TTFT against prompt length."""
+    if not pairs:
+        return (), ()
+    ordered = sorted(pairs)
+    groups = [g for g in np.array_split(np.asarray(ordered, dtype=float), min(TTFT_BY_PROMPT_GROUPS, len(ordered)))
+              if g.size]
+    return (tuple(float(g[:, 0].mean()) for g in groups),
+            tuple(float(np.median(g[:, 1]) * 1000.0) for g in groups))
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OpenLoopFigures:
     """An open-loop cell's figures (see the module docstring)."""
@@ -202,6 +231,10 @@ class OpenLoopFigures:
     """The prompt tokens of the requests that completed (the server's count)."""
     output_sent: LengthsSent | None = None
     """Their output tokens (the server's count where it gave one, else the tokens streamed)."""
+    prompt_hist: tuple[tuple[float, ...], tuple[int, ...]] = ((), ())  # `length_histogram`s
+    output_hist: tuple[tuple[float, ...], tuple[int, ...]] = ((), ())
+    ttft_by_prompt: tuple[tuple[float, ...], tuple[float, ...]] = ((), ())
+    """`ttft_by_prompt` of the requests with a first token and a prompt count."""
 
 
 def open_loop_figures(requests: Sequence[RequestRecord], t0: float, t1: float, *, phase: str,
@@ -234,10 +267,13 @@ def open_loop_figures(requests: Sequence[RequestRecord], t0: float, t1: float, *
     prompts = [r.prompt_tokens for r in requests if r.prompt_tokens is not None
                and r.first_token_s is not None and t0 <= r.first_token_s <= w1]
     completed = [r for r in requests if r.status == "ok"]
+    prompt_lengths = [r.prompt_tokens for r in completed if r.prompt_tokens is not None]
+    output_lengths = [r.completion_tokens if r.completion_tokens is not None else r.output_tokens for r in completed]
     return OpenLoopFigures(
-        prompt_sent=lengths_sent([r.prompt_tokens for r in completed if r.prompt_tokens is not None]),
-        output_sent=lengths_sent([r.completion_tokens if r.completion_tokens is not None else r.output_tokens
-                                  for r in completed]),
+        prompt_sent=lengths_sent(prompt_lengths), output_sent=lengths_sent(output_lengths),
+        prompt_hist=length_histogram(prompt_lengths), output_hist=length_histogram(output_lengths),
+        ttft_by_prompt=ttft_by_prompt([(r.prompt_tokens, float(times[0]) - r.send_s) for r, times in firsts
+                                       if times.size and r.prompt_tokens is not None]),
         span=span, window=window,
         achieved_rate_rps=(sum(1 for r in requests if t0 <= r.send_s <= t1) / (t1 - t0)) if t1 > t0 else None,
         send_lateness_ms_p50=p50_late, send_lateness_ms_p99=p99_late,

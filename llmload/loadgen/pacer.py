@@ -30,7 +30,7 @@ import dataclasses
 import itertools
 import logging
 import random
-from typing import Iterable, Iterator
+from typing import Iterator
 
 import gevent
 from gevent.lock import Semaphore

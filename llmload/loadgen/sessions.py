@@ -7,7 +7,9 @@ user, conversation and turn), sent with the whole conversation so far (the chat 
 system prompt, every earlier user turn and the answer text that actually came back to it),
 asking for M tokens. Between an answer and the next turn the user thinks (`ThinkTime`, drawn
 from a random stream seeded by cell and user). After T turns, or a failed turn, a new
-conversation starts. Every turn's record has `turn=k` (1-based) and tag "session".
+conversation starts. Every turn's record has `turn=k` (1-based) and tag "session". With
+length distributions (`--prompt-tokens`, `--output-tokens`), each turn's U and M are drawn
+(`SessionPlan.lengths`) and a turn is cut to fit the server's context (`converse`).
 
 - In a cell (kind "session", run by `LLMUser._cell_steps`): the decode cell's protocol. Each
   user first sends the system prompt alone (max_tokens 1, tag "warmup": the shared prefix is
@@ -20,14 +22,16 @@ conversation starts. Every turn's record has `turn=k` (1-based) and tag "session
 
 from __future__ import annotations
 
+import itertools
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 import gevent
 
 from llmload.core.clock import now
 from llmload.core.engines import engine_caps, request_body
+from llmload.core.lengths import parse_lengths, request_lengths
 from llmload.core.records import RequestRecord
 from llmload.core.workloads import ThinkTime, parse_think_time
 from llmload.io.client import StreamingClient
@@ -54,11 +58,24 @@ class SessionPlan:
     """Message text of about n tokens for a key."""
     body: Callable[[Messages, int], bytes]
     """The request body of a conversation asking for n output tokens."""
+    lengths: Callable[[str], Iterator[tuple[int, int]]] | None = None
+    """(new tokens U, output tokens M) of each turn of the conversation a key names, drawn
+    from its distributions (`core.lengths`); None: turn_tokens and max_tokens every turn."""
+    limit: int | None = None
+    """The server's per-sequence tokens: a drawn turn is cut to fit (`converse`)."""
 
 
 def cell_plan(cell: CellSpec, text: Callable[[str, int], str]) -> SessionPlan:
     """The plan of a session cell; `text` makes its messages (`CellWorker.message_text`)."""
     caps = engine_caps(cell.engine)
+    lengths = None
+    if cell.prompt_lengths or cell.output_lengths:
+        new = parse_lengths(cell.prompt_lengths or str(cell.turn_tokens), flag="--prompt-tokens")
+        out = parse_lengths(cell.output_lengths or str(cell.max_tokens), flag="--output-tokens")
+
+        def drawn(key: str) -> Iterator[tuple[int, int]]:
+            return request_lengths(new, out, limit=cell.seq_limit or None, seed=f"{cell.seed}/{cell.name}/{key}")
+        lengths = drawn
 
     def body(messages: Messages, max_tokens: int) -> bytes:
         return request_body(caps, endpoint="chat", model=cell.model, messages=messages, max_tokens=max_tokens,
@@ -67,20 +84,38 @@ def cell_plan(cell: CellSpec, text: Callable[[str, int], str]) -> SessionPlan:
     return SessionPlan(path=cell.path or CHAT_PATH, system=text(f"{cell.run_id}/{cell.id}/system",
                                                                 cell.system_prompt_tokens),
                        turns=max(cell.turns, 1), turn_tokens=cell.turn_tokens, max_tokens=cell.max_tokens,
-                       think=parse_think_time(cell.think_time), count_key=caps.count_key, text=text, body=body)
+                       think=parse_think_time(cell.think_time), count_key=caps.count_key, text=text, body=body,
+                       lengths=lengths, limit=cell.seq_limit or None)
+
+
+TEMPLATE_ROOM = 16
+"""Tokens kept free for a chat template's tokens around a drawn turn (`converse`)."""
 
 
 def converse(plan: SessionPlan, client: StreamingClient, *, user_id: str, key: str, rng: random.Random,
-             publish: Callable[[RequestRecord, int], None], until_s: float | None = None) -> RequestRecord | None:
+             publish: Callable[[RequestRecord, int], None], until_s: float | None = None,
+             draw_key: str | None = None) -> RequestRecord | None:
     """One conversation of up to plan.turns turns; `key` is unique to the user and the
-    conversation. Stops at until_s (the request running then is cancelled, a think time
-    ends there). Returns the record that ended it early (an error or a cancel), else None."""
+    conversation, `draw_key` names its drawn lengths (the same every run; default `key`).
+    Stops at until_s (the request running then is cancelled, a think time ends there).
+    Returns the record that ended it early (an error or a cancel), else None. With drawn
+    lengths, a turn's new tokens are cut so the conversation so far (by the server's count),
+    the turn and its answer fit the limit; a turn that cannot fit ends the conversation."""
     messages: Messages = [{"role": "system", "content": plan.system}]
-    for turn in range(1, plan.turns + 1):
-        messages.append({"role": "user", "content": plan.text(f"{key}/{turn}", plan.turn_tokens)})
-        record, answer = client.stream_answer(plan.path, plan.body(messages, plan.max_tokens), user_id=user_id,
+    turns = (plan.lengths(draw_key or key) if plan.lengths is not None
+             else itertools.repeat((plan.turn_tokens, plan.max_tokens)))
+    used = None
+    for turn, (new, out) in zip(range(1, plan.turns + 1), turns):
+        if plan.lengths is not None and plan.limit and used is not None:
+            new = min(new, plan.limit - used - out - TEMPLATE_ROOM)
+            if new < 1:
+                return None  # the conversation has reached the context
+        messages.append({"role": "user", "content": plan.text(f"{key}/{turn}", new)})
+        record, answer = client.stream_answer(plan.path, plan.body(messages, out), user_id=user_id,
                                               tag="session", deadline_s=until_s, count_key=plan.count_key)
-        record = replace(record, turn=turn)
+        record = replace(record, turn=turn, asked_output_tokens=out if plan.lengths is not None else None)
+        if record.prompt_tokens is not None:
+            used = record.prompt_tokens + (record.completion_tokens or record.output_tokens)
         publish(record, turn)
         if record.status != "ok":
             return record
@@ -94,6 +129,13 @@ def converse(plan: SessionPlan, client: StreamingClient, *, user_id: str, key: s
             if until_s is not None and now() >= until_s:
                 return None
     return None
+
+
+def stable_id(user_id: str) -> str:
+    """A user id without its per-run part ("w0.3fa1.7" -> "w0.7"): the same user of the same
+    run plan has it every run."""
+    parts = user_id.split(".")
+    return f"{parts[0]}.{parts[-1]}" if len(parts) == 3 else user_id
 
 
 def run_session_cell(user, client: StreamingClient, cell: CellSpec) -> None:
@@ -122,7 +164,8 @@ def run_session_cell(user, client: StreamingClient, cell: CellSpec) -> None:
         while now() < t1:
             conversation += 1
             ended = converse(plan, client, user_id=user.user_id, rng=rng, publish=publish, until_s=t1,
-                             key=f"{cell.run_id}/{cell.id}/{user.user_id}/{conversation}")
+                             key=f"{cell.run_id}/{cell.id}/{user.user_id}/{conversation}",
+                             draw_key=f"{stable_id(user.user_id)}/{conversation}")
             if ended is not None and ended.status == "error":
                 # Retry-After is honoured within the window (never past its end).
                 gevent.sleep(min(backoff_s(ended), max(t1 - now(), 0)))

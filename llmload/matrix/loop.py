@@ -21,7 +21,7 @@ from llmload.core.capacity import (PlannedCell, expected_duration_s, plan_matrix
 from llmload.core.cellfacts import CellFacts
 from llmload.core.cellresult import CellResult, CellSlo
 from llmload.core.cells import assemble_cell, not_run_cell
-from llmload.core.lengths import parse_lengths
+from llmload.core.lengths import rate_lengths, session_lengths
 from llmload.core.records import RequestRecord
 from llmload.core.scenario import Scenario
 from llmload.core.seqlimit import learn_sequence_limit
@@ -38,24 +38,6 @@ MAX_DEAD_CELLS = 2
 """Stop the run after this many consecutive cells in which every request failed."""
 
 
-def rate_lengths(sc: Scenario, dataset=()) -> tuple[list[int], int, str | None]:
-    """A rate plan's contexts and M, and where lengths vary per request: a dataset's prompts
-    (`dataset`: its fitted requests; their mean lengths), or lengths drawn from
-    distributions (`--prompt-tokens`, `--output-tokens`: their means); else the contexts and
-    M as given, and None."""
-    if dataset:
-        mean_in = sum(r.input_tokens for r in dataset) / len(dataset)
-        mean_out = sum(r.output_tokens for r in dataset) / len(dataset)
-        return ([max(round(mean_in), 1)], max(round(mean_out), 1),
-                f"the prompts and answer lengths of {sc.dataset} ({len(dataset):,} entries)")
-    prompt = parse_lengths(sc.prompt_tokens) if sc.prompt_tokens else None
-    output = parse_lengths(sc.output_tokens) if sc.output_tokens else None
-    drawn = [f"{what} {d.label}" for what, d in (("prompt tokens", prompt), ("output tokens", output)) if d]
-    return ([max(round(prompt.mean), 1)] if prompt else list(sc.contexts),
-            max(round(output.mean), 1) if output else sc.max_tokens,
-            f"{', '.join(drawn)} drawn per request, each clipped to the per-sequence limit" if drawn else None)
-
-
 def plan_for(sc: Scenario, info: ServerInfo, *, trace=(), dataset=()) -> list[PlannedCell]:
     """The scenario's plan from the server's limits: the matrix's (`capacity.plan_matrix`) or
     its workload's (`plan_sessions`, `plan_rates`, `plan_replay`; `trace` is the replay's,
@@ -67,9 +49,10 @@ def plan_for(sc: Scenario, info: ServerInfo, *, trace=(), dataset=()) -> list[Pl
                   max_model_len=info.max_model_len, max_sequences=info.max_sequences,
                   max_sequences_source=info.max_sequences_source if info.max_sequences else None)
     if sc.workload == "sessions":
+        turn_tokens, max_tokens = session_lengths(sc)
         return plan_sessions(system_prompt_tokens=list(sc.system_prompt_tokens),
                              concurrency=list(sc.concurrency), turns=sc.turns,
-                             turn_tokens=sc.turn_tokens, max_tokens=sc.max_tokens,
+                             turn_tokens=turn_tokens, max_tokens=max_tokens,
                              prefix_caching=info.prefix_caching, **limits)
     if sc.workload == "rate":
         contexts, max_tokens, varied = rate_lengths(sc, dataset)

@@ -83,6 +83,9 @@ CSV_COLUMNS = [
 #: (`join_csv_list`, read back with `split_csv_list`).
 TRAFFIC_CSV_COLUMNS = [f.name for f in fields(CellTraffic)]
 LIST_SEPARATOR = ";"
+TRAFFIC_LIST_COLUMNS = ("ttft_by_turn_ms", "turn_requests", "prompt_tokens_edges", "prompt_tokens_hist",
+                        "output_tokens_edges", "output_tokens_hist", "ttft_by_prompt_tokens", "ttft_by_prompt_ms")
+"""The traffic figures that are lists: ";"-joined in measurements.csv (`join_csv_list`)."""
 _INT_COLUMNS = [
     "context_tokens", "concurrency", "prompt_tokens", "completed_requests", "requests_sent",
     "output_tokens", "errors", "ttfa_samples",
@@ -119,9 +122,8 @@ def _csv_row(results: Results, cell: CellResult) -> dict[str, Any]:
     flat = cell_to_dict(cell)  # results.json's cell: the CSV's columns are its keys
     row = {column: flat.get(column) for column in _csv_columns(results)}
     if workload_of(results) != "matrix":
-        row.update(ttft_by_turn_ms=join_csv_list(cell.traffic.ttft_by_turn_ms),
-                   turn_requests=join_csv_list(cell.traffic.turn_requests),
-                   lower_bounds=LIST_SEPARATOR.join(cell.traffic.lower_bounds) or None)
+        row.update({name: join_csv_list(getattr(cell.traffic, name)) for name in TRAFFIC_LIST_COLUMNS})
+        row.update(lower_bounds=LIST_SEPARATOR.join(cell.traffic.lower_bounds) or None)
     check = cell.server_check
     row.update(provenance=results.provenance, sim_profile=results.sim_profile,
                error_samples=" | ".join(cell.error_samples) or None,

@@ -124,9 +124,14 @@ Top level:
     (from the server's prefix-cache counters), ideal_cached_prompt_ratio (replay: what an
     unbounded prefix cache would serve, from the trace's hash_ids), context_reached_tokens,
     trace_requests, prompt_lengths and output_lengths (rate: the distributions the lengths
-    were drawn from, `llmload.core.lengths`; null: fixed), prompt_tokens_mean, _sd, _p50,
-    _p99 and output_tokens_mean, _sd, _p50, _p99 (rate and replay: the requests that
-    completed, by the server's count). For a
+    were drawn from, `llmload.core.lengths`, or the dataset's name; null: fixed),
+    prompt_tokens_mean, prompt_tokens_sd, prompt_tokens_p50, prompt_tokens_p99 and
+    output_tokens_mean, output_tokens_sd, output_tokens_p50, output_tokens_p99 (rate and
+    replay: the requests that completed, by the server's count), prompt_tokens_edges and prompt_tokens_hist (lists: a
+    histogram of those prompt lengths, its bin edges and counts), output_tokens_edges and
+    output_tokens_hist (the same of the output lengths), ttft_by_prompt_tokens and
+    ttft_by_prompt_ms (lists: TTFT against prompt length, the requests in up to 10 equal-count
+    groups by prompt tokens: each group's mean prompt tokens and median TTFT). For a
     session cell, context_tokens is the shared system prompt S and concurrency the users; for
     a rate cell, concurrency is 0 and the plan's rate_rps names the rate; plan entries carry
     rate_rps and turns (null for the matrix).

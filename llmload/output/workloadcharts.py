@@ -1,7 +1,8 @@
 """The charts of the workloads beyond the matrix (`workload_charts`): for chat sessions, TTFT
 by turn (one line per cell) and the prefix cache's share of the prompt per cell; for
 open-loop arrivals, the load curve: latency against the achieved rate, one line per context,
-with the SLO's bound as a horizontal line. Rules: `llmload.output.chartkit`.
+with the SLO's bound as a horizontal line; for rate and replay cells whose lengths vary,
+TTFT against prompt length and histograms of the lengths sent. Rules: `llmload.output.chartkit`.
 """
 
 from __future__ import annotations
@@ -34,6 +35,15 @@ LOAD_PANELS: tuple[tuple[str, CellFigure, str | None], ...] = (
     ("Time between tokens p99", lambda c: c.tbt_p99_ms, "TBT"),
     ("End to end p99", lambda c: c.traffic.e2e_p99_ms, None),
 )
+
+
+def _one_legend(fig: Figure, axes) -> None:
+    """One legend for the figure's panels, each label once."""
+    handles: dict[str, object] = {}
+    for ax in axes:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(lab, h)
+    fig.legend(list(handles.values()), list(handles), loc="outside right upper")
 
 
 def _place(cell: CellResult) -> str:
@@ -144,11 +154,7 @@ def load_curve_chart(cells: Sequence[CellResult], slo: Mapping[str, float] | Non
             ax.yaxis.set_major_formatter(FuncFormatter(ms))
             ax.set_ylim(bottom=0)
             ax.set_xlim(left=0)
-        handles: dict[str, object] = {}
-        for ax in axes:
-            for h, lab in zip(*ax.get_legend_handles_labels()):
-                handles.setdefault(lab, h)
-        fig.legend(list(handles.values()), list(handles), loc="outside right upper")
+        _one_legend(fig, axes)
         return fig
 
     return Chart(key="load_curve", title="Load curve",
@@ -157,9 +163,79 @@ def load_curve_chart(cells: Sequence[CellResult], slo: Mapping[str, float] | Non
                  svg=render_chart("load_curve", draw))
 
 
+def _series_label(cell: CellResult) -> str:
+    """A rate or replay cell in a legend: its lengths' source (a distribution, a dataset) and
+    rate, or its place."""
+    if cell.phase == "replay":
+        return "trace"
+    source = cell.traffic.prompt_lengths
+    return f"{source} at {cell_rate(cell):g} req/s" if source and cell_rate(cell) else _place(cell)
+
+
+def _varied(cell: CellResult) -> bool:
+    t = cell.traffic
+    return len(t.prompt_tokens_hist) > 1 or len(t.output_tokens_hist) > 1
+
+
+def lengths_chart(cells: Sequence[CellResult]) -> Chart | None:
+    """Histograms of the prompt and output lengths the server counted, one outline per rate
+    or replay cell whose lengths vary (a cell of one length draws nothing to read)."""
+    rows = [c for c in cells if c.phase in ("rate", "replay") and _varied(c)]
+    if not rows:
+        return None
+
+    def draw() -> Figure:
+        fig, axes = panels_figure(9.2, 3.4, 2)
+        for ax, what in zip(axes, ("prompt", "output")):
+            for i, cell in enumerate(rows):
+                edges = getattr(cell.traffic, f"{what}_tokens_edges")
+                counts = getattr(cell.traffic, f"{what}_tokens_hist")
+                if counts:
+                    ax.stairs(counts, edges, label=_series_label(cell), linewidth=1.6,
+                              color=series_style(i)["color"])
+            ax.set_title(f"{what.capitalize()} tokens sent (server's count)", loc="left")
+            ax.set_xlabel("tokens")
+            ax.set_ylabel("requests")
+            ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        _one_legend(fig, axes)
+        return fig
+
+    return Chart(key="lengths", title="Lengths sent",
+                 caption="How many requests that completed had each prompt and output length, by the server's "
+                         "count: one outline per cell.",
+                 svg=render_chart("lengths", draw))
+
+
+def ttft_by_prompt_chart(cells: Sequence[CellResult]) -> Chart | None:
+    """Median TTFT against prompt length (equal-count groups of requests), one line per rate or
+    replay cell whose prompts vary."""
+    rows = [c for c in cells if c.phase in ("rate", "replay") and len(c.traffic.ttft_by_prompt_ms) > 1
+            and len(set(c.traffic.ttft_by_prompt_tokens)) > 1]
+    if not rows:
+        return None
+
+    def draw() -> Figure:
+        fig, (ax,) = panels_figure(9.2, 3.4, 1)
+        for i, cell in enumerate(rows):
+            ax.plot(cell.traffic.ttft_by_prompt_tokens, cell.traffic.ttft_by_prompt_ms, label=_series_label(cell),
+                    linewidth=1.8, markersize=5, **series_style(i))
+        ax.set_title("TTFT against prompt length (median of each group of requests)", loc="left")
+        ax.set_xlabel("prompt tokens (server's count)")
+        ax.yaxis.set_major_formatter(FuncFormatter(ms))
+        ax.set_ylim(bottom=0)
+        fig.legend(*ax.get_legend_handles_labels(), loc="outside right upper")
+        return fig
+
+    return Chart(key="ttft_by_prompt", title="TTFT against prompt length",
+                 caption="The requests grouped by prompt length, up to 10 groups of equal size: each point is a "
+                         "group's mean prompt tokens and median TTFT.",
+                 svg=render_chart("ttft_by_prompt", draw))
+
+
 def workload_charts(cells: Sequence[CellResult], slo: Mapping[str, float] | None = None) -> dict[str, Chart]:
     """The workload charts the cells have something for, by key (ttft_by_turn, cache_ratio,
-    load_curve)."""
+    load_curve, ttft_by_prompt, lengths)."""
     made = {"ttft_by_turn": ttft_by_turn_chart(cells), "cache_ratio": cache_ratio_chart(cells),
-            "load_curve": load_curve_chart(cells, slo)}
+            "load_curve": load_curve_chart(cells, slo), "ttft_by_prompt": ttft_by_prompt_chart(cells),
+            "lengths": lengths_chart(cells)}
     return {k: v for k, v in made.items() if v is not None}

@@ -37,7 +37,6 @@ from llmload.output.pageformat import (
     fmt_rate,
     fmt_rps,
     fmt_tbt_ms,
-    fmt_whole_rate,
     phase_cells,
     request_counts_text,
     status_label,
@@ -103,8 +102,9 @@ def workload_line(results: Results) -> str | None:
         parts = [("system prompt S", _list(config.get("system_prompt_tokens"), _tokens) + " tokens"),
                  ("users", _list(config.get("concurrency"))),
                  ("turns", config.get("turns")),
-                 ("new tokens a turn U", config.get("turn_tokens")),
-                 ("output tokens a turn M", config.get("max_tokens")),
+                 ("new tokens a turn U", config.get("prompt_tokens") or config.get("turn_tokens")),
+                 ("output tokens a turn M", config.get("output_tokens") or config.get("max_tokens")),
+                 ("seed", config.get("seed") if config.get("prompt_tokens") or config.get("output_tokens") else None),
                  ("think time", _think(config.get("think_time")))]
     elif workload == "rate":
         drawn = config.get("prompt_tokens") or config.get("output_tokens") or config.get("dataset")
