@@ -98,7 +98,7 @@ def test_the_order_is_a_seeded_shuffle_and_a_changed_file_is_read_again(tmp_path
 
 
 @pytest.mark.parametrize("args, says", [
-    (("--workload", "sessions", "--dataset", "jsonl:x.jsonl"), "--dataset is for --workload rate"),
+    (("--workload", "replay", "--dataset", "jsonl:x.jsonl"), "--dataset is for --workload rate and sessions"),
     (("--workload", "rate", "--dataset", "jsonl:x.jsonl", "--prompt-tokens", "100"), "leave out --prompt-tokens"),
     (("--workload", "rate", "--dataset", "jsonl:x.jsonl", "--over-context", "clip"), "use skip or send"),
     (("--workload", "rate", "--dataset", "parquet:x"), "sharegpt:PATH, jsonl:PATH or hf:NAME"),
@@ -190,3 +190,51 @@ def test_a_local_hugging_face_dataset_directory_runs_without_a_download(sim_tiny
     r = llmload("run", "--host", sim_tiny.url, "--workload", "rate", "--dataset", f"hf:{tmp_path / 'dict'}:test",
                 "--out", tmp_path / "nosplit")
     assert "no split 'test' (it has train)" in one_line_error(r)
+
+
+# --------------------------------------------------------------------------- sessions
+
+
+def test_a_conversations_turns_are_its_human_and_gpt_pairs_while_they_follow_one_another():
+    [entry], _ = sharegpt_entries([{"conversations": [
+        {"from": "system", "value": "s"}, {"from": "human", "value": "Q1"}, {"from": "gpt", "value": "A1"},
+        {"from": "human", "value": "Q2"}, {"from": "gpt", "value": "A2"}, {"from": "human", "value": "Q3"},
+        {"from": "human", "value": "Q3 again"}, {"from": "gpt", "value": "A3"}]}], "sg.json")
+    assert entry.turns == (("Q1", "A1"), ("Q2", "A2"))
+
+
+def multi_turn_file(path: Path, n: int = 12) -> list[list[tuple[str, str]]]:
+    rng = random.Random(9)
+    talks = [[(text(rng, rng.randint(10, 120)), text(rng, rng.randint(5, 60))) for _ in range(rng.randint(1, 5))]
+             for _ in range(n)]
+    path.write_text(json.dumps([{"conversations": [m for q, a in talk for m in
+                                                   ({"from": "human", "value": q}, {"from": "gpt", "value": a})]}
+                                for talk in talks]))
+    return talks
+
+
+def test_a_session_holds_a_datasets_conversations_turn_by_turn(sim_tiny, tmp_path):
+    talks = multi_turn_file(tmp_path / "multi.json")
+    out = tmp_path / "run"
+    r = llmload("run", "--host", sim_tiny.url, "--workload", "sessions", "--dataset", f"sharegpt:{tmp_path / 'multi.json'}",
+                "--system-prompt-tokens", "256", "--concurrency", "4", "--turns", "4", "--duration", "3s", "--out", out)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Dataset: sharegpt:multi.json: 12 conversations" in r.stdout
+    [cell] = [c for c in json.loads((out / "results.json").read_text())["cells"] if c["phase"] == "session"]
+    assert cell["status"] == "valid" and cell["errors"] == 0
+    records = [rec for rec in read_cell(out / cell["records_file"])[1] if rec.tag == "session" and rec.status == "ok"]
+    # each turn asks for a recorded answer of that turn's place in some conversation, exactly
+    answers_at = {k: {server_count(sim_tiny.url, talk[k][1]) for talk in talks if len(talk) > k} for k in range(4)}
+    assert all(rec.completion_tokens == rec.asked_output_tokens and rec.asked_output_tokens in answers_at[rec.turn - 1]
+               for rec in records)
+    assert max(rec.turn for rec in records) == 4 and any(rec.turn == 1 for rec in records)
+    # users holding the same conversation share the system prompt, not their turns
+    assert cell["cached_prompt_ratio"] < 0.9
+
+
+def test_a_jsonl_dataset_has_no_conversations_for_sessions(sim_tiny, tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_text(json.dumps({"prompt": "hello there", "output_tokens": 4}) + "\n")
+    r = llmload("run", "--host", sim_tiny.url, "--workload", "sessions", "--dataset", f"jsonl:{path}",
+                "--out", tmp_path / "out")
+    assert "no conversations (a JSONL dataset holds single prompts" in one_line_error(r)

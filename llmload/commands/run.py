@@ -162,8 +162,8 @@ def workload_checked(scenario):
     if (scenario.prompt_tokens or scenario.output_tokens) and scenario.workload not in ("rate", "sessions"):
         raise ValueError("--prompt-tokens and --output-tokens are for --workload rate and sessions (the matrix "
                          "keeps its fixed lengths; a trace has its own)")
-    if scenario.dataset and scenario.workload != "rate":
-        raise ValueError("--dataset is for --workload rate")
+    if scenario.dataset and scenario.workload not in ("rate", "sessions"):
+        raise ValueError("--dataset is for --workload rate and sessions")
     if scenario.dataset:
         if scenario.prompt_tokens or scenario.output_tokens:
             raise ValueError("--dataset gives the prompts and their answers' lengths: leave out "

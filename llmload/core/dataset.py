@@ -4,8 +4,9 @@ SPEC is one of
 - `sharegpt:PATH`: the ShareGPT JSON layout, a list of
   `{"conversations": [{"from": "human", "value": ...}, {"from": "gpt", "value": ...}, ...]}`:
   an entry is a conversation's first human turn (the prompt) and the gpt turn after it (the
-  answer: its length in the server's tokens is the request's output length). A conversation
-  without both is dropped (counted).
+  answer: its length in the server's tokens is the request's output length); its later
+  human/gpt pairs, while they follow one another, are a chat session's next turns. A
+  conversation without a human turn and its answer is dropped (counted).
 - `jsonl:PATH`: one `{"prompt": TEXT, "output_tokens": N}` per line (blank lines skipped).
 - `hf:NAME[:SPLIT]`: a Hugging Face dataset through the `datasets` package (the optional
   `hf` extra: `pip install 'llmload[hf]'`): NAME a directory written by `save_to_disk`, or a
@@ -45,6 +46,9 @@ class DatasetEntry:
     """The output length asked (JSONL); None: the answer's length, counted by the server."""
     answer: str | None = None
     """The recorded answer (ShareGPT), whose length in the server's tokens is the output length."""
+    turns: tuple[tuple[str, str], ...] = ()
+    """A conversation's (human turn, gpt answer) pairs in order, the first being prompt and
+    answer (ShareGPT; a chat session's turns); () for a JSONL entry."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,29 +77,43 @@ def dataset_label(spec: str) -> str:
     return f"{kind}:{os.path.basename(os.path.normpath(source))}"
 
 
-def _turns(conversation: Any) -> tuple[str, str] | None:
-    """(first human turn, the gpt turn after it), or None."""
+def _pair(turns: list, i: int) -> tuple[str, str] | None:
+    """(human text, gpt text) of turns i and i + 1, where they are that, else None."""
+    turn, nxt = turns[i], turns[i + 1]
+    if (isinstance(turn, dict) and isinstance(nxt, dict) and turn.get("from") == "human"
+            and nxt.get("from") == "gpt" and isinstance(turn.get("value"), str)
+            and isinstance(nxt.get("value"), str) and turn["value"].strip() and nxt["value"].strip()):
+        return turn["value"], nxt["value"]
+    return None
+
+
+def _turns(conversation: Any) -> tuple[tuple[str, str], ...]:
+    """The (human turn, the gpt answer after it) pairs of a conversation, from its first such
+    pair while they follow one another; () where it has none."""
     turns = conversation.get("conversations") if isinstance(conversation, dict) else None
     if not isinstance(turns, list):
-        return None
-    for i, turn in enumerate(turns[:-1]):
-        nxt = turns[i + 1]
-        if (isinstance(turn, dict) and isinstance(nxt, dict) and turn.get("from") == "human"
-                and nxt.get("from") == "gpt" and isinstance(turn.get("value"), str)
-                and isinstance(nxt.get("value"), str) and turn["value"].strip() and nxt["value"].strip()):
-            return turn["value"], nxt["value"]
-    return None
+        return ()
+    start = next((i for i in range(len(turns) - 1) if _pair(turns, i)), None)
+    if start is None:
+        return ()
+    pairs = []
+    for i in range(start, len(turns) - 1, 2):
+        pair = _pair(turns, i)
+        if pair is None:
+            break
+        pairs.append(pair)
+    return tuple(pairs)
 
 
 def sharegpt_entries(conversations: Iterable[Any], name: str) -> tuple[list[DatasetEntry], int]:
     """The entries of ShareGPT conversations, and how many were dropped."""
     entries, dropped = [], 0
     for n, conversation in enumerate(conversations, 1):
-        pair = _turns(conversation)
-        if pair is None:
+        pairs = _turns(conversation)
+        if not pairs:
             dropped += 1
             continue
-        entries.append(DatasetEntry(where=f"{name} entry {n}", prompt=pair[0], answer=pair[1]))
+        entries.append(DatasetEntry(where=f"{name} entry {n}", prompt=pairs[0][0], answer=pairs[0][1], turns=pairs))
     return entries, dropped
 
 

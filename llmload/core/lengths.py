@@ -141,8 +141,13 @@ def rate_lengths(sc: "Scenario", dataset=()) -> tuple[list[int], int, str | None
             f"{', '.join(drawn)} drawn per request, each clipped to the per-sequence limit" if drawn else None)
 
 
-def session_lengths(sc: "Scenario") -> tuple[int, int]:
-    """A session plan's new tokens a turn U and output tokens a turn M: the means of their
+def session_lengths(sc: "Scenario", conversations=()) -> tuple[int, int]:
+    """A session plan's new tokens a turn U and output tokens a turn M: the means of a
+    dataset's turns (`conversations`: (text, tokens, answer tokens) per turn), of their
     distributions where drawn (`--prompt-tokens`, `--output-tokens`), else as given."""
+    turns = [t for c in conversations for t in c]
+    if turns:
+        return (max(round(sum(t[1] for t in turns) / len(turns)), 1),
+                max(round(sum(t[2] for t in turns) / len(turns)), 1))
     return (max(round(parse_lengths(sc.prompt_tokens).mean), 1) if sc.prompt_tokens else sc.turn_tokens,
             max(round(parse_lengths(sc.output_tokens).mean), 1) if sc.output_tokens else sc.max_tokens)

@@ -108,6 +108,9 @@ class CellSpec(_Message):
     """Rate with a dataset: (prompt text, its tokens by the server's count, output tokens) per
     entry, in order; pacer i of P sends entry i + k·P at its k-th arrival (from the first
     again past the last)."""
+    conversations: tuple[tuple[tuple[str, int, int], ...], ...] = ()
+    """Session with a dataset: its conversations, each (user message, its tokens, the answer's
+    tokens) per turn (`llmload.loadgen.sessions`)."""
     seq_limit: int = 0
     """Rate: the server's per-sequence tokens, drawn lengths' ceiling (0: unknown)."""
     window_s: float = 0.0
@@ -128,8 +131,9 @@ class CellSpec(_Message):
     def from_wire(cls, data: dict[str, Any]) -> "CellSpec":
         trace = tuple((t, i, o, tuple(h), p) for t, i, o, h, p in data.get("trace") or ())
         dataset = tuple((p, i, o) for p, i, o in data.get("dataset") or ())
+        conversations = tuple(tuple((t, n, o) for t, n, o in c) for c in data.get("conversations") or ())
         return _from_fields(cls, {**data, "pool_ids": tuple(data.get("pool_ids") or ()), "trace": trace,
-                                  "dataset": dataset})
+                                  "dataset": dataset, "conversations": conversations})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

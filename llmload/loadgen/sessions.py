@@ -8,8 +8,10 @@ system prompt, every earlier user turn and the answer text that actually came ba
 asking for M tokens. Between an answer and the next turn the user thinks (`ThinkTime`, drawn
 from a random stream seeded by cell and user). After T turns, or a failed turn, a new
 conversation starts. Every turn's record has `turn=k` (1-based) and tag "session". With
-length distributions (`--prompt-tokens`, `--output-tokens`), each turn's U and M are drawn
-(`SessionPlan.lengths`) and a turn is cut to fit the server's context (`converse`).
+length distributions (`--prompt-tokens`, `--output-tokens`), each turn's U and M are drawn;
+with a dataset (`--dataset`), a conversation is one of its recorded ones, turn by turn, each
+answer asked for its recorded length (`SessionPlan.script`); a scripted turn is cut, or ends
+the conversation, to fit the server's context (`converse`).
 
 - In a cell (kind "session", run by `LLMUser._cell_steps`): the decode cell's protocol. Each
   user first sends the system prompt alone (max_tokens 1, tag "warmup": the shared prefix is
@@ -22,10 +24,12 @@ length distributions (`--prompt-tokens`, `--output-tokens`), each turn's U and M
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 import gevent
 
@@ -40,6 +44,15 @@ from llmload.loadgen.messages import CellSpec
 CHAT_PATH = "/v1/chat/completions"
 
 Messages = list[dict[str, str]]
+
+
+class Turn(NamedTuple):
+    """One scripted turn: its user message (None: made-up text of `new` tokens), its new
+    tokens and the answer's tokens to ask for."""
+
+    text: str | None
+    new: int
+    out: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -58,24 +71,36 @@ class SessionPlan:
     """Message text of about n tokens for a key."""
     body: Callable[[Messages, int], bytes]
     """The request body of a conversation asking for n output tokens."""
-    lengths: Callable[[str], Iterator[tuple[int, int]]] | None = None
-    """(new tokens U, output tokens M) of each turn of the conversation a key names, drawn
-    from its distributions (`core.lengths`); None: turn_tokens and max_tokens every turn."""
+    script: Callable[[str], Iterator[Turn]] | None = None
+    """The turns of the conversation a key names: drawn lengths (`core.lengths`) or a
+    dataset's conversation (`CellSpec.conversations`); None: turn_tokens and max_tokens
+    every turn, made-up text."""
     limit: int | None = None
-    """The server's per-sequence tokens: a drawn turn is cut to fit (`converse`)."""
+    """The server's per-sequence tokens: a scripted turn is cut to fit, or ends the
+    conversation (`converse`)."""
 
 
 def cell_plan(cell: CellSpec, text: Callable[[str, int], str]) -> SessionPlan:
     """The plan of a session cell; `text` makes its messages (`CellWorker.message_text`)."""
     caps = engine_caps(cell.engine)
-    lengths = None
-    if cell.prompt_lengths or cell.output_lengths:
-        new = parse_lengths(cell.prompt_lengths or str(cell.turn_tokens), flag="--prompt-tokens")
-        out = parse_lengths(cell.output_lengths or str(cell.max_tokens), flag="--output-tokens")
+    script = None
+    if cell.conversations:
+        def recorded(key: str) -> Iterator[Turn]:
+            # one of the dataset's conversations, its first message marked with the key: two
+            # users holding the same conversation share the system prompt, not the rest
+            pick = hashlib.sha256(f"{cell.seed}/{cell.name}/{key}".encode()).digest()
+            conversation = cell.conversations[int.from_bytes(pick[:8], "big") % len(cell.conversations)]
+            return (Turn(f"({key}) {text}" if k == 0 else text, new, out)
+                    for k, (text, new, out) in enumerate(conversation))
+        script = recorded
+    elif cell.prompt_lengths or cell.output_lengths:
+        new_dist = parse_lengths(cell.prompt_lengths or str(cell.turn_tokens), flag="--prompt-tokens")
+        out_dist = parse_lengths(cell.output_lengths or str(cell.max_tokens), flag="--output-tokens")
 
-        def drawn(key: str) -> Iterator[tuple[int, int]]:
-            return request_lengths(new, out, limit=cell.seq_limit or None, seed=f"{cell.seed}/{cell.name}/{key}")
-        lengths = drawn
+        def drawn(key: str) -> Iterator[Turn]:
+            return (Turn(None, new, out) for new, out in request_lengths(
+                new_dist, out_dist, limit=cell.seq_limit or None, seed=f"{cell.seed}/{cell.name}/{key}"))
+        script = drawn
 
     def body(messages: Messages, max_tokens: int) -> bytes:
         return request_body(caps, endpoint="chat", model=cell.model, messages=messages, max_tokens=max_tokens,
@@ -85,35 +110,38 @@ def cell_plan(cell: CellSpec, text: Callable[[str, int], str]) -> SessionPlan:
                                                                 cell.system_prompt_tokens),
                        turns=max(cell.turns, 1), turn_tokens=cell.turn_tokens, max_tokens=cell.max_tokens,
                        think=parse_think_time(cell.think_time), count_key=caps.count_key, text=text, body=body,
-                       lengths=lengths, limit=cell.seq_limit or None)
+                       script=script, limit=cell.seq_limit or None)
 
 
 TEMPLATE_ROOM = 16
-"""Tokens kept free for a chat template's tokens around a drawn turn (`converse`)."""
+"""Tokens kept free for a chat template's tokens around a scripted turn (`converse`)."""
 
 
 def converse(plan: SessionPlan, client: StreamingClient, *, user_id: str, key: str, rng: random.Random,
              publish: Callable[[RequestRecord, int], None], until_s: float | None = None,
              draw_key: str | None = None) -> RequestRecord | None:
     """One conversation of up to plan.turns turns; `key` is unique to the user and the
-    conversation, `draw_key` names its drawn lengths (the same every run; default `key`).
-    Stops at until_s (the request running then is cancelled, a think time ends there).
-    Returns the record that ended it early (an error or a cancel), else None. With drawn
-    lengths, a turn's new tokens are cut so the conversation so far (by the server's count),
-    the turn and its answer fit the limit; a turn that cannot fit ends the conversation."""
+    conversation, `draw_key` names its script (the same every run; default `key`). Stops at
+    until_s (the request running then is cancelled, a think time ends there). Returns the
+    record that ended it early (an error or a cancel), else None. A scripted turn must fit
+    the limit with the conversation so far (by the server's count) and its answer: a drawn
+    turn's new tokens are cut to fit; a turn that cannot fit (a dataset's text is not cut)
+    ends the conversation."""
     messages: Messages = [{"role": "system", "content": plan.system}]
-    turns = (plan.lengths(draw_key or key) if plan.lengths is not None
-             else itertools.repeat((plan.turn_tokens, plan.max_tokens)))
+    scripted = plan.script is not None
+    turns = (plan.script(draw_key or key) if scripted
+             else itertools.repeat(Turn(None, plan.turn_tokens, plan.max_tokens)))
     used = None
-    for turn, (new, out) in zip(range(1, plan.turns + 1), turns):
-        if plan.lengths is not None and plan.limit and used is not None:
-            new = min(new, plan.limit - used - out - TEMPLATE_ROOM)
-            if new < 1:
+    for turn, (text, new, out) in zip(range(1, plan.turns + 1), turns):
+        if scripted and plan.limit and used is not None:
+            room = plan.limit - used - out - TEMPLATE_ROOM
+            if (new if text is not None else 1) > room:
                 return None  # the conversation has reached the context
-        messages.append({"role": "user", "content": plan.text(f"{key}/{turn}", new)})
+            new = min(new, room)
+        messages.append({"role": "user", "content": text if text is not None else plan.text(f"{key}/{turn}", new)})
         record, answer = client.stream_answer(plan.path, plan.body(messages, out), user_id=user_id,
                                               tag="session", deadline_s=until_s, count_key=plan.count_key)
-        record = replace(record, turn=turn, asked_output_tokens=out if plan.lengths is not None else None)
+        record = replace(record, turn=turn, asked_output_tokens=out if scripted else None)
         if record.prompt_tokens is not None:
             used = record.prompt_tokens + (record.completion_tokens or record.output_tokens)
         publish(record, turn)

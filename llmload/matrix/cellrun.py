@@ -62,9 +62,9 @@ def cell_message(ctx: RunContext, planned: PlannedCell, cell_id: str, prompts, *
         text_tail=fit.tail if fit else -1)
     if planned.phase == "session":
         return replace(spec, system_prompt_tokens=planned.context_tokens, turns=planned.turns or sc.turns,
-                       turn_tokens=session_lengths(sc)[0], think_time=sc.think_time,
+                       turn_tokens=session_lengths(sc, ctx.conversations)[0], think_time=sc.think_time,
                        prompt_lengths=sc.prompt_tokens or "", output_lengths=sc.output_tokens or "",
-                       seed=sc.seed, seq_limit=ctx.info.max_model_len or 0)
+                       seed=sc.seed, seq_limit=ctx.info.max_model_len or 0, conversations=ctx.conversations)
     if planned.phase in ("rate", "replay"):
         window = cell_window_s(ctx, planned)
         spec = replace(spec, pacers=pacers, max_in_flight=sc.max_in_flight,

@@ -45,6 +45,9 @@ class RunContext:
     """Rate with --dataset: its entries to send, in order (`llmload.core.trace.TraceRequest`s
     with the prompt text and the server's counts), fitted to the server's context
     (`dataset_fit`)."""
+    conversations: tuple = ()
+    """Sessions with --dataset: the conversations to hold, each (user message, its tokens, the
+    answer's tokens) per turn (`llmload.matrix.datasetfit.fit_conversations`)."""
     dataset_fit: object | None = None
     """Rate with --dataset: the `llmload.core.trace.TraceFit` the entries above come from."""
     trace_fit: object | None = None

@@ -1,4 +1,5 @@
-"""A rate run's dataset fitted to the server before anything runs (`fit_dataset`).
+"""A dataset fitted to the server before anything runs (`fit_for_run`): a rate run's prompts
+(`fit_dataset`), a sessions run's conversations (`fit_conversations`).
 
 The entries are taken in a seeded shuffle (`dataset.dataset_order`, `--seed`), as many as
 the run's rate cells can send (their largest rate over the window, with room for Poisson's
@@ -12,6 +13,7 @@ words. Then they are read against the per-sequence limit like a trace's lines
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 from llmload.core.dataset import Dataset, DatasetError, dataset_order, load_dataset
 from llmload.core.scenario import Scenario
@@ -37,16 +39,75 @@ def fit_dataset(sc: Scenario, info: ServerInfo, api_key: str | None) -> tuple[Da
     count_prompt = prompt_counter(info, sc.endpoint, api_key)
     count_answer = answer_counter(info, api_key)
 
-    def counted(counter, text: str) -> int:
-        n = counter(text) if counter is not None else None
-        return n if n is not None and n > 0 else max(len(text.split()), 1)
     requests = []
     for i in order:
         entry = dataset.entries[i]
-        output = entry.output_tokens or counted(count_answer, entry.answer or "")
-        requests.append(TraceRequest(line=i + 1, t_s=0.0, input_tokens=counted(count_prompt, entry.prompt),
+        output = entry.output_tokens or _count(count_answer, entry.answer or "")
+        requests.append(TraceRequest(line=i + 1, t_s=0.0, input_tokens=_count(count_prompt, entry.prompt),
                                      output_tokens=output, prompt=entry.prompt))
     try:
         return dataset, fit_trace(tuple(requests), info.max_model_len, sc.over_context)
     except TraceError as exc:
         raise DatasetError(str(exc).replace("the trace's", f"the {dataset.label}'s")) from None
+
+
+MAX_CONVERSATIONS = 256
+"""The most conversations a sessions run takes from a dataset (its users pick among them)."""
+
+
+def fit_conversations(sc: Scenario, info: ServerInfo, api_key: str | None) -> tuple[Dataset, tuple, int]:
+    """(the dataset, its conversations for a sessions run, how many were left out because
+    their first turn cannot fit): up to MAX_CONVERSATIONS in the seeded order, each cut to
+    `--turns` turns of (user message, its tokens, the answer's tokens), counted by the server
+    as messages and generated tokens; DatasetError (one line) when none can be held."""
+    dataset = load_dataset(sc.dataset or "")
+    talks = [e.turns for e in dataset.entries if e.turns]
+    if not talks:
+        raise DatasetError(f"{dataset.label}: no conversations (a JSONL dataset holds single prompts; "
+                           "sessions need sharegpt or a Hugging Face dataset of conversations)")
+    count = answer_counter(info, api_key)
+    limit, system = info.max_model_len, max(sc.system_prompt_tokens)
+    kept, over = [], 0
+    for i in dataset_order(len(talks), sc.seed)[:MAX_CONVERSATIONS]:
+        turns = tuple((human, _count(count, human), _count(count, answer)) for human, answer in talks[i][:sc.turns])
+        first = turns[0]
+        if limit is not None and system + first[1] + first[2] + 16 > limit:
+            over += 1
+            continue
+        kept.append(turns)
+    if not kept:
+        raise DatasetError(f"none of {dataset.label}'s first turns fits the server's context ({limit:,} tokens "
+                           f"with the system prompt of {system:,})")
+    return dataset, tuple(kept), over
+
+
+def _count(counter, text: str) -> int:
+    """The server's count of a text (`counter`), or its words where it cannot count."""
+    n = counter(text) if counter is not None else None
+    return n if n is not None and n > 0 else max(len(text.split()), 1)
+
+
+def fit_for_run(sc: Scenario, info: ServerInfo, api_key: str | None,
+                echo: Callable[[str], None]) -> tuple[TraceFit | None, tuple]:
+    """A run's dataset, fitted and said in the terminal: (a rate run's fitted requests, a
+    sessions run's conversations); (None, ()) without --dataset. DatasetError (one line) when
+    none of it can be sent."""
+    if not sc.dataset or sc.workload not in ("rate", "sessions"):
+        return None, ()
+    if sc.workload == "rate":
+        dataset, fit = fit_dataset(sc, info, api_key)
+        dropped = (f" ({dataset.dropped:,} conversation(s) without a human turn and a gpt answer left out)"
+                   if dataset.dropped else "")
+        echo(f"Dataset: {dataset.label}: {len(dataset.entries):,} entries{dropped}; "
+             f"{fit.lines:,} taken (seed {sc.seed}), counted by the server")
+        if fit.notice(info.max_model_len):
+            echo("Dataset: " + fit.notice(info.max_model_len, whose="the", where="entries"))
+        return fit, ()
+    dataset, conversations, over = fit_conversations(sc, info, api_key)
+    turns = sum(len(c) for c in conversations)
+    left = (f"; {dataset.dropped:,} without a human turn and a gpt answer" if dataset.dropped else "") + (
+        f"; {over:,} whose first turn does not fit the context left out" if over else "")
+    echo(f"Dataset: {dataset.label}: {len(conversations):,} conversations of {turns / len(conversations):.1f} "
+         f"turns on average (seed {sc.seed}, at most {sc.turns} turns), counted by the server{left}")
+    return None, conversations
+

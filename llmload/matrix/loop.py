@@ -38,10 +38,10 @@ MAX_DEAD_CELLS = 2
 """Stop the run after this many consecutive cells in which every request failed."""
 
 
-def plan_for(sc: Scenario, info: ServerInfo, *, trace=(), dataset=()) -> list[PlannedCell]:
+def plan_for(sc: Scenario, info: ServerInfo, *, trace=(), dataset=(), conversations=()) -> list[PlannedCell]:
     """The scenario's plan from the server's limits: the matrix's (`capacity.plan_matrix`) or
     its workload's (`plan_sessions`, `plan_rates`, `plan_replay`; `trace` is the replay's,
-    `dataset` a rate run's fitted dataset requests).
+    `dataset` a rate run's fitted dataset requests, `conversations` a sessions run's).
     Without a cold warm-up to borrow (or with several samples wanted) prefill cells run on
     their own. A single cell's plan (the SLO search's) is the plan of a scenario with one
     value on each axis (`dataclasses.replace`)."""
@@ -49,7 +49,7 @@ def plan_for(sc: Scenario, info: ServerInfo, *, trace=(), dataset=()) -> list[Pl
                   max_model_len=info.max_model_len, max_sequences=info.max_sequences,
                   max_sequences_source=info.max_sequences_source if info.max_sequences else None)
     if sc.workload == "sessions":
-        turn_tokens, max_tokens = session_lengths(sc)
+        turn_tokens, max_tokens = session_lengths(sc, conversations)
         return plan_sessions(system_prompt_tokens=list(sc.system_prompt_tokens),
                              concurrency=list(sc.concurrency), turns=sc.turns,
                              turn_tokens=turn_tokens, max_tokens=max_tokens,
@@ -173,7 +173,8 @@ def _learn_limit(ctx: RunContext, writer, plan: list[PlannedCell], planned: Plan
     if learned is None:
         return None
     ctx.info = replace(ctx.info, max_sequences=learned.max_sequences, max_sequences_source=learned.source)
-    replanned = plan_for(ctx.scenario, ctx.info, trace=ctx.trace, dataset=ctx.dataset)
+    replanned = plan_for(ctx.scenario, ctx.info, trace=ctx.trace, dataset=ctx.dataset,
+                         conversations=ctx.conversations)
     server = {**writer.results.server, "max_sequences": learned.max_sequences,
               "max_sequences_source": learned.source}
     writer.update(server=server, plan=tuple(replanned))

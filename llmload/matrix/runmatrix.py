@@ -24,7 +24,7 @@ from llmload.io.probe import ServerInfo, build_prompts, probe_server
 from llmload.matrix.console import echo_plan, echo_prompts, echo_server
 from llmload.core.dataset import DatasetError
 from llmload.core.trace import TraceError, fit_trace
-from llmload.matrix.datasetfit import fit_dataset
+from llmload.matrix.datasetfit import fit_for_run
 from llmload.core.traceshape import scenario_trace
 from llmload.matrix.context import PlanRefused, RunContext
 from llmload.matrix.driver import LocustDriver
@@ -77,22 +77,15 @@ def _run_matrix(scenario: Scenario, *, api_key: str | None, run_dir, master_bind
                 raise PlanRefused(str(exc)) from None
             if fit.notice(info.max_model_len):
                 echo(f"Trace: {fit.notice(info.max_model_len)}")
-        dataset_fit = None
-        if scenario.dataset and scenario.workload == "rate":
-            try:
-                dataset, dataset_fit = fit_dataset(scenario, info, api_key)
-            except DatasetError as exc:  # no entry fits: bad input for this server, refused
-                raise PlanRefused(str(exc)) from None
-            dropped = (f" ({dataset.dropped:,} conversation(s) without a human turn and a gpt answer left out)"
-                       if dataset.dropped else "")
-            echo(f"Dataset: {dataset.label}: {len(dataset.entries):,} entries{dropped}; "
-                 f"{dataset_fit.lines:,} taken (seed {scenario.seed}), counted by the server")
-            if dataset_fit.notice(info.max_model_len):
-                echo("Dataset: " + dataset_fit.notice(info.max_model_len, whose="the", where="entries"))
+        try:
+            dataset_fit, conversations = fit_for_run(scenario, info, api_key, echo)
+        except DatasetError as exc:  # no entry fits: bad input for this server, refused
+            raise PlanRefused(str(exc)) from None
         ctx = RunContext(scenario=scenario, info=info, echo=echo, api_key=api_key,
                          trace=fit.requests if fit else (), trace_fit=fit,
-                         dataset=dataset_fit.requests if dataset_fit else (), dataset_fit=dataset_fit)
-        plan = plan_for(scenario, info, trace=ctx.trace, dataset=ctx.dataset)
+                         dataset=dataset_fit.requests if dataset_fit else (), dataset_fit=dataset_fit,
+                         conversations=conversations)
+        plan = plan_for(scenario, info, trace=ctx.trace, dataset=ctx.dataset, conversations=conversations)
         refuse_unfit(scenario, plan)
         # Text prompts are fitted to the server's count once per length; an over-capacity
         # cell can run later (a learned sequence limit re-plans it queued): its length too.

@@ -102,9 +102,13 @@ def workload_line(results: Results) -> str | None:
         parts = [("system prompt S", _list(config.get("system_prompt_tokens"), _tokens) + " tokens"),
                  ("users", _list(config.get("concurrency"))),
                  ("turns", config.get("turns")),
-                 ("new tokens a turn U", config.get("prompt_tokens") or config.get("turn_tokens")),
-                 ("output tokens a turn M", config.get("output_tokens") or config.get("max_tokens")),
-                 ("seed", config.get("seed") if config.get("prompt_tokens") or config.get("output_tokens") else None),
+                 ("conversations", config.get("dataset")),
+                 ("new tokens a turn U", None if config.get("dataset")
+                  else config.get("prompt_tokens") or config.get("turn_tokens")),
+                 ("output tokens a turn M", "each answer's length" if config.get("dataset")
+                  else config.get("output_tokens") or config.get("max_tokens")),
+                 ("seed", config.get("seed") if config.get("prompt_tokens") or config.get("output_tokens")
+                  or config.get("dataset") else None),
                  ("think time", _think(config.get("think_time")))]
     elif workload == "rate":
         drawn = config.get("prompt_tokens") or config.get("output_tokens") or config.get("dataset")
