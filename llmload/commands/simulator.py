@@ -56,8 +56,16 @@ def _echo_fit(result) -> None:
 
 @click.command()
 @click.argument("profile")
-@click.option("--contexts", required=True, help="Decode contexts, e.g. 0,16K,32K.")
-@click.option("--concurrency", required=True, help="Simultaneous requests, e.g. 1,2,4,8.")
+@click.option("--workload", type=click.Choice(["matrix", "rate"]), default="matrix", show_default=True,
+              help="The speed test matrix, or open-loop arrivals at --rates.")
+@click.option("--contexts", help="Decode contexts (rate: prompt lengths), e.g. 0,16K,32K.")
+@click.option("--concurrency", help="Matrix: simultaneous requests, e.g. 1,2,4,8.")
+@click.option("--rates", help="Rate: requests per second, e.g. 1,2,4.")
+@click.option("--arrivals", type=click.Choice(["poisson", "constant"]), help="Rate: arrivals (default poisson).")
+@click.option("--prompt-tokens", metavar="DIST", help="Rate: prompt lengths drawn from DIST, as for llmload run.")
+@click.option("--output-tokens", metavar="DIST", help="Rate: output lengths drawn from DIST, as for llmload run.")
+@click.option("--seed", type=int, help="Rate: the seed of drawn lengths and Poisson arrivals.")
+@click.option("--drain", help="Rate: how long after the window requests may finish (default: the window, at least 30 s).")
 @click.option("--prefill-contexts", default=None, help="Prefill contexts (default: the decode contexts above 0).")
 @click.option("--max-tokens", default="8192", show_default=True, help="Output tokens per request.")
 @click.option("--duration", default="30s", show_default=True, help="Window per decode cell (virtual time).")
@@ -67,9 +75,10 @@ def _echo_fit(result) -> None:
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
               help="Results directory (must not hold a run, as for llmload run).")
 @click.option("--force", is_flag=True, help="Replace the run that --out already holds.")
-def predict(profile, contexts, concurrency, prefill_contexts, max_tokens, duration, overrides, slo,
-            slo_search, out_dir, force) -> None:
-    """Predict a speed test matrix from a (fitted) simulator PROFILE, in virtual time."""
+def predict(profile, workload, contexts, concurrency, rates, arrivals, prompt_tokens, output_tokens, seed, drain,
+            prefill_contexts, max_tokens, duration, overrides, slo, slo_search, out_dir, force) -> None:
+    """Predict a speed test matrix, or a rate workload, from a (fitted) simulator PROFILE, in
+    virtual time."""
     import time
 
     from llmload.output.resultswriter import ResultsWriter
@@ -77,13 +86,19 @@ def predict(profile, contexts, concurrency, prefill_contexts, max_tokens, durati
     from llmload.output.terminal import echo_matrix
     from llmload.core.scenario import ScenarioError, resolve
     from llmload.sim.profiles import load_profile, parse_overrides
-    from llmload.twin.predict import predict_results
+    from llmload.output.recordstore import RECORDS_DIR, write_cell
+    from llmload.twin.predict import predict_rate_results, predict_results
+    if workload == "matrix" and (not contexts or not concurrency):
+        raise click.UsageError("the matrix needs --contexts and --concurrency")
+    if workload == "matrix" and any(v is not None for v in (rates, arrivals, prompt_tokens, output_tokens, drain)):
+        raise click.UsageError("--rates, --arrivals, --prompt-tokens, --output-tokens and --drain are for --workload rate")
     try:
         prof = load_profile(profile, parse_overrides(list(overrides)) or None)
-        cli = {"contexts": contexts, "concurrency": concurrency, "max_tokens": max_tokens,
-               "duration_s": duration, "slo": slo}
-        if prefill_contexts is not None:
-            cli["prefill_contexts"] = prefill_contexts
+        given = {"contexts": contexts, "concurrency": concurrency, "rates": rates, "arrivals": arrivals,
+                 "prompt_tokens": prompt_tokens, "output_tokens": output_tokens, "seed": seed, "drain_s": drain,
+                 "prefill_contexts": prefill_contexts}
+        cli = {"workload": workload, "max_tokens": max_tokens, "duration_s": duration, "slo": slo,
+               "sim_profile": profile, **{k: v for k, v in given.items() if v is not None}}
         sc = resolve(None, {}, cli)
     except (ScenarioError, ValueError, OSError) as exc:
         raise click.UsageError(str(exc)) from None
@@ -94,10 +109,15 @@ def predict(profile, contexts, concurrency, prefill_contexts, max_tokens, durati
     except RunDirError as exc:
         raise Refused(str(exc)) from None
     try:
-        results = predict_results(prof, contexts=sc.contexts, prefill_contexts=prefill,
-                                  concurrency=sc.concurrency, max_tokens=sc.max_tokens,
-                                  duration_s=sc.duration_s, slo=sc.slo, slo_search=slo_search,
-                                  profile_source=profile)
+        if workload == "rate":
+            def keep(planned, records, facts) -> str:
+                return f"{RECORDS_DIR}/{write_cell(out_dir, planned, records, facts).name}"
+            results = predict_rate_results(prof, sc, slo_search=slo_search, keep=keep)
+        else:
+            results = predict_results(prof, contexts=sc.contexts, prefill_contexts=prefill,
+                                      concurrency=sc.concurrency, max_tokens=sc.max_tokens,
+                                      duration_s=sc.duration_s, slo=sc.slo, slo_search=slo_search,
+                                      profile_source=profile)
         writer = ResultsWriter(out_dir)
         writer.start(results)
         writer.finish(finished_at=results.finished_at)

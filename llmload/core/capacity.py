@@ -43,6 +43,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from llmload.core.trace import TraceRequest, trace_duration_s
+from llmload.core.units import format_tokens
 from llmload.core.workloads import first_turn_over, session_prompt_tokens
 
 
@@ -85,6 +86,17 @@ class PlannedCell:
     @property
     def runs(self) -> bool:
         return self.status in RUN_STATUSES
+
+    @property
+    def name(self) -> str:
+        """The cell's request name in Locust's tables (and the seed of its drawn lengths)."""
+        if self.phase == "session":
+            return f"S {format_tokens(self.context_tokens)} x{self.concurrency}"
+        if self.phase == "rate":
+            return f"{format_tokens(self.context_tokens)} @{self.rate_rps:g}/s"
+        if self.phase == "replay":
+            return "trace"
+        return f"{format_tokens(self.context_tokens)} x{self.concurrency}"
 
     @property
     def key(self) -> tuple:

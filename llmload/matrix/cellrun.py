@@ -18,15 +18,14 @@ from dataclasses import replace
 
 import gevent
 
-from llmload.core.dataset import dataset_label
-from llmload.core.lengths import session_lengths
 from llmload.core.capacity import PlannedCell
 from llmload.core.cellfacts import CellFacts
 from llmload.core.clock import now
+from llmload.core.dataset import dataset_label
 from llmload.core.engines import ENDPOINT_PATHS
+from llmload.core.lengths import session_lengths
 from llmload.core.records import RequestRecord
 from llmload.core.tracestats import hit_ratio
-from llmload.core.units import format_tokens
 from llmload.core.workloads import arrival_offsets, drain_s, pacer_seed, parse_think_time
 from llmload.loadgen.messages import CellSpec, Collect, Go
 from llmload.matrix.context import RunContext, WorkerLost
@@ -51,7 +50,7 @@ def cell_message(ctx: RunContext, planned: PlannedCell, cell_id: str, prompts, *
     fit = prompts.fit_for(planned.prompt_tokens)
     spec = CellSpec(
         id=cell_id, run_id=ctx.run_id, kind=planned.phase,
-        name=planned_name(planned),
+        name=planned.name,
         context=planned.context_tokens, prompt_tokens=planned.prompt_tokens,
         concurrency=planned.concurrency, max_tokens=planned.max_tokens,
         endpoint=sc.endpoint, path=ENDPOINT_PATHS[sc.endpoint], model=ctx.info.model,
@@ -81,17 +80,6 @@ def cell_message(ctx: RunContext, planned: PlannedCell, cell_id: str, prompts, *
             ((r.t_s - first) / sc.speedup, r.input_tokens, r.output_tokens, r.hash_ids, r.prompt or "")
             for r in ctx.trace))
     return spec
-
-
-def planned_name(planned: PlannedCell) -> str:
-    """The cell's request name in Locust's tables."""
-    if planned.phase == "session":
-        return f"S {format_tokens(planned.context_tokens)} x{planned.concurrency}"
-    if planned.phase == "rate":
-        return f"{format_tokens(planned.context_tokens)} @{planned.rate_rps:g}/s"
-    if planned.phase == "replay":
-        return "trace"
-    return f"{format_tokens(planned.context_tokens)} x{planned.concurrency}"
 
 
 REPLAY_TAIL_S = 0.001

@@ -1,4 +1,5 @@
-"""A fitted twin of a measured server: predict the cells of a matrix in virtual time.
+"""A fitted twin of a measured server: predict the cells of a matrix, or a rate workload's,
+in virtual time.
 
 Pure apart from the results files the CLI reads and writes (no sockets, no sleeping): the
 simulator's engine model runs in virtual time (`llmload.sim.virtual`), and every figure of a
@@ -10,7 +11,9 @@ planner), run each cell the way the runner does (warm-up, N requests at once fro
 closed loop, cancelled at the window's end) in virtual time, and give the run's `Results`
 (`llmload.core.runresults.new_results`) with provenance "predicted"; with an SLO search, the
 bisection is the run's own (`llmload.core.slosearch`), each level a predicted cell, unbounded
-(it ends when the two levels are adjacent).
+(it ends when the two levels are adjacent). A rate workload (`predict_rate_results`): the
+run's rate plan, each cell the pacer's arrivals and lengths sent on time (`virtual_rate`),
+and the run's rate bisection.
 
 The seed page as results (`seed_results`) lets `llmload fit` take the page itself as data.
 """
@@ -18,17 +21,21 @@ The seed page as results (`seed_results`) lets `llmload fit` take the page itsel
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 from array import array
 from collections.abc import Callable, Mapping, Sequence
 
-from llmload.core.capacity import PlannedCell, plan_matrix
+from llmload.core.capacity import PlannedCell, plan_matrix, plan_rates
 from llmload.core.cellfacts import CellFacts, ServerSample
 from llmload.core.cellresult import CellResult
 from llmload.core.cells import assemble_cell, not_run_cell
+from llmload.core.lengths import parse_lengths, rate_lengths, request_lengths
 from llmload.core.records import RequestRecord
 from llmload.core.runresults import DEFINITIONS, Results, new_results, utc_now_iso
-from llmload.core.slosearch import SearchLevel, slo_search
+from llmload.core.scenario import Scenario
+from llmload.core.slosearch import RateLevel, SearchLevel, rate_search, slo_search
+from llmload.core.workloads import arrival_offsets, drain_s, pacer_seed
 from llmload.sim.calibration import unique_prompt
 from llmload.sim.engine import EngineRequest
 from llmload.sim.profiles import Profile
@@ -112,13 +119,68 @@ def virtual_decode(profile: Profile, *, prompt_tokens: int, concurrency: int, ma
     return records, facts
 
 
+RATE_T0_S = 1.0
+"""Virtual time of a rate cell's t0 (an idle server before it)."""
+
+
+def virtual_rate(profile: Profile, planned: PlannedCell, sc: Scenario, *, cell_id: str
+                 ) -> tuple[list[RequestRecord], CellFacts]:
+    """A rate cell in virtual time, as the run's pacer sends it: the same arrivals (one
+    pacer, `workloads.arrival_offsets` seeded as the run seeds them), the same lengths (the
+    cell's, or drawn as the run draws them: `lengths.request_lengths`), every request on
+    time and cold, run until the drain's end; the in-flight cap is not modelled (a virtual
+    sender never waits for it)."""
+    window, rate = sc.duration_s, planned.rate_rps or 0.0
+    drain = drain_s("rate", window, sc.drain_s)
+    offsets = arrival_offsets(rate, window, sc.arrivals, index=0, pacers=1, seed=pacer_seed("predicted", cell_id, 0))
+    if sc.prompt_tokens or sc.output_tokens:
+        lengths = request_lengths(parse_lengths(sc.prompt_tokens or str(planned.prompt_tokens)),
+                                  parse_lengths(sc.output_tokens or str(planned.max_tokens)),
+                                  limit=profile.max_model_len, seed=f"{sc.seed}/{planned.name}/p0")
+    else:
+        lengths = itertools.repeat((planned.prompt_tokens, planned.max_tokens))
+    run = VirtualRun(profile)
+    t0, t1 = RATE_T0_S, RATE_T0_S + window
+    asked = {}
+    for k, (offset, (p, m)) in enumerate(zip(offsets, lengths)):
+        run.submit(EngineRequest(request_id=f"r{k}-{k}", prompt_ids=unique_prompt(profile, 10_000 + k, p),
+                                 num_output_tokens=m), t0 + offset)
+        asked[f"r{k}-{k}"] = (p, m)
+    waits: list[tuple[float, float]] = []
+    poll = t0 + WAIT_POLL_S / 2
+    while poll < t1:
+        run.run_until(poll)
+        waits.append((poll, float(run.engine.stats().num_waiting)))
+        poll += WAIT_POLL_S
+    run.run_until(t1 + drain)
+    run.abort_all()
+    records = [dataclasses.replace(_record(trace, tag="rate", prompt_tokens=asked[rid][0], t1=t1 + drain),
+                                   scheduled_s=trace.send_s, cap_wait=False, asked_prompt_tokens=asked[rid][0],
+                                   asked_output_tokens=asked[rid][1])
+               for rid, trace in run.traces.items()]
+    facts = CellFacts(t0_s=t0, t1_s=t1, waiting_samples=tuple(waits), arrivals=sc.arrivals,
+                      in_flight_cap=sc.max_in_flight, requests_scheduled=len(offsets), drain_s=drain,
+                      prompt_lengths=sc.prompt_tokens, output_lengths=sc.output_tokens,
+                      slo=dict(sc.slo) if sc.slo else None)
+    return records, facts
+
+
+Keep = Callable[[PlannedCell, list[RequestRecord], CellFacts], str]
+"""Writes a predicted cell's records (as the run's `recordstore.write_cell`) and gives the
+cell's records_file."""
+
+
 def predict_cell(profile: Profile, planned: PlannedCell, *, window_s: float,
-                 slo: Mapping[str, float] | None = None) -> CellResult:
-    """The cell the runner would have written for `planned`, in virtual time."""
+                 slo: Mapping[str, float] | None = None, sc: Scenario | None = None,
+                 cell_id: str = "c", keep: Keep | None = None) -> CellResult:
+    """The cell the runner would have written for `planned`, in virtual time (a rate cell
+    needs the scenario `sc`); with `keep`, its records kept as a run keeps them."""
     # The cells are the runner's own: the one assembly function (llmload.core.cells).
     if not planned.runs:
         return not_run_cell(planned)
-    if planned.phase == "prefill":
+    if planned.phase == "rate":
+        records, facts = virtual_rate(profile, planned, sc, cell_id=cell_id)
+    elif planned.phase == "prefill":
         records = virtual_prefill(profile, planned.prompt_tokens)
         facts = CellFacts(prefill_source=planned.prefill_source or "standalone")
     else:
@@ -126,7 +188,8 @@ def predict_cell(profile: Profile, planned: PlannedCell, *, window_s: float,
                                         concurrency=planned.concurrency, max_tokens=planned.max_tokens,
                                         window_s=window_s)
         facts = dataclasses.replace(facts, slo=dict(slo) if slo else None)
-    return assemble_cell(planned, records, facts)
+    cell = assemble_cell(planned, records, facts)
+    return dataclasses.replace(cell, records_file=keep(planned, records, facts)) if keep is not None else cell
 
 
 def plan_for(profile: Profile, *, contexts: Sequence[int], prefill_contexts: Sequence[int],
@@ -143,7 +206,6 @@ def predict_results(profile: Profile, *, contexts: Sequence[int], prefill_contex
                     profile_source: str | None = None,
                     on_cell: Callable[[CellResult], None] | None = None) -> Results:
     """The results predicted for the matrix (`on_cell`: each cell as it is predicted)."""
-    from llmload.core.scenario import Scenario
     plan = plan_for(profile, contexts=contexts, prefill_contexts=prefill_contexts,
                     concurrency=concurrency, max_tokens=max_tokens)
     scenario = Scenario(name="predicted", sim_profile=profile_source or profile.name,
@@ -160,6 +222,39 @@ def predict_results(profile: Profile, *, contexts: Sequence[int], prefill_contex
     if slo and slo_search:
         cells += _slo_search(profile, cells, contexts=contexts, max_tokens=max_tokens,
                              duration_s=duration_s, slo=slo, on_cell=on_cell)
+    return _predicted(profile, scenario, plan, cells, started)
+
+
+def predict_rate_results(profile: Profile, sc: Scenario, *, slo_search: bool = False, keep: Keep | None = None,
+                         on_cell: Callable[[CellResult], None] | None = None) -> Results:
+    """The results predicted for a rate workload (`sc`: its rates, arrivals, contexts or
+    length distributions, window, drain, SLO), planned as the run plans it; with an SLO
+    search, the run's rate bisection (`slosearch.rate_search`), unbounded."""
+    contexts, max_tokens, varied = rate_lengths(sc)
+    plan = plan_rates(contexts=contexts, rates=list(sc.rates), max_tokens=max_tokens,
+                      max_model_len=profile.max_model_len, varied=varied)
+    started = utc_now_iso()
+    cells: list[CellResult] = []
+
+    def predicted(planned: PlannedCell, cell_id: str) -> CellResult:
+        cell = predict_cell(profile, planned, window_s=sc.duration_s, slo=sc.slo, sc=sc, cell_id=cell_id, keep=keep)
+        if on_cell is not None:
+            on_cell(cell)
+        return cell
+    cells = [predicted(planned, f"c{i + 1}") for i, planned in enumerate(plan)]
+    if sc.slo and slo_search:
+        def measure(level: RateLevel) -> CellResult:
+            [planned] = plan_rates(contexts=[level.context_tokens], rates=[level.rate_rps], max_tokens=max_tokens,
+                                   max_model_len=profile.max_model_len, varied=varied)
+            cell = predicted(planned, f"s{level.context_tokens}-{level.rate_rps:g}")
+            return dataclasses.replace(cell, slo=dataclasses.replace(cell.slo, slo_search=True))
+        cells += rate_search(sorted({c.context_tokens for c in cells}), cells, sc.slo, measure)
+    return _predicted(profile, sc, plan, cells, started)
+
+
+def _predicted(profile: Profile, scenario: Scenario, plan: list[PlannedCell], cells: list[CellResult],
+               started: str | None) -> Results:
+    """A predicted run's results: provenance "predicted", the profile as the server."""
     return new_results(
         provenance="predicted", started_at=started, finished_at=utc_now_iso(), status="complete",
         sim_profile=profile.name, predicted_from=profile.fitted_from or None, config=scenario.to_dict(),
