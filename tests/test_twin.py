@@ -139,3 +139,34 @@ def test_fit_in_virtual_time_recovers_the_profile():
         for figure, rel in (("total_tok_s", 0.02), ("tbt_ms", 0.02), ("ttft_ms", 0.15)):
             if w[figure] is not None:
                 assert got[key][figure] == pytest.approx(w[figure], rel=rel), (key, figure)
+
+
+RATE_ARGS = ["--workload", "rate", "--contexts", "512", "--rates", "2,5,12", "--arrivals", "constant",
+             "--max-tokens", "64", "--duration", "4s"]
+"""Rate cells on the server the fit does not know: about 8 requests/s of 512 + 64 tokens is
+its capacity, so two rates below it and one above (its queue grows through the window)."""
+
+
+def test_a_fitted_twin_predicts_rate_cells_below_and_above_capacity(runs, sims, tmp_path):
+    from llmload.core.scenario import Scenario
+    from llmload.twin.predict import predict_rate_results
+    sim = sims("tiny", **UNKNOWN)
+    ran = llmload("run", "--host", sim.url, *RATE_ARGS, "--out", str(tmp_path / "ran"))
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    measured = {c["rate_rps"]: c for c in json.loads((tmp_path / "ran" / "results.json").read_text())["cells"]
+                if c["phase"] == "rate"}
+    fit = fit_profile(load_results(runs / "fitted"), base=load_profile("tiny"), source=str(runs / "fitted"))
+    sc = Scenario(workload="rate", contexts=(512,), rates=(2.0, 5.0, 12.0), arrivals="constant", max_tokens=64,
+                  duration_s=4.0)
+    predicted = {c["rate_rps"]: c for c in results_to_dict(predict_rate_results(fit.profile, sc))["cells"]}
+    assert sorted(predicted) == sorted(measured) == [2.0, 5.0, 12.0]
+    errors = {}
+    for rate, m in measured.items():
+        p = predicted[rate]
+        assert p["requests_scheduled"] == m["requests_scheduled"]
+        errors[rate] = {f: p[f] / m[f] - 1 for f in ("achieved_rate_rps", "ttft_ms", "ttft_p99_ms", "e2e_ms")}
+    print("rate cells, predicted / measured - 1:", errors)
+    for rate, e in errors.items():  # measured here: within 0.1%, 2.2%, 3.2% and 1.3% (docs/capacity.md)
+        assert abs(e["achieved_rate_rps"]) <= 0.03, (rate, e)
+        assert abs(e["ttft_ms"]) <= 0.10 and abs(e["e2e_ms"]) <= 0.10, (rate, e)
+        assert abs(e["ttft_p99_ms"]) <= 0.25, (rate, e)

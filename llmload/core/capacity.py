@@ -30,11 +30,9 @@ The other workloads (`llmload.core.workloads`) have plans of their own:
   that runs: each session holds prompt + M − 1 tokens, and where prefix caching is on the
   shared system prompt's full blocks (S // block_size; S tokens when the block size is
   unknown) are held once, not per session; then the rules above (over_capacity, queued, run).
-- rates (`plan_rates`, a cell per context C and rate R, concurrency 0): exceeds_context
-  where C + M exceeds the limit, else run: an open loop's requests in flight are not known
-  before it runs.
-- replay (`plan_replay`): one cell for the whole trace, at its longest input; it runs even
-  where requests exceed the context (they are sent, and the server's refusal is measured).
+- rates (`plan_rates`, a cell per context C and rate R, concurrency 0): exceeds_context where
+  C + M exceeds the limit, else run (requests in flight are not known before an open loop runs).
+- replay (`plan_replay`): one cell for the whole trace (fitted first: `trace.fit_trace`).
 """
 
 from __future__ import annotations
@@ -90,13 +88,10 @@ class PlannedCell:
     @property
     def name(self) -> str:
         """The cell's request name in Locust's tables (and the seed of its drawn lengths)."""
-        if self.phase == "session":
-            return f"S {format_tokens(self.context_tokens)} x{self.concurrency}"
+        c = format_tokens(self.context_tokens)
         if self.phase == "rate":
-            return f"{format_tokens(self.context_tokens)} @{self.rate_rps:g}/s"
-        if self.phase == "replay":
-            return "trace"
-        return f"{format_tokens(self.context_tokens)} x{self.concurrency}"
+            return f"{c} @{self.rate_rps:g}/s"
+        return {"session": f"S {c} x{self.concurrency}", "replay": "trace"}.get(self.phase, f"{c} x{self.concurrency}")
 
     @property
     def key(self) -> tuple:
@@ -289,9 +284,8 @@ def plan_rates(*, contexts: Sequence[int], rates: Sequence[float], max_tokens: i
                min_prompt_tokens: int = 1, varied: str | None = None) -> list[PlannedCell]:
     """The rate cells, by context ascending then rate ascending: exceeds_context where the
     prompt and M exceed the per-sequence limit, else run (the KV cache is not planned: an open
-    loop's requests in flight are not known before it runs). `varied` says where lengths
-    vary per request (drawn from a distribution, or a dataset's): the context and M given are
-    then their means, and every request is fitted to the limit on its own."""
+    loop's requests in flight are not known before it runs). `varied` says where lengths vary
+    per request (drawn, or a dataset's): the context and M given are their means."""
     if any(not r > 0 for r in rates):
         raise ValueError(f"rates must be above 0 requests/s: {sorted(rates)}")
     _check_inputs(contexts, [1], max_tokens)
@@ -314,9 +308,8 @@ def plan_rates(*, contexts: Sequence[int], rates: Sequence[float], max_tokens: i
 
 def plan_replay(*, requests: Sequence[TraceRequest], max_model_len: int | None, speedup: float = 1.0,
                 min_prompt_tokens: int = 1) -> list[PlannedCell]:
-    """The replay cell: the whole trace, context the longest input (a request whose prompt is
-    text counts 0: the server counts it), run whatever exceeds the context (every request is
-    sent: the server's refusal is measured)."""
+    """The replay cell: the whole trace (as fitted), context the longest input (a text prompt
+    counts 0: the server counts it); it runs, what exceeds the context sent all the same."""
     if not requests:
         raise ValueError("a trace to replay has at least one request")
     longest = max(r.input_tokens for r in requests)
