@@ -128,28 +128,30 @@ class RateLevel:
     """The first measured rate failing it."""
 
 
-def next_rate(cap: RateCapacity, *, tried: Iterable[float] = ()) -> float | None:
+def next_rate(cap: RateCapacity, *, tried: Iterable[float] = (), ratio: float = RATE_SEARCH_RATIO) -> float | None:
     """The midpoint of the passing and the first failing rate; None when the failing one is
-    within RATE_SEARCH_RATIO of the passing one, or there is nothing to bisect."""
+    within `ratio` of the passing one, or there is nothing to bisect."""
     if cap.first_failing_rps is None or not cap.max_rate_rps:
         return None
     lo, hi = cap.max_rate_rps, cap.first_failing_rps
-    if hi <= lo * RATE_SEARCH_RATIO:
+    if hi <= lo * ratio:
         return None
     mid = round((lo + hi) / 2, 6)
     return None if mid in set(tried) or not lo < mid < hi else mid
 
 
 def rate_search(contexts: Iterable[int], cells: Sequence[CellResult], slo: Mapping[str, float],
-                measure: Callable[[RateLevel], CellResult], *, max_cells: int | None = None) -> list[CellResult]:
+                measure: Callable[[RateLevel], CellResult], *, max_cells: int | None = None,
+                ratio: float = RATE_SEARCH_RATIO) -> list[CellResult]:
     """The rate cells the bisection measured (`measure` of each level), in the order
-    measured, starting from the run's `cells`; at most `max_cells` per context."""
+    measured, starting from the run's `cells`; at most `max_cells` per context; it stops
+    where the failing rate is within `ratio` of the passing one."""
     found: list[CellResult] = []
     for context in contexts:
         tried: set[float] = set()
         while max_cells is None or len(tried) < max_cells:
             caps = max_rate_meeting([c for c in (*cells, *found) if c.context_tokens == context], slo)
-            rate = next_rate(caps[0], tried=tried) if caps else None
+            rate = next_rate(caps[0], tried=tried, ratio=ratio) if caps else None
             if rate is None:
                 break
             tried.add(rate)

@@ -119,6 +119,9 @@ def virtual_decode(profile: Profile, *, prompt_tokens: int, concurrency: int, ma
     return records, facts
 
 
+PREDICTED_RATE_RATIO = 1.05
+"""A predicted rate bisection goes on until the failing rate is within 5% of the passing one
+(virtual time is cheap; a run stops at `slosearch.RATE_SEARCH_RATIO`)."""
 RATE_T0_S = 1.0
 """Virtual time of a rate cell's t0 (an idle server before it)."""
 
@@ -248,7 +251,8 @@ def predict_rate_results(profile: Profile, sc: Scenario, *, slo_search: bool = F
                                    max_model_len=profile.max_model_len, varied=varied)
             cell = predicted(planned, f"s{level.context_tokens}-{level.rate_rps:g}")
             return dataclasses.replace(cell, slo=dataclasses.replace(cell.slo, slo_search=True))
-        cells += rate_search(sorted({c.context_tokens for c in cells}), cells, sc.slo, measure)
+        cells += rate_search(sorted({c.context_tokens for c in cells}), cells, sc.slo, measure,
+                             ratio=PREDICTED_RATE_RATIO)
     return _predicted(profile, sc, plan, cells, started)
 
 
