@@ -123,6 +123,18 @@ def request_lengths(prompt: LengthDist, output: LengthDist, *, limit: int | None
         yield max(1, min(p, top - m)), m
 
 
+def drawn_lengths(prompt: str | None, output: str | None, *, prompt_tokens: int, max_tokens: int,
+                  limit: int | None, seed: str) -> Iterator[tuple[int, int]] | None:
+    """The (prompt, output) lengths a stream of requests (a rate pacer's, a session's turns)
+    draws from the distributions `prompt` and `output` (DIST text; an empty one: the fixed
+    `prompt_tokens` or `max_tokens`), by `request_lengths`; None where neither is drawn."""
+    if not prompt and not output:
+        return None
+    return request_lengths(parse_lengths(prompt or str(prompt_tokens), flag="--prompt-tokens"),
+                           parse_lengths(output or str(max_tokens), flag="--output-tokens"),
+                           limit=limit, seed=seed)
+
+
 def rate_lengths(sc: "Scenario", dataset=()) -> tuple[list[int], int, str | None]:
     """A rate plan's contexts and M, and where lengths vary per request: a dataset's prompts
     (`dataset`: its fitted requests; their mean lengths), or lengths drawn from

@@ -174,13 +174,14 @@ class TraceFit:
                 f"({limit:,} tokens, prompt + output) and are {what}: {where} {lines}")
 
 
-def fit_trace(requests: tuple[TraceRequest, ...], limit: int | None, mode: str) -> TraceFit:
+def fit_trace(requests: tuple[TraceRequest, ...], limit: int | None, mode: str, *,
+              whose: str = "the trace's") -> TraceFit:
     """The trace against a per-sequence limit of `limit` tokens (prompt + output; None:
     unknown, nothing checked). A line over it is skipped, clipped (its prompt cut to
     limit − output tokens, the leading hash blocks that hold them kept; skipped when the
     output alone reaches the limit) or sent, by `mode`. A text prompt (the plain format's
     `prompt`) has no count before the server's: it is never over. TraceError when no
-    request is left to send."""
+    request is left to send, naming the requests `whose` they are (a dataset's, too)."""
     if limit is None:
         return TraceFit(requests=requests, lines=len(requests), over=(), skipped=0, clipped=0, mode=mode)
     keep: list[TraceRequest] = []
@@ -201,7 +202,7 @@ def fit_trace(requests: tuple[TraceRequest, ...], limit: int | None, mode: str) 
             skipped += 1
     if not keep:
         shortest = min(r.input_tokens + r.output_tokens for r in requests)
-        raise TraceError(f"none of the trace's {len(requests):,} requests fits the server's context "
+        raise TraceError(f"none of {whose} {len(requests):,} requests fits the server's context "
                          f"({limit:,} tokens, prompt + output): the shortest needs {shortest:,}")
     return TraceFit(requests=tuple(keep), lines=len(requests), over=tuple(over), skipped=skipped,
                     clipped=clipped, mode=mode)

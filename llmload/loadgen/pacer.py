@@ -40,7 +40,7 @@ from locust.runners import WorkerRunner
 
 from llmload.core.clock import now
 from llmload.core.engines import engine_caps, request_body
-from llmload.core.lengths import parse_lengths, request_lengths
+from llmload.core.lengths import drawn_lengths
 from llmload.core.records import RequestRecord
 from llmload.core.trace import MOONCAKE_BLOCK_TOKENS
 from llmload.core.workloads import ARRIVALS, DEFAULT_MAX_IN_FLIGHT, arrival_offsets, pacer_seed
@@ -211,14 +211,13 @@ def rate_sends(cells, cell: CellSpec, index: int, pacers: int) -> Iterator[Send]
                               seed=pacer_seed(cell.run_id, cell.id, index))
     caps = engine_caps(cell.engine)
     drawn = None
+    lengths = drawn_lengths(cell.prompt_lengths, cell.output_lengths, prompt_tokens=cell.prompt_tokens,
+                            max_tokens=cell.max_tokens, limit=cell.seq_limit or None,
+                            seed=f"{cell.seed}/{cell.name}/p{index}")
     if cell.dataset:
         entries = cell.dataset
         drawn = (entries[(index + k * pacers) % len(entries)] for k in itertools.count())
-    elif cell.prompt_lengths or cell.output_lengths:
-        prompt = parse_lengths(cell.prompt_lengths or str(cell.prompt_tokens), flag="--prompt-tokens")
-        output = parse_lengths(cell.output_lengths or str(cell.max_tokens), flag="--output-tokens")
-        lengths = request_lengths(prompt, output, limit=cell.seq_limit or None,
-                                  seed=f"{cell.seed}/{cell.name}/p{index}")
+    elif lengths is not None:
         builder = cells.prompt_builder(cell)
         drawn = ((builder.prompt(f"{cell.run_id}/{cell.id}/p{index}/{k}", p), p, m)
                  for k, (p, m) in enumerate(lengths))

@@ -35,7 +35,7 @@ import gevent
 
 from llmload.core.clock import now
 from llmload.core.engines import engine_caps, request_body
-from llmload.core.lengths import parse_lengths, request_lengths
+from llmload.core.lengths import drawn_lengths
 from llmload.core.records import RequestRecord
 from llmload.core.workloads import ThinkTime, parse_think_time
 from llmload.io.client import StreamingClient
@@ -94,12 +94,10 @@ def cell_plan(cell: CellSpec, text: Callable[[str, int], str]) -> SessionPlan:
                     for k, (text, new, out) in enumerate(conversation))
         script = recorded
     elif cell.prompt_lengths or cell.output_lengths:
-        new_dist = parse_lengths(cell.prompt_lengths or str(cell.turn_tokens), flag="--prompt-tokens")
-        out_dist = parse_lengths(cell.output_lengths or str(cell.max_tokens), flag="--output-tokens")
-
         def drawn(key: str) -> Iterator[Turn]:
-            return (Turn(None, new, out) for new, out in request_lengths(
-                new_dist, out_dist, limit=cell.seq_limit or None, seed=f"{cell.seed}/{cell.name}/{key}"))
+            return (Turn(None, new, out) for new, out in drawn_lengths(
+                cell.prompt_lengths, cell.output_lengths, prompt_tokens=cell.turn_tokens, max_tokens=cell.max_tokens,
+                limit=cell.seq_limit or None, seed=f"{cell.seed}/{cell.name}/{key}"))
         script = drawn
 
     def body(messages: Messages, max_tokens: int) -> bytes:

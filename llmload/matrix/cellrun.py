@@ -59,19 +59,19 @@ def cell_message(ctx: RunContext, planned: PlannedCell, cell_id: str, prompts, *
         pool_ids=tuple(prompts.pool_ids), tokens_per_word=prompts.tokens_per_word,
         overhead_tokens=prompts.overhead_tokens, text_words=fit.words if fit else 0,
         text_tail=fit.tail if fit else -1)
+    if planned.phase in ("session", "rate"):  # lengths drawn per request or turn, and their bounds
+        spec = replace(spec, prompt_lengths=sc.prompt_tokens or "", output_lengths=sc.output_tokens or "",
+                       seed=sc.seed, seq_limit=ctx.info.max_model_len or 0)
     if planned.phase == "session":
         return replace(spec, system_prompt_tokens=planned.context_tokens, turns=planned.turns or sc.turns,
                        turn_tokens=session_lengths(sc, ctx.conversations)[0], think_time=sc.think_time,
-                       prompt_lengths=sc.prompt_tokens or "", output_lengths=sc.output_tokens or "",
-                       seed=sc.seed, seq_limit=ctx.info.max_model_len or 0, conversations=ctx.conversations)
+                       conversations=ctx.conversations)
     if planned.phase in ("rate", "replay"):
         window = cell_window_s(ctx, planned)
         spec = replace(spec, pacers=pacers, max_in_flight=sc.max_in_flight,
                        drain_s=drain_s(planned.phase, window, sc.drain_s), window_s=window)
     if planned.phase == "rate":
         return replace(spec, rate_rps=planned.rate_rps or 0.0, arrivals=sc.arrivals,
-                       prompt_lengths=sc.prompt_tokens or "", output_lengths=sc.output_tokens or "",
-                       seed=sc.seed, seq_limit=ctx.info.max_model_len or 0,
                        dataset=tuple((r.prompt, r.input_tokens, r.output_tokens) for r in ctx.dataset),
                        fixed_output=not (ctx.dataset and sc.output_length == "natural"))
     if planned.phase == "replay":

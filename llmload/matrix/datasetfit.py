@@ -19,6 +19,7 @@ from llmload.core.dataset import Dataset, DatasetError, dataset_order, load_data
 from llmload.core.scenario import Scenario
 from llmload.core.trace import TraceError, TraceFit, TraceRequest, fit_trace
 from llmload.io.probe import ServerInfo, answer_counter, prompt_counter
+from llmload.loadgen.sessions import TEMPLATE_ROOM
 
 POISSON_ROOM = 1.25
 """A Poisson cell's arrivals over its window may exceed rate × window: entries counted for this much more."""
@@ -46,9 +47,9 @@ def fit_dataset(sc: Scenario, info: ServerInfo, api_key: str | None) -> tuple[Da
         requests.append(TraceRequest(line=i + 1, t_s=0.0, input_tokens=_count(count_prompt, entry.prompt),
                                      output_tokens=output, prompt=entry.prompt))
     try:
-        return dataset, fit_trace(tuple(requests), info.max_model_len, sc.over_context)
+        return dataset, fit_trace(tuple(requests), info.max_model_len, sc.over_context, whose=f"the {dataset.label}'s")
     except TraceError as exc:
-        raise DatasetError(str(exc).replace("the trace's", f"the {dataset.label}'s")) from None
+        raise DatasetError(str(exc)) from None
 
 
 MAX_CONVERSATIONS = 256
@@ -71,7 +72,7 @@ def fit_conversations(sc: Scenario, info: ServerInfo, api_key: str | None) -> tu
     for i in dataset_order(len(talks), sc.seed)[:MAX_CONVERSATIONS]:
         turns = tuple((human, _count(count, human), _count(count, answer)) for human, answer in talks[i][:sc.turns])
         first = turns[0]
-        if limit is not None and system + first[1] + first[2] + 16 > limit:
+        if limit is not None and system + first[1] + first[2] + TEMPLATE_ROOM > limit:
             over += 1
             continue
         kept.append(turns)

@@ -30,7 +30,7 @@ from llmload.core.capacity import PlannedCell, plan_matrix, plan_rates
 from llmload.core.cellfacts import CellFacts, ServerSample
 from llmload.core.cellresult import CellResult
 from llmload.core.cells import assemble_cell, not_run_cell
-from llmload.core.lengths import parse_lengths, rate_lengths, request_lengths
+from llmload.core.lengths import drawn_lengths, rate_lengths
 from llmload.core.records import RequestRecord
 from llmload.core.runresults import DEFINITIONS, Results, new_results, utc_now_iso
 from llmload.core.scenario import Scenario
@@ -130,17 +130,16 @@ def virtual_rate(profile: Profile, planned: PlannedCell, sc: Scenario, *, cell_i
                  ) -> tuple[list[RequestRecord], CellFacts]:
     """A rate cell in virtual time, as the run's pacer sends it: the same arrivals (one
     pacer, `workloads.arrival_offsets` seeded as the run seeds them), the same lengths (the
-    cell's, or drawn as the run draws them: `lengths.request_lengths`), every request on
+    cell's, or drawn as the run draws them: `lengths.drawn_lengths`), every request on
     time and cold, run until the drain's end; the in-flight cap is not modelled (a virtual
     sender never waits for it)."""
     window, rate = sc.duration_s, planned.rate_rps or 0.0
     drain = drain_s("rate", window, sc.drain_s)
     offsets = arrival_offsets(rate, window, sc.arrivals, index=0, pacers=1, seed=pacer_seed("predicted", cell_id, 0))
-    if sc.prompt_tokens or sc.output_tokens:
-        lengths = request_lengths(parse_lengths(sc.prompt_tokens or str(planned.prompt_tokens)),
-                                  parse_lengths(sc.output_tokens or str(planned.max_tokens)),
-                                  limit=profile.max_model_len, seed=f"{sc.seed}/{planned.name}/p0")
-    else:
+    lengths = drawn_lengths(sc.prompt_tokens, sc.output_tokens, prompt_tokens=planned.prompt_tokens,
+                            max_tokens=planned.max_tokens, limit=profile.max_model_len,
+                            seed=f"{sc.seed}/{planned.name}/p0")
+    if lengths is None:
         lengths = itertools.repeat((planned.prompt_tokens, planned.max_tokens))
     run = VirtualRun(profile)
     t0, t1 = RATE_T0_S, RATE_T0_S + window
