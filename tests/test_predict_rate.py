@@ -66,7 +66,10 @@ def test_the_predicted_slo_answer_is_the_highest_rate_under_it(tmp_path):
 
 @pytest.mark.parametrize("args, says", [
     (("--contexts", "1K"), "the matrix needs --contexts and --concurrency"),
-    (("--contexts", "1K", "--concurrency", "1", "--rates", "2"), "are for --workload rate"),
+    (("--contexts", "1K", "--concurrency", "1", "--rates", "2"), "--rates is not an option of --workload matrix"),
+    (("--workload", "sessions", "--trace", "x.jsonl"), "--trace is not an option of --workload sessions"),
+    (("--workload", "replay"), "--workload replay needs --trace"),
+    (("--workload", "rate", "--dataset", "sharegpt:x.json"), "--dataset is not predicted"),
     (("--workload", "rate", "--rates", "0"), "--rates"),
     (("--workload", "rate", "--prompt-tokens", "normal:5"), "--prompt-tokens"),
 ])

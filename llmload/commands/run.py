@@ -29,6 +29,43 @@ SCENARIO_OPTIONS = {
 }
 
 
+WORKLOAD_OPTIONS = (
+    click.option("--system-prompt-tokens", help="Sessions: shared system prompt lengths S, e.g. 1K,4K."),
+    click.option("--turns", help="Sessions: turns per conversation (default 4)."),
+    click.option("--turn-tokens", help="Sessions: new user tokens per turn (default 128)."),
+    click.option("--think-time", help="Sessions: seconds between turns, e.g. 2 or exp:2 (exponential, mean 2)."),
+    click.option("--rates", help="Rate: requests per second, e.g. 1,2,4."),
+    click.option("--arrivals", type=click.Choice(["poisson", "constant"]), help="Rate: arrival process (default poisson)."),
+    click.option("--max-in-flight", help="Rate and replay: most requests in flight at once (default 256)."),
+    click.option("--trace", help="Replay: JSONL trace (Mooncake or plain)."),
+    click.option("--speedup", help="Replay: play the trace this many times faster (default 1)."),
+    click.option("--drain", help="Rate and replay: wait this long after the last due send for the requests "
+        "still running (default: replay 10m; rate the window's length, at least 30s)."),
+    click.option("--prompt-tokens", metavar="DIST",
+        help="Rate and sessions: prompt (a turn's new) lengths N, normal:MEAN,SD, uniform:LO,HI or lognormal:MEAN,SD (one row, in place of --contexts)."),
+    click.option("--output-tokens", metavar="DIST", help="Rate and sessions: output lengths, as --prompt-tokens (in place of --max-tokens)."),
+    click.option("--dataset", metavar="SPEC",
+        help="Rate and sessions: real prompts (conversations) from sharegpt:PATH, jsonl:PATH or hf:NAME[:SPLIT] (one row, in place of --contexts)."),
+    click.option("--output-length", type=click.Choice(["exact", "natural"]),
+        help="Rate with --dataset: each answer's length exactly (default) or up to it (the model may stop)."),
+    click.option("--seed", type=int, help="Seed of the drawn lengths (default 0): the same seed sends the same lengths."),
+    click.option("--sample", help="Replay: every K-th request of the trace (e.g. 4) or a seeded fraction (0.25)."),
+    click.option("--length-scale", help="Replay: multiply prompt and output lengths by X (hash-block sharing kept)."),
+    click.option("--max-prompt-tokens", help="Replay: cut prompts to N tokens (leading hash blocks kept)."),
+    click.option("--over-context", type=click.Choice(["skip", "clip", "send"]),
+        help="Replay: trace lines longer than the server's context are skipped (default), "
+        "clipped to fit, or sent."),
+)
+"""The options of the workloads beyond the matrix, as `llmload run` and `llmload predict` take them."""
+
+
+def workload_options(command):
+    """`command` with WORKLOAD_OPTIONS."""
+    for option in reversed(WORKLOAD_OPTIONS):
+        command = option(command)
+    return command
+
+
 @click.command()
 @click.argument("scenario_file", required=False, type=click.Path(dir_okay=False))
 @click.option("--host", help="Server base URL; none = start the embedded simulator.")
@@ -68,31 +105,7 @@ SCENARIO_OPTIONS = {
 @click.option("--workload", type=click.Choice(["matrix", "sessions", "rate", "replay"]),
               help="matrix (default): the speed test matrix; sessions: chat conversations; rate: open-loop "
               "arrivals; replay: a trace (docs/workloads.md).")
-@click.option("--system-prompt-tokens", help="Sessions: shared system prompt lengths S, e.g. 1K,4K.")
-@click.option("--turns", help="Sessions: turns per conversation (default 4).")
-@click.option("--turn-tokens", help="Sessions: new user tokens per turn (default 128).")
-@click.option("--think-time", help="Sessions: seconds between turns, e.g. 2 or exp:2 (exponential, mean 2).")
-@click.option("--rates", help="Rate: requests per second, e.g. 1,2,4.")
-@click.option("--arrivals", type=click.Choice(["poisson", "constant"]), help="Rate: arrival process (default poisson).")
-@click.option("--max-in-flight", help="Rate and replay: most requests in flight at once (default 256).")
-@click.option("--trace", help="Replay: JSONL trace (Mooncake or plain).")
-@click.option("--speedup", help="Replay: play the trace this many times faster (default 1).")
-@click.option("--drain", help="Rate and replay: wait this long after the last due send for the requests "
-              "still running (default: replay 10m; rate the window's length, at least 30s).")
-@click.option("--prompt-tokens", metavar="DIST",
-              help="Rate: prompt lengths N, normal:MEAN,SD, uniform:LO,HI or lognormal:MEAN,SD (one row, in place of --contexts).")
-@click.option("--output-tokens", metavar="DIST", help="Rate: output lengths, as --prompt-tokens (in place of --max-tokens).")
-@click.option("--dataset", metavar="SPEC",
-              help="Rate: real prompts from sharegpt:PATH, jsonl:PATH or hf:NAME[:SPLIT] (one row, in place of --contexts).")
-@click.option("--output-length", type=click.Choice(["exact", "natural"]),
-              help="Rate with --dataset: each answer's length exactly (default) or up to it (the model may stop).")
-@click.option("--seed", type=int, help="Seed of the drawn lengths (default 0): the same seed sends the same lengths.")
-@click.option("--sample", help="Replay: every K-th request of the trace (e.g. 4) or a seeded fraction (0.25).")
-@click.option("--length-scale", help="Replay: multiply prompt and output lengths by X (hash-block sharing kept).")
-@click.option("--max-prompt-tokens", help="Replay: cut prompts to N tokens (leading hash blocks kept).")
-@click.option("--over-context", type=click.Choice(["skip", "clip", "send"]),
-              help="Replay: trace lines longer than the server's context are skipped (default), "
-              "clipped to fit, or sent.")
+@workload_options
 def run(scenario_file, out_dir, resume_dir, force, max_error_rate, master_bind, expect_workers, api_key,
         **options) -> None:
     """Run the speed test matrix (SCENARIO_FILE: e.g. scenarios/quick.yaml).

@@ -6,6 +6,7 @@ from __future__ import annotations
 import click
 
 from llmload.commands.common import Refused
+from llmload.commands.run import SCENARIO_OPTIONS, workload_checked, workload_options
 
 
 @click.command()
@@ -56,68 +57,75 @@ def _echo_fit(result) -> None:
 
 @click.command()
 @click.argument("profile")
-@click.option("--workload", type=click.Choice(["matrix", "rate"]), default="matrix", show_default=True,
-              help="The speed test matrix, or open-loop arrivals at --rates.")
+@click.option("--workload", type=click.Choice(["matrix", "rate", "sessions", "replay"]), default="matrix",
+              show_default=True, help="The speed test matrix, open-loop arrivals, chat sessions or a trace, as for llmload run.")
 @click.option("--contexts", help="Decode contexts (rate: prompt lengths), e.g. 0,16K,32K.")
-@click.option("--concurrency", help="Matrix: simultaneous requests, e.g. 1,2,4,8.")
-@click.option("--rates", help="Rate: requests per second, e.g. 1,2,4.")
-@click.option("--arrivals", type=click.Choice(["poisson", "constant"]), help="Rate: arrivals (default poisson).")
-@click.option("--prompt-tokens", metavar="DIST", help="Rate: prompt lengths drawn from DIST, as for llmload run.")
-@click.option("--output-tokens", metavar="DIST", help="Rate: output lengths drawn from DIST, as for llmload run.")
-@click.option("--seed", type=int, help="Rate: the seed of drawn lengths and Poisson arrivals.")
-@click.option("--drain", help="Rate: how long after the window requests may finish (default: the window, at least 30 s).")
+@click.option("--concurrency", help="Matrix: simultaneous requests; sessions: users, e.g. 1,2,4,8.")
 @click.option("--prefill-contexts", default=None, help="Prefill contexts (default: the decode contexts above 0).")
 @click.option("--max-tokens", default="8192", show_default=True, help="Output tokens per request.")
-@click.option("--duration", default="30s", show_default=True, help="Window per decode cell (virtual time).")
+@click.option("--duration", default="30s", show_default=True, help="Window per cell (virtual time).")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a profile field (what-if).")
 @click.option("--slo", default=None, help="Service-level objective, as for llmload run.")
-@click.option("--slo-search", is_flag=True, help="Bisect N towards the SLO's limit, as for llmload run.")
+@click.option("--slo-search", is_flag=True,
+              help="Bisect N (rate: the rate, to within 5%; sessions: the users) towards the SLO's limit.")
+@workload_options
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
               help="Results directory (must not hold a run, as for llmload run).")
 @click.option("--force", is_flag=True, help="Replace the run that --out already holds.")
-def predict(profile, workload, contexts, concurrency, rates, arrivals, prompt_tokens, output_tokens, seed, drain,
-            prefill_contexts, max_tokens, duration, overrides, slo, slo_search, out_dir, force) -> None:
-    """Predict a speed test matrix, or a rate workload, from a (fitted) simulator PROFILE, in
-    virtual time."""
+def predict(profile, workload, overrides, slo_search, out_dir, force, **options) -> None:
+    """Predict a speed test matrix, a rate, chat sessions or a trace replay from a (fitted)
+    simulator PROFILE, in virtual time."""
     import time
 
+    from llmload.core.scenario import ScenarioError, resolve
+    from llmload.core.trace import TraceError, fit_trace
+    from llmload.core.traceshape import scenario_trace
+    from llmload.output.recordstore import RECORDS_DIR, write_cell
     from llmload.output.resultswriter import ResultsWriter
     from llmload.output.rundir import RunDirError, claim
     from llmload.output.terminal import echo_matrix
-    from llmload.core.scenario import ScenarioError, resolve
     from llmload.sim.profiles import load_profile, parse_overrides
-    from llmload.output.recordstore import RECORDS_DIR, write_cell
-    from llmload.twin.predict import predict_rate_results, predict_results
-    if workload == "matrix" and (not contexts or not concurrency):
+    from llmload.twin import predict as twin
+    given = {k for k, v in options.items() if v is not None and k not in ("max_tokens", "duration")}
+    for flag in sorted(given - WORKLOAD_FLAGS[workload]):
+        raise click.UsageError(f"--{flag.replace('_', '-')} is not an option of --workload {workload}")
+    if workload == "matrix" and not {"contexts", "concurrency"} <= given:
         raise click.UsageError("the matrix needs --contexts and --concurrency")
-    if workload == "matrix" and any(v is not None for v in (rates, arrivals, prompt_tokens, output_tokens, drain)):
-        raise click.UsageError("--rates, --arrivals, --prompt-tokens, --output-tokens and --drain are for --workload rate")
+    if "dataset" in given:
+        raise click.UsageError("--dataset is not predicted: its prompts need the server's tokenizer to count; "
+                               "give their lengths as distributions (--prompt-tokens, --output-tokens)")
     try:
         prof = load_profile(profile, parse_overrides(list(overrides)) or None)
-        given = {"contexts": contexts, "concurrency": concurrency, "rates": rates, "arrivals": arrivals,
-                 "prompt_tokens": prompt_tokens, "output_tokens": output_tokens, "seed": seed, "drain_s": drain,
-                 "prefill_contexts": prefill_contexts}
-        cli = {"workload": workload, "max_tokens": max_tokens, "duration_s": duration, "slo": slo,
-               "sim_profile": profile, **{k: v for k, v in given.items() if v is not None}}
-        sc = resolve(None, {}, cli)
+        cli = {SCENARIO_OPTIONS[k]: v for k, v in options.items() if v is not None}
+        sc = workload_checked(resolve(None, {}, {**cli, "workload": workload, "sim_profile": profile}))
+        fit = (fit_trace(scenario_trace(sc), prof.max_model_len, sc.over_context)
+               if workload == "replay" else None)
     except (ScenarioError, ValueError, OSError) as exc:
         raise click.UsageError(str(exc)) from None
-    prefill = sc.prefill_contexts if prefill_contexts is not None else tuple(c for c in sc.contexts if c > 0)
+    except TraceError as exc:
+        raise Refused(str(exc)) from None
     started = time.monotonic()
     try:
         run_dir = claim(out_dir, force=force, resumable=False)  # as a run's --out: refused if it holds a run, locked
     except RunDirError as exc:
         raise Refused(str(exc)) from None
+
+    def keep(planned, records, facts) -> str:
+        return f"{RECORDS_DIR}/{write_cell(out_dir, planned, records, facts).name}"
     try:
         if workload == "rate":
-            def keep(planned, records, facts) -> str:
-                return f"{RECORDS_DIR}/{write_cell(out_dir, planned, records, facts).name}"
-            results = predict_rate_results(prof, sc, slo_search=slo_search, keep=keep)
+            results = twin.predict_rate_results(prof, sc, slo_search=slo_search, keep=keep)
+        elif workload == "sessions":
+            results = twin.predict_sessions_results(prof, sc, slo_search=slo_search, keep=keep)
+        elif workload == "replay":
+            results = twin.predict_replay_results(prof, sc, fit, keep=keep)
         else:
-            results = predict_results(prof, contexts=sc.contexts, prefill_contexts=prefill,
-                                      concurrency=sc.concurrency, max_tokens=sc.max_tokens,
-                                      duration_s=sc.duration_s, slo=sc.slo, slo_search=slo_search,
-                                      profile_source=profile)
+            prefill = (sc.prefill_contexts if "prefill_contexts" in given
+                       else tuple(c for c in sc.contexts if c > 0))
+            results = twin.predict_results(prof, contexts=sc.contexts, prefill_contexts=prefill,
+                                           concurrency=sc.concurrency, max_tokens=sc.max_tokens,
+                                           duration_s=sc.duration_s, slo=sc.slo, slo_search=slo_search,
+                                           profile_source=profile)
         writer = ResultsWriter(out_dir)
         writer.start(results)
         writer.finish(finished_at=results.finished_at)
@@ -132,6 +140,19 @@ def predict(profile, workload, contexts, concurrency, rates, arrivals, prompt_to
                + (f", fitted from {prof.fitted_from}" if prof.fitted_from else "") + ")")
     echo_matrix(writer.results, click.echo)
     click.echo(f"Report: {out_dir}/report.md")
+
+
+#: The options each workload of `predict` takes (beyond the profile, --max-tokens, --duration, --slo).
+_OPEN_LOOP = {"drain", "max_in_flight"}
+WORKLOAD_FLAGS = {
+    "matrix": {"contexts", "concurrency", "prefill_contexts", "slo"},
+    "rate": {"contexts", "rates", "arrivals", "prompt_tokens", "output_tokens", "seed", "slo", "dataset",
+             "output_length"} | _OPEN_LOOP,
+    "sessions": {"system_prompt_tokens", "concurrency", "turns", "turn_tokens", "think_time", "prompt_tokens",
+                 "output_tokens", "seed", "slo", "dataset"},
+    "replay": {"trace", "speedup", "sample", "length_scale", "max_prompt_tokens", "over_context", "seed",
+               "slo"} | _OPEN_LOOP,
+}
 
 
 @click.command()

@@ -207,11 +207,13 @@ class ContextCapacity:
     """Levels below the answer that could not be judged (skipped in the walk)."""
 
 
-def capacity(cells: Iterable[CellResult], slo: Mapping[str, float]) -> list[ContextCapacity]:
-    """Capacity under the SLO per decode context, from a run's cells."""
+def capacity(cells: Iterable[CellResult], slo: Mapping[str, float], *, phase: str = "decode"
+             ) -> list[ContextCapacity]:
+    """Capacity under the SLO per decode context, from a run's cells (phase "session": per
+    system prompt S, the users of the session cells)."""
     by_context: dict[int, list[CellResult]] = {}
     for cell in cells:
-        if cell.phase == "decode":
+        if cell.phase == phase:
             by_context.setdefault(int(cell.context_tokens), []).append(cell)
     return [_context_capacity(ctx, sorted(cs, key=lambda c: int(c.concurrency)), slo)
             for ctx, cs in sorted(by_context.items())]

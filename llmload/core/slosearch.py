@@ -44,16 +44,17 @@ class SearchLevel:
 
 
 def slo_search(contexts: Iterable[int], cells: Sequence[CellResult], slo: Mapping[str, float],
-               measure: Callable[[SearchLevel], CellResult], *, max_cells: int | None = None
-               ) -> list[CellResult]:
+               measure: Callable[[SearchLevel], CellResult], *, max_cells: int | None = None,
+               phase: str = "decode") -> list[CellResult]:
     """The cells the bisection measured (`measure` of each level), in the order measured,
-    starting from the run's `cells`."""
+    starting from the run's `cells` (phase "session": `contexts` are the system prompts,
+    the levels users)."""
     found: list[CellResult] = []
     for context in contexts:
         tried: set[int] = set()
         while max_cells is None or len(tried) < max_cells:
             mine = [c for c in (*cells, *found) if c.context_tokens == context]
-            caps = capacity(mine, slo)
+            caps = capacity(mine, slo, phase=phase)
             n = next_search_level(caps[0], tried=tried) if caps else None
             if n is None:
                 break

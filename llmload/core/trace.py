@@ -145,6 +145,15 @@ def trace_duration_s(requests: tuple[TraceRequest, ...], speedup: float = 1.0) -
     return (requests[-1].t_s - requests[0].t_s) / speedup
 
 
+REPLAY_TAIL_S = 0.001
+"""A replay window ends this long after the trace's last request is due (the window holds it)."""
+
+
+def replay_window_s(requests: tuple[TraceRequest, ...], speedup: float = 1.0) -> float:
+    """A replay cell's window: the trace's span at its speedup, and REPLAY_TAIL_S."""
+    return trace_duration_s(requests, speedup) + REPLAY_TAIL_S
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TraceFit:
     """A trace read against the server's per-sequence limit (`fit_trace`)."""

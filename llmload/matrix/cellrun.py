@@ -25,6 +25,7 @@ from llmload.core.dataset import dataset_label
 from llmload.core.engines import ENDPOINT_PATHS
 from llmload.core.lengths import session_lengths
 from llmload.core.records import RequestRecord
+from llmload.core.trace import replay_window_s
 from llmload.core.tracestats import hit_ratio
 from llmload.core.workloads import arrival_offsets, drain_s, pacer_seed, parse_think_time
 from llmload.loadgen.messages import CellSpec, Collect, Go
@@ -82,14 +83,10 @@ def cell_message(ctx: RunContext, planned: PlannedCell, cell_id: str, prompts, *
     return spec
 
 
-REPLAY_TAIL_S = 0.001
-"""A replay window ends this long after the trace's last request is due (the window holds it)."""
-
-
 def cell_window_s(ctx: RunContext, planned: PlannedCell) -> float:
     """The cell's window: the scenario's duration; a replay, the trace's span at its speedup."""
     if planned.phase == "replay":
-        return (ctx.trace[-1].t_s - ctx.trace[0].t_s) / ctx.scenario.speedup + REPLAY_TAIL_S
+        return replay_window_s(ctx.trace, ctx.scenario.speedup)
     return ctx.scenario.duration_s
 
 

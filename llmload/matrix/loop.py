@@ -214,7 +214,8 @@ MAX_SLO_SEARCH_CELLS = 6
 def run_slo_search(ctx: RunContext, driver: LocustDriver, prompts, writer) -> None:
     """Bisect N per context between the last level meeting the SLO and the first failing
     one (`llmload.core.slosearch`), each level an extra decode cell in the results; for the
-    rate workload, the rate between the highest meeting it and the lowest failing it."""
+    rate workload, the rate between the highest meeting it and the lowest failing it; for
+    sessions, the users per system prompt."""
     sc, info = ctx.scenario, ctx.info
     measurer = CellMeasurer(ctx, driver, prompts)
     measurer.seq = 1000  # cell ids apart from the matrix's
@@ -248,6 +249,17 @@ def run_slo_search(ctx: RunContext, driver: LocustDriver, prompts, writer) -> No
 
         contexts = sorted({c.context_tokens for c in writer.results.cells if c.phase == "rate"})
         rate_search(contexts, writer.results.cells, sc.slo, measure_rate, max_cells=MAX_SLO_SEARCH_CELLS)
+        return
+    if sc.workload == "sessions":
+        def measure_users(level: SearchLevel) -> CellResult:
+            ctx.echo(f"[SLO search] S {level.context_tokens:,} × {level.concurrency} users "
+                     f"(between {level.passing} and {level.failing})")
+            return measured(plan_for(replace(sc, system_prompt_tokens=(level.context_tokens,),
+                                             concurrency=(level.concurrency,)), info,
+                                     conversations=ctx.conversations)[0])
+
+        slo_search(sc.system_prompt_tokens, writer.results.cells, sc.slo, measure_users,
+                   max_cells=MAX_SLO_SEARCH_CELLS, phase="session")
         return
     slo_search(sc.contexts, writer.results.cells, sc.slo, measure, max_cells=MAX_SLO_SEARCH_CELLS)
 

@@ -45,6 +45,7 @@ def page_markdown(page: PageData) -> str:
         page.subtitle,
         f"**Workload:** {workload.line}" if workload else None,
         warning,
+        f"**Answer:** {page.answer}" if page.answer else None,
         page.byline,
         _section(t.hardware, page.hardware),
         _section(t.engine, "\n\n".join(page.engine)),

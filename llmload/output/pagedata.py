@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from llmload.core.cellresult import CellResult
 from llmload.core.runresults import Results
+from llmload.output.answer import slo_answer
 from llmload.output.pageformat import page_cells
 from llmload.output.pagetables import (
     CheckItem,
@@ -91,6 +92,8 @@ class PageData:
 
     workload: WorkloadView | None = None
     """The tables of a workload beyond the matrix (sessions, rate, replay); None for the matrix."""
+    answer: str | None = None
+    """The SLO's answer in one line (`llmload.output.answer`); None without an SLO."""
 
     def section(self, title: str) -> Section | None:
         return next((s for s in self.sections if s.title == title), None)
@@ -121,4 +124,5 @@ def page_data(results: Results) -> PageData:
         errors=error_items(cells),
         checks=check_items(cells),
         workload=workload_view(results, cells),
+        answer=slo_answer(results, cells),
     )

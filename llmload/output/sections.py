@@ -51,6 +51,10 @@ CAPACITY_NOTE = (
     "fewer samples than it needs (p99: 100, p90: 10) is listed: that verdict rests on "
     "an extrapolated tail. Goodput: output tokens of the requests that each met the "
     "SLO, per second of the window.")
+SESSIONS_CAPACITY_NOTE = (
+    "Max chat users: the largest measured number of users holding conversations whose cell "
+    "met every bound, with every smaller measured number meeting it too (≥: none failed). "
+    "Binding limit, few samples and goodput as for the matrix.")
 
 
 def capacity_row(found: ContextCapacity) -> tuple[str, ...]:
@@ -64,16 +68,21 @@ def capacity_row(found: ContextCapacity) -> tuple[str, ...]:
 
 
 def capacity_section(results: Results, cells: Sequence[CellResult]) -> Section | None:
-    """"Capacity under SLO": per decode context, the most users meeting the run's SLO; None
-    without an SLO or without a decode cell."""
+    """"Capacity under SLO": per decode context, the most users meeting the run's SLO (a
+    sessions run: per system prompt, the most chat users); None without an SLO or without
+    such a cell."""
     slo = parse_slo(results.config.get("slo"))
     if not slo:
         return None
-    found = capacity(cells, slo)
+    sessions = results.config.get("workload") == "sessions"
+    found = capacity(cells, slo, phase="session" if sessions else "decode")
     if not found:
         return None
+    columns = (("system prompt S", "max chat users", *CAPACITY_COLUMNS[2:5], "first failing users",
+                CAPACITY_COLUMNS[6]) if sessions else CAPACITY_COLUMNS)
     return Section(title=CAPACITY_TITLE, intro=f"SLO: {describe_slo(slo)}.",
-                   table=make_table(CAPACITY_COLUMNS, [capacity_row(r) for r in found]), note=CAPACITY_NOTE)
+                   table=make_table(columns, [capacity_row(r) for r in found]),
+                   note=SESSIONS_CAPACITY_NOTE if sessions else CAPACITY_NOTE)
 
 
 # --------------------------------------------------------------------------- energy per token

@@ -78,8 +78,8 @@ def run_summary(page: PageData) -> str:
 
 def echo_matrix(results: Results, echo: Callable[[str], None]) -> None:
     """The page's main tables in the terminal (aligned text; a workload's own tables in place
-    of the matrix), and the capacity under SLO (as on the page), at the end of `llmload run`
-    and `llmload predict`."""
+    of the matrix), the capacity under SLO (as on the page) and its answer in one line, at
+    the end of `llmload run` and `llmload predict`."""
     page = page_data(results)
     summary = run_summary(page)
     if summary:
@@ -87,3 +87,5 @@ def echo_matrix(results: Results, echo: Callable[[str], None]) -> None:
     capacity = page.section(CAPACITY_TITLE)
     if capacity:
         echo(f"{CAPACITY_TITLE}:\n" + section_body(capacity) + "\n")
+    if page.answer:
+        echo(page.answer)

@@ -52,17 +52,41 @@ class VirtualRun:
         self.now_s = 0.0
         self.traces: dict[str, VirtualTrace] = {}
         self.steps: list[tuple[float, StepResult]] = []
+        self._arrivals: list[tuple[float, int, EngineRequest]] = []
+        """Requests not yet sent (by send time): the frontend takes them in that order."""
         self._pending: list[tuple[float, int, EngineRequest]] = []
+        """Requests through the frontend, not yet at the engine (by ready time)."""
         self._order = itertools.count()
 
     def submit(self, request: EngineRequest, send_s: float | None = None) -> VirtualTrace:
-        """Send a request at `send_s` (default: now); sends must come in time order."""
-        send_s = self.now_s if send_s is None else send_s
-        ready_s = self.frontend.ready_time_s(send_s, len(request.prompt_ids))
-        trace = VirtualTrace(request_id=request.request_id, send_s=send_s, ready_s=ready_s)
+        """Send a request at `send_s` (default: now; not before now). Requests reach the
+        frontend in order of their send times, whatever order they were submitted in."""
+        send_s = self.now_s if send_s is None else max(send_s, self.now_s)
+        trace = VirtualTrace(request_id=request.request_id, send_s=send_s, ready_s=send_s)
         self.traces[request.request_id] = trace
-        heapq.heappush(self._pending, (ready_s, next(self._order), request))
+        heapq.heappush(self._arrivals, (send_s, next(self._order), request))
         return trace
+
+    def _arrive(self, until_s: float) -> None:
+        """Requests sent by `until_s` go through the frontend, in order of their send times."""
+        arrivals = self._arrivals
+        while arrivals and arrivals[0][0] <= until_s:
+            send_s, order, request = heapq.heappop(arrivals)
+            ready_s = self.frontend.ready_time_s(send_s, len(request.prompt_ids))
+            self.traces[request.request_id].ready_s = ready_s
+            heapq.heappush(self._pending, (ready_s, order, request))
+
+    def _next_ready_s(self) -> float | None:
+        """When the next request reaches an idle engine (None: none is sent)."""
+        while True:
+            if not self._pending and self._arrivals:
+                self._arrive(self._arrivals[0][0])
+            if not self._pending:
+                return None
+            first = self._pending[0][0]
+            if not self._arrivals or self._arrivals[0][0] > first:
+                return first
+            self._arrive(first)
 
     def abort(self, request_id: str) -> None:
         trace = self.traces[request_id]
@@ -71,6 +95,8 @@ class VirtualRun:
             self.engine.abort(request_id)
             self._pending = [p for p in self._pending if p[2].request_id != request_id]
             heapq.heapify(self._pending)
+            self._arrivals = [p for p in self._arrivals if p[2].request_id != request_id]
+            heapq.heapify(self._arrivals)
 
     def abort_all(self) -> None:
         for request_id, trace in self.traces.items():
@@ -85,11 +111,12 @@ class VirtualRun:
         wakeup_s = self.profile.engine_wakeup_ms / 1e3
         while self.now_s < end_s:
             if not self.engine.has_work:
-                if not self._pending or self._pending[0][0] >= end_s:
-                    self.now_s = max(self.now_s, end_s) if self._pending else self.now_s
+                ready_s = self._next_ready_s()
+                if ready_s is None or ready_s >= end_s:
+                    self.now_s = max(self.now_s, end_s) if ready_s is not None else self.now_s
                     return
                 # An idle engine wakes up a little after the first request reaches it.
-                self.now_s = max(self.now_s, self._pending[0][0]) + wakeup_s
+                self.now_s = max(self.now_s, ready_s) + wakeup_s
             self._admit_ready()
             result = self.engine.step()
             if result.num_scheduled == 0:
@@ -102,6 +129,7 @@ class VirtualRun:
         self.run_until(self.now_s + limit_s)
 
     def _admit_ready(self) -> None:
+        self._arrive(self.now_s)
         pending = self._pending
         while pending and pending[0][0] <= self.now_s:
             self.engine.add(heapq.heappop(pending)[2])

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from llmload.core.runresults import Results
-from llmload.twin.predict import virtual_decode, virtual_prefill
+from llmload.twin.cells import virtual_decode, virtual_prefill
 from llmload.sim.profiles import NULL_BLOCKS, Profile, validate
 
 FIT_ITERATIONS = 4
