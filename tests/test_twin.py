@@ -179,3 +179,74 @@ def test_a_fitted_twin_predicts_rate_cells_below_and_above_capacity(runs, sims, 
         assert abs(e["achieved_rate_rps"]) <= 0.03, (rate, e)
         assert abs(e["ttft_ms"]) <= 0.10 and abs(e["e2e_ms"]) <= 0.10, (rate, e)
         assert abs(e["ttft_p99_ms"]) <= 0.25, (rate, e)
+
+
+SESSION_ARGS = ["--workload", "sessions", "--system-prompt-tokens", "512", "--concurrency", "16", "--turns", "3",
+                "--turn-tokens", "64", "--max-tokens", "32", "--think-time", "exp:0.3", "--duration", "12s"]
+"""A sessions cell on the server the fit does not know: 16 users, each conversation 3 turns
+of 64 new tokens and 32-token answers after a shared 512-token system prompt, thinking
+0.3 s on average between turns (some 300 turns in the window: the think times drawn apart
+in the run and the prediction move the count by a few %)."""
+
+
+def test_a_fitted_twin_predicts_a_sessions_cell(runs, sims, tmp_path):
+    from llmload.core.scenario import Scenario
+    from llmload.twin.predict import predict_sessions_results
+    sim = sims("tiny", **UNKNOWN)
+    ran = llmload("run", "--host", sim.url, *SESSION_ARGS, "--out", str(tmp_path / "ran"))
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    [m] = [c for c in json.loads((tmp_path / "ran" / "results.json").read_text())["cells"] if c["phase"] == "session"]
+    fit = fit_profile(load_results(runs / "fitted"), base=load_profile("tiny"), source=str(runs / "fitted"))
+    sc = Scenario(workload="sessions", endpoint="chat", system_prompt_tokens=(512,), concurrency=(16,), turns=3,
+                  turn_tokens=64, max_tokens=32, think_time="exp:0.3", duration_s=12.0)
+    [p] = [c for c in results_to_dict(predict_sessions_results(fit.profile, sc))["cells"] if c["phase"] == "session"]
+    assert p["status"] == m["status"] == "valid"
+    errors = {f: p[f] / m[f] - 1 for f in ("total_tok_s", "ttft_ms", "ttft_p99_ms", "tbt_ms")}
+    errors["requests"] = p["completed_requests"] / m["completed_requests"] - 1
+    print("sessions cell, predicted / measured - 1:", errors)
+    # the server's prefix cache holds the same share in both (the conversations are the same shape)
+    assert p["cached_prompt_ratio"] == pytest.approx(m["cached_prompt_ratio"], abs=0.02)
+    assert p["context_reached_tokens"] == pytest.approx(m["context_reached_tokens"], abs=8)
+    assert abs(errors["total_tok_s"]) <= 0.10 and abs(errors["requests"]) <= 0.10, errors
+    assert abs(errors["ttft_ms"]) <= 0.15 and abs(errors["tbt_ms"]) <= 0.10, errors
+    assert abs(errors["ttft_p99_ms"]) <= 0.30, errors
+
+
+def mooncake_trace(path, *, requests=200, rate=5.0, seed=7):
+    """A Mooncake trace of `requests` Poisson arrivals at `rate`/s: prompts of 1–3 512-token
+    blocks, the first block one of 4 shared ones (a system prompt), outputs 16–64 tokens."""
+    import random
+    rng = random.Random(seed)
+    t, lines, block = 0.0, [], 100
+    for _ in range(requests):
+        t += rng.expovariate(rate)
+        blocks = [rng.randrange(4)] + list(range(block, block + rng.randrange(0, 3)))
+        block += len(blocks)
+        length = 512 * (len(blocks) - 1) + rng.randrange(64, 512)
+        lines.append(json.dumps({"timestamp": round(t * 1000), "input_length": length,
+                                 "output_length": rng.randrange(16, 65), "hash_ids": blocks}))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_a_fitted_twin_predicts_a_trace_replay(runs, sims, tmp_path):
+    from llmload.core.scenario import Scenario
+    from llmload.core.trace import fit_trace, load_trace
+    from llmload.twin.predict import predict_replay_results
+    trace = mooncake_trace(tmp_path / "trace.jsonl")
+    sim = sims("tiny", **UNKNOWN)
+    ran = llmload("run", "--host", sim.url, "--workload", "replay", "--trace", str(trace), "--out", str(tmp_path / "ran"))
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    [m] = [c for c in json.loads((tmp_path / "ran" / "results.json").read_text())["cells"] if c["phase"] == "replay"]
+    fit = fit_profile(load_results(runs / "fitted"), base=load_profile("tiny"), source=str(runs / "fitted"))
+    sc = Scenario(workload="replay", trace=str(trace))
+    requests = fit_trace(load_trace(trace), fit.profile.max_model_len, sc.over_context)
+    [p] = results_to_dict(predict_replay_results(fit.profile, sc, requests))["cells"]
+    assert p["requests_scheduled"] == m["requests_scheduled"] == 200
+    assert p["requests_completed"] == m["requests_completed"] == 200
+    errors = {f: p[f] / m[f] - 1 for f in ("achieved_rate_rps", "ttft_ms", "ttft_p99_ms", "e2e_ms")}
+    print("trace replay, predicted / measured - 1:", errors)
+    assert p["cached_prompt_ratio"] == pytest.approx(m["cached_prompt_ratio"], abs=0.02)
+    assert abs(errors["achieved_rate_rps"]) <= 0.03, errors
+    assert abs(errors["ttft_ms"]) <= 0.10 and abs(errors["e2e_ms"]) <= 0.10, errors
+    assert abs(errors["ttft_p99_ms"]) <= 0.25, errors
