@@ -8,7 +8,9 @@ Routes (GET only: a POST or any other method is a 405, and the store is opened f
     /leaderboard        ?model=M&context=C[&concurrency=N]: runs ranked by total tok/s
     /models, /hardware  what the store holds, with counts and links
     /compare            ?a=ID&b=ID: the compare page (`llmload.output.comparereport.render_html`)
-    /calculator         ?run=ID|profile=FILE&context=C&users=N[&slo=...]: the twin's prediction
+    /calculator         ?run=ID|profile=FILE&context=C&users=N[&slo=...]: the twin's prediction;
+                        &workload=rate&rate=R[&arrivals=constant&window=30s]: a rate cell, and with an SLO
+                        the highest rate meeting it (`llmload.hub.ratecalc`)
     /api/...            the same as JSON: /api/runs, /api/runs/<id> (the results document),
                         /api/leaderboard, /api/models, /api/hardware, /api/compare, /api/calculator
 
@@ -62,6 +64,7 @@ def create_app(store: Store) -> Flask:
     from llmload.output.compare import CompareError, compare
     from llmload.core.resultsjson import results_to_dict
     from llmload.hub.calculator import calculate
+    from llmload.hub.ratecalc import RateCalculation, calculate_rate, parse_rate, parse_window
     from llmload.output import pageformat
 
     app = _HubFlask("llmload.hub")
@@ -171,9 +174,20 @@ def create_app(store: Store) -> Flask:
         rid = text(args, "run")
         if rid is not None:
             run_id(rid)
+        workload = text(args, "workload") or "matrix"
+        if workload not in ("matrix", "rate"):
+            raise QueryError(f"workload: {workload[:40]!r} is none of matrix, rate")
         context = tokens(args, "context")
         if context is None:
             raise QueryError("context is missing: give a context in tokens (e.g. 16384 or 16K)")
+        if workload == "rate":
+            try:
+                return calculate_rate(store, run=rid, profile=text(args, "profile"), context_tokens=context,
+                                      rate=parse_rate(text(args, "rate")), arrivals=text(args, "arrivals"),
+                                      slo=text(args, "slo"), max_tokens=count(args, "max_tokens"),
+                                      window_s=parse_window(text(args, "window")))
+            except LookupError as exc:
+                raise NotFound(str(exc)) from None
         users = count(args, "users", most=MAX_USERS)
         if users is None:
             raise QueryError("users is missing: give the number of simultaneous users")
@@ -186,7 +200,10 @@ def create_app(store: Store) -> Flask:
     @app.get("/calculator")
     def calculator_page():
         result = calculation() if request.args else None
-        return page("calculator.html", "Calculator", result=result, runs=store.runs(), args=request.args)
+        rate = result if isinstance(result, RateCalculation) else None
+        return page("calculator.html", "Calculator", result=None if rate else result, rate_result=rate,
+                    runs=store.runs(), args=request.args, rate_figures=views.rate_figures,
+                    request_counts=views.request_counts, rate_slo_rows=views.rate_slo_rows)
 
     @app.get("/api/calculator")
     def calculator_api():

@@ -47,7 +47,7 @@ class Calculation:
 
     def to_dict(self) -> dict:
         from llmload.core.resultsjson import cell_to_dict
-        return {"provenance": self.provenance, "source": self.source, "profile": self.profile,
+        return {"provenance": self.provenance, "workload": "matrix", "source": self.source, "profile": self.profile,
                 "context_tokens": self.context_tokens, "users": self.users, "max_tokens": self.max_tokens,
                 "window_s": self.window_s, "slo": self.slo,
                 "meets_slo": self.verdict.meets if self.verdict else None,
@@ -87,6 +87,26 @@ def _from_file(name: str):
     return profile, name, DEFAULT_MAX_TOKENS, DEFAULT_WINDOW_S, ()
 
 
+def checked_slo(slo: str | None) -> dict[str, float] | None:
+    """The normalised SLO (`llmload.core.slo.parse_slo`), or a QueryError."""
+    try:
+        return parse_slo(slo)
+    except SLOError as exc:
+        raise QueryError(str(exc)) from None
+
+
+def profile_for(store: Store, *, run: str | None, profile: str | None, max_tokens: int | None):
+    """(profile, source, output tokens per request, the run's window (bounded), notes) for
+    a stored run to fit or a profile file (exactly one of `run`, `profile`)."""
+    if (run is None) == (profile is None):
+        raise QueryError("give either run (a stored run to fit) or profile (a profile file), not both or neither")
+    prof, source, run_max_tokens, window, notes = _from_run(store, run) if run else _from_file(profile)
+    out_tokens = max_tokens or run_max_tokens
+    if out_tokens > MAX_OUTPUT_TOKENS:
+        raise QueryError(f"max_tokens: {out_tokens} is more than {MAX_OUTPUT_TOKENS}")
+    return prof, source, out_tokens, window, notes
+
+
 def calculate(store: Store, *, run: str | None, profile: str | None, context_tokens: int, users: int,
               slo: str | None = None, max_tokens: int | None = None) -> Calculation:
     """The prediction for `context_tokens` and `users` from a stored run's fitted profile or
@@ -94,14 +114,8 @@ def calculate(store: Store, *, run: str | None, profile: str | None, context_tok
     be used and LookupError for a run the store does not hold."""
     if (run is None) == (profile is None):
         raise QueryError("give either run (a stored run to fit) or profile (a profile file), not both or neither")
-    try:
-        bounds = parse_slo(slo)
-    except SLOError as exc:
-        raise QueryError(str(exc)) from None
-    prof, source, run_max_tokens, window, notes = _from_run(store, run) if run else _from_file(profile)
-    out_tokens = max_tokens or run_max_tokens
-    if out_tokens > MAX_OUTPUT_TOKENS:
-        raise QueryError(f"max_tokens: {out_tokens} is more than {MAX_OUTPUT_TOKENS}")
+    bounds = checked_slo(slo)
+    prof, source, out_tokens, window, notes = profile_for(store, run=run, profile=profile, max_tokens=max_tokens)
     from llmload.twin.predict import predict_results
     try:
         results = predict_results(prof, contexts=[context_tokens],

@@ -9,6 +9,12 @@ from typing import Any
 from urllib.parse import urlencode
 
 from llmload.hub.store import HardwareEntry, LeaderRow, ModelEntry, RunSummary
+from llmload.output import pageformat as fmt
+
+RATE_FIGURES = (("Achieved rate", None), ("TTFT p50", "ttft_ms"), ("TTFT p90", "ttft_p90_ms"),
+                ("TTFT p99", "ttft_p99_ms"), ("TBT p50", "tbt_ms"), ("TBT p90", "tbt_p90_ms"),
+                ("TBT p99", "tbt_p99_ms"), ("e2e p50", "e2e_ms"), ("e2e p90", "e2e_p90_ms"), ("e2e p99", "e2e_p99_ms"))
+"""The calculator's rate figures: (header, the cell's field; None: the achieved rate)."""
 
 
 def run_url(run_id: str) -> str:
@@ -53,3 +59,37 @@ def model_dict(entry: ModelEntry, contexts: list[int]) -> dict[str, Any]:
 
 def hardware_dict(entry: HardwareEntry) -> dict[str, Any]:
     return {**asdict(entry), "runs_url": link("/runs", hardware=entry.hardware)}
+
+
+def rate_figures(cell) -> list[tuple[str, str]]:
+    """A rate cell's figures as the calculator shows them: (header, text), a latency that is
+    a lower bound (an unfinished request) as "> value"."""
+    out = []
+    for header, name in RATE_FIGURES:
+        if name is None:
+            out.append((header, fmt.fmt_rps(cell.traffic.achieved_rate_rps)))
+        elif name.startswith("tbt"):
+            out.append((header, fmt.fmt_tbt_ms(getattr(cell, name))))
+        else:
+            out.append((header, fmt.cell_ms(cell, name)))
+    return out
+
+
+def request_counts(cell) -> str:
+    """"39 scheduled: 2 completed, 37 unfinished"."""
+    return fmt.request_counts_text(cell) or fmt.MISSING
+
+
+def rate_slo_rows(calc) -> list[tuple[str, ...]]:
+    """The SLO prediction's cells, lowest rate first: rate, what added it (the ladder or the
+    bisection), achieved rate, TTFT p99, TBT p99, the verdict."""
+    from llmload.core.slo import judge_cell
+    rows = []
+    for cell in sorted(calc.slo_cells, key=lambda c: c.traffic.rate_rps or 0.0):
+        verdict = judge_cell(cell, calc.slo)
+        said = ("meets" if verdict.meets else "cannot be judged" if verdict.meets is None
+                else f"fails ({', '.join(verdict.failed)})")
+        rows.append((fmt.fmt_rps(cell.traffic.rate_rps), "bisection" if cell.slo.slo_search else "ladder",
+                     fmt.fmt_rps(cell.traffic.achieved_rate_rps), fmt.cell_ms(cell, "ttft_p99_ms"),
+                     fmt.fmt_tbt_ms(cell.tbt_p99_ms), said))
+    return rows
