@@ -48,11 +48,12 @@ T0_S = 1.0
 """Virtual time of an open-loop cell's t0 (an idle server before it)."""
 CLIENT_TURNAROUND_S = 0.0006
 CLIENT_PER_ANSWER_S = 0.0006
-"""A session user's next turn goes CLIENT_TURNAROUND_S after its answer, and answers that
-came in the same step are taken one after another, CLIENT_PER_ANSWER_S apart: the client's
-own time to read an answer and send the next turn (one process serves its users in turn).
-Without it, users whose answers come in one step would send their next turns at one
-instant, forever in step, which a real client's time between them undoes."""
+"""A session user's next turn goes a client's time after its answer: drawn (exponential,
+mean CLIENT_TURNAROUND_S, from the user's seeded stream), and answers that came in one step
+are taken one after another, CLIENT_PER_ANSWER_S apart (one process serves its users in
+turn): what llmload's client took in a 16-user run on a 2-core machine. Without it, users
+whose answers come in one step would send their next turns at one instant and stay in step
+for ever, which a real client's time between them undoes."""
 SESSION_TEMPLATE_ROOM = 16
 """Tokens kept free for the chat template around a drawn turn (`sessions.TEMPLATE_ROOM`)."""
 
