@@ -10,26 +10,28 @@ from llmload.commands.run import SCENARIO_OPTIONS, workload_checked, workload_op
 
 
 @click.command()
-@click.argument("results_dir", type=click.Path(exists=True))
+@click.argument("results_dirs", metavar="RESULTS_DIR...", nargs=-1, required=True, type=click.Path(exists=True))
 @click.option("-o", "--out", "out_path", type=click.Path(dir_okay=False),
-              help="Profile JSON to write (default: RESULTS_DIR/fitted-profile.json).")
+              help="Profile JSON to write (default: the first RESULTS_DIR/fitted-profile.json).")
 @click.option("--base", default=None,
               help="Profile (name or file) whose values are kept where the cells cannot identify them.")
-def fit(results_dir: str, out_path: str | None, base: str | None) -> None:
-    """Fit a simulator profile to a measured run (RESULTS_DIR) and print the residuals."""
+def fit(results_dirs: tuple[str, ...], out_path: str | None, base: str | None) -> None:
+    """Fit a simulator profile to measured runs (a matrix, rate or sessions run; several:
+    one matrix run with rate and sessions runs) and print the residuals."""
     import json
     from pathlib import Path
 
     from llmload.output.results import ResultsError, load_results
     from llmload.sim.profiles import load_profile
-    from llmload.twin.fit import FitError, fit_profile, profile_json
-    folder = Path(results_dir) if Path(results_dir).is_dir() else Path(results_dir).parent
+    from llmload.twin.fit import FitError, profile_json
+    from llmload.twin.fitworkload import fit_runs
+    folders = [Path(d) if Path(d).is_dir() else Path(d).parent for d in results_dirs]
     try:
-        result = fit_profile(load_results(results_dir), base=load_profile(base) if base else None,
-                             source=str(folder))
+        runs = [(load_results(d), str(f)) for d, f in zip(results_dirs, folders)]
+        result = fit_runs(runs, base=load_profile(base) if base else None)
     except (ResultsError, FitError, ValueError, OSError) as exc:
         raise Refused(str(exc)) from None
-    out = Path(out_path) if out_path else folder / "fitted-profile.json"
+    out = Path(out_path) if out_path else folders[0] / "fitted-profile.json"
     try:
         out.write_text(json.dumps(profile_json(result.profile), indent=2) + "\n", encoding="utf-8")
     except OSError as exc:
@@ -42,16 +44,30 @@ def _echo_fit(result) -> None:
     from llmload.twin.fit import FRONTEND_PARAMS, PREFILL_PARAMS, STEP_PARAMS
     from llmload.core.units import format_tokens
     prof = result.profile
+
+    def _reasons(pairs) -> str:  # coefficients with the same reason together: 'a, b (why); c (why)'
+        grouped: dict[str, list[str]] = {}
+        for name, why in pairs:
+            grouped.setdefault(why, []).append(name)
+        return "; ".join(f"{', '.join(names)} ({why})" for why, names in grouped.items())
     click.echo("Fitted: " + ", ".join(f"{k} {getattr(prof, k):.4g}"
                                      for k in STEP_PARAMS + PREFILL_PARAMS + FRONTEND_PARAMS))
     click.echo(f"  KV cache {prof.num_gpu_blocks:,} blocks × {prof.block_size} tokens · "
                f"max model length {prof.max_model_len:,} · max sequences {prof.max_num_seqs}")
+    for p in getattr(result, "pinned", ()):  # rate and sessions runs: what each pinned
+        size = f"{p.cells} cells" + (f", {p.requests:,} requests" if p.requests else "")
+        click.echo(f"  {p.kind} run {p.source} ({size}): pinned {', '.join(p.pinned) or 'nothing'}"
+                   + (f"; cannot pin {_reasons(p.kept)}" if p.kept else ""))
+    if getattr(result, "pinned", ()):
+        kept = getattr(result, "kept", ())
+        click.echo(f"  kept from the base profile: {_reasons(kept) if kept else 'nothing'}")
     for note in result.notes:
         click.echo(f"  note: {note}")
     click.echo("\n| cell | figure | measured | fitted | residual |\n|---|---|---|---|---|")
     for r in result.residuals:
-        cell = (f"prefill {format_tokens(r.context_tokens)}" if r.phase == "prefill"
-                else f"decode {format_tokens(r.context_tokens)} × {r.concurrency}")
+        context = format_tokens(r.context_tokens)
+        cell = {"prefill": f"prefill {context}", "rate": f"rate {context} at {getattr(r, 'rate_rps', 0) or 0:g} req/s",
+                "session": f"session S {context} × {r.concurrency}"}.get(r.phase, f"decode {context} × {r.concurrency}")
         click.echo(f"| {cell} | {r.figure} | {r.measured:,.1f} | {r.fitted:,.1f} | {r.relative:+.1%} |")
 
 
