@@ -303,3 +303,33 @@ def test_a_vllm_run_is_published_and_ranked(boundary_run, tmp_path):
 def test_a_dataset_sends_each_prompt_and_answer_length_as_vllm_counts_them(server, tmp_path):
     from engine_datasets import check_dataset_run
     check_dataset_run(server.url, tmp_path, "chat")
+
+
+def test_a_twin_fitted_to_vllm_predicts_a_rate_cell(server, tmp_path):
+    """The fitted twin against the real engine: fit a profile to a small matrix run on this
+    vLLM, predict a rate cell it never ran, and run that cell. The errors are printed
+    (docs/capacity.md quotes them); the bounds are wide, for a CPU engine sharing 2 cores
+    with the load generator."""
+    from llmload.core.scenario import Scenario
+    from llmload.core.resultsjson import results_to_dict
+    from llmload.output.results import load_results
+    from llmload.twin.fit import fit_profile
+    from llmload.twin.predict import predict_rate_results
+    matrix = llmload("run", "--host", server.url, "--contexts", "256,1K", "--concurrency", "1,2,3",
+                     "--prefill-contexts", "256,1K,2K", "--max-tokens", "32", "--duration", "6s",
+                     "--out", str(tmp_path / "matrix"))
+    assert matrix.returncode == 0, matrix.stdout + matrix.stderr
+    rate = llmload("run", "--host", server.url, "--workload", "rate", "--contexts", "512", "--rates", "2",
+                   "--arrivals", "constant", "--max-tokens", "32", "--duration", "8s", "--out", str(tmp_path / "rate"))
+    assert rate.returncode == 0, rate.stdout + rate.stderr
+    [m] = [c for c in json.loads((tmp_path / "rate" / "results.json").read_text())["cells"] if c["phase"] == "rate"]
+    fit = fit_profile(load_results(tmp_path / "matrix"), source="vllm matrix")
+    sc = Scenario(workload="rate", contexts=(512,), rates=(2.0,), arrivals="constant", max_tokens=32, duration_s=8.0)
+    [p] = [c for c in results_to_dict(predict_rate_results(fit.profile, sc))["cells"] if c["phase"] == "rate"]
+    assert p["requests_scheduled"] == m["requests_scheduled"] == 16
+    errors = {f: p[f] / m[f] - 1 for f in ("achieved_rate_rps", "ttft_ms", "ttft_p99_ms", "e2e_ms", "tbt_ms")}
+    print("vLLM rate cell, predicted / measured - 1:", {k: round(v, 3) for k, v in errors.items()},
+          "measured:", {f: round(m[f], 1) for f in ("ttft_ms", "ttft_p99_ms", "e2e_ms", "tbt_ms")})
+    assert abs(errors["achieved_rate_rps"]) <= 0.05, errors
+    assert abs(errors["e2e_ms"]) <= 0.30 and abs(errors["tbt_ms"]) <= 0.30, errors
+    assert abs(errors["ttft_ms"]) <= 0.50, errors
