@@ -250,3 +250,29 @@ def test_a_fitted_twin_predicts_a_trace_replay(runs, sims, tmp_path):
     assert abs(errors["achieved_rate_rps"]) <= 0.03, errors
     assert abs(errors["ttft_ms"]) <= 0.10 and abs(errors["e2e_ms"]) <= 0.10, errors
     assert abs(errors["ttft_p99_ms"]) <= 0.25, errors
+
+
+def test_a_fitted_twins_highest_rate_under_an_slo_is_the_runs_within_a_step(runs, sims, tmp_path):
+    """The SLO answer itself: the run's rate bisection against the server the fit does not
+    know (real time, stops within 10%) and the fitted twin's (virtual time, within 5%) give
+    highest rates within one of the run's bisection steps of each other."""
+    from llmload.core.scenario import Scenario
+    from llmload.core.slosearch import max_rate_meeting
+    from llmload.twin.predict import predict_rate_results
+    slo = {"ttft_p99_ms": 300.0}
+    sim = sims("tiny", **UNKNOWN)
+    ran = llmload("run", "--host", sim.url, "--workload", "rate", "--contexts", "512", "--rates", "2,12",
+                  "--arrivals", "constant", "--max-tokens", "64", "--duration", "4s", "--slo", "ttft_p99=300ms",
+                  "--slo-search", "--out", str(tmp_path / "ran"))
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    [measured] = max_rate_meeting([c for c in load_results(tmp_path / "ran").cells if c.phase == "rate"], slo)
+    fit = fit_profile(load_results(runs / "fitted"), base=load_profile("tiny"), source=str(runs / "fitted"))
+    sc = Scenario(workload="rate", contexts=(512,), rates=(2.0, 12.0), arrivals="constant", max_tokens=64,
+                  duration_s=4.0, slo=slo)
+    [predicted] = max_rate_meeting([c for c in predict_rate_results(fit.profile, sc, slo_search=True).cells
+                                    if c.phase == "rate"], slo)
+    print("highest rate under the SLO: measured", measured.max_rate_rps, "failing", measured.first_failing_rps,
+          "predicted", predicted.max_rate_rps, "failing", predicted.first_failing_rps)
+    assert 2.0 < measured.max_rate_rps < 12.0 and 2.0 < predicted.max_rate_rps < 12.0
+    step = measured.first_failing_rps - measured.max_rate_rps  # the run's last bisection step
+    assert abs(predicted.max_rate_rps - measured.max_rate_rps) <= step + 1e-9
