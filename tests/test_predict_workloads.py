@@ -54,6 +54,11 @@ def test_predicted_sessions_match_a_real_time_run_on_the_same_profile(sim, tmp_p
     # a turn's prompt holds the whole conversation so far; the system prompt and the earlier
     # turns are served from the prefix cache, as on the real-time server
     assert p["context_reached_tokens"] == m["context_reached_tokens"]
+    # a prediction's own records recompute to the same cell (a run's would be refused)
+    r = llmload("report", "--recompute", tmp_path / "p")
+    assert r.returncode == 0, r.stdout + r.stderr
+    [again] = cells(tmp_path / "p", "session")
+    assert again["ttft_ms"] == p["ttft_ms"] and again["total_tok_s"] == p["total_tok_s"]
     assert p["cached_prompt_ratio"] == pytest.approx(m["cached_prompt_ratio"], abs=0.01)
     assert p["turn_requests"][0] == pytest.approx(m["turn_requests"][0], rel=0.15)
     for figure, rel in (("total_tok_s", 0.10), ("completed_requests", 0.10), ("tbt_ms", 0.10)):

@@ -127,7 +127,7 @@ def predict(profile, workload, overrides, slo_search, out_dir, force, **options)
         raise Refused(str(exc)) from None
 
     def keep(planned, records, facts) -> str:
-        return f"{RECORDS_DIR}/{write_cell(out_dir, planned, records, facts).name}"
+        return f"{RECORDS_DIR}/{write_cell(out_dir, planned, records, facts, provenance='predicted').name}"
     try:
         if workload == "rate":
             results = twin.predict_rate_results(prof, sc, slo_search=slo_search, keep=keep)

@@ -25,7 +25,8 @@ from typing import Any, BinaryIO
 
 from llmload.core.cells import assemble_cell
 from llmload.core.runresults import Results
-from llmload.output.recordstore import RECORDS_DIR, RecordsError, cell_files, export_table, read_cell
+from llmload.output.recordstore import (RECORDS_DIR, RecordsError, cell_files, export_table, read_cell,
+                                        records_provenance)
 from llmload.output.results import load_results
 
 EXPORT_FORMATS = ("csv", "parquet", "jsonl")
@@ -59,7 +60,8 @@ def recompute(results_dir: str | os.PathLike[str], *, allow_missing: bool = Fals
     if not files:
         raise RecordsError(f"{results_dir}: no {RECORDS_DIR}/ files to recompute from (a results directory "
                            f"written before llmload kept its records, schema {results.schema_version})")
-    if results.provenance == "predicted":  # records are requests sent: never mixed into a prediction
+    if results.provenance == "predicted" and any(records_provenance(f) != "predicted" for f in files):
+        # a run's requests are never mixed into a prediction (its own virtual requests are its records)
         raise RecordsError(f"{results_dir}: results.json is a prediction (llmload predict) but {RECORDS_DIR}/ "
                            "holds requests of a run: two runs in one directory, not recomputed")
     missing = _check_missing(results_dir, results, allow_missing, "they would be kept as stored, not recomputed")

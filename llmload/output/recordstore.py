@@ -123,8 +123,9 @@ def records_from_table(table: pa.Table) -> list[RequestRecord]:
 
 
 def write_cell(out_dir: str | os.PathLike[str], planned: PlannedCell, records: list[RequestRecord],
-               facts: CellFacts) -> Path:
-    """Write one cell's records and facts atomically; returns the file's path."""
+               facts: CellFacts, *, provenance: str = "measured") -> Path:
+    """Write one cell's records and facts atomically; returns the file's path. A prediction's
+    (`provenance` "predicted": `llmload predict`'s virtual requests) says so in the file."""
     folder = Path(out_dir) / RECORDS_DIR
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / cell_file_name(planned)
@@ -133,6 +134,7 @@ def write_cell(out_dir: str | os.PathLike[str], planned: PlannedCell, records: l
         "llmload.records_version": str(RECORDS_VERSION),
         "llmload.planned": json.dumps(planned_to_dict(planned)),
         "llmload.facts": scrub(facts.to_json()),
+        "llmload.provenance": provenance,
     })
     with atomic_file(path) as tmp:
         # Floats split by byte before zstd: the high bytes of nearby times compress well.
@@ -170,6 +172,16 @@ def read_cell(path: str | os.PathLike[str]) -> tuple[PlannedCell, list[RequestRe
         return planned, records_from_table(table), facts
     except (ValueError, TypeError, pa.ArrowException) as exc:
         raise RecordsError(f"{path}: its requests cannot be read ({type(exc).__name__}: {exc})") from None
+
+
+def records_provenance(path: str | os.PathLike[str]) -> str:
+    """"predicted" for a prediction's records file, else "measured" (a file written before
+    records said: a run's)."""
+    try:
+        meta = pq.read_schema(path).metadata or {}
+    except (OSError, pa.ArrowException) as exc:
+        raise RecordsError(f"{path}: not a readable records file ({exc})") from None
+    return meta.get(b"llmload.provenance", b"measured").decode(errors="replace")
 
 
 def cell_files(out_dir: str | os.PathLike[str]) -> list[Path]:
