@@ -60,7 +60,7 @@ def predict_cell(profile: Profile, planned: PlannedCell, *, window_s: float,
     if not planned.runs:
         return not_run_cell(planned)
     if planned.phase == "rate":
-        records, facts = virtual_rate(profile, planned, sc, cell_id=cell_id)
+        records, facts = virtual_rate(profile, planned, sc)
     elif planned.phase == "session":
         records, facts = virtual_sessions(profile, planned, sc, cell_id=cell_id, turn_tokens=session_lengths(sc)[0])
     elif planned.phase == "prefill":

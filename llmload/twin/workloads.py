@@ -4,8 +4,10 @@ sends it, to the simulator's engine model (`llmload.sim.virtual`), with no socke
 wall clock. Each gives the records and the facts the runner would have gathered, which the
 run's own cell functions (`llmload.core.cells`) turn into the cell.
 
-- Rate: the pacer's arrivals (`workloads.arrival_offsets`, one pacer) and lengths (the cell's,
-  or drawn as the run draws them: `lengths.drawn_lengths`), every prompt cold.
+- Rate: the pacer's arrivals (`workloads.arrival_offsets`, one pacer; Poisson seeded by the
+  cell's context and rate, so a rate's arrivals do not depend on the rates predicted beside
+  it) and lengths (the cell's, or drawn as the run draws them: `lengths.drawn_lengths`),
+  every prompt cold.
 - Replay: the trace as fitted and shaped for the run, each request at its time over the
   speedup; a Mooncake request's prompt is its hash blocks' ids (equal ids, equal blocks, as
   the run's `prompts.block_token_ids` builds them), so the prefix cache sees the sharing; a
@@ -100,12 +102,11 @@ def _open_loop(profile: Profile, sends: Iterable[tuple[float, list[int], int]], 
     return records, waits, len(asked)
 
 
-def virtual_rate(profile: Profile, planned: PlannedCell, sc: Scenario, *, cell_id: str
-                 ) -> tuple[list[RequestRecord], CellFacts]:
+def virtual_rate(profile: Profile, planned: PlannedCell, sc: Scenario) -> tuple[list[RequestRecord], CellFacts]:
     """A rate cell in virtual time (module docstring)."""
     window, rate = sc.duration_s, planned.rate_rps or 0.0
     drain = drain_s("rate", window, sc.drain_s)
-    offsets = arrival_offsets(rate, window, sc.arrivals, index=0, pacers=1, seed=pacer_seed("predicted", cell_id, 0))
+    offsets = arrival_offsets(rate, window, sc.arrivals, index=0, pacers=1, seed=pacer_seed("predicted", planned.name, 0))
     lengths: Iterable[tuple[int, int]] | None = drawn_lengths(
         sc.prompt_tokens, sc.output_tokens, prompt_tokens=planned.prompt_tokens, max_tokens=planned.max_tokens,
         limit=profile.max_model_len, seed=f"{sc.seed}/{planned.name}/p0")
