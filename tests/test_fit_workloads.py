@@ -86,8 +86,8 @@ def test_a_rate_run_at_one_prompt_length_pins_the_step_against_batch_not_kv(runs
     truth = load_profile("tiny", HIDDEN)
     errors = {"step_base_ms": prof.step_base_ms / truth.step_base_ms - 1,
               "per sequence": per_seq(prof) / per_seq(truth) - 1, "prefill 1K": prefill(prof) / prefill(truth) - 1}
-    print("rate fit, fitted / hidden - 1:", errors)
-    assert abs(errors["step_base_ms"]) <= 0.1 and abs(errors["per sequence"]) <= 0.25, errors
+    print("rate fit, fitted / hidden - 1:", errors)  # three runs here: within 1.8%, 7.1%, 6.6%
+    assert abs(errors["step_base_ms"]) <= 0.1 and abs(errors["per sequence"]) <= 0.2, errors
     assert abs(errors["prefill 1K"]) <= 0.15, errors
     cells = {(r.rate_rps, r.figure): r for r in fit.residuals}
     assert sorted(cells) == [(2.0, "tbt_ms"), (2.0, "ttft_ms"), (8.0, "tbt_ms"), (8.0, "ttft_ms")]
@@ -101,9 +101,10 @@ def test_a_sessions_run_pins_the_step_and_prefill(runs):
     assert report.kind == "sessions" and report.cells == 4 and report.requests > 100
     assert set(STEP) | {"prefill_per_token_us"} <= set(report.pinned)
     assert set(HANDLING) <= set(dict(fit.kept))
-    # Measured: step terms within 0.1%, 0.5%, 0.8%; prefill per token -0.2% (a later turn
-    # computes its new ~100 tokens after a cached prefix of 512 to 1,800).
-    assert_near(fit.profile, {"step_base_ms": 0.1, "step_per_seq_ms": 0.3, "step_per_kv_token_us": 0.3,
+    # Three runs here: step terms within 0.2%, 1.2% and 1.3%; prefill per token within 10.4%
+    # (it rests on the TTFTs of turns that compute ~100 new tokens after a cached prefix of
+    # 512 to 1,800, beside the server's own handling of the whole conversation).
+    assert_near(fit.profile, {"step_base_ms": 0.1, "step_per_seq_ms": 0.2, "step_per_kv_token_us": 0.2,
                               "prefill_per_token_us": 0.3})
     for r in fit.residuals:
         assert abs(r.relative) <= (0.1 if r.figure == "tbt_ms" else 0.3), r
@@ -118,6 +119,8 @@ def test_a_rate_cell_predicted_from_the_fit(runs, fitted_from):
     [predicted] = results_to_dict(predict_rate_results(fit.profile, CHECK))["cells"]
     errors = {f: predicted[f] / measured[f] - 1 for f in ("ttft_ms", "tbt_ms", "e2e_ms")}
     print(f"fitted from the {fitted_from} run, predicted / measured - 1:", errors)
+    # On this project's 2-core machine, three runs of each: TBT within 1.7%, e2e within 3.1%,
+    # TTFT within 9.8% (the sessions fit's prefill per token rests on turns of ~100 tokens).
     assert abs(errors["tbt_ms"]) <= 0.1 and abs(errors["e2e_ms"]) <= 0.1, errors
     assert abs(errors["ttft_ms"]) <= 0.2, errors
 

@@ -12,15 +12,18 @@ the warm-up that computed it first): then it shares only what the server said it
 sessions cell's system prompt is computed before the cell, so the warm-ups that the server
 served from its cache are served from the replay's too, however their race goes here.
 
-Figures (`figures`): per request, TTFT (send to first token) and the time per token after the
-first, (last - first) / tokens after the first, from measured or replayed chunk times alike.
+Figures (`figures`): per request, TTFT (send to first token), the time per token after the
+first, (last - first) / tokens after the first, and the median time per token between its
+chunks (a decode step: the steps that also computed a prefill are few), from measured or
+replayed chunk times alike.
 
 Design rows (`design`), from the measured records alone: the engine's steps are the cell's
 chunk arrivals (those within `STEP_TOLERANCE` of a step's shortest gaps are one step); at
 each step, from the requests in flight then: 1, the sequences scheduled (decoding, or finishing
 their prefill at its end), their KV tokens (prompt + tokens out so far), and the prefill it
 computed (uncached tokens; the quadratic term over their positions). A request's time per
-token is the sum of its steps' rows over its tokens; its TTFT, the steps from its send to its
+token is the sum of its steps' rows over its tokens; its median, the mean of its steps that
+computed no prefill; its TTFT, the steps from its send to its
 first token (the one it arrived in, by the part still to run), plus the frontend's latency
 (1, and its prompt tokens). Linear in `pinning.COLUMNS`: the fit's first estimate, identifiability and corrections.
 """
@@ -152,23 +155,27 @@ def replay(profile: Profile, cell: WorkCell) -> list[tuple[np.ndarray, np.ndarra
 
 
 def figures(cell: WorkCell, chunks: list[tuple[np.ndarray, np.ndarray]] | None = None
-            ) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
-    """Per observed request: TTFT (ms), time per token after the first (ms; NaN with fewer
-    than 2 chunks) and its gaps between chunks (ms); measured, or of `replay`'s chunks."""
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[np.ndarray]]:
+    """Per observed request: TTFT, time per token after the first, its median time per token
+    between chunks (its typical decode step; NaN for both with fewer than 2 chunks) and its
+    gaps between chunks, all in ms; measured, or of `replay`'s chunks."""
     chunks = chunks if chunks is not None else list(zip(cell.times, cell.tokens))
-    ttft, tpt, gaps = [], [], []
+    ttft, tpt, step, gaps = [], [], [], []
     for s, (t, n) in zip(cell.sent, chunks):
         if not s.observed:
             continue
         ttft.append((t[0] - s.send_s) * 1e3 if len(t) else np.nan)
-        tpt.append((t[-1] - t[0]) / n[1:].sum() * 1e3 if len(t) >= 2 and n[1:].sum() else np.nan)
+        two = len(t) >= 2 and n[1:].sum() > 0
+        tpt.append((t[-1] - t[0]) / n[1:].sum() * 1e3 if two else np.nan)
+        step.append(float(np.median(np.diff(t) / np.maximum(n[1:], 1))) * 1e3 if two else np.nan)
         gaps.append(np.diff(t) * 1e3)
-    return np.array(ttft), np.array(tpt), gaps
+    return np.array(ttft), np.array(tpt), np.array(step), gaps
 
 
-def design(cell: WorkCell) -> tuple[np.ndarray, np.ndarray]:
-    """The observed requests' design rows over COLUMNS: (TTFT rows, time-per-token rows),
-    from the measured chunk times (see the module docstring)."""
+def design(cell: WorkCell) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The observed requests' design rows over COLUMNS, from the measured chunk times (see
+    the module docstring): TTFT, time per token, median time per token (its decode steps
+    without a prefill in them)."""
     first = np.array([t[0] for t in cell.times])
     last = np.array([t[-1] for t in cell.times])
     prompt = np.array([len(s.prompt_ids) for s in cell.sent], float)
@@ -205,7 +212,8 @@ def design(cell: WorkCell) -> tuple[np.ndarray, np.ndarray]:
     def step_of(t: np.ndarray) -> np.ndarray:  # index of the step that delivered a chunk at t
         return np.maximum(np.searchsorted(ends, t + tol / 2, side="right") - 1, 0)
 
-    ttft_rows, tpt_rows = [], []
+    ttft_rows, tpt_rows, step_rows = [], [], []
+    none = np.full(len(COLUMNS), np.nan)
     for s, t, n in zip(cell.sent, cell.times, cell.tokens):
         if not s.observed:
             continue
@@ -218,7 +226,13 @@ def design(cell: WorkCell) -> tuple[np.ndarray, np.ndarray]:
             row += share * steps[arrived] + cum[own] - cum[arrived + 1]
         row[-2:] = 1.0, len(s.prompt_ids) / 1e3  # the frontend's latency: base, per prompt token
         ttft_rows.append(row)
-        after = n[1:].sum()
-        tpt_rows.append((cum[int(step_of(t[-1:])[0]) + 1] - cum[own + 1]) / after if len(t) >= 2 and after
-                        else np.full(len(COLUMNS), np.nan))
-    return np.array(ttft_rows).reshape(-1, len(COLUMNS)), np.array(tpt_rows).reshape(-1, len(COLUMNS))
+        after, end = n[1:].sum(), int(step_of(t[-1:])[0]) + 1
+        if len(t) < 2 or not after or end <= own + 1:
+            tpt_rows.append(none)
+            step_rows.append(none)
+            continue
+        tpt_rows.append((cum[end] - cum[own + 1]) / after)
+        mine = steps[own + 1:end]
+        plain = mine[mine[:, 3] == 0]
+        step_rows.append((plain if len(plain) else mine).mean(axis=0))
+    return tuple(np.array(r).reshape(-1, len(COLUMNS)) for r in (ttft_rows, tpt_rows, step_rows))

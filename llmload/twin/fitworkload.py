@@ -42,8 +42,10 @@ FIT_ITERATIONS = 4
 BACKTRACKS = 3
 PRIORITY = ("step_base_ms", "step_per_seq_ms", "step_per_kv_token_us", "prefill_per_token_us",
             "frontend_base_ms", "frontend_latency_per_token_us", "prefill_quadratic_ns")
-FIT_STATUSES = ("valid", "saturated", "overloaded", "in_flight_cap")
-"""Cells whose requests are fitted (the simulator replays the queueing too)."""
+FIT_STATUSES = ("valid", "saturated", "overloaded", "in_flight_cap", "client_bound")
+"""Cells whose requests are fitted: the simulator replays the queueing too, and a request is
+re-sent when it was sent (a sender that fell behind its schedule does not bias the fit; the
+token times are the kernel's receive stamps), which the notes say for a client_bound cell."""
 KINDS = ("matrix", "rate", "sessions")
 HANDLING = ("frontend_per_request_ms", "frontend_per_token_us", "frontend_quadratic_ns")
 _HANDLING_WHY = "serial request handling: not told from the latency terms without requests sent together"
@@ -91,12 +93,11 @@ class _Fitted:
     def __init__(self, profile: Profile, *, cell: WorkCell | None = None, obs: list | None = None) -> None:
         self.cell, self.obs = cell, obs
         if cell is not None:
-            x_ttft, x_tpt = design(cell)
-            ttft, tpt, _ = figures(cell)
+            xs, ys = design(cell), figures(cell)[:3]
             prompt = np.array([len(s.prompt_ids) for s in cell.sent if s.observed], float)
-            self.rows = Rows.stack([Rows.of(x_ttft, ttft, _fixed_ttft_ms(profile, prompt)),
-                                    Rows.of(x_tpt, tpt, np.zeros(len(tpt)))])
-            self.has = (np.isfinite(ttft) & np.isfinite(x_ttft).all(1), np.isfinite(tpt) & np.isfinite(x_tpt).all(1))
+            offsets = (_fixed_ttft_ms(profile, prompt), np.zeros(len(prompt)), np.zeros(len(prompt)))
+            self.rows = Rows.stack([Rows.of(x, y, o) for x, y, o in zip(xs, ys, offsets)])
+            self.has = [np.isfinite(y) & np.isfinite(x).all(1) for x, y in zip(xs, ys)]
             return
         x, y, offset = [], [], []
         for o in obs:
@@ -114,8 +115,8 @@ class _Fitted:
 
     def simulate(self, profile: Profile) -> np.ndarray:
         if self.cell is not None:
-            ttft, tpt, _ = figures(self.cell, replay(profile, self.cell))
-            return np.concatenate([ttft[self.has[0]], tpt[self.has[1]]])
+            sims = figures(self.cell, replay(profile, self.cell))[:3]
+            return np.concatenate([y[has] for y, has in zip(sims, self.has)])
         sims = [matrix_fit._simulate(profile, o) for o in self.obs]
         return np.array([s.tbt_ms if o.phase == "decode" else s.ttft_ms for o, s in zip(self.obs, sims)], float)
 
@@ -127,8 +128,10 @@ def _load(results: Results, folder: Path, profile: Profile, kind: str) -> tuple[
             continue
         name = f"{folder}: {_label(c.phase, c.context_tokens, c.concurrency, c.traffic.rate_rps)}"
         if c.status not in FIT_STATUSES or not c.records_file:
-            notes.append(f"{name} left out ({c.status if c.records_file else 'no records'})")
+            notes.append(f"{name} left out ({c.status}: {c.reason})" if c.records_file else f"{name} left out: no records")
             continue
+        if c.status == "client_bound":
+            notes.append(f"{name} fitted, although client_bound ({c.reason}): its requests are re-sent when they were sent")
         try:
             planned, records, _ = read_cell(folder / c.records_file)
         except RecordsError as exc:
@@ -242,7 +245,8 @@ def _gauss_newton(profile: Profile, rows: Rows, parts: list[_Fitted], free: list
         sub = rows.subset(ok)
         theta = np.array([float(getattr(current, n)) for n in free])
         target = sub.y - sim[ok] + np.column_stack([sub.column(n) for n in free]) @ theta
-        step = np.array([robust_fit(sub, target, free)[0].get(n, 0.0) for n in free]) - theta
+        solved = robust_fit(sub, target, free)[0]
+        step = np.array([solved.get(n, 0.0) for n in free]) - theta
         for _ in range(BACKTRACKS + 1):
             trial = apply(dict(zip(free, theta + step)))
             trial_sim = simulated(trial)
@@ -263,8 +267,8 @@ def _residuals(profile: Profile, cell: WorkCell) -> list[Residual]:
     measured, replayed = figures(cell), figures(cell, replay(profile, cell))
     out: list[Residual] = []
     for figure, m, r in (("ttft_ms", measured[0], replayed[0]),
-                         ("tbt_ms", np.concatenate(measured[2] or [np.zeros(0)]),
-                          np.concatenate(replayed[2] or [np.zeros(0)]))):
+                         ("tbt_ms", np.concatenate(measured[3] or [np.zeros(0)]),
+                          np.concatenate(replayed[3] or [np.zeros(0)]))):
         m, r = m[np.isfinite(m)], r[np.isfinite(r)]
         if len(m) and len(r):
             out.append(CellResidual(phase=cell.phase, context_tokens=cell.context_tokens, concurrency=cell.concurrency,
