@@ -98,6 +98,7 @@ def test_the_runs_page_lists_every_run_and_filters(hub):
     listed = ok(client, "/api/runs").get_json()
     assert sorted(r["id"] for r in listed) == sorted(ids.values())
     assert all(r["url"] == f"/runs/{r['id']}" for r in listed)
+    assert all((r["publisher"], r["source_dir"]) == (None, None) for r in listed)  # no --with-origin
 
     def only(query: str) -> set[str]:
         html = ok(client, "/runs?" + query).get_data(as_text=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -70,8 +71,8 @@ def test_a_simulated_run_is_stored_whole_and_read_back(sim_run, db):
         [run] = store.runs()
         assert (run.id, run.model, run.model_root, run.engine) == (rid, "tiny", results.server["model_root"],
                                                                    "llmload-sim")
-        assert (run.status, run.provenance, run.workload, run.source_dir) == (
-            "complete", "simulated", "matrix", str(sim_run.absolute()))
+        assert (run.status, run.provenance, run.workload) == ("complete", "simulated", "matrix")
+        assert (run.publisher, run.source_dir) == (None, None)  # not without --with-origin
         assert (run.max_tokens, run.duration_s, run.started_at) == (16, 1.0, results.started_at)
         assert store.run(rid) == results  # the document as written (already scrubbed)
         assert store.run("0" * 16) is None and store.summary(rid) == run
@@ -84,7 +85,7 @@ def test_a_simulated_run_is_stored_whole_and_read_back(sim_run, db):
 
 
 def test_publishing_is_idempotent_across_copies(sim_run, db, tmp_path):
-    first = llmload("publish", sim_run, "--db", db)
+    first = llmload("publish", sim_run, "--db", db, "--with-origin")
     again = llmload("publish", sim_run, "--db", db)
     copy = tmp_path / "copied"
     shutil.copytree(sim_run, copy)
@@ -94,8 +95,9 @@ def test_publishing_is_idempotent_across_copies(sim_run, db, tmp_path):
     assert again.stdout.split()[0] == copied.stdout.split()[0] == rid
     assert "(already published)" in again.stdout and "(already published)" in copied.stdout
     assert stored_ids(db) == [rid]
-    with open_store(db) as store:
-        assert store.summary(rid).source_dir == str(sim_run.absolute())  # the first stays
+    with open_store(db) as store:  # the first publication's origin stays
+        run = store.summary(rid)
+        assert (run.publisher, run.source_dir) == (socket.gethostname(), str(sim_run.absolute()))
 
 
 def test_a_malformed_run_is_refused_in_one_line_and_nothing_of_the_batch_is_published(sim_run, db, tmp_path):
@@ -173,6 +175,60 @@ def test_migrations_bring_an_empty_database_to_head_and_refuse_a_newer_store(sim
     assert "schema revision 9999, newer than this llmload's" in line
 
 
+def store_at_0002(url: str, sim_run: Path) -> str:
+    """A store as llmload wrote it before revision 0003_origin_optional: at 0002, holding the
+    simulated run with its origin (publisher, source_dir) and its cells. Returns its id."""
+    from alembic import command
+    from llmload.hub import database
+    from llmload.hub.publish import cell_rows, read_run, run_row
+    run = read_run(sim_run)
+    engine = database.connect(url, write=True)
+    try:
+        with engine.begin() as c:
+            command.upgrade(database._alembic_config(c), "0002")
+            row = run_row(run, published_at="2026-01-01T00:00:00+00:00", publisher="laptop.corp",
+                          source_dir="/home/alice/secret-project/run1")
+            c.execute(sa.insert(schema.runs), row)
+            c.execute(sa.insert(schema.cells), cell_rows(run))
+            assert c.execute(sa.text("SELECT version_num FROM alembic_version")).scalar_one() == "0002"
+    finally:
+        engine.dispose()
+    return run.id
+
+
+def check_migrated_origin(url: str, rid: str, n_cells: int) -> None:
+    """Opened by this llmload, the store is at head: the origin columns nullable and cleared,
+    the run and every cell kept, the tables exactly schema.py's."""
+    from alembic.autogenerate import compare_metadata
+    from alembic.runtime.migration import MigrationContext
+    with open_store(url) as store, store.engine.connect() as c:
+        assert c.execute(sa.text("SELECT version_num FROM alembic_version")).scalar_one() == head_revision()
+        assert compare_metadata(MigrationContext.configure(c), schema.metadata) == []
+        [run] = store.runs()
+        assert (run.id, run.publisher, run.source_dir) == (rid, None, None)
+        assert c.execute(sa.select(sa.func.count()).select_from(schema.cells)).scalar_one() == n_cells
+        assert store.leaderboard("tiny", 256)[0].run.id == rid
+        columns = {col["name"]: col for col in sa.inspect(c).get_columns("runs")}
+        assert columns["publisher"]["nullable"] and columns["source_dir"]["nullable"]
+
+
+def test_an_older_store_is_migrated_to_forget_where_its_runs_came_from(sim_run, db, monkeypatch):
+    from llmload.hub import database
+    made = database._sqlite_engine
+
+    def secure_delete_off(parsed, *, write):  # SQLite's default build (Debian's turns it on)
+        engine = made(parsed, write=write)
+        sa.event.listen(engine, "connect", lambda dbapi, _record: dbapi.execute("PRAGMA secure_delete = OFF"))
+        return engine
+
+    monkeypatch.setattr(database, "_sqlite_engine", secure_delete_off)
+    rid = store_at_0002(db, sim_run)
+    assert b"laptop.corp" in Path(db.removeprefix("sqlite:///")).read_bytes()
+    check_migrated_origin(db, rid, len(load_results(sim_run).cells))
+    raw = Path(db.removeprefix("sqlite:///")).read_bytes()
+    assert b"laptop.corp" not in raw and b"/home/alice" not in raw  # not even in free pages
+
+
 def three_runs(sim_run: Path, tmp_path: Path) -> list[Path]:
     """The simulated run and two copies on other hardware, at half and twice its speed."""
     slow = variant(sim_run, tmp_path / "slow", scale=0.5, hardware={"name": "RTX 3090 24GB", "gpu": "RTX 3090"})
@@ -222,6 +278,12 @@ def test_postgresql_stores_and_ranks_the_same(postgres, sim_run, tmp_path):  # n
     check_leaderboard(url, sim_run)
     with open_store(url) as store, store.engine.connect() as c:
         assert c.execute(sa.text("SELECT version_num FROM alembic_version")).scalar_one() == head_revision()
+
+
+def test_an_older_postgresql_store_is_migrated_the_same(postgres, sim_run):  # noqa: F811
+    url = postgres.new_database()
+    rid = store_at_0002(url, sim_run)
+    check_migrated_origin(url, rid, len(load_results(sim_run).cells))
 
 
 def test_two_publishers_at_once_store_every_run_once(postgres, sim_run, tmp_path):  # noqa: F811

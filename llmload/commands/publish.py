@@ -12,7 +12,11 @@ from llmload.commands.common import Refused, echo
 @click.option("--db", "db_url", envvar="LLMLOAD_DB", metavar="URL",
               help="The store: sqlite:///ABSOLUTE/PATH or postgresql://USER:PASSWORD@HOST:PORT/DB "
                    "[env var: LLMLOAD_DB; default: sqlite in $XDG_DATA_HOME/llmload/hub.sqlite].")
-def publish(run_dirs: tuple[str, ...], db_url: str | None) -> None:
+@click.option("--with-origin", is_flag=True,
+              help="Also store where each run comes from: this machine's host name and the results "
+                   "directory's absolute path (the hub shows them to every visitor; by default "
+                   "neither is stored).")
+def publish(run_dirs: tuple[str, ...], db_url: str | None, with_origin: bool) -> None:
     """Put the runs of RUN_DIR... into the store, once each (a run's id is its content).
     Every run is read and checked first: a malformed or unfinished one publishes nothing."""
     from llmload.core.redact import SCRUBBER
@@ -28,7 +32,7 @@ def publish(run_dirs: tuple[str, ...], db_url: str | None) -> None:
     try:
         with open_store(url, write=True) as store:
             for run in runs:
-                done = store_run(store, run)
+                done = store_run(store, run, with_origin=with_origin)
                 what = "published" if done.new else "already published"
                 echo(f"{done.id}  {done.model or '?'}  {done.hardware or '?'}  {done.status}  ({what})")
     except StoreError as exc:

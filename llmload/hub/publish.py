@@ -15,6 +15,9 @@ stored in one transaction (`publish`).
   ("already published"), also when two publishers race (the loser's insert hits the primary
   key, and it reads the winner's row). A run resumed and published again is new content,
   so a new run.
+- Where it came from (`publisher`: this host's name; `source_dir`: the results directory's
+  absolute path) is stored only with `with_origin` (`llmload publish --with-origin`): the
+  hub shows the runs table to every visitor.
 """
 
 from __future__ import annotations
@@ -135,13 +138,14 @@ def hardware_name(hardware: Mapping[str, Any]) -> str | None:
     return _text(hardware.get("name")) or _text(hardware.get("gpu")) or _text(hardware.get("cpu"))
 
 
-def run_row(run: RunToPublish, *, published_at: str, publisher: str) -> dict[str, Any]:
-    """The `runs` row of a run."""
+def run_row(run: RunToPublish, *, published_at: str, publisher: str | None = None,
+            source_dir: str | None = None) -> dict[str, Any]:
+    """The `runs` row of a run; its origin (`publisher`, `source_dir`) NULL unless given."""
     r = run.results
     server, config = r.server, r.config
     return {
-        "id": run.id, "published_at": published_at, "publisher": scrub(publisher),
-        "source_dir": scrub(str(run.folder)), "status": r.status or "interrupted",
+        "id": run.id, "published_at": published_at, "publisher": scrub(publisher) if publisher else None,
+        "source_dir": scrub(source_dir) if source_dir else None, "status": r.status or "interrupted",
         "provenance": r.provenance, "workload": _text(config.get("workload")) or "matrix",
         "model": _text(server.get("model")) or _text(config.get("model")),
         "model_root": _text(server.get("model_root")), "engine": _text(server.get("engine")),
@@ -170,15 +174,17 @@ def _stored(store: Store, run_id_: str) -> bool:
         return connection.execute(query).first() is not None
 
 
-def publish(store: Store, run: RunToPublish, *, publisher: str | None = None) -> Published:
+def publish(store: Store, run: RunToPublish, *, with_origin: bool = False, publisher: str | None = None) -> Published:
     """Store a run read by `read_run` (once: a run already there is left as it is).
-    `publisher`: the publishing machine (default: this host's name). Raises StoreError."""
+    `with_origin`: store where it came from too, `publisher` (default: this host's name) and
+    the results directory's path; without it neither is stored. Raises StoreError."""
     if not store.writable:
         raise ValueError("publish needs a store opened with write=True")
     r = run.results
     outcome = Published(id=run.id, model=_text(r.server.get("model")) or _text(r.config.get("model")),
                         hardware=hardware_name(r.hardware), status=r.status or "interrupted", new=True)
-    row = run_row(run, published_at=utc_now_iso(), publisher=publisher or socket.gethostname())
+    origin = {"publisher": publisher or socket.gethostname(), "source_dir": str(run.folder)} if with_origin else {}
+    row = run_row(run, published_at=utc_now_iso(), **origin)
     try:
         try:
             with store.engine.begin() as connection:

@@ -6,7 +6,10 @@
   `results_json` are what lists and filters read (model, engine, hardware, provenance,
   dates); `results_json` is the whole results document, scrubbed of secrets, from which
   `llmload.core.resultsjson.results_from_dict` gives the run back. The per-request records
-  are not copied: `source_dir` names the results directory that holds them on `publisher`.
+  are not copied. Where the run came from, `publisher` (the publishing machine's host name)
+  and `source_dir` (the results directory's absolute path there), is stored only where its
+  publisher asked (`llmload publish --with-origin`); else both are NULL (revision
+  0003_origin_optional cleared what earlier stores held).
 - `cells`: one row per cell of a run (`idx`: its position in the document's cells), with its
   identity, status and the figures a leaderboard ranks by.
 
@@ -29,8 +32,8 @@ runs = Table(
     "runs", metadata,
     Column("id", String(16), primary_key=True),
     Column("published_at", String(32), nullable=False),
-    Column("publisher", Text, nullable=False),
-    Column("source_dir", Text, nullable=False),
+    Column("publisher", Text),
+    Column("source_dir", Text),
     Column("status", String(16), nullable=False),
     Column("provenance", String(16), nullable=False),
     Column("workload", String(32), nullable=False),

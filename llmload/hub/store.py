@@ -46,8 +46,10 @@ class RunSummary:
 
     id: str
     published_at: str
-    publisher: str
-    source_dir: str
+    publisher: str | None
+    """The publishing machine's host name, only where stored with `publish --with-origin`."""
+    source_dir: str | None
+    """The results directory's absolute path there, likewise."""
     status: str
     provenance: str
     workload: str
