@@ -136,7 +136,7 @@ def pinning(rows: Rows, target: np.ndarray, reference: Mapping[str, float], cand
             share = float(np.linalg.norm(col - a @ np.linalg.lstsq(a, col, rcond=None)[0])) / norm
         if share < SHARE_MIN:
             partner = max(keep, key=lambda k: abs(float(cols[k] @ col)) / (float(np.linalg.norm(cols[k])) or 1.0))
-            why[n] = f"moves with {partner}: {share:.0%} of its effect is its own, under {SHARE_MIN:.0%}"
+            why[n] = f"moves with {partner}: {share:.1%} of its effect is its own, under {SHARE_MIN:.0%}"
             continue
         keep.append(n)
     while len(keep) >= len(target):  # a fit with no figure to spare tells nothing of its error
