@@ -66,8 +66,9 @@ def _echo_fit(result) -> None:
     click.echo("\n| cell | figure | measured | fitted | residual |\n|---|---|---|---|---|")
     for r in result.residuals:
         context = format_tokens(r.context_tokens)
-        cell = {"prefill": f"prefill {context}", "rate": f"rate {context} at {getattr(r, 'rate_rps', 0) or 0:g} req/s",
-                "session": f"session S {context} × {r.concurrency}"}.get(r.phase, f"decode {context} × {r.concurrency}")
+        cell = {"prefill": f"prefill {context}", "session": f"session S {context} × {r.concurrency}",
+                "rate": f"rate {context} at {getattr(r, 'rate_rps', 0) or 0:g} req/s",
+                }.get(r.phase, f"decode {context} × {r.concurrency}")
         click.echo(f"| {cell} | {r.figure} | {r.measured:,.1f} | {r.fitted:,.1f} | {r.relative:+.1%} |")
 
 

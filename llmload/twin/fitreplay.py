@@ -23,9 +23,10 @@ each step, from the requests in flight then: 1, the sequences scheduled (decodin
 their prefill at its end), their KV tokens (prompt + tokens out so far), and the prefill it
 computed (uncached tokens; the quadratic term over their positions). A request's time per
 token is the sum of its steps' rows over its tokens; its median, the mean of its steps that
-computed no prefill; its TTFT, the steps from its send to its
-first token (the one it arrived in, by the part still to run), plus the frontend's latency
-(1, and its prompt tokens). Linear in `pinning.COLUMNS`: the fit's first estimate, identifiability and corrections.
+computed no prefill; its TTFT, the steps from its send to its first token (the one it
+arrived in, by the part still to run), plus the frontend's latency (1, and its prompt
+tokens). Linear in `pinning.COLUMNS`: the fit's first estimate, identifiability and
+corrections.
 """
 
 from __future__ import annotations

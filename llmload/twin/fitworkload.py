@@ -107,7 +107,8 @@ class _Fitted:
                 offset.append(0.0)
             else:
                 chunks = -(-o.prompt_tokens // profile.max_num_batched_tokens)
-                x.append([chunks, chunks, 0, o.prompt_tokens / 1e3, o.prompt_tokens ** 2 / 1e6, 1.0, o.prompt_tokens / 1e3])
+                k = o.prompt_tokens / 1e3
+                x.append([chunks, chunks, 0, k, k * k, 1.0, k])
                 y.append(o.ttft_ms)
                 offset.append(float(_fixed_ttft_ms(profile, np.array([o.prompt_tokens], float))[0]))
         y_ = np.array(y, float)
@@ -128,17 +129,20 @@ def _load(results: Results, folder: Path, profile: Profile, kind: str) -> tuple[
             continue
         name = f"{folder}: {_label(c.phase, c.context_tokens, c.concurrency, c.traffic.rate_rps)}"
         if c.status not in FIT_STATUSES or not c.records_file:
-            notes.append(f"{name} left out ({c.status}: {c.reason})" if c.records_file else f"{name} left out: no records")
+            notes.append(f"{name} left out ({c.status}: {c.reason})" if c.records_file
+                         else f"{name} left out: no records")
             continue
         if c.status == "client_bound":
-            notes.append(f"{name} fitted, although client_bound ({c.reason}): its requests are re-sent when they were sent")
+            notes.append(f"{name} fitted, although client_bound ({c.reason}): "
+                         "its requests are re-sent when they were sent")
         try:
             planned, records, _ = read_cell(folder / c.records_file)
         except RecordsError as exc:
             notes.append(f"{name} left out: {exc}")
             continue
-        cell = work_cell(profile, records, kind=kind, source=str(folder), phase=c.phase, context_tokens=c.context_tokens,
-                         concurrency=c.concurrency, rate_rps=c.traffic.rate_rps, max_tokens=planned.max_tokens)
+        cell = work_cell(profile, records, kind=kind, source=str(folder), phase=c.phase,
+                         context_tokens=c.context_tokens, concurrency=c.concurrency, rate_rps=c.traffic.rate_rps,
+                         max_tokens=planned.max_tokens)
         if cell is not None:
             cells.append(cell)
     return cells, notes
@@ -148,7 +152,8 @@ def _label(phase: str, context: int, n: int, rate: float | None) -> str:
     from llmload.core.units import format_tokens
     if phase == "rate":
         return f"rate {format_tokens(context)} at {rate:g} req/s"
-    return f"session S {format_tokens(context)} × {n}" if phase == "session" else f"{phase} {format_tokens(context)} × {n}"
+    return (f"session S {format_tokens(context)} × {n}" if phase == "session"
+            else f"{phase} {format_tokens(context)} × {n}")
 
 
 def fit_runs(runs: Sequence[tuple[Results, str]], *, base: Profile | None = None,
@@ -203,7 +208,8 @@ def fit_runs(runs: Sequence[tuple[Results, str]], *, base: Profile | None = None
             continue
         sub = rows.subset(np.isin(owner, [i for i, (k, s, _) in enumerate(parts) if (k, s) == (kind, folder)]))
         pinned, why = pinning(sub, sub.target(start_values, candidates), base_values, candidates)
-        why |= (dict.fromkeys(COLUMNS[-2:], "the matrix run's fit") if matrix else {}) | dict.fromkeys(HANDLING, _HANDLING_WHY)
+        why |= dict.fromkeys(COLUMNS[-2:], "the matrix run's fit") if matrix else {}
+        why |= dict.fromkeys(HANDLING, _HANDLING_WHY)
         reports.append(Pinned(kind=kind, source=folder, cells=len(mine), requests=sum(len(f.cell.sent) for f in mine),
                               pinned=tuple(pinned), kept=tuple(why.items())))
     free, why = pinning(rows, rows.target(start_values, candidates), base_values, candidates)
