@@ -96,7 +96,7 @@ class _Sim:
     total_tok_s: float | None = None
 
 
-def _observations(results: Results) -> list[_Obs]:
+def observations(results: Results) -> list[_Obs]:
     config = results.config
     out = []
     for c in results.cells:
@@ -139,7 +139,7 @@ def _identifiable(columns: list[np.ndarray], names: Sequence[str], priority: Seq
     return keep
 
 
-def _base_for(results: Results, base: Profile) -> tuple[Profile, list[str]]:
+def base_for(results: Results, base: Profile) -> tuple[Profile, list[str]]:
     server = results.server
     notes = []
     changes: dict[str, Any] = {}
@@ -167,7 +167,7 @@ def _base_for(results: Results, base: Profile) -> tuple[Profile, list[str]]:
     return dataclasses.replace(base, **changes), notes
 
 
-def _kv_tokens(o: _Obs) -> float:
+def kv_tokens(o: _Obs) -> float:
     per_user = (o.output_tokens or 0) / o.concurrency
     return o.concurrency * (o.prompt_tokens + min(per_user, o.max_tokens) / 2.0)
 
@@ -177,7 +177,7 @@ def _tail_tokens(prompt: int, block_size: int) -> int:
     return prompt - block_size * ((prompt - 1) // block_size)
 
 
-def _simulate(profile: Profile, o: _Obs) -> _Sim:
+def simulate_cell(profile: Profile, o: _Obs) -> _Sim:
     if o.phase == "prefill":
         [r] = virtual_prefill(profile, o.prompt_tokens)
         return _Sim(ttft_ms=r.ttft_s * 1e3 if r.ttft_s is not None else None)
@@ -193,8 +193,8 @@ def fit_profile(results: Results, *, base: Profile | None = None, source: str = 
                 iterations: int = FIT_ITERATIONS) -> FitResult:
     """Fit a simulator profile to a run's results (see the module docstring)."""
     base = base or Profile()
-    profile, notes = _base_for(results, base)
-    obs = _observations(results)
+    profile, notes = base_for(results, base)
+    obs = observations(results)
     decode = [o for o in obs if o.phase == "decode" and o.tbt_ms is not None]
     warm = [o for o in decode if o.ttft_ms is not None]
     prefill = [o for o in obs if o.phase == "prefill" and o.ttft_ms is not None and o.prompt_tokens > 0]
@@ -206,7 +206,7 @@ def fit_profile(results: Results, *, base: Profile | None = None, source: str = 
     bs = profile.block_size
 
     step_cols = [np.ones(len(decode)), np.array([o.concurrency for o in decode], float),
-                 np.array([_kv_tokens(o) / 1e3 for o in decode])]
+                 np.array([kv_tokens(o) / 1e3 for o in decode])]
     step_keep = _identifiable(step_cols, STEP_PARAMS,
                               ("step_base_ms", "step_per_kv_token_us", "step_per_seq_ms"))
     # Requests sent together queue for the serial parts: the median one waits for its own and
@@ -247,7 +247,7 @@ def fit_profile(results: Results, *, base: Profile | None = None, source: str = 
 
     # Refine on the simulator itself: fit the residuals with the same designs.
     for _ in range(iterations):
-        sims = [_simulate(profile, o) for o in decode + prefill]
+        sims = [simulate_cell(profile, o) for o in decode + prefill]
         dec_sim, pf_sim = sims[:len(decode)], sims[len(decode):]
         profile = _correct(profile, step_cols, [o.tbt_ms for o in decode],
                            [s.tbt_ms for s in dec_sim], STEP_PARAMS, step_keep)
@@ -262,7 +262,7 @@ def fit_profile(results: Results, *, base: Profile | None = None, source: str = 
     profile = validate(dataclasses.replace(
         profile, name="fitted", fitted_from=source,
         description=f"Fitted by llmload fit from {source or 'a results file'}"))
-    return FitResult(profile=profile, residuals=tuple(_residuals(profile, decode + prefill)),
+    return FitResult(profile=profile, residuals=tuple(cell_residuals(profile, decode + prefill)),
                      notes=tuple(notes))
 
 
@@ -301,10 +301,10 @@ def _frontend_ms(profile: Profile, prompt: int) -> float:
             + profile.frontend_quadratic_ns * prompt * prompt / 1e6)
 
 
-def _residuals(profile: Profile, obs: list[_Obs]) -> list[Residual]:
+def cell_residuals(profile: Profile, obs: list[_Obs]) -> list[Residual]:
     out = []
     for o in obs:
-        sim = _simulate(profile, o)
+        sim = simulate_cell(profile, o)
         figures = ("ttft_ms",) if o.phase == "prefill" else ("total_tok_s", "tbt_ms", "ttft_ms")
         for figure in figures:
             measured = getattr(o, figure)

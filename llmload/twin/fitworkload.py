@@ -102,7 +102,7 @@ class _Fitted:
         x, y, offset = [], [], []
         for o in obs:
             if o.phase == "decode":
-                x.append([1.0, o.concurrency, matrix_fit._kv_tokens(o) / 1e3, 0, 0, 0, 0])
+                x.append([1.0, o.concurrency, matrix_fit.kv_tokens(o) / 1e3, 0, 0, 0, 0])
                 y.append(o.tbt_ms)
                 offset.append(0.0)
             else:
@@ -118,7 +118,7 @@ class _Fitted:
         if self.cell is not None:
             sims = figures(self.cell, replay(profile, self.cell))[:3]
             return np.concatenate([y[has] for y, has in zip(sims, self.has)])
-        sims = [matrix_fit._simulate(profile, o) for o in self.obs]
+        sims = [matrix_fit.simulate_cell(profile, o) for o in self.obs]
         return np.array([s.tbt_ms if o.phase == "decode" else s.ttft_ms for o, s in zip(self.obs, sims)], float)
 
 
@@ -175,13 +175,13 @@ def fit_runs(runs: Sequence[tuple[Results, str]], *, base: Profile | None = None
     if matrix:
         start = matrix_fit.fit_profile(matrix[0][0], base=base, source=matrix[0][1], iterations=iterations)
         profile, notes = start.profile, list(start.notes)
-        obs = [o for o in matrix_fit._observations(matrix[0][0])
+        obs = [o for o in matrix_fit.observations(matrix[0][0])
                if (o.phase == "decode" and o.tbt_ms is not None)
                or (o.phase == "prefill" and o.ttft_ms is not None and o.prompt_tokens > 0)]
         if obs:
             parts.append(("matrix", matrix[0][1], _Fitted(profile, obs=obs)))
     else:
-        profile, notes = matrix_fit._base_for(runs[0][0], base)
+        profile, notes = matrix_fit.base_for(runs[0][0], base)
     for (results, folder), kind in zip(runs, kinds):
         if kind != "matrix":
             cells, left = _load(results, Path(folder), profile, kind)
@@ -223,7 +223,7 @@ def fit_runs(runs: Sequence[tuple[Results, str]], *, base: Profile | None = None
                                            description=f"Fitted by llmload fit from {source}"))
     residuals: list[Residual] = []
     for _, _, f in parts:
-        residuals += matrix_fit._residuals(profile, f.obs) if f.cell is None else _residuals(profile, f.cell)
+        residuals += matrix_fit.cell_residuals(profile, f.obs) if f.cell is None else _residuals(profile, f.cell)
     return WorkloadFit(profile=profile, residuals=tuple(residuals), notes=tuple(notes), pinned=tuple(reports),
                        kept=tuple(kept.items()))
 
