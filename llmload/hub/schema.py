@@ -12,6 +12,10 @@
   0003_origin_optional cleared what earlier stores held).
 - `cells`: one row per cell of a run (`idx`: its position in the document's cells), with its
   identity, status and the figures a leaderboard ranks by.
+- Submissions over HTTP (`llmload hub --accept-runs`, revision 0004_submissions): `tokens`
+  (who may submit: a salted scrypt hash of each token's secret, never the token), a run's
+  `submitter` (the token's name) and `tier` (`TIERS`), and `run_records` (the Parquet records
+  files uploaded with a run).
 
 Times are ISO 8601 UTC text (as results.json writes them), which sorts and compares the
 same way on both databases. The migrations in `llmload/hub/migrations/versions/` create
@@ -20,7 +24,7 @@ exactly these tables (tests/test_hub_store.py compares them).
 
 from __future__ import annotations
 
-from sqlalchemy import JSON, Column, Float, ForeignKey, Index, Integer, MetaData, String, Table, Text
+from sqlalchemy import JSON, Column, Float, ForeignKey, Index, Integer, LargeBinary, MetaData, String, Table, Text
 from sqlalchemy.dialects.postgresql import JSONB
 
 metadata = MetaData()
@@ -49,9 +53,13 @@ runs = Table(
     Column("max_tokens", Integer),
     Column("duration_s", Float),
     Column("results_json", JSON().with_variant(JSONB(), "postgresql"), nullable=False),
+    Column("submitter", String(64)),
+    Column("tier", String(16), nullable=False, server_default="here"),
     Index("ix_runs_model", "model"),
     Index("ix_runs_model_root", "model_root"),
     Index("ix_runs_started_at", "started_at"),
+    Index("ix_runs_tier", "tier"),
+    Index("ix_runs_submitter_published_at", "submitter", "published_at"),
 )
 
 cells = Table(
@@ -85,3 +93,24 @@ FIGURES = ("total_tok_s", "per_request_tok_s", "ttft_ms", "ttft_p99_ms", "tbt_ms
 REQUEST_COUNTS = ("requests_scheduled", "requests_completed", "requests_failed", "requests_unfinished",
                   "requests_not_sent", "requests_skipped")
 """An open-loop cell's request counts a cell row keeps (None for the others)."""
+
+TIERS = ("here", "pending", "approved")
+"""A run's tier: published into the store by its operator ("here"), submitted over HTTP and
+not yet approved ("pending": on no leaderboard), or submitted and approved."""
+
+tokens = Table(
+    "tokens", metadata,
+    Column("name", String(64), primary_key=True),
+    Column("token_id", String(16), nullable=False, unique=True),
+    Column("salt", String(64), nullable=False),
+    Column("hash", String(128), nullable=False),
+    Column("created_at", String(32), nullable=False),
+    Column("revoked_at", String(32)),
+)
+
+run_records = Table(
+    "run_records", metadata,
+    Column("run_id", String(16), ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+    Column("name", String(200), primary_key=True),
+    Column("data", LargeBinary, nullable=False),
+)
