@@ -1,7 +1,8 @@
 """The hub's calculator: the fitted twin's prediction for one context and a number of users.
 
-The profile is fitted to a stored run (`llmload.twin.fit.fit_profile`) or read from a profile
-file on the hub's machine (an absolute path to a .json file, or a built-in profile's name);
+The profile is fitted to a stored run (`llmload.twin.fit.fit_profile`) or one the hub offers
+by name (`offered_profiles`: the built-in profiles and those of the operator's `llmload hub
+--profiles DIR`, all read when the hub starts: a request names a profile, never a file);
 the prediction is `llmload.twin.predict.predict_results` for that one decode cell (and the
 cold prefill of that context), in virtual time, so every figure is **predicted**: it comes
 from the simulator's engine model, never from a measurement. With an SLO, the decode cell
@@ -10,18 +11,28 @@ is judged by `llmload.core.slo.judge_cell`. Input that cannot be used is a `Quer
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from llmload.core.cellresult import CellResult
 from llmload.core.slo import CellVerdict, SLOError, describe_slo, judge_cell, parse_slo
 from llmload.hub.query import QueryError
 from llmload.hub.store import Store
 
+if TYPE_CHECKING:
+    from llmload.sim.profiles import Profile
+
 DEFAULT_MAX_TOKENS = 256
-"""Output tokens per request where the source is a profile file (a run gives its own)."""
+"""Output tokens per request where the source is an offered profile (a run gives its own)."""
 DEFAULT_WINDOW_S = 30.0
-"""The decode window predicted (virtual time) where the source is a profile file."""
+"""The decode window predicted (virtual time) where the source is an offered profile."""
+PROFILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+"""An offered profile's name (a --profiles file's stem)."""
+NAMES_SHOWN = 30
+"""The most profile names an unknown name's 400 lists."""
 MAX_WINDOW_S = 120.0
 MAX_OUTPUT_TOKENS = 8192
 
@@ -70,20 +81,37 @@ def _from_run(store: Store, run: str):
     return fitted.profile, f"run {run}", max_tokens, min(window, MAX_WINDOW_S), tuple(fitted.notes)
 
 
-def _from_file(name: str):
-    from llmload.sim.profiles import list_profiles, load_profile
-    if name not in list_profiles():
-        path = Path(name)
-        if not path.is_absolute() or path.suffix != ".json":
-            raise QueryError(f"profile: {name[:80]!r} is neither a built-in profile nor an absolute path "
-                             "to a profile .json file")
-        if not path.is_file():
-            raise QueryError(f"profile: no file {name[:80]!r} on the hub's machine")
+def offered_profiles(folder: str | Path | None = None) -> dict[str, Profile]:
+    """The profiles the calculator offers, by name: every built-in profile and, with
+    `folder` (`llmload hub --profiles DIR`), each DIR/*.json by its stem. All are read now,
+    once: a request only ever names one. Raises ProfileError (one line, for the operator)
+    for a file that does not load, a stem that is not a plain name (letters, digits, . _ -)
+    or that is a built-in profile's."""
+    from llmload.sim.profiles import ProfileError, list_profiles, load_profile
+    offered: dict[str, Profile] = {name: load_profile(name) for name in list_profiles()}
+    if folder is None:
+        return offered
     try:
-        profile = load_profile(name)
-    except (ValueError, OSError) as exc:
-        raise QueryError(f"profile {name[:80]!r}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
-                         ) from None
+        files = sorted(p for p in Path(folder).iterdir() if p.suffix == ".json" and p.is_file())
+    except OSError as exc:
+        raise ProfileError(f"--profiles {folder}: {exc.strerror or exc}") from None
+    for path in files:
+        if not PROFILE_NAME.match(path.stem):
+            raise ProfileError(f"--profiles {path}: a profile's name (its file's stem) is letters, digits, "
+                               ". _ and - (at most 64)")
+        if path.stem in offered:
+            raise ProfileError(f"--profiles {path}: {path.stem} is a built-in profile's name; rename the file")
+        offered[path.stem] = load_profile(str(path.resolve()))
+    return offered
+
+
+def _offered(name: str, profiles: Mapping[str, Profile]):
+    profile = profiles.get(name)
+    if profile is None:
+        names = sorted(profiles)
+        more = f" and {len(names) - NAMES_SHOWN} more" if len(names) > NAMES_SHOWN else ""
+        raise QueryError(f"profile: {name[:40]!r} is none of the profiles this hub offers: "
+                         f"{', '.join(names[:NAMES_SHOWN])}{more}")
     return profile, name, DEFAULT_MAX_TOKENS, DEFAULT_WINDOW_S, ()
 
 
@@ -95,12 +123,14 @@ def checked_slo(slo: str | None) -> dict[str, float] | None:
         raise QueryError(str(exc)) from None
 
 
-def profile_for(store: Store, *, run: str | None, profile: str | None, max_tokens: int | None):
+def profile_for(store: Store, *, run: str | None, profile: str | None, max_tokens: int | None,
+                profiles: Mapping[str, Profile]):
     """(profile, source, output tokens per request, the run's window (bounded), notes) for
-    a stored run to fit or a profile file (exactly one of `run`, `profile`)."""
+    a stored run to fit or an offered profile's name (exactly one of `run`, `profile`;
+    `profiles`: `offered_profiles()`)."""
     if (run is None) == (profile is None):
-        raise QueryError("give either run (a stored run to fit) or profile (a profile file), not both or neither")
-    prof, source, run_max_tokens, window, notes = _from_run(store, run) if run else _from_file(profile)
+        raise QueryError("give either run (a stored run to fit) or profile (a profile's name), not both or neither")
+    prof, source, run_max_tokens, window, notes = (_from_run(store, run) if run else _offered(profile, profiles))
     out_tokens = max_tokens or run_max_tokens
     if out_tokens > MAX_OUTPUT_TOKENS:
         raise QueryError(f"max_tokens: {out_tokens} is more than {MAX_OUTPUT_TOKENS}")
@@ -108,14 +138,14 @@ def profile_for(store: Store, *, run: str | None, profile: str | None, max_token
 
 
 def calculate(store: Store, *, run: str | None, profile: str | None, context_tokens: int, users: int,
-              slo: str | None = None, max_tokens: int | None = None) -> Calculation:
+              profiles: Mapping[str, Profile], slo: str | None = None, max_tokens: int | None = None) -> Calculation:
     """The prediction for `context_tokens` and `users` from a stored run's fitted profile or
-    a profile file (exactly one of `run`, `profile`). Raises QueryError for input that cannot
-    be used and LookupError for a run the store does not hold."""
-    if (run is None) == (profile is None):
-        raise QueryError("give either run (a stored run to fit) or profile (a profile file), not both or neither")
+    an offered profile (exactly one of `run`, `profile`; `profiles`: `offered_profiles()`).
+    Raises QueryError for input that cannot be used and LookupError for a run the store
+    does not hold."""
     bounds = checked_slo(slo)
-    prof, source, out_tokens, window, notes = profile_for(store, run=run, profile=profile, max_tokens=max_tokens)
+    prof, source, out_tokens, window, notes = profile_for(store, run=run, profile=profile, max_tokens=max_tokens,
+                                                          profiles=profiles)
     from llmload.twin.predict import predict_results
     try:
         results = predict_results(prof, contexts=[context_tokens],

@@ -1,7 +1,7 @@
 """The hub's calculator for the rate workload: a rate and an SLO against a fitted twin.
 
 The profile is the calculator's (`llmload.hub.calculator.profile_for`: a stored run's fitted
-profile, or a profile file). The cell is `llmload.twin.predict.predict_rate_results` for one
+profile, or one the hub offers by name). The cell is `llmload.twin.predict.predict_rate_results` for one
 context at the rate given: open-loop arrivals (Poisson, or constant) for a window of virtual
 time (RATE_WINDOW_S unless given, at most MAX_WINDOW_S), then the run's drain (the window, at
 least 30 s), so every figure is **predicted**. The work grows with the requests a cell
@@ -26,7 +26,9 @@ the first's (the rate given alone, as without an SLO).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from llmload.core.cellresult import CellResult
 from llmload.core.slo import CellVerdict, describe_slo, judge_cell
@@ -36,6 +38,9 @@ from llmload.core.workloads import ARRIVALS
 from llmload.hub.calculator import MAX_WINDOW_S, checked_slo, profile_for
 from llmload.hub.query import QueryError
 from llmload.hub.store import Store
+
+if TYPE_CHECKING:
+    from llmload.sim.profiles import Profile
 
 RATE_WINDOW_S = 30.0
 """The window of a predicted rate cell (virtual time) unless one is given; the drain after
@@ -206,8 +211,8 @@ def _ladders(predict, slo: dict[str, float], rate: float, window_s: float):
 
 
 def calculate_rate(store: Store, *, run: str | None, profile: str | None, context_tokens: int, rate: float,
-                   arrivals: str = "poisson", slo: str | None = None, max_tokens: int | None = None,
-                   window_s: float = RATE_WINDOW_S) -> RateCalculation:
+                   profiles: Mapping[str, Profile], arrivals: str = "poisson", slo: str | None = None,
+                   max_tokens: int | None = None, window_s: float = RATE_WINDOW_S) -> RateCalculation:
     """The predicted rate cell for `context_tokens` at `rate` requests per second, and with
     an SLO the highest rate meeting it. QueryError for input that cannot be used, LookupError
     for a run the store does not hold."""
@@ -217,7 +222,8 @@ def calculate_rate(store: Store, *, run: str | None, profile: str | None, contex
     if not MIN_WINDOW_S <= window_s <= MAX_WINDOW_S:
         raise QueryError(f"window: {window_s:g} s is not from {MIN_WINDOW_S:g} s to {MAX_WINDOW_S:g} s")
     bounds = checked_slo(slo)
-    prof, source, out_tokens, _window, notes = profile_for(store, run=run, profile=profile, max_tokens=max_tokens)
+    prof, source, out_tokens, _window, notes = profile_for(store, run=run, profile=profile, max_tokens=max_tokens,
+                                                           profiles=profiles)
     from llmload.twin.predict import predict_rate_results
 
     def predict(rates: list[float]) -> list[CellResult]:
