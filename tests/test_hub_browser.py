@@ -1,7 +1,9 @@
 """The hub's pages in headless Chromium (tests/test_browser.py's browser, fixtures and skip
 rule): `llmload hub` on port 0 over a SQLite store of four runs of one model on four
 "machines" (tests/test_hub_app.py's `machines`); the leaderboard and a run page render
-without a JavaScript error, their tables in the DOM. The leaderboard's screenshot is saved as
+without a JavaScript error (a style the Content-Security-Policy refused is one), their tables
+in the DOM, and a report page's every element is styled as the same report.html opened from a
+file (the hub turns its style attributes into classes, llmload/hub/security.py). The leaderboard's screenshot is saved as
 docs/img/hub-leaderboard.png when LLMLOAD_DOCS_IMAGES=1 (docs/hub.md shows it)."""
 
 from __future__ import annotations
@@ -39,6 +41,34 @@ def js_errors(driver) -> list[str]:
     return [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]
 
 
+STYLED = ("display", "color", "background-color", "fill", "fill-opacity", "stroke", "stroke-width",
+          "stroke-dasharray", "stroke-linecap", "stroke-linejoin", "stroke-opacity", "opacity", "font-size",
+          "font-family", "font-weight", "font-style", "text-anchor", "text-align", "white-space", "clip-path",
+          "border-top-width", "padding-left", "width", "height")
+
+
+def computed_styles(driver) -> list[list[str]]:
+    """Every element under the body but the hub's bar: its tag and computed STYLED values."""
+    return driver.execute_script(
+        "const out = []; for (const e of document.body.querySelectorAll('*')) {"
+        " if (e.closest('nav.hub-bar')) continue; const s = getComputedStyle(e);"
+        " out.push([e.tagName, ...arguments[0].map(p => s.getPropertyValue(p))]); } return out;", list(STYLED))
+
+
+def same_styles_as_the_report(driver, hub_page: str, report_html: str, tmp: Path) -> int:
+    """The hub's page and the same report.html from a file, element by element; returns how
+    many elements were compared."""
+    driver.get(hub_page)
+    assert driver.execute_script("return document.querySelectorAll('[style]').length") == 0
+    got = computed_styles(driver)
+    assert js_errors(driver) == []  # no style refused by the policy
+    (tmp / "report.html").write_text(report_html)
+    driver.get((tmp / "report.html").as_uri())
+    want = computed_styles(driver)
+    assert len(got) == len(want) and got == want
+    return len(got)
+
+
 def test_the_leaderboard_in_chromium(browser, hub_url, shots):  # noqa: F811
     browser.set_window_size(1280, 700)
     browser.get(f"{hub_url}/leaderboard?model=tiny&context=256")
@@ -53,11 +83,17 @@ def test_the_leaderboard_in_chromium(browser, hub_url, shots):  # noqa: F811
         DOCS_IMAGE.write_bytes(path.read_bytes())
 
 
-def test_a_run_page_in_chromium(browser, hub_url, shots):  # noqa: F811
+def test_a_run_page_in_chromium(browser, hub_url, shots, tmp_path):  # noqa: F811
     import json
     import urllib.request
+    from llmload.core.resultsjson import results_from_dict
+    from llmload.output.report import render_html
     with urllib.request.urlopen(f"{hub_url}/api/leaderboard?model=tiny&context=256", timeout=30) as resp:
         best = json.loads(resp.read())[0]
+    with urllib.request.urlopen(f"{hub_url}/api/runs/{best['id']}", timeout=30) as resp:
+        report = render_html(results_from_dict(json.loads(resp.read()), source="hub"))
+    assert report.count('style="') > 100  # matplotlib's SVG
+    assert same_styles_as_the_report(browser, f"{hub_url}{best['url']}", report, tmp_path) > 500
     browser.set_window_size(1280, 1000)
     browser.get(f"{hub_url}{best['url']}")
     assert browser.title.startswith("Speed test matrix")
@@ -68,15 +104,43 @@ def test_a_run_page_in_chromium(browser, hub_url, shots):  # noqa: F811
     assert_not_blank(screenshot(browser, shots / "hub-run.png"))
 
 
-def test_two_runs_compared_in_chromium(browser, hub_url, shots):  # noqa: F811
+def test_two_runs_compared_in_chromium(browser, hub_url, shots, tmp_path):  # noqa: F811
     import json
     import urllib.request
+    from llmload.core.resultsjson import results_from_dict
+    from llmload.output.compare import compare
+    from llmload.output.comparereport import render_html
     with urllib.request.urlopen(f"{hub_url}/api/leaderboard?model=tiny&context=256", timeout=30) as resp:
         rows = json.loads(resp.read())
     a, b = rows[0]["id"], rows[1]["id"]
+    docs = []
+    for rid in (a, b):
+        with urllib.request.urlopen(f"{hub_url}/api/runs/{rid}", timeout=30) as resp:
+            docs.append(results_from_dict(json.loads(resp.read()), source=rid))
+    page = render_html(compare(docs, [f"run {a}", f"run {b}"]))
+    assert same_styles_as_the_report(browser, f"{hub_url}/compare?a={a}&b={b}", page, tmp_path) > 500
     browser.set_window_size(1280, 1000)
     browser.get(f"{hub_url}/compare?a={a}&b={b}")
     assert browser.execute_script("return document.querySelectorAll('table.runs tbody tr, table.runs tr').length") >= 2
+    assert browser.execute_script("return document.querySelectorAll('svg.chart').length") >= 3
     assert browser.execute_script("return document.querySelector('nav.hub-bar a').getAttribute('href')") == "/runs"
     assert js_errors(browser) == []
     assert_not_blank(screenshot(browser, shots / "hub-compare.png"))
+
+
+def test_the_policy_holds_in_chromium(browser, hub_url):  # noqa: F811
+    """The hub's own pages take their styles from its static files; a style or script that
+    a page did not come with (as markup slipping past the escaping would be) is refused."""
+    browser.get(f"{hub_url}/calculator")
+    header = browser.execute_script("return getComputedStyle(document.querySelector('header')).backgroundColor")
+    assert header == "rgb(31, 42, 55)" and js_errors(browser) == []  # /static/hub.css
+    browser.execute_script(
+        "document.head.insertAdjacentHTML('beforeend', '<style>body { color: rgb(255, 0, 0) }</style>');"
+        "document.body.setAttribute('style', 'background: rgb(0, 255, 0)');"
+        "const s = document.createElement('script'); s.textContent = 'window.injected = 1';"
+        "document.body.appendChild(s);")
+    styles = browser.execute_script(
+        "const b = getComputedStyle(document.body); return [b.color, b.backgroundColor, window.injected || 0]")
+    assert styles == ["rgb(26, 26, 26)", "rgba(0, 0, 0, 0)", 0]
+    refused = js_errors(browser)
+    assert len(refused) == 3 and all("Content Security Policy" in line for line in refused), refused

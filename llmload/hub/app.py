@@ -1,38 +1,49 @@
 """The hub's web app (Flask): pages and JSON over an open store, read only.
 
-`create_app(store)` gives the WSGI app; `llmload hub` serves it (`llmload.hub.server`).
-Routes (GET only: a POST or any other method is a 405, and the store is opened for reading):
+`create_app(store, profiles=...)` gives the WSGI app; `llmload hub` serves it (`llmload.hub.server`).
+Routes (GET and HEAD only: a POST or any other method is a 405, and the store is opened for reading):
 
     /, /runs            runs, filtered by model, engine, version, hardware, provenance, since, until
     /runs/<id>          the run's report.html (`llmload.output.report.render_html`) under the hub's bar
     /leaderboard        ?model=M&context=C[&concurrency=N]: runs ranked by total tok/s
     /models, /hardware  what the store holds, with counts and links
     /compare            ?a=ID&b=ID: the compare page (`llmload.output.comparereport.render_html`)
-    /calculator         ?run=ID|profile=FILE&context=C&users=N[&slo=...]: the twin's prediction;
+    /calculator         ?run=ID|profile=NAME&context=C&users=N[&slo=...]: the twin's prediction (NAME:
+                        a profile the hub offers, `calculator.offered_profiles`; never a file's path);
                         &workload=rate&rate=R[&arrivals=constant&window=30s]: a rate cell, and with an SLO
                         the highest rate meeting it (`llmload.hub.ratecalc`)
     /api/...            the same as JSON: /api/runs, /api/runs/<id> (the results document),
                         /api/leaderboard, /api/models, /api/hardware, /api/compare, /api/calculator
 
 Templates (`llmload/hub/templates/`) are autoescaped, all of them: a model name or launch
-command holding markup is text. Bad query parameters are a 400, an unknown run a 404, a
-store that fails a 503: each one line (plain text; `{"error": ...}` under /api/), never a
-traceback, the store's URL masked (`Store.label`).
+command holding markup is text; their styles are static files (`llmload/hub/static/`). Every
+request is held to `llmload.hub.security`'s limits before a route reads it, and every
+response carries its headers (a strict Content-Security-Policy, nosniff, no framing,
+Referrer-Policy same-origin). Bad query parameters are a 400, an unknown run a 404, a query
+too long a 414, a store that fails a 503, anything else a 500 (its traceback logged, never
+sent): each one line (plain text; `{"error": ...}` under /api/), the store's URL masked
+(`Store.label`).
 """
 
 from __future__ import annotations
 
 import logging
+import mimetypes
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import jinja2
 from flask import Flask, Response, jsonify, render_template, request
 from werkzeug.exceptions import HTTPException
 
 from llmload.core.redact import scrub
-from llmload.hub import views
+from llmload.hub import security, views
 from llmload.hub.database import StoreError
 from llmload.hub.query import MAX_USERS, RUN_ID, QueryError, count, required, run_filter, run_id, text, tokens
 from llmload.hub.store import Store
+
+if TYPE_CHECKING:
+    from llmload.sim.profiles import Profile
 
 logger = logging.getLogger(__name__)
 NAV = (("Runs", "/runs"), ("Leaderboard", "/leaderboard"), ("Models", "/models"), ("Hardware", "/hardware"),
@@ -49,7 +60,7 @@ class NotFound(LookupError):
 
 
 def _one_line(status: int, message: str) -> Response:
-    line = scrub(" ".join(str(message).split()))
+    line = scrub(" ".join(str(message).split()))[:500]
     if request.path.startswith("/api/"):
         response = jsonify(error=line)
     else:
@@ -58,16 +69,29 @@ def _one_line(status: int, message: str) -> Response:
     return response
 
 
-def create_app(store: Store) -> Flask:
-    """The hub's app over `store` (opened for reading; the app never writes)."""
+def _report_page(html: str, bar: str) -> Response:
+    """A report page (`llmload.output`'s) under the hub's bar, its styles made strict."""
+    html = html.replace("</head>", '<link rel="stylesheet" href="/static/bar.css">\n</head>', 1)
+    page, csp = security.strict_styles(html.replace("<body>", "<body>\n" + bar, 1))
+    return Response(page, mimetype="text/html", headers={"Content-Security-Policy": csp})
+
+
+def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None) -> Flask:
+    """The hub's app over `store` (opened for reading; the app never writes). `profiles`: the
+    calculator's profiles by name (`calculator.offered_profiles`; default: the built-in ones),
+    read before any request."""
     from llmload.output import comparereport, report
     from llmload.output.compare import CompareError, compare
     from llmload.core.resultsjson import results_to_dict
-    from llmload.hub.calculator import calculate
+    from llmload.hub.calculator import MAX_OUTPUT_TOKENS, calculate, offered_profiles
     from llmload.hub.ratecalc import RateCalculation, calculate_rate, parse_rate, parse_window
     from llmload.output import pageformat
 
+    offered = dict(offered_profiles() if profiles is None else profiles)
+    mimetypes.guess_type("hub.css")  # the system's MIME types read now, not by the first static file's request
     app = _HubFlask("llmload.hub")
+    app.config.update(DEBUG=False, PROPAGATE_EXCEPTIONS=False)
+    app.url_map.merge_slashes = False  # `//x` is a 404, never a redirect
     app.json.sort_keys = False
     app.jinja_env.undefined = jinja2.StrictUndefined
     app.jinja_env.filters.update(rate=pageformat.fmt_rate, ms=pageformat.fmt_ms, tbt=pageformat.fmt_tbt_ms,
@@ -75,6 +99,9 @@ def create_app(store: Store) -> Flask:
 
     def page(template: str, active: str, **context) -> str:
         return render_template(template, nav=NAV, active=active, store_label=store.label, **context)
+
+    app.before_request(lambda: security.check_request(request))
+    app.after_request(lambda response: security.add_headers(response) or response)
 
     def stored(rid: str):
         results = store.run(rid) if RUN_ID.match(rid) else None
@@ -97,8 +124,7 @@ def create_app(store: Store) -> Flask:
     @app.get("/runs/<rid>")
     def run_page(rid: str):
         html = report.render_html(stored(rid))
-        bar = render_template("bar.html", nav=NAV, run=store.summary(rid))
-        return html.replace("<body>", "<body>\n" + bar, 1)
+        return _report_page(html, render_template("bar.html", nav=NAV, run=store.summary(rid)))
 
     @app.get("/api/runs/<rid>")
     def run_api(rid: str):
@@ -161,8 +187,7 @@ def create_app(store: Store) -> Flask:
     def compare_page():
         if not request.args:
             return page("compare.html", "Compare", runs=store.runs())
-        html = comparereport.render_html(comparison())
-        return html.replace("<body>", "<body>\n" + render_template("bar.html", nav=NAV, run=None), 1)
+        return _report_page(comparereport.render_html(comparison()), render_template("bar.html", nav=NAV, run=None))
 
     @app.get("/api/compare")
     def compare_api():
@@ -184,8 +209,8 @@ def create_app(store: Store) -> Flask:
             try:
                 return calculate_rate(store, run=rid, profile=text(args, "profile"), context_tokens=context,
                                       rate=parse_rate(text(args, "rate")), arrivals=text(args, "arrivals"),
-                                      slo=text(args, "slo"), max_tokens=count(args, "max_tokens"),
-                                      window_s=parse_window(text(args, "window")))
+                                      slo=text(args, "slo"), window_s=parse_window(text(args, "window")),
+                                      max_tokens=count(args, "max_tokens", most=MAX_OUTPUT_TOKENS), profiles=offered)
             except LookupError as exc:
                 raise NotFound(str(exc)) from None
         users = count(args, "users", most=MAX_USERS)
@@ -193,7 +218,8 @@ def create_app(store: Store) -> Flask:
             raise QueryError("users is missing: give the number of simultaneous users")
         try:
             return calculate(store, run=rid, profile=text(args, "profile"), context_tokens=context, users=users,
-                             slo=text(args, "slo"), max_tokens=count(args, "max_tokens"))
+                             slo=text(args, "slo"), max_tokens=count(args, "max_tokens", most=MAX_OUTPUT_TOKENS),
+                             profiles=offered)
         except LookupError as exc:
             raise NotFound(str(exc)) from None
 
@@ -202,7 +228,7 @@ def create_app(store: Store) -> Flask:
         result = calculation() if request.args else None
         rate = result if isinstance(result, RateCalculation) else None
         return page("calculator.html", "Calculator", result=None if rate else result, rate_result=rate,
-                    runs=store.runs(), args=request.args, rate_figures=views.rate_figures,
+                    runs=store.runs(), profiles=sorted(offered), args=request.args, rate_figures=views.rate_figures,
                     request_counts=views.request_counts, rate_slo_rows=views.rate_slo_rows)
 
     @app.get("/api/calculator")
@@ -229,12 +255,12 @@ def create_app(store: Store) -> Flask:
 
     @app.errorhandler(HTTPException)
     def http_error(exc):
-        return _one_line(exc.code or 500, f"{exc.code} {exc.name}: {request.method} {request.path}")
+        return _one_line(exc.code or 500, f"{exc.code} {exc.name}: {request.method[:16]} {request.path[:80]}")
 
     @app.errorhandler(Exception)
-    def crashed(exc):
-        logger.error("%s %s failed: %s: %s", request.method, request.path, type(exc).__name__, exc,
-                     exc_info=logger.isEnabledFor(logging.DEBUG))
-        return _one_line(500, f"internal error ({type(exc).__name__}) answering {request.path}")
+    def crashed(exc):  # the traceback to the log, one line to the visitor
+        logger.error("%s %s failed: %s: %s", request.method, request.path[:200], type(exc).__name__, exc,
+                     exc_info=exc)
+        return _one_line(500, f"internal error ({type(exc).__name__}) answering {request.path[:80]}")
 
     return app

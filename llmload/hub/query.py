@@ -1,5 +1,8 @@
 """The hub's query parameters, read and checked: each a value or a `QueryError` of one line
-(the web app answers it with a 400). Only what a page or API route reads is parsed here."""
+(the web app answers it with a 400). Only what a page or API route reads is parsed here; the
+limits on a request as a whole (its length, how many parameters) are `llmload.hub.security`'s.
+Every number is bounded: a token count by MAX_CONTEXT_TOKENS, a count by MAX_COUNT (or less),
+so that nothing a visitor types overflows a database integer or a conversion."""
 
 from __future__ import annotations
 
@@ -14,6 +17,11 @@ PROVENANCES = ("measured", "simulated", "predicted")
 RUN_ID = re.compile(r"^[0-9a-f]{16}$")
 MAX_USERS = 256
 """The most simultaneous users the calculator predicts for (a virtual run grows with them)."""
+MAX_CONTEXT_TOKENS = 16 * 1024 * 1024
+"""The largest context (tokens) a query may name: 16M."""
+MAX_COUNT = 1_000_000
+"""The largest whole number a query may give where no smaller bound is set."""
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 class QueryError(ValueError):
@@ -21,10 +29,11 @@ class QueryError(ValueError):
 
 
 def text(args: Mapping[str, str], name: str) -> str | None:
-    """A text parameter, stripped; empty or absent is None."""
+    """A text parameter, stripped; empty or absent is None. A control character (a line
+    break, NUL, ...) is refused."""
     value = (args.get(name) or "").strip()
-    if "\n" in value or "\r" in value:
-        raise QueryError(f"{name}: one line expected")
+    if _CONTROL.search(value):
+        raise QueryError(f"{name}: one line of text expected (no control characters)")
     return value or None
 
 
@@ -36,25 +45,28 @@ def required(args: Mapping[str, str], name: str, what: str) -> str:
 
 
 def tokens(args: Mapping[str, str], name: str, *, default: int | None = None) -> int | None:
-    """A token count (8192, 16K); absent is `default`."""
+    """A token count (8192, 16K) up to MAX_CONTEXT_TOKENS; absent is `default`."""
     value = text(args, name)
     if value is None:
         return default
     try:
-        return parse_tokens(value)
+        count_ = parse_tokens(value)
     except ValueError:
         raise QueryError(f"{name}: {value[:40]!r} is not a token count (a number like 8192 or 16K)") from None
+    if count_ > MAX_CONTEXT_TOKENS:
+        raise QueryError(f"{name}: {value[:40]} is more than {MAX_CONTEXT_TOKENS:,} tokens")
+    return count_
 
 
-def count(args: Mapping[str, str], name: str, *, default: int | None = None, most: int | None = None) -> int | None:
-    """A whole number ≥ 1 (at most `most`); absent is `default`."""
+def count(args: Mapping[str, str], name: str, *, default: int | None = None, most: int = MAX_COUNT) -> int | None:
+    """A whole number ≥ 1 (ASCII digits, at most `most`); absent is `default`."""
     value = text(args, name)
     if value is None:
         return default
-    if not value.isdigit() or int(value) < 1:
+    if not (value.isascii() and value.isdigit()) or int(value) < 1:
         raise QueryError(f"{name}: {value[:40]!r} is not a whole number of at least 1")
-    if most is not None and int(value) > most:
-        raise QueryError(f"{name}: {value} is more than {most}")
+    if len(value.lstrip("0")) > len(str(most)) or int(value) > most:
+        raise QueryError(f"{name}: {value[:40]} is more than {most}")
     return int(value)
 
 
