@@ -243,6 +243,7 @@ def test_security_headers_on_every_response(hub):
         assert r.status_code < 500, path
         check_security_headers(r)
     assert client.head("/runs").status_code == 200  # HEAD is GET without the body
+    assert client.post("/runs").headers["Allow"] == "GET, HEAD"
 
 
 def style_hashes(page: str) -> set[str]:

@@ -255,7 +255,10 @@ def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None) -
 
     @app.errorhandler(HTTPException)
     def http_error(exc):
-        return _one_line(exc.code or 500, f"{exc.code} {exc.name}: {request.method[:16]} {request.path[:80]}")
+        response = _one_line(exc.code or 500, f"{exc.code} {exc.name}: {request.method[:16]} {request.path[:80]}")
+        if getattr(exc, "valid_methods", None):
+            response.headers["Allow"] = ", ".join(exc.valid_methods)  # a 405 says what is allowed
+        return response
 
     @app.errorhandler(Exception)
     def crashed(exc):  # the traceback to the log, one line to the visitor
