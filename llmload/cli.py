@@ -18,6 +18,7 @@ import click
 from llmload import __version__
 from llmload.commands.results import compare, export, report
 from llmload.commands.hub import hub
+from llmload.commands.hubadmin import hub_run, hub_token
 from llmload.commands.publish import publish
 from llmload.commands.run import run
 from llmload.commands.simulator import fit, predict, sim
@@ -45,6 +46,8 @@ main.add_command(predict)
 main.add_command(sim)
 main.add_command(publish)
 main.add_command(hub)
+main.add_command(hub_token)
+main.add_command(hub_run)
 main.add_command(trace)
 
 

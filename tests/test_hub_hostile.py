@@ -154,7 +154,8 @@ def hostile(rid: str, secret: Path) -> dict[str, list[str]]:
     return {"/": runs, "/runs": runs, "/api/runs": runs, "/runs/<rid>": [], "/api/runs/<rid>": [],
             "/leaderboard": board, "/api/leaderboard": board, "/models": [], "/api/models": [], "/hardware": [],
             "/api/hardware": [], "/compare": compare, "/api/compare": compare, "/calculator": calc,
-            "/api/calculator": calc, "/favicon.ico": [], "/static/<path:filename>": []}
+            "/api/calculator": calc, "/favicon.ico": [], "/static/<path:filename>": [],
+            "/runs/<rid>/results.json": [], "/runs/<rid>/records/<name>": []}
 
 
 ID_PATHS = ["..", "%2e%2e", "..%2F..%2Fetc%2Fpasswd", "%2Fetc%2Fpasswd", "0123456789abcdeg", "0123456789ABCDEF",
@@ -176,7 +177,7 @@ def test_every_route_answers_hostile_input_in_one_line_and_opens_no_file(hub, ca
     caplog.set_level(logging.INFO)
     asked = 0
     for rule, queries in routes.items():
-        path = rule.replace("<rid>", rid).replace("<path:filename>", "hub.css")
+        path = rule.replace("<rid>", rid).replace("<path:filename>", "hub.css").replace("<name>", "x.parquet")
         for method, url in generic(path):
             answer(client, method, url)
             asked += 1
@@ -184,7 +185,10 @@ def test_every_route_answers_hostile_input_in_one_line_and_opens_no_file(hub, ca
             answer(client, "GET", f"{path}?{query}")
             asked += 1
         for bad in ID_PATHS if "<rid>" in rule else STATIC_PATHS if "<path:" in rule else []:
-            answer(client, "GET", rule.replace("<rid>", bad).replace("<path:filename>", bad))
+            answer(client, "GET", rule.replace("<rid>", bad).replace("<path:filename>", bad).replace("<name>", "x.parquet"))
+            asked += 1
+        for bad in STATIC_PATHS + ["x" * 400, "..", "hub.sqlite"] if "<name>" in rule else []:
+            answer(client, "GET", path.replace("x.parquet", bad))
             asked += 1
     for path in ("/nowhere", "/runs/", "/../etc/passwd", "/%2e%2e/%2e%2e/etc/passwd", "/api", "/x" * 300,
                  "/runs/" + rid + "/..", "/api/runs/" + rid + "/../../x", "/static", "/static/"):

@@ -41,6 +41,7 @@ OTHER_DOCUMENTS = {
     "llmload/output/workloadpage.py": {"concurrency", "turns", "arrivals", "prompt_tokens",
                                        "output_tokens"},  # the run's config
     "llmload/core/dataset.py": {"output_tokens"},  # a dataset's row
+    "llmload/hub/remote.py": {"status"},  # the hub's answer to a submission
 }
 
 

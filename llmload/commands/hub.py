@@ -17,9 +17,18 @@ from llmload.commands.common import Refused, echo
               type=click.Path(exists=True, file_okay=False, dir_okay=True),
               help="A folder of simulator profiles (DIR/NAME.json) the calculator offers by NAME, beside the "
                    "built-in ones; read once, at start.")
-def hub(db_url: str | None, bind: str, profiles_dir: str | None) -> None:
-    """Browse the store: runs, leaderboards, models, hardware, compare, calculator (read only),
-    until Ctrl-C."""
+@click.option("--accept-runs", is_flag=True,
+              help="Take runs submitted over HTTP (POST /api/runs, llmload publish --to) with a token "
+                   "(llmload hub-token add NAME); they wait for approval (llmload hub-run approve ID).")
+@click.option("--auto-approve", is_flag=True, help="With --accept-runs: a submitted run goes on the leaderboard at once.")
+@click.option("--max-runs-per-hour", type=click.IntRange(1, 1_000_000), default=10, show_default=True,
+              help="With --accept-runs: runs one token may submit in any hour (more: 429).")
+@click.option("--max-upload-mb", type=click.FloatRange(0.01, 4096), default=64.0, show_default=True,
+              help="With --accept-runs: the largest submission (results and records; more: 413).")
+def hub(db_url: str | None, bind: str, profiles_dir: str | None, accept_runs: bool, auto_approve: bool,
+        max_runs_per_hour: int, max_upload_mb: float) -> None:
+    """Browse the store: runs, leaderboards, models, hardware, compare, calculator (read only;
+    with --accept-runs, runs submitted with a token too), until Ctrl-C."""
     from llmload.core.redact import SCRUBBER
     from llmload.hub.app import create_app
     from llmload.hub.calculator import offered_profiles
@@ -37,16 +46,22 @@ def hub(db_url: str | None, bind: str, profiles_dir: str | None) -> None:
         profiles = offered_profiles(profiles_dir)
     except ProfileError as exc:
         raise Refused(str(exc)) from None
+    if not accept_runs and (auto_approve or max_runs_per_hour != 10 or max_upload_mb != 64.0):
+        raise click.UsageError("--auto-approve, --max-runs-per-hour and --max-upload-mb are for --accept-runs")
+    from llmload.hub.submitroutes import Submissions
+    submissions = (Submissions(max_upload_mb=max_upload_mb, max_per_hour=max_runs_per_hour, auto_approve=auto_approve)
+                   if accept_runs else None)
     try:
-        store = open_store(url)
+        store = open_store(url, write=accept_runs)
     except StoreError as exc:
         error = click.ClickException(str(exc))
         error.exit_code = exc.exit_code
         raise error from None
     with store:
         try:
-            serve(create_app(store, profiles=profiles), host=host, port=port,
+            serve(create_app(store, profiles=profiles, submissions=submissions), host=host, port=port,
                   on_ready=lambda where: echo(f"llmload hub listening on {where} (store {store.label}); "
-                                             f"leaderboard: {where}/leaderboard"))
+                                             f"leaderboard: {where}/leaderboard"
+                                             + ("; taking runs at POST /api/runs" if accept_runs else "")))
         except OSError as exc:
             raise click.ClickException(f"cannot listen on {bind}: {exc.strerror or exc}") from None

@@ -27,6 +27,7 @@ sent): each one line (plain text; `{"error": ...}` under /api/), the store's URL
 
 from __future__ import annotations
 
+import json
 import logging
 import mimetypes
 from collections.abc import Mapping
@@ -41,6 +42,8 @@ from llmload.hub import security, views
 from llmload.hub.database import StoreError
 from llmload.hub.query import MAX_USERS, RUN_ID, QueryError, count, required, run_filter, run_id, text, tokens
 from llmload.hub.store import Store
+from llmload.hub.submit import RECORDS_NAME
+from llmload.hub.submitroutes import Submissions, add_submission_routes
 
 if TYPE_CHECKING:
     from llmload.sim.profiles import Profile
@@ -76,10 +79,12 @@ def _report_page(html: str, bar: str) -> Response:
     return Response(page, mimetype="text/html", headers={"Content-Security-Policy": csp})
 
 
-def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None) -> Flask:
-    """The hub's app over `store` (opened for reading; the app never writes). `profiles`: the
-    calculator's profiles by name (`calculator.offered_profiles`; default: the built-in ones),
-    read before any request."""
+def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None,
+               submissions: Submissions | None = None) -> Flask:
+    """The hub's app over `store` (opened for reading; the app never writes, but with
+    `submissions`: `POST /api/runs`, `llmload.hub.submitroutes`, the store opened for
+    writing). `profiles`: the calculator's profiles by name (`calculator.offered_profiles`;
+    default: the built-in ones), read before any request."""
     from llmload.output import comparereport, report
     from llmload.output.compare import CompareError, compare
     from llmload.core.resultsjson import results_to_dict
@@ -234,6 +239,24 @@ def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None) -
     @app.get("/api/calculator")
     def calculator_api():
         return jsonify(calculation().to_dict())
+
+    @app.get("/runs/<rid>/results.json")
+    def run_results_file(rid: str):
+        body = json.dumps(results_to_dict(stored(rid)), indent=2, ensure_ascii=False) + "\n"
+        return Response(body, mimetype="application/json",
+                        headers={"Content-Disposition": f'attachment; filename="{rid}-results.json"'})
+
+    @app.get("/runs/<rid>/records/<name>")
+    def run_records_file(rid: str, name: str):
+        stored(rid)
+        data = store.record(rid, name) if RECORDS_NAME.match(name) else None
+        if data is None:
+            raise NotFound(f"run {rid} has no records file {name[:80]!r}")
+        return Response(data, mimetype="application/vnd.apache.parquet",
+                        headers={"Content-Disposition": f'attachment; filename="{rid}-{name}"'})
+
+    if submissions is not None:
+        add_submission_routes(app, store, submissions)
 
     @app.get("/favicon.ico")
     def favicon():

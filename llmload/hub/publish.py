@@ -30,7 +30,7 @@ import os
 import socket
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
@@ -174,17 +174,21 @@ def _stored(store: Store, run_id_: str) -> bool:
         return connection.execute(query).first() is not None
 
 
-def publish(store: Store, run: RunToPublish, *, with_origin: bool = False, publisher: str | None = None) -> Published:
+def publish(store: Store, run: RunToPublish, *, with_origin: bool = False, publisher: str | None = None,
+            submitter: str | None = None, tier: str = "here", records: Sequence[tuple[str, bytes]] = ()
+            ) -> Published:
     """Store a run read by `read_run` (once: a run already there is left as it is).
     `with_origin`: store where it came from too, `publisher` (default: this host's name) and
-    the results directory's path; without it neither is stored. Raises StoreError."""
+    the results directory's path; without it neither is stored. A run submitted over HTTP
+    (`llmload.hub.submit`) has its token's name as `submitter`, its `tier` (`schema.TIERS`)
+    and the records files uploaded with it, (name, Parquet bytes). Raises StoreError."""
     if not store.writable:
         raise ValueError("publish needs a store opened with write=True")
     r = run.results
     outcome = Published(id=run.id, model=_text(r.server.get("model")) or _text(r.config.get("model")),
                         hardware=hardware_name(r.hardware), status=r.status or "interrupted", new=True)
     origin = {"publisher": publisher or socket.gethostname(), "source_dir": str(run.folder)} if with_origin else {}
-    row = run_row(run, published_at=utc_now_iso(), **origin)
+    row = {**run_row(run, published_at=utc_now_iso(), **origin), "submitter": submitter, "tier": tier}
     try:
         try:
             with store.engine.begin() as connection:
@@ -195,6 +199,9 @@ def publish(store: Store, run: RunToPublish, *, with_origin: bool = False, publi
                 cells = cell_rows(run)
                 if cells:
                     connection.execute(sa.insert(schema.cells), cells)
+                if records:
+                    connection.execute(sa.insert(schema.run_records),
+                                       [{"run_id": run.id, "name": name, "data": data} for name, data in records])
         except IntegrityError:
             if _stored(store, run.id):  # another publisher stored it between our look and our insert
                 return replace(outcome, new=False)

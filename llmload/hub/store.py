@@ -38,6 +38,9 @@ class RunFilter:
     provenance: str | None = None
     since: str | None = None
     until: str | None = None
+    pending: bool = False
+    """Also the runs submitted and not yet approved (tier "pending"), which lists,
+    leaderboards and counts leave out."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -64,6 +67,10 @@ class RunSummary:
     finished_at: str | None
     max_tokens: int | None
     duration_s: float | None
+    submitter: str | None = None
+    """The name of the token that submitted it over HTTP; None: published into the store."""
+    tier: str = "here"
+    """`schema.TIERS`: published here, pending approval, or approved."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -115,6 +122,11 @@ def _summary(row: Any) -> RunSummary:
     return RunSummary(**{f.name: getattr(row, f.name) for f in fields(RunSummary)})
 
 
+def _listed():
+    """Runs that lists, leaderboards and counts show: not pending approval."""
+    return schema.runs.c.tier != "pending"
+
+
 def _model_is(model: str):
     return sa.or_(schema.runs.c.model == model, schema.runs.c.model_root == model)
 
@@ -157,6 +169,8 @@ class Store:
             query = query.where(r.started_at >= filters.since)
         if filters.until is not None:
             query = query.where(r.started_at < filters.until)
+        if not filters.pending:
+            query = query.where(_listed())
         query = query.order_by(r.started_at.desc(), r.published_at.desc(), r.id)
         return [_summary(row) for row in self._rows(query)]
 
@@ -183,7 +197,7 @@ class Store:
                            c.per_request_tok_s,
                            c.ttft_ms, c.ttft_p99_ms, c.tbt_ms)
                  .join(schema.cells, c.run_id == schema.runs.c.id)
-                 .where(_model_is(model), c.phase == "decode", c.context_tokens == context,
+                 .where(_model_is(model), _listed(), c.phase == "decode", c.context_tokens == context,
                         c.total_tok_s.is_not(None))
                  .order_by(schema.runs.c.id, c.concurrency))
         by_run: dict[str, tuple[RunSummary, list[LeaderCell]]] = {}
@@ -208,23 +222,48 @@ class Store:
         """Each (served name, model root) published, with its number of runs, most first."""
         r = schema.runs.c
         n = sa.func.count().label("n")
-        query = sa.select(r.model, r.model_root, n).group_by(r.model, r.model_root).order_by(n.desc(), r.model)
+        query = (sa.select(r.model, r.model_root, n).where(_listed()).group_by(r.model, r.model_root)
+                 .order_by(n.desc(), r.model))
         return [ModelEntry(model=row.model, model_root=row.model_root, runs=row.n) for row in self._rows(query)]
 
     def hardware(self) -> list[HardwareEntry]:
         """Each (hardware, GPU) published, with its number of runs, most first."""
         r = schema.runs.c
         n = sa.func.count().label("n")
-        query = sa.select(r.hardware, r.gpu, n).group_by(r.hardware, r.gpu).order_by(n.desc(), r.hardware)
+        query = (sa.select(r.hardware, r.gpu, n).where(_listed()).group_by(r.hardware, r.gpu)
+                 .order_by(n.desc(), r.hardware))
         return [HardwareEntry(hardware=row.hardware, gpu=row.gpu, runs=row.n) for row in self._rows(query)]
 
     def contexts(self, model: str) -> list[int]:
         """The decode contexts measured for a model (served name or model root), lowest first."""
         c = schema.cells.c
         query = (sa.select(c.context_tokens).distinct().join(schema.runs, c.run_id == schema.runs.c.id)
-                 .where(_model_is(model), c.phase == "decode", c.total_tok_s.is_not(None))
+                 .where(_model_is(model), _listed(), c.phase == "decode", c.total_tok_s.is_not(None))
                  .order_by(c.context_tokens))
         return [row.context_tokens for row in self._rows(query)]
+
+    def contexts_by_model(self) -> dict[tuple[str | None, str | None], list[int]]:
+        """`contexts` of every (served name, model root) at once (one query), lowest first."""
+        c, r = schema.cells.c, schema.runs.c
+        query = (sa.select(r.model, r.model_root, c.context_tokens).distinct()
+                 .join(schema.cells, c.run_id == r.id)
+                 .where(_listed(), c.phase == "decode", c.total_tok_s.is_not(None))
+                 .order_by(r.model, r.model_root, c.context_tokens))
+        out: dict[tuple[str | None, str | None], list[int]] = {}
+        for row in self._rows(query):
+            out.setdefault((row.model, row.model_root), []).append(row.context_tokens)
+        return out
+
+    def record_names(self, run_id: str) -> list[str]:
+        """The records files uploaded with a run (`publish --to --with-records`), by name."""
+        t = schema.run_records.c
+        return [row.name for row in self._rows(sa.select(t.name).where(t.run_id == run_id).order_by(t.name))]
+
+    def record(self, run_id: str, name: str) -> bytes | None:
+        """One uploaded records file's Parquet bytes, or None."""
+        t = schema.run_records.c
+        rows = self._rows(sa.select(t.data).where(t.run_id == run_id, t.name == name))
+        return bytes(rows[0].data) if rows else None
 
 
 def open_store(url: str | None = None, *, write: bool = False) -> Store:

@@ -177,6 +177,8 @@ def load_results(path: str | os.PathLike[str]) -> Results:
         raise ResultsError(f"{path}: no such results file") from None
     except OSError as e:
         raise ResultsError(f"{path}: cannot read: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise ResultsError(f"{path}: not UTF-8 text (byte {e.start})") from None
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as e:
