@@ -5,7 +5,8 @@ Routes (GET and HEAD only: a POST or any other method is a 405, and the store is
 
     /, /runs            runs, filtered by model, engine, version, hardware, provenance, since, until
     /runs/<id>          the run's report.html (`llmload.output.report.render_html`) under the hub's bar
-    /leaderboard        ?model=M&context=C[&concurrency=N]: runs ranked by total tok/s
+                        (its tier; links to /runs/<id>/results.json and each uploaded records file)
+    /leaderboard        ?model=M&context=C[&concurrency=N][&hardware=H][&version=V]: runs ranked by total tok/s
     /models, /hardware  what the store holds, with counts and links
     /compare            ?a=ID&b=ID: the compare page (`llmload.output.comparereport.render_html`)
     /calculator         ?run=ID|profile=NAME&context=C&users=N[&slo=...]: the twin's prediction (NAME:
@@ -40,7 +41,9 @@ from werkzeug.exceptions import HTTPException
 from llmload.core.redact import scrub
 from llmload.hub import security, views
 from llmload.hub.database import StoreError
-from llmload.hub.query import MAX_USERS, RUN_ID, QueryError, count, required, run_filter, run_id, text, tokens
+from llmload.hub.query import (MAX_USERS, RUN_ID, QueryError, board_filter, count, required, run_filter, run_id,
+                               text, tokens)
+from llmload.hub.calcworker import Busy, CalculatorWorker
 from llmload.hub.store import Store
 from llmload.hub.submit import RECORDS_NAME
 from llmload.hub.submitroutes import Submissions, add_submission_routes
@@ -100,7 +103,7 @@ def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None,
     app.json.sort_keys = False
     app.jinja_env.undefined = jinja2.StrictUndefined
     app.jinja_env.filters.update(rate=pageformat.fmt_rate, ms=pageformat.fmt_ms, tbt=pageformat.fmt_tbt_ms,
-                                 context=pageformat.fmt_context, link=views.link)
+                                 context=pageformat.fmt_context, link=views.link, tier=views.tier_text)
 
     def page(template: str, active: str, **context) -> str:
         return render_template(template, nav=NAV, active=active, store_label=store.label, **context)
@@ -129,40 +132,45 @@ def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None,
     @app.get("/runs/<rid>")
     def run_page(rid: str):
         html = report.render_html(stored(rid))
-        return _report_page(html, render_template("bar.html", nav=NAV, run=store.summary(rid)))
+        bar = render_template("bar.html", nav=NAV, run=store.summary(rid), records=store.record_names(rid))
+        return _report_page(html, bar)
 
     @app.get("/api/runs/<rid>")
     def run_api(rid: str):
         return jsonify(results_to_dict(stored(rid)))
 
     # ------------------------------------------------------------------ leaderboard
-    def board_query():
+    def board_query() -> dict:
         model = required(request.args, "model", "a model (its served name or model root)")
         context = tokens(request.args, "context")
         if context is None:
             raise QueryError("context is missing: give a context in tokens (e.g. 16384 or 16K)")
         concurrency = count(request.args, "concurrency")
-        return model, context, concurrency, store.leaderboard(model, context, concurrency)
+        hardware, version = board_filter(request.args)
+        board = store.leaderboard(model, context, concurrency, hardware=hardware, engine_version=version)
+        return dict(model=model, context=context, concurrency=concurrency, hardware=hardware, version=version,
+                    board=board)
 
     @app.get("/leaderboard")
     def leaderboard_page():
         models = store.models()
         if not request.args:
             return page("leaderboard.html", "Leaderboard", models=models, model=None, context=None,
-                        concurrency=None, board=None, contexts=[], columns=[], cell_at=views.cell_at)
-        model, context, concurrency, board = board_query()
-        return page("leaderboard.html", "Leaderboard", models=models, model=model, context=context,
-                    concurrency=concurrency, board=board, contexts=store.contexts(model),
-                    columns=views.concurrencies(board), cell_at=views.cell_at)
+                        concurrency=None, hardware=None, version=None, board=None, contexts=[], columns=[],
+                        choices=([], []), cell_at=views.cell_at)
+        q = board_query()
+        return page("leaderboard.html", "Leaderboard", models=models, contexts=store.contexts(q["model"]),
+                    columns=views.concurrencies(q["board"]), choices=store.leaderboard_choices(q["model"], q["context"]),
+                    cell_at=views.cell_at, **q)
 
     @app.get("/api/leaderboard")
     def leaderboard_api():
-        _model, _context, _concurrency, board = board_query()
-        return jsonify([views.leader_dict(i, row) for i, row in enumerate(board, 1)])
+        return jsonify([views.leader_dict(i, row) for i, row in enumerate(board_query()["board"], 1)])
 
     # ------------------------------------------------------------------ models, hardware
     def model_entries():
-        return [(m, store.contexts(m.model or m.model_root or "")) for m in store.models()]
+        contexts = store.contexts_by_model()  # one query, not one per model
+        return [(m, contexts.get((m.model, m.model_root), [])) for m in store.models()]
 
     @app.get("/models")
     def models_page():
@@ -199,8 +207,15 @@ def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None,
         return jsonify(comparison().to_dict())
 
     # ------------------------------------------------------------------ calculator
+    worker = CalculatorWorker()
+
     def calculation():
-        args = request.args
+        try:
+            return predicted(request.args)
+        except LookupError as exc:
+            raise NotFound(str(exc)) from None
+
+    def predicted(args):
         rid = text(args, "run")
         if rid is not None:
             run_id(rid)
@@ -211,22 +226,16 @@ def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None,
         if context is None:
             raise QueryError("context is missing: give a context in tokens (e.g. 16384 or 16K)")
         if workload == "rate":
-            try:
-                return calculate_rate(store, run=rid, profile=text(args, "profile"), context_tokens=context,
-                                      rate=parse_rate(text(args, "rate")), arrivals=text(args, "arrivals"),
-                                      slo=text(args, "slo"), window_s=parse_window(text(args, "window")),
-                                      max_tokens=count(args, "max_tokens", most=MAX_OUTPUT_TOKENS), profiles=offered)
-            except LookupError as exc:
-                raise NotFound(str(exc)) from None
+            return worker.run(calculate_rate, store, run=rid, profile=text(args, "profile"), context_tokens=context,
+                              rate=parse_rate(text(args, "rate")), arrivals=text(args, "arrivals"),
+                              slo=text(args, "slo"), window_s=parse_window(text(args, "window")),
+                              max_tokens=count(args, "max_tokens", most=MAX_OUTPUT_TOKENS), profiles=offered)
         users = count(args, "users", most=MAX_USERS)
         if users is None:
             raise QueryError("users is missing: give the number of simultaneous users")
-        try:
-            return calculate(store, run=rid, profile=text(args, "profile"), context_tokens=context, users=users,
-                             slo=text(args, "slo"), max_tokens=count(args, "max_tokens", most=MAX_OUTPUT_TOKENS),
-                             profiles=offered)
-        except LookupError as exc:
-            raise NotFound(str(exc)) from None
+        return worker.run(calculate, store, run=rid, profile=text(args, "profile"), context_tokens=context, users=users,
+                          slo=text(args, "slo"), max_tokens=count(args, "max_tokens", most=MAX_OUTPUT_TOKENS),
+                          profiles=offered)
 
     @app.get("/calculator")
     def calculator_page():
@@ -270,6 +279,12 @@ def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None,
     @app.errorhandler(NotFound)
     def not_found(exc):
         return _one_line(404, str(exc))
+
+    @app.errorhandler(Busy)
+    def busy(exc):
+        response = _one_line(503, str(exc))
+        response.headers["Retry-After"] = str(exc.retry_after_s)
+        return response
 
     @app.errorhandler(StoreError)
     def store_failed(exc):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -67,13 +68,33 @@ class Calculation:
                 "prefill": cell_to_dict(self.prefill) if self.prefill else None, "notes": list(self.notes)}
 
 
+FITTED_KEPT = 256
+"""Fitted profiles kept in memory, by run id: a run's id is its content, so its fit never
+changes (a fit costs about a second of CPU; the hub serves every request from one process)."""
+_fitted: OrderedDict[tuple[int, str], object] = OrderedDict()
+
+
+def _fit(store: Store, run: str, results):
+    """The run's fit, from memory where this store's run was fitted before (LRU, FITTED_KEPT)."""
+    from llmload.twin.fit import fit_profile
+    key = (id(store), run)
+    if key in _fitted:
+        _fitted.move_to_end(key)
+        return _fitted[key]
+    fitted = fit_profile(results, source=f"run {run}")
+    _fitted[key] = fitted
+    while len(_fitted) > FITTED_KEPT:
+        _fitted.popitem(last=False)
+    return fitted
+
+
 def _from_run(store: Store, run: str):
-    from llmload.twin.fit import FitError, fit_profile
+    from llmload.twin.fit import FitError
     results = store.run(run)
     if results is None:
         raise LookupError(f"no run {run} in the store")
     try:
-        fitted = fit_profile(results, source=f"run {run}")
+        fitted = _fit(store, run, results)
     except (FitError, ValueError) as exc:
         raise QueryError(f"run {run} cannot be fitted: {exc}") from None
     max_tokens = int(results.config.get("max_tokens") or DEFAULT_MAX_TOKENS)
