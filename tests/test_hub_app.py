@@ -24,6 +24,7 @@ from test_hub_store import variant
 from tests_helpers import llmload, one_line_error, start_llmload
 
 EVIL = "<script>alert('x')</script>"
+LAUNCH = "vllm serve tiny --tensor-parallel-size 1 --max-model-len 4096"
 BAR_CSS = '<link rel="stylesheet" href="/static/bar.css">\n'
 
 
@@ -42,15 +43,15 @@ def sim_run(sim_tiny, tmp_path_factory) -> Path:
 
 def machines(sim_run: Path, base: Path) -> dict[str, Path]:
     """The simulated run and copies of it on three other machines: an RTX 3090 at half its
-    speed, an H100 at twice (measured, vLLM 0.11), and one whose model name and launch
-    command hold markup."""
+    speed, an H100 at twice (measured, vLLM 0.11, launched with LAUNCH), and one whose model
+    name and launch command hold markup."""
     server = load_results(sim_run).server
     return {
         "sim": sim_run,
         "slow": variant(sim_run, base / "slow", scale=0.5, hardware={"name": "RTX 3090 24GB", "gpu": "RTX 3090"}),
         "fast": variant(sim_run, base / "fast", scale=2.0, hardware={"name": "H100 80GB", "gpu": "H100"},
                         provenance="measured", sim_profile=None,
-                        server={**server, "engine": "vllm", "version": "0.11.0"}),
+                        server={**server, "engine": "vllm", "version": "0.11.0"}, launch_command=LAUNCH),
         "evil": variant(sim_run, base / "evil", hardware={"name": f"box {EVIL}"},
                         server={**server, "model": f"m{EVIL}"}, launch_command=f"vllm serve {EVIL}"),
     }
@@ -152,6 +153,128 @@ def test_the_leaderboard_ranks_runs_best_first(hub):
     assert ok(client, "/api/leaderboard?model=tiny&context=999").get_json() == []
 
 
+def board_rows(client, query: str) -> list:
+    """The leaderboard table's body rows (`tr` elements)."""
+    root = parse(ok(client, "/leaderboard?" + query).get_data(as_text=True))
+    return [tr for table in root.find_all("table", **{"class": "leaderboard"})  # none when no run ranks
+            for tr in table.find_all("tr") if tr.find_all("td")]
+
+
+def test_the_leaderboard_filters_by_hardware_and_engine_version(hub):
+    client, _url, ids = hub
+    sim_version = ok(client, f"/api/runs/{ids['sim']}").get_json()["server"]["version"]
+
+    def only(query: str) -> list[str]:
+        api = [r["id"] for r in ok(client, "/api/leaderboard?model=tiny&context=256&" + query).get_json()]
+        html = [tr.find_all("a")[0].attrs["href"] for tr in board_rows(client, "model=tiny&context=256&" + query)]
+        assert html == [f"/runs/{rid}" for rid in api]
+        names = {rid: name for name, rid in ids.items()}
+        return [names[rid] for rid in api]
+
+    assert only("hardware=H100+80GB") == ["fast"] and only("hardware=RTX+3090+24GB") == ["slow"]
+    assert only("version=0.11.0") == ["fast"] and only(f"version={sim_version}") == ["sim", "slow"]
+    assert only("hardware=RTX+3090+24GB&version=0.11.0") == []
+    assert only("hardware=H100+80GB&version=0.11.0&concurrency=2") == ["fast"]
+    assert only("hardware=nowhere") == [] and only("hardware=&version=") == ["fast", "sim", "slow"]
+    # the form's select boxes list the values this model's leaderboard at that context holds
+    page = ok(client, "/leaderboard?model=tiny&context=256&hardware=H100+80GB")
+    root = parse(page.get_data(as_text=True))
+    selects = {s.attrs["name"]: s for s in root.find_all("select")}
+    hardware = [(o.all_text(), "selected" in o.attrs) for o in selects["hardware"].find_all("option")]
+    sim_hardware = ok(client, f"/api/leaderboard?model=tiny&context=256&version={sim_version}").get_json()
+    assert hardware == sorted([("any", False), ("H100 80GB", True), ("RTX 3090 24GB", False),
+                               (next(r["hardware"] for r in sim_hardware if r["id"] == ids["sim"]), False)],
+                              key=lambda o: (o[0] != "any", o[0]))
+    versions = [(o.attrs["value"], o.all_text()) for o in selects["version"].find_all("option")]
+    assert ("0.11.0", "0.11.0 (vllm)") in versions and versions[0] == ("", "any") and len(versions) == 3
+    assert 'href="/api/leaderboard?model=tiny&amp;context=256&amp;hardware=H100+80GB"' in page.get_data(as_text=True)
+    empty = ok(client, "/leaderboard?model=tiny&context=256&version=9.9").get_data(as_text=True)
+    assert "with engine version 9.9" in empty and '<option selected>9.9</option>' in empty
+    assert 'href="/leaderboard?model=tiny&amp;context=256">Any hardware and engine version' in empty
+
+
+def test_each_leaderboard_row_links_its_hardware_and_shows_its_launch_command_and_tier(hub):
+    client, _url, ids = hub
+    rows = {r["id"]: r for r in ok(client, "/api/leaderboard?model=tiny&context=256").get_json()}
+    fast, sim = rows[ids["fast"]], rows[ids["sim"]]
+    assert fast["hardware_url"] == "/runs?hardware=H100+80GB" and fast["launch_command"] == LAUNCH
+    assert sim["launch_command"] is None
+    assert all((r["tier"], r["tier_text"], r["submitter"]) == ("here", "published here", None) for r in rows.values())
+    assert [r["id"] for r in ok(client, fast["hardware_url"].replace("/runs", "/api/runs")).get_json()] == [ids["fast"]]
+    by_run = {tr.find_all("a")[0].attrs["href"]: tr for tr in board_rows(client, "model=tiny&context=256")}
+    row = by_run[f"/runs/{ids['fast']}"]
+    [hardware] = row.find_all("a", **{"class": "hardware"})
+    assert hardware.attrs["href"] == "/runs?hardware=H100+80GB" and hardware.all_text() == "H100 80GB"
+    [launch] = row.find_all("details", **{"class": "launch"})
+    assert launch.find_all("pre")[0].all_text() == LAUNCH and launch.find_all("summary")
+    assert not by_run[f"/runs/{ids['sim']}"].find_all("details")
+    assert "not recorded" in by_run[f"/runs/{ids['sim']}"].all_text()
+    assert all(tr.find_all("td", **{"class": "tier"})[0].all_text() == "published here" for tr in by_run.values())
+    evil = ok(client, f"/api/leaderboard?model=m{EVIL}&context=256").get_json()
+    assert [r["launch_command"] for r in evil] == [f"vllm serve {EVIL}"]
+
+
+@pytest.fixture(scope="module")
+def tiered(sim_run, tmp_path_factory):
+    """(client, {tier: run id}) over a store of one run published here, one submitted and
+    approved, and one submitted and pending, with two records files."""
+    from llmload.hub.publish import publish, read_run
+    base = tmp_path_factory.mktemp("tiers")
+    url = f"sqlite:///{base / 'hub.sqlite'}"
+    runs = {"here": sim_run,
+            "approved": variant(sim_run, base / "approved", scale=2.0, hardware={"name": "H100 80GB"}),
+            "pending": variant(sim_run, base / "pending", scale=3.0, hardware={"name": "B200"})}
+    records = [("decode-256-x1.parquet", b"PAR1 one"), ("decode-256-x2.parquet", b"PAR1 two")]
+    with open_store(url, write=True) as store:
+        publish(store, read_run(runs["here"]))
+        publish(store, read_run(runs["approved"]), submitter="alice", tier="approved")
+        publish(store, read_run(runs["pending"]), submitter="bob", tier="pending", records=records)
+    ids = {tier: read_run(path).id for tier, path in runs.items()}
+    with open_store(url) as store:
+        yield create_app(store).test_client(), ids
+
+
+def test_runs_and_leaderboard_rows_say_their_tier_in_words(tiered):
+    client, ids = tiered
+    words = {"here": "published here", "approved": "submitted, approved"}
+    listed = {r["id"]: r for r in ok(client, "/api/runs").get_json()}
+    assert set(listed) == {ids["here"], ids["approved"]}  # the pending run is on no list
+    for tier, said in words.items():
+        assert (listed[ids[tier]]["tier"], listed[ids[tier]]["tier_text"]) == (tier, said)
+    assert listed[ids["approved"]]["submitter"] == "alice"
+    board = ok(client, "/api/leaderboard?model=tiny&context=256").get_json()
+    assert [(r["id"], r["tier_text"]) for r in board] == [(ids["approved"], "submitted, approved"),
+                                                           (ids["here"], "published here")]
+    root = parse(ok(client, "/runs").get_data(as_text=True))
+    shown = {tr.find_all("a")[0].attrs["href"]: tr.find_all("td", **{"class": "tier"})[0].all_text()
+             for tr in root.find_all("tr") if tr.find_all("td")}
+    assert shown == {f"/runs/{ids[t]}": said for t, said in words.items()}
+    assert [tr.find_all("td", **{"class": "tier"})[0].all_text()
+            for tr in board_rows(client, "model=tiny&context=256")] == ["submitted, approved", "published here"]
+
+
+def test_a_run_page_links_its_results_json_and_records_and_says_its_tier(tiered):
+    client, ids = tiered
+
+    def bar(tier: str):
+        [nav] = parse(ok(client, f"/runs/{ids[tier]}").get_data(as_text=True)).find_all("nav", **{"class": "hub-bar"})
+        return nav, {a.all_text(): a.attrs["href"] for a in nav.find_all("a")}
+
+    nav, links = bar("pending")  # on no list, and its page answers by id
+    assert "submitted, pending approval" in nav.all_text()
+    assert links["results.json"] == f"/runs/{ids['pending']}/results.json"
+    for name, data in (("decode-256-x1.parquet", b"PAR1 one"), ("decode-256-x2.parquet", b"PAR1 two")):
+        assert links[name] == f"/runs/{ids['pending']}/records/{name}"
+        assert ok(client, links[name]).data == data
+    document = ok(client, links["results.json"])
+    assert json.loads(document.data) == ok(client, f"/api/runs/{ids['pending']}").get_json()
+    assert "attachment" in document.headers["Content-Disposition"]
+    nav, links = bar("here")
+    assert "published here" in nav.all_text() and "records" not in nav.all_text()
+    assert links["results.json"] == f"/runs/{ids['here']}/results.json" and not any(".parquet" in k for k in links)
+    assert "submitted, approved" in bar("approved")[0].all_text()
+
+
 def test_models_and_hardware_count_and_link(hub):
     client, _url, _ids = hub
     models = {m["model"]: m for m in ok(client, "/api/models").get_json()}
@@ -201,6 +324,10 @@ def test_bad_parameters_are_one_line_400s_and_unknown_runs_404s(hub):
     assert "context" in one_line(client, "/api/leaderboard?model=tiny&context=lots", 400)
     assert "model is missing" in one_line(client, "/api/leaderboard?context=256", 400)
     assert "concurrency" in one_line(client, "/api/leaderboard?model=tiny&context=256&concurrency=0", 400)
+    assert "hardware: one line" in one_line(client, "/leaderboard?model=tiny&context=256&hardware=H100%0aX", 400)
+    assert "version: one line" in one_line(client, "/api/leaderboard?model=tiny&context=256&version=0.1%00", 400)
+    assert "at most 256" in one_line(client, f"/api/leaderboard?model=tiny&context=256&hardware={'x' * 257}", 400)
+    assert "model is missing" in one_line(client, "/leaderboard?hardware=H100+80GB", 400)
     assert "provenance" in one_line(client, "/runs?provenance=guessed", 400)
     assert "since" in one_line(client, "/api/runs?since=yesterday", 400)
     assert "no run" in one_line(client, "/runs/0123456789abcdef", 404)

@@ -3,7 +3,8 @@ rule): `llmload hub` on port 0 over a SQLite store of four runs of one model on 
 "machines" (tests/test_hub_app.py's `machines`); the leaderboard and a run page render
 without a JavaScript error (a style the Content-Security-Policy refused is one), their tables
 in the DOM, and a report page's every element is styled as the same report.html opened from a
-file (the hub turns its style attributes into classes, llmload/hub/security.py). The leaderboard's screenshot is saved as
+file (the hub turns its style attributes into classes, llmload/hub/security.py); a leaderboard row's hardware
+link and launch command (a details element), and its hardware filter. The leaderboard's screenshot is saved as
 docs/img/hub-leaderboard.png when LLMLOAD_DOCS_IMAGES=1 (docs/hub.md shows it)."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from test_browser import CHROMEDRIVER, CHROMIUM, MISSING, assert_not_blank, browser, screenshot, shots  # noqa: F401
-from test_hub_app import machines, sim_run  # noqa: F401  (sim_run: a fixture)
+from test_hub_app import LAUNCH, machines, sim_run  # noqa: F401  (sim_run: a fixture)
 from tests_helpers import llmload, start_llmload
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None or CHROMEDRIVER is None, reason=MISSING)
@@ -81,6 +82,23 @@ def test_the_leaderboard_in_chromium(browser, hub_url, shots):  # noqa: F811
     assert_not_blank(path)
     if os.environ.get("LLMLOAD_DOCS_IMAGES") == "1":
         DOCS_IMAGE.write_bytes(path.read_bytes())
+    # each row's hardware links its runs; its launch command opens from a details element (no script)
+    first = "document.querySelector('table.leaderboard tbody tr')"
+    assert browser.execute_script(f"return {first}.querySelector('a.hardware').getAttribute('href')") == \
+        "/runs?hardware=H100+80GB"
+    pre = f"{first}.querySelector('details.launch pre')"
+    assert browser.execute_script(f"return [{pre}.parentElement.open, {pre}.checkVisibility()]") == [False, False]
+    browser.execute_script(f"{first}.querySelector('details.launch summary').click()")
+    assert browser.execute_script(f"return [{pre}.parentElement.open, {pre}.checkVisibility()]") == [True, True]
+    assert browser.execute_script(f"return {pre}.textContent") == LAUNCH
+    options = browser.execute_script(
+        "return [...document.querySelectorAll('select[name=hardware] option')].map(o => o.textContent)")
+    assert options[0] == "any" and {"H100 80GB", "RTX 3090 24GB"} <= set(options) and len(options) == 4
+    browser.execute_script("const s = document.querySelector('select[name=hardware]'); s.value = 'RTX 3090 24GB';"
+                           "s.form.submit()")
+    rows = browser.execute_script(
+        "return [...document.querySelectorAll('table.leaderboard tbody tr')].map(r => r.cells[2].textContent)")
+    assert [r.split(" (")[0] for r in rows] == ["RTX 3090 24GB"] and js_errors(browser) == []
 
 
 def test_a_run_page_in_chromium(browser, hub_url, shots, tmp_path):  # noqa: F811

@@ -136,7 +136,10 @@ def hostile(rid: str, secret: Path) -> dict[str, list[str]]:
               "model=tiny&context=[1]", "model=tiny&context=256&concurrency=0",
               f"model=tiny&context=256&concurrency={HUGE}", "model=tiny&context=256&concurrency=%C2%B2",
               "model=tiny&context=256&concurrency=1.5", "model=tiny&context=256&concurrency=-3"]
-             + [f"model={q(p)}&context={q(p)}" for p in paths[:3]])
+             + [f"model={q(p)}&context={q(p)}" for p in paths[:3]]
+             + [f"model=tiny&context=256&{name}={x}" for name in ("hardware", "version")
+                for x in ("a%00b", "H100%0aX", "%7f", "%1b[31m", "x%0d%0aSet-Cookie:%20a=b", LONG)]
+             + [f"hardware={q(p)}&version={q(p)}" for p in paths[:3]])
     compare = ([f"a={q(p)}&b={rid}" for p in paths] + [f"a={rid}&b={q(p)}" for p in paths] + [f"a={rid}", f"b={rid}",
                f"a={HUGE}&b={HUGE}"])
     base = f"context=256&users=1&run={rid}"
@@ -197,6 +200,27 @@ def test_every_route_answers_hostile_input_in_one_line_and_opens_no_file(hub, ca
     assert asked > 400
     failed = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert failed == []  # no 500: every hostile input was foreseen
+
+
+def test_a_leaderboard_filter_is_a_value_never_a_file(hub):
+    """`hardware` and `version` are compared with the store's columns: a path, `..` or a
+    huge number there is a value no run has (an empty board), opening no file."""
+    app, _rid, secret, _folder = hub
+    client = app.test_client()
+    for value in (str(secret), "/etc/passwd", "../../../etc/passwd", "..", "%2Fetc%2Fpasswd", HUGE, "' OR 1=1 --",
+                  "*", "%", "_"):
+        for name in ("hardware", "version"):
+            for path in ("/api/leaderboard", "/leaderboard"):
+                with recorded_opens() as opened:
+                    r = client.get(f"{path}?model=tiny&context=256&{name}={quote(value)}")
+                assert r.status_code == 200, (path, name, value, r.get_data(as_text=True)[:200])
+                assert outside_the_hub(opened) == [], (value, opened)
+                check_security_headers(r)
+                if path.startswith("/api/"):
+                    assert r.get_json() == []
+                else:
+                    assert "<table class=\"leaderboard\"" not in r.get_data(as_text=True)
+    assert len(client.get("/api/leaderboard?model=tiny&context=256").get_json()) == 1  # and unfiltered, the run
 
 
 def test_a_request_names_no_file_and_learns_nothing_of_one(hub):

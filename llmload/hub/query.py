@@ -97,3 +97,9 @@ def run_filter(args: Mapping[str, str]) -> RunFilter:
     return RunFilter(model=text(args, "model"), engine=text(args, "engine"),
                      engine_version=text(args, "version"), hardware=text(args, "hardware"),
                      provenance=provenance, since=_day(args, "since"), until=_day(args, "until"))
+
+
+def board_filter(args: Mapping[str, str]) -> tuple[str | None, str | None]:
+    """The leaderboard's optional filters: `hardware` (a run's hardware name, as /hardware
+    lists it) and `version` (its engine's version); each one line of text, else None."""
+    return text(args, "hardware"), text(args, "version")

@@ -99,6 +99,8 @@ class LeaderRow:
     ttft_ms: float | None
     cells: tuple[LeaderCell, ...]
     """By concurrency, lowest first."""
+    launch_command: str | None = None
+    """The server's launch command, from the run's document (None: not recorded)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -189,34 +191,55 @@ class Store:
         except ResultsError as exc:
             raise StoreError(f"--db {self.label}: {exc}") from None
 
-    def leaderboard(self, model: str, context: int, concurrency: int | None = None) -> list[LeaderRow]:
+    def leaderboard(self, model: str, context: int, concurrency: int | None = None, *,
+                    hardware: str | None = None, engine_version: str | None = None) -> list[LeaderRow]:
         """For a model (served name or model root) and a decode context: one row per run that
-        measured a total tok/s there (at `concurrency`, when given), best first."""
-        c = schema.cells.c
-        query = (sa.select(*_SUMMARY_COLUMNS, c.concurrency, c.status.label("cell_status"), c.total_tok_s,
-                           c.per_request_tok_s,
+        measured a total tok/s there (at `concurrency`, when given; on `hardware` and with
+        that `engine_version`, when given), best first."""
+        c, r = schema.cells.c, schema.runs.c
+        query = (sa.select(*_SUMMARY_COLUMNS, r.results_json["launch_command"].as_string().label("launch"),
+                           c.concurrency, c.status.label("cell_status"), c.total_tok_s, c.per_request_tok_s,
                            c.ttft_ms, c.ttft_p99_ms, c.tbt_ms)
-                 .join(schema.cells, c.run_id == schema.runs.c.id)
+                 .join(schema.cells, c.run_id == r.id)
                  .where(_model_is(model), _listed(), c.phase == "decode", c.context_tokens == context,
                         c.total_tok_s.is_not(None))
-                 .order_by(schema.runs.c.id, c.concurrency))
-        by_run: dict[str, tuple[RunSummary, list[LeaderCell]]] = {}
+                 .order_by(r.id, c.concurrency))
+        for column, value in ((r.hardware, hardware), (r.engine_version, engine_version)):
+            if value is not None:
+                query = query.where(column == value)
+        by_run: dict[str, tuple[RunSummary, str | None, list[LeaderCell]]] = {}
         for row in self._rows(query):
-            entry = by_run.setdefault(row.id, (_summary(row), []))
-            entry[1].append(LeaderCell(concurrency=row.concurrency, status=row.cell_status, total_tok_s=row.total_tok_s,
+            entry = by_run.setdefault(row.id, (_summary(row), row.launch, []))
+            entry[2].append(LeaderCell(concurrency=row.concurrency, status=row.cell_status, total_tok_s=row.total_tok_s,
                                        per_request_tok_s=row.per_request_tok_s, ttft_ms=row.ttft_ms,
                                        ttft_p99_ms=row.ttft_p99_ms, tbt_ms=row.tbt_ms))
         board = []
-        for run, run_cells in by_run.values():
+        for run, launch, run_cells in by_run.values():
             ranked = [x for x in run_cells if concurrency is None or x.concurrency == concurrency]
             if not ranked:
                 continue
             top = max(ranked, key=lambda x: x.total_tok_s)
             board.append(LeaderRow(run=run, context_tokens=context, concurrency=top.concurrency,
                                    total_tok_s=top.total_tok_s, per_request_tok_s=top.per_request_tok_s,
-                                   ttft_ms=top.ttft_ms, cells=tuple(run_cells)))
+                                   ttft_ms=top.ttft_ms, cells=tuple(run_cells), launch_command=launch))
         board.sort(key=lambda row: (-row.total_tok_s, row.run.id))
         return board
+
+    def leaderboard_choices(self, model: str, context: int) -> tuple[list[str], list[tuple[str, list[str]]]]:
+        """What the leaderboard of a model at a decode context can be filtered by: the
+        hardware names, and each engine version with its engines, of its runs; sorted."""
+        c, r = schema.cells.c, schema.runs.c
+        query = (sa.select(r.hardware, r.engine, r.engine_version).distinct()
+                 .join(schema.cells, c.run_id == r.id)
+                 .where(_model_is(model), _listed(), c.phase == "decode", c.context_tokens == context,
+                        c.total_tok_s.is_not(None)))
+        rows = self._rows(query)
+        versions: dict[str, set[str]] = {}
+        for row in rows:
+            if row.engine_version is not None:
+                versions.setdefault(row.engine_version, set()).update([row.engine] if row.engine else [])
+        return (sorted({row.hardware for row in rows if row.hardware is not None}),
+                [(version, sorted(engines)) for version, engines in sorted(versions.items())])
 
     def models(self) -> list[ModelEntry]:
         """Each (served name, model root) published, with its number of runs, most first."""

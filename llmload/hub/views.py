@@ -17,8 +17,17 @@ RATE_FIGURES = (("Achieved rate", None), ("TTFT p50", "ttft_ms"), ("TTFT p90", "
 """The calculator's rate figures: (header, the cell's field; None: the achieved rate)."""
 
 
+TIER_WORDS = {"here": "published here", "pending": "submitted, pending approval", "approved": "submitted, approved"}
+"""A run's tier (`llmload.hub.schema.TIERS`) as the pages and `tier_text` say it."""
+
+
 def run_url(run_id: str) -> str:
     return f"/runs/{run_id}"
+
+
+def tier_text(tier: str) -> str:
+    """"published here", "submitted, pending approval" or "submitted, approved"."""
+    return TIER_WORDS.get(tier, tier)
 
 
 def link(path: str, **params: Any) -> str:
@@ -28,18 +37,26 @@ def link(path: str, **params: Any) -> str:
 
 
 def run_dict(run: RunSummary) -> dict[str, Any]:
-    return {**asdict(run), "url": run_url(run.id), "api_url": f"/api{run_url(run.id)}"}
+    return {**asdict(run), "tier_text": tier_text(run.tier), "url": run_url(run.id), "api_url": f"/api{run_url(run.id)}"}
 
 
 def leader_dict(rank: int, row: LeaderRow) -> dict[str, Any]:
-    """A leaderboard row: the run and its figures at the ranked concurrency, and every cell."""
+    """A leaderboard row: the run (its tier, launch command, the runs on its hardware) and
+    its figures at the ranked concurrency, and every cell."""
     run = row.run
     return {"rank": rank, "id": run.id, "url": run_url(run.id), "model": run.model, "model_root": run.model_root,
-            "hardware": run.hardware, "gpu": run.gpu, "engine": run.engine, "engine_version": run.engine_version,
-            "provenance": run.provenance, "status": run.status, "started_at": run.started_at,
+            "hardware": run.hardware, "hardware_url": hardware_url(run.hardware), "gpu": run.gpu,
+            "engine": run.engine, "engine_version": run.engine_version, "provenance": run.provenance,
+            "status": run.status, "tier": run.tier, "tier_text": tier_text(run.tier), "submitter": run.submitter,
+            "launch_command": row.launch_command, "started_at": run.started_at,
             "context_tokens": row.context_tokens, "concurrency": row.concurrency,
             "total_tok_s": row.total_tok_s, "per_request_tok_s": row.per_request_tok_s, "ttft_ms": row.ttft_ms,
             "cells": [asdict(cell) for cell in row.cells]}
+
+
+def hardware_url(hardware: str | None) -> str | None:
+    """/runs on that hardware (None: none named)."""
+    return link("/runs", hardware=hardware) if hardware else None
 
 
 def concurrencies(board: list[LeaderRow]) -> list[int]:
