@@ -182,8 +182,12 @@ def test_a_section_is_rendered_alike_in_markdown_and_on_the_terminal():
     assert f"## Capacity under SLO\n{body}\n" in render_markdown(run)
     lines: list[str] = []
     echo_matrix(run, lines.append)
-    assert lines[-1] == f"Capacity under SLO:\n{body}\n"
+    assert lines[-2] == f"Capacity under SLO:\n{body}\n"
     assert lines[0].startswith("\nSustained decode (total tok/s (TTFT)")
+    # then the answer in one line, the same as at the top of the page
+    assert lines[-1] == ("Measured the most users under SLO TBT p99 ≤ 20 ms: 0 context: 1 user (2 failed on TBT); "
+                         "1K context: none (2 failed on KV capacity).")
+    assert f"**Answer:** {lines[-1]}" in render_markdown(run).split("## ")[0]
 
 
 # ----------------------------------------------------------------------------- compare, durations
