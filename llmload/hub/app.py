@@ -160,8 +160,8 @@ def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None,
                         choices=([], []), cell_at=views.cell_at)
         q = board_query()
         return page("leaderboard.html", "Leaderboard", models=models, contexts=store.contexts(q["model"]),
-                    columns=views.concurrencies(q["board"]), choices=store.leaderboard_choices(q["model"], q["context"]),
-                    cell_at=views.cell_at, **q)
+                    columns=views.concurrencies(q["board"]), cell_at=views.cell_at,
+                    choices=store.leaderboard_choices(q["model"], q["context"]), **q)
 
     @app.get("/api/leaderboard")
     def leaderboard_api():

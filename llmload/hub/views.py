@@ -37,7 +37,8 @@ def link(path: str, **params: Any) -> str:
 
 
 def run_dict(run: RunSummary) -> dict[str, Any]:
-    return {**asdict(run), "tier_text": tier_text(run.tier), "url": run_url(run.id), "api_url": f"/api{run_url(run.id)}"}
+    return {**asdict(run), "tier_text": tier_text(run.tier), "url": run_url(run.id),
+            "api_url": f"/api{run_url(run.id)}"}
 
 
 def leader_dict(rank: int, row: LeaderRow) -> dict[str, Any]:
