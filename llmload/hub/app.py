@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import logging
 import mimetypes
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -52,6 +53,12 @@ if TYPE_CHECKING:
     from llmload.sim.profiles import Profile
 
 logger = logging.getLogger(__name__)
+PAGE_RUNS = 100
+"""Runs per page of /runs and /api/runs (`?page=N`)."""
+CHOICES = 200
+"""The newest runs the compare and calculator forms offer to pick from (any id may be typed)."""
+RUN_PAGES_KEPT = 128
+"""Run pages kept rendered in memory (a report renders its charts: most of a second of CPU)."""
 NAV = (("Runs", "/runs"), ("Leaderboard", "/leaderboard"), ("Models", "/models"), ("Hardware", "/hardware"),
        ("Compare", "/compare"), ("Calculator", "/calculator"))
 
@@ -75,10 +82,15 @@ def _one_line(status: int, message: str) -> Response:
     return response
 
 
-def _report_page(html: str, bar: str) -> Response:
-    """A report page (`llmload.output`'s) under the hub's bar, its styles made strict."""
+def _report_parts(html: str, bar: str) -> tuple[str, str]:
+    """A report page (`llmload.output`'s) under the hub's bar, its styles made strict, and its
+    Content-Security-Policy."""
     html = html.replace("</head>", '<link rel="stylesheet" href="/static/bar.css">\n</head>', 1)
-    page, csp = security.strict_styles(html.replace("<body>", "<body>\n" + bar, 1))
+    return security.strict_styles(html.replace("<body>", "<body>\n" + bar, 1))
+
+
+def _report_page(html: str, bar: str) -> Response:
+    page, csp = _report_parts(html, bar)
     return Response(page, mimetype="text/html", headers={"Content-Security-Policy": csp})
 
 
@@ -108,6 +120,7 @@ def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None,
     def page(template: str, active: str, **context) -> str:
         return render_template(template, nav=NAV, active=active, store_label=store.label, **context)
 
+    run_pages: OrderedDict[tuple, tuple[str, str]] = OrderedDict()
     app.before_request(lambda: security.check_request(request))
     app.after_request(lambda response: security.add_headers(response) or response)
 
@@ -122,18 +135,29 @@ def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None,
     @app.get("/runs")
     def runs_page():
         filters = run_filter(request.args)
-        return page("runs.html", "Runs", runs=store.runs(filters), filters=filters,
-                    models=store.models(), hardware=store.hardware())
+        number, total = count(request.args, "page", default=1), store.count_runs(filters)
+        return page("runs.html", "Runs", runs=store.runs(filters, limit=PAGE_RUNS, offset=(number - 1) * PAGE_RUNS),
+                    filters=filters, models=store.models(), hardware=store.hardware(), total=total,
+                    pages=views.pages(number, total, PAGE_RUNS, request.args))
 
     @app.get("/api/runs")
     def runs_api():
-        return jsonify([views.run_dict(r) for r in store.runs(run_filter(request.args))])
+        number = count(request.args, "page", default=1)
+        return jsonify([views.run_dict(r) for r in store.runs(run_filter(request.args), limit=PAGE_RUNS,
+                                                              offset=(number - 1) * PAGE_RUNS)])
 
     @app.get("/runs/<rid>")
     def run_page(rid: str):
-        html = report.render_html(stored(rid))
-        bar = render_template("bar.html", nav=NAV, run=store.summary(rid), records=store.record_names(rid))
-        return _report_page(html, bar)
+        summary, records = store.summary(rid), store.record_names(rid)
+        key = (rid, summary.tier if summary is not None else None, tuple(records))
+        if key not in run_pages:  # a run's id is its content: its page changes only with its tier or records
+            bar = render_template("bar.html", nav=NAV, run=summary, records=records)
+            run_pages[key] = _report_parts(report.render_html(stored(rid)), bar)
+            while len(run_pages) > RUN_PAGES_KEPT:
+                run_pages.popitem(last=False)
+        run_pages.move_to_end(key)
+        page_html, csp = run_pages[key]
+        return Response(page_html, mimetype="text/html", headers={"Content-Security-Policy": csp})
 
     @app.get("/api/runs/<rid>")
     def run_api(rid: str):
@@ -199,7 +223,7 @@ def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None,
     @app.get("/compare")
     def compare_page():
         if not request.args:
-            return page("compare.html", "Compare", runs=store.runs())
+            return page("compare.html", "Compare", runs=store.runs(limit=CHOICES))
         return _report_page(comparereport.render_html(comparison()), render_template("bar.html", nav=NAV, run=None))
 
     @app.get("/api/compare")
@@ -242,7 +266,7 @@ def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None,
         result = calculation() if request.args else None
         rate = result if isinstance(result, RateCalculation) else None
         return page("calculator.html", "Calculator", result=None if rate else result, rate_result=rate,
-                    runs=store.runs(), profiles=sorted(offered), args=request.args, rate_figures=views.rate_figures,
+                    runs=store.runs(limit=CHOICES), profiles=sorted(offered), args=request.args, rate_figures=views.rate_figures,
                     request_counts=views.request_counts, rate_slo_rows=views.rate_slo_rows)
 
     @app.get("/api/calculator")

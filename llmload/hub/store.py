@@ -12,6 +12,7 @@ call; the store's URL is kept masked (`Store.label`). What is stored is in
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -117,6 +118,10 @@ class HardwareEntry:
     runs: int
 
 
+AGGREGATE_TTL_S = 10.0
+"""How long the store's lists of models, hardware and contexts are served from memory
+(`Store._cached`): a run published or approved shows in them within this time."""
+
 _SUMMARY_COLUMNS = [schema.runs.c[f.name] for f in fields(RunSummary)]
 
 
@@ -133,6 +138,24 @@ def _model_is(model: str):
     return sa.or_(schema.runs.c.model == model, schema.runs.c.model_root == model)
 
 
+
+def _filtered(query, filters: RunFilter):
+    """`query` (over runs) with the filters' conditions."""
+    r = schema.runs.c
+    if filters.model is not None:
+        query = query.where(_model_is(filters.model))
+    for name in ("engine", "engine_version", "hardware", "provenance"):
+        if getattr(filters, name) is not None:
+            query = query.where(r[name] == getattr(filters, name))
+    if filters.since is not None:
+        query = query.where(r.started_at >= filters.since)
+    if filters.until is not None:
+        query = query.where(r.started_at < filters.until)
+    if not filters.pending:
+        query = query.where(_listed())
+    return query
+
+
 class Store:
     """An open store (`open_store`); a context manager that closes it."""
 
@@ -141,6 +164,7 @@ class Store:
         self.label = label
         """The URL, its password masked: what messages name the store by."""
         self.writable = writable
+        self._aggregates: dict = {}
 
     def __enter__(self) -> Store:
         return self
@@ -158,23 +182,32 @@ class Store:
         except SQLAlchemyError as exc:
             raise StoreError(f"--db {self.label}: {first_line(exc)}", exit_code=1) from None
 
-    def runs(self, filters: RunFilter = RunFilter()) -> list[RunSummary]:
-        """The runs that pass `filters`, newest first (by started_at, then published_at)."""
+    def runs(self, filters: RunFilter = RunFilter(), *, limit: int | None = None, offset: int = 0
+             ) -> list[RunSummary]:
+        """The runs that pass `filters`, newest first (by started_at, then published_at);
+        `limit` of them from `offset` (None: all)."""
         r = schema.runs.c
-        query = sa.select(*_SUMMARY_COLUMNS)
-        if filters.model is not None:
-            query = query.where(_model_is(filters.model))
-        for name in ("engine", "engine_version", "hardware", "provenance"):
-            if getattr(filters, name) is not None:
-                query = query.where(r[name] == getattr(filters, name))
-        if filters.since is not None:
-            query = query.where(r.started_at >= filters.since)
-        if filters.until is not None:
-            query = query.where(r.started_at < filters.until)
-        if not filters.pending:
-            query = query.where(_listed())
+        query = _filtered(sa.select(*_SUMMARY_COLUMNS), filters)
         query = query.order_by(r.started_at.desc(), r.published_at.desc(), r.id)
+        if limit is not None:
+            query = query.limit(limit).offset(offset)
         return [_summary(row) for row in self._rows(query)]
+
+    def count_runs(self, filters: RunFilter = RunFilter()) -> int:
+        """How many runs pass `filters`."""
+        return self._rows(_filtered(sa.select(sa.func.count()).select_from(schema.runs), filters))[0][0]
+
+    def _cached(self, key, make):
+        """An aggregate (models, hardware, contexts) from memory when read less than
+        AGGREGATE_TTL_S ago: lists of a whole store cost a scan of it, and publishing is rare."""
+        now = time.monotonic()
+        hit = self._aggregates.get(key)
+        if hit is not None and now - hit[0] < AGGREGATE_TTL_S:
+            return hit[1]
+        value = make()
+        self._aggregates[key] = (now, value)
+        return value
+
 
     def summary(self, run_id: str) -> RunSummary | None:
         """The stored run with this id, or None."""
@@ -247,7 +280,8 @@ class Store:
         n = sa.func.count().label("n")
         query = (sa.select(r.model, r.model_root, n).where(_listed()).group_by(r.model, r.model_root)
                  .order_by(n.desc(), r.model))
-        return [ModelEntry(model=row.model, model_root=row.model_root, runs=row.n) for row in self._rows(query)]
+        return self._cached("models", lambda: [ModelEntry(model=row.model, model_root=row.model_root, runs=row.n)
+                                               for row in self._rows(query)])
 
     def hardware(self) -> list[HardwareEntry]:
         """Each (hardware, GPU) published, with its number of runs, most first."""
@@ -255,15 +289,13 @@ class Store:
         n = sa.func.count().label("n")
         query = (sa.select(r.hardware, r.gpu, n).where(_listed()).group_by(r.hardware, r.gpu)
                  .order_by(n.desc(), r.hardware))
-        return [HardwareEntry(hardware=row.hardware, gpu=row.gpu, runs=row.n) for row in self._rows(query)]
+        return self._cached("hardware", lambda: [HardwareEntry(hardware=row.hardware, gpu=row.gpu, runs=row.n)
+                                                 for row in self._rows(query)])
 
     def contexts(self, model: str) -> list[int]:
         """The decode contexts measured for a model (served name or model root), lowest first."""
-        c = schema.cells.c
-        query = (sa.select(c.context_tokens).distinct().join(schema.runs, c.run_id == schema.runs.c.id)
-                 .where(_model_is(model), _listed(), c.phase == "decode", c.total_tok_s.is_not(None))
-                 .order_by(c.context_tokens))
-        return [row.context_tokens for row in self._rows(query)]
+        return sorted({c for (name, root), found in self.contexts_by_model().items() if model in (name, root)
+                       for c in found})
 
     def contexts_by_model(self) -> dict[tuple[str | None, str | None], list[int]]:
         """`contexts` of every (served name, model root) at once (one query), lowest first."""
@@ -272,10 +304,12 @@ class Store:
                  .join(schema.cells, c.run_id == r.id)
                  .where(_listed(), c.phase == "decode", c.total_tok_s.is_not(None))
                  .order_by(r.model, r.model_root, c.context_tokens))
-        out: dict[tuple[str | None, str | None], list[int]] = {}
-        for row in self._rows(query):
-            out.setdefault((row.model, row.model_root), []).append(row.context_tokens)
-        return out
+        def read() -> dict[tuple[str | None, str | None], list[int]]:
+            out: dict[tuple[str | None, str | None], list[int]] = {}
+            for row in self._rows(query):
+                out.setdefault((row.model, row.model_root), []).append(row.context_tokens)
+            return out
+        return self._cached("contexts", read)
 
     def record_names(self, run_id: str) -> list[str]:
         """The records files uploaded with a run (`publish --to --with-records`), by name."""

@@ -111,3 +111,16 @@ def rate_slo_rows(calc) -> list[tuple[str, ...]]:
                      fmt.fmt_rps(cell.traffic.achieved_rate_rps), fmt.cell_ms(cell, "ttft_p99_ms"),
                      fmt.fmt_tbt_ms(cell.tbt_p99_ms), said))
     return rows
+
+
+def pages(number: int, total: int, size: int, args) -> dict[str, Any]:
+    """A list's page `number` of `total` items, `size` a page: what it shows and the links to
+    the pages before and after (the other parameters kept)."""
+    from urllib.parse import urlencode
+    last = max((total + size - 1) // size, 1)
+
+    def link(n: int) -> str:
+        return "?" + urlencode({**{k: v for k, v in args.items() if k != "page"}, "page": n})
+    return {"number": number, "last": last, "first_item": min((number - 1) * size + 1, total),
+            "last_item": min(number * size, total), "previous": link(number - 1) if number > 1 else None,
+            "next": link(number + 1) if number < last else None}

@@ -1,0 +1,81 @@
+"""The hub with many runs (benchmarks/hub_load.py measures it under load; docs/hub.md): lists
+come a page at a time, a run's page is rendered once while its tier and records stay the
+same, and the store's lists of models and hardware are read once per AGGREGATE_TTL_S."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from llmload.core.resultsjson import results_from_dict
+from llmload.hub import store as store_module
+from llmload.hub.app import PAGE_RUNS, create_app
+from llmload.hub.publish import RunToPublish, publish, read_run, run_id
+from llmload.hub.store import open_store
+from tests_helpers import llmload
+
+RUNS = 250
+
+
+@pytest.fixture(scope="module")
+def many(tmp_path_factory):
+    base = tmp_path_factory.mktemp("scale")
+    r = llmload("predict", "tiny", "--contexts", "0,1K", "--concurrency", "1,2", "--prefill-contexts", "",
+                "--max-tokens", "32", "--duration", "5s", "--out", base / "template")
+    assert r.returncode == 0, r.stdout + r.stderr
+    template = read_run(base / "template")
+    url = f"sqlite:///{base / 'hub.sqlite'}"
+    with open_store(url, write=True) as store:
+        for i in range(RUNS):
+            doc = json.loads(json.dumps(template.document))
+            doc["server"]["model"] = f"model-{i % 5}"
+            doc["started_at"] = f"2026-11-{1 + i % 28:02d}T{i % 24:02d}:{i % 60:02d}:00+00:00"
+            publish(store, RunToPublish(folder=template.folder, results=results_from_dict(doc), document=doc,
+                                        id=run_id(doc)))
+    with open_store(url) as store:
+        yield store
+
+
+def test_runs_come_a_page_at_a_time(many):
+    client = create_app(many).test_client()
+    first = client.get("/api/runs").get_json()
+    assert len(first) == PAGE_RUNS == 100
+    pages = [first] + [client.get(f"/api/runs?page={n}").get_json() for n in (2, 3, 4)]
+    assert [len(p) for p in pages] == [100, 100, 50, 0]
+    ids = [r["id"] for p in pages for r in p]
+    assert len(set(ids)) == RUNS  # every run once, newest first across the pages
+    started = [r["started_at"] for p in pages for r in p]
+    assert started == sorted(started, reverse=True)
+    html = client.get("/runs?model=model-1&page=2").get_data(as_text=True)
+    assert "50 runs" in html and "page 2" not in html  # 50 of model-1: one page
+    html = client.get("/runs?page=2").get_data(as_text=True)
+    assert "250 runs: 101–200 (page 2 of 3)" in html
+    assert 'href="?page=1" rel="prev"' in html and 'href="?page=3" rel="next"' in html
+    assert client.get("/api/runs?page=0").status_code == 400
+
+
+def test_a_run_page_is_rendered_once(many, monkeypatch):
+    from llmload.output import report
+    calls = []
+    real = report.render_html
+    monkeypatch.setattr(report, "render_html", lambda results: calls.append(1) or real(results))
+    client = create_app(many).test_client()
+    rid = client.get("/api/runs").get_json()[0]["id"]
+    first, second = client.get(f"/runs/{rid}"), client.get(f"/runs/{rid}")
+    assert first.status_code == second.status_code == 200 and first.data == second.data
+    assert first.headers["Content-Security-Policy"] == second.headers["Content-Security-Policy"]
+    assert len(calls) == 1
+
+
+def test_lists_of_the_whole_store_are_read_once_a_while(many, monkeypatch):
+    reads = []
+    real = many._rows
+    monkeypatch.setattr(many, "_rows", lambda query: reads.append(1) or real(query))
+    many._aggregates.clear()
+    first = many.models()
+    again = many.models()
+    assert first == again and len(reads) == 1 and sum(m.runs for m in first) == RUNS
+    monkeypatch.setattr(store_module, "AGGREGATE_TTL_S", 0.0)
+    many.models()
+    assert len(reads) == 2
