@@ -57,6 +57,8 @@ PAGE_RUNS = 100
 """Runs per page of /runs and /api/runs (`?page=N`)."""
 CHOICES = 200
 """The newest runs the compare and calculator forms offer to pick from (any id may be typed)."""
+RENDER_WAIT_S = 60.0
+"""How long a run page's first render waits for the render slot before a 503."""
 RUN_PAGES_KEPT = 128
 """Run pages kept rendered in memory (a report renders its charts: most of a second of CPU)."""
 NAV = (("Runs", "/runs"), ("Leaderboard", "/leaderboard"), ("Models", "/models"), ("Hardware", "/hardware"),
@@ -121,6 +123,9 @@ def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None,
         return render_template(template, nav=NAV, active=active, store_label=store.label, **context)
 
     run_pages: OrderedDict[tuple, tuple[str, str]] = OrderedDict()
+    # a report's charts take about a second of CPU the first time: off the loop too, one at a
+    # time, a visitor waiting up to a minute for one rather than being refused
+    renders = CalculatorWorker(slots=1, wait_s=RENDER_WAIT_S)
     app.before_request(lambda: security.check_request(request))
     app.after_request(lambda response: security.add_headers(response) or response)
 
@@ -152,7 +157,8 @@ def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None,
         key = (rid, summary.tier if summary is not None else None, tuple(records))
         if key not in run_pages:  # a run's id is its content: its page changes only with its tier or records
             bar = render_template("bar.html", nav=NAV, run=summary, records=records)
-            run_pages[key] = _report_parts(report.render_html(stored(rid)), bar)
+            results = stored(rid)
+            run_pages[key] = renders.run(lambda: _report_parts(report.render_html(results), bar))
             while len(run_pages) > RUN_PAGES_KEPT:
                 run_pages.popitem(last=False)
         run_pages.move_to_end(key)
