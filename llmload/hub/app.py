@@ -120,7 +120,7 @@ def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None,
                                  context=pageformat.fmt_context, link=views.link, tier=views.tier_text)
 
     def page(template: str, active: str, **context) -> str:
-        return render_template(template, nav=NAV, active=active, store_label=store.label, **context)
+        return render_template(template, nav=NAV, active=active, **context)
 
     run_pages: OrderedDict[tuple, tuple[str, str]] = OrderedDict()
     # a report's charts take about a second of CPU the first time: off the loop too, one at a
