@@ -70,13 +70,7 @@ def virtual_decode(profile: Profile, *, prompt_tokens: int, concurrency: int, ma
                  if r.now_s < t1 else None)
     run.run_until(t0)
     preempt0 = run.engine.stats().num_preemptions
-    waits: list[tuple[float, float]] = []
-    poll = t0 + WAIT_POLL_S / 2
-    while poll < t1:
-        run.run_until(poll, on_finish=on_finish)
-        waits.append((poll, float(run.engine.stats().num_waiting)))
-        poll += WAIT_POLL_S
-    run.run_until(t1, on_finish=on_finish)
+    waits = poll_waiting(run, t0, t1, on_finish)
     preempted = run.engine.stats().num_preemptions - preempt0
     run.abort_all()
     warm_ids = {t.request_id for t in warm}
@@ -88,3 +82,15 @@ def virtual_decode(profile: Profile, *, prompt_tokens: int, concurrency: int, ma
                       server_first=ServerSample(t_s=t0, preemptions=float(preempt0)),
                       server_last=ServerSample(t_s=t1, preemptions=float(preempt0 + preempted)))
     return records, facts
+
+
+def poll_waiting(run: VirtualRun, t0: float, t1: float, on_finish=None) -> list[tuple[float, float]]:
+    """Run to t1, sampling the waiting queue every WAIT_POLL_S from t0 as the runner does."""
+    waits: list[tuple[float, float]] = []
+    poll = t0 + WAIT_POLL_S / 2
+    while poll < t1:
+        run.run_until(poll, on_finish=on_finish)
+        waits.append((poll, float(run.engine.stats().num_waiting)))
+        poll += WAIT_POLL_S
+    run.run_until(t1, on_finish=on_finish)
+    return waits

@@ -44,7 +44,7 @@ from llmload.sim.engine import EngineRequest
 from llmload.sim.profiles import Profile
 from llmload.sim.tokenizer import GENERATION_PROMPT_ID, ROLE_IDS, Tokenizer
 from llmload.sim.virtual import VirtualRun
-from llmload.twin.cells import WAIT_POLL_S, WARMUP_GAP_S, record_of
+from llmload.twin.cells import WARMUP_GAP_S, poll_waiting, record_of
 
 T0_S = 1.0
 """Virtual time of an open-loop cell's t0 (an idle server before it)."""
@@ -69,18 +69,6 @@ def _ids(profile: Profile, key: str, n: int) -> list[int]:
     return unique_prompt(profile, _nonce(key), n) if n > 0 else []
 
 
-def _poll(run: VirtualRun, t0: float, t1: float, on_finish=None) -> list[tuple[float, float]]:
-    """Run to t1, sampling the waiting queue every WAIT_POLL_S as the runner does."""
-    waits: list[tuple[float, float]] = []
-    poll = t0 + WAIT_POLL_S / 2
-    while poll < t1:
-        run.run_until(poll, on_finish=on_finish)
-        waits.append((poll, float(run.engine.stats().num_waiting)))
-        poll += WAIT_POLL_S
-    run.run_until(t1, on_finish=on_finish)
-    return waits
-
-
 def _open_loop(profile: Profile, sends: Iterable[tuple[float, list[int], int]], *, tag: str, window_s: float,
                drain: float) -> tuple[list[RequestRecord], list[tuple[float, float]], int]:
     """Requests (offset from t0, prompt ids, output tokens) sent on time from T0_S; run to
@@ -92,7 +80,7 @@ def _open_loop(profile: Profile, sends: Iterable[tuple[float, list[int], int]], 
         rid = f"r{k}-{k}"
         run.submit(EngineRequest(request_id=rid, prompt_ids=prompt, num_output_tokens=out), T0_S + offset)
         asked[rid] = (len(prompt), out)
-    waits = _poll(run, T0_S, t1)
+    waits = poll_waiting(run, T0_S, t1)
     run.run_until(end)
     run.abort_all()
     records = [dataclasses.replace(record_of(trace, tag=tag, prompt_tokens=asked[rid][0], t1=end),
@@ -227,7 +215,7 @@ def virtual_sessions(profile: Profile, planned: PlannedCell, sc: Scenario, *, ce
         person.send(t0)
     run.run_until(t0)
     first = run.engine.stats()
-    waits = _poll(run, t0, t1, on_finish)
+    waits = poll_waiting(run, t0, t1, on_finish)
     last = run.engine.stats()
     run.abort_all()
     warm_ids = {t.request_id for t in warm}
