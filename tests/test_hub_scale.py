@@ -70,8 +70,8 @@ def test_a_run_page_is_rendered_once(many, monkeypatch):
 
 def test_lists_of_the_whole_store_are_read_once_a_while(many, monkeypatch):
     reads = []
-    real = many._rows
-    monkeypatch.setattr(many, "_rows", lambda query: reads.append(1) or real(query))
+    real = many.rows
+    monkeypatch.setattr(many, "rows", lambda query: reads.append(1) or real(query))
     many._aggregates.clear()
     first = many.models()
     again = many.models()

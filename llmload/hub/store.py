@@ -175,7 +175,9 @@ class Store:
     def close(self) -> None:
         self.engine.dispose()
 
-    def _rows(self, query) -> list[Any]:
+    def rows(self, query) -> list[Any]:
+        """The rows of a query over the store's tables, in one transaction (StoreError, one
+        line, where the store fails): the one way the hub's modules read the store."""
         try:
             with self.engine.connect() as connection:
                 return list(connection.execute(query))
@@ -191,11 +193,11 @@ class Store:
         query = query.order_by(r.started_at.desc(), r.published_at.desc(), r.id)
         if limit is not None:
             query = query.limit(limit).offset(offset)
-        return [_summary(row) for row in self._rows(query)]
+        return [_summary(row) for row in self.rows(query)]
 
     def count_runs(self, filters: RunFilter = RunFilter()) -> int:
         """How many runs pass `filters`."""
-        return self._rows(_filtered(sa.select(sa.func.count()).select_from(schema.runs), filters))[0][0]
+        return self.rows(_filtered(sa.select(sa.func.count()).select_from(schema.runs), filters))[0][0]
 
     def _cached(self, key, make):
         """An aggregate (models, hardware, contexts) from memory when read less than
@@ -211,12 +213,12 @@ class Store:
 
     def summary(self, run_id: str) -> RunSummary | None:
         """The stored run with this id, or None."""
-        rows = self._rows(sa.select(*_SUMMARY_COLUMNS).where(schema.runs.c.id == run_id))
+        rows = self.rows(sa.select(*_SUMMARY_COLUMNS).where(schema.runs.c.id == run_id))
         return _summary(rows[0]) if rows else None
 
     def run(self, run_id: str) -> Results | None:
         """The stored run's results (its scrubbed document, checked), or None."""
-        rows = self._rows(sa.select(schema.runs.c.results_json).where(schema.runs.c.id == run_id))
+        rows = self.rows(sa.select(schema.runs.c.results_json).where(schema.runs.c.id == run_id))
         if not rows:
             return None
         try:
@@ -241,7 +243,7 @@ class Store:
             if value is not None:
                 query = query.where(column == value)
         by_run: dict[str, tuple[RunSummary, str | None, list[LeaderCell]]] = {}
-        for row in self._rows(query):
+        for row in self.rows(query):
             entry = by_run.setdefault(row.id, (_summary(row), row.launch, []))
             entry[2].append(LeaderCell(concurrency=row.concurrency, status=row.cell_status, total_tok_s=row.total_tok_s,
                                        per_request_tok_s=row.per_request_tok_s, ttft_ms=row.ttft_ms,
@@ -266,7 +268,7 @@ class Store:
                  .join(schema.cells, c.run_id == r.id)
                  .where(_model_is(model), _listed(), c.phase == "decode", c.context_tokens == context,
                         c.total_tok_s.is_not(None)))
-        rows = self._rows(query)
+        rows = self.rows(query)
         versions: dict[str, set[str]] = {}
         for row in rows:
             if row.engine_version is not None:
@@ -281,7 +283,7 @@ class Store:
         query = (sa.select(r.model, r.model_root, n).where(_listed()).group_by(r.model, r.model_root)
                  .order_by(n.desc(), r.model))
         return self._cached("models", lambda: [ModelEntry(model=row.model, model_root=row.model_root, runs=row.n)
-                                               for row in self._rows(query)])
+                                               for row in self.rows(query)])
 
     def hardware(self) -> list[HardwareEntry]:
         """Each (hardware, GPU) published, with its number of runs, most first."""
@@ -290,7 +292,7 @@ class Store:
         query = (sa.select(r.hardware, r.gpu, n).where(_listed()).group_by(r.hardware, r.gpu)
                  .order_by(n.desc(), r.hardware))
         return self._cached("hardware", lambda: [HardwareEntry(hardware=row.hardware, gpu=row.gpu, runs=row.n)
-                                                 for row in self._rows(query)])
+                                                 for row in self.rows(query)])
 
     def contexts(self, model: str) -> list[int]:
         """The decode contexts measured for a model (served name or model root), lowest first."""
@@ -306,7 +308,7 @@ class Store:
                  .order_by(r.model, r.model_root, c.context_tokens))
         def read() -> dict[tuple[str | None, str | None], list[int]]:
             out: dict[tuple[str | None, str | None], list[int]] = {}
-            for row in self._rows(query):
+            for row in self.rows(query):
                 out.setdefault((row.model, row.model_root), []).append(row.context_tokens)
             return out
         return self._cached("contexts", read)
@@ -314,12 +316,12 @@ class Store:
     def record_names(self, run_id: str) -> list[str]:
         """The records files uploaded with a run (`publish --to --with-records`), by name."""
         t = schema.run_records.c
-        return [row.name for row in self._rows(sa.select(t.name).where(t.run_id == run_id).order_by(t.name))]
+        return [row.name for row in self.rows(sa.select(t.name).where(t.run_id == run_id).order_by(t.name))]
 
     def record(self, run_id: str, name: str) -> bytes | None:
         """One uploaded records file's Parquet bytes, or None."""
         t = schema.run_records.c
-        rows = self._rows(sa.select(t.data).where(t.run_id == run_id, t.name == name))
+        rows = self.rows(sa.select(t.data).where(t.run_id == run_id, t.name == name))
         return bytes(rows[0].data) if rows else None
 
 

@@ -57,7 +57,7 @@ def _recent(store: Store, submitter: str, now: datetime) -> list[str]:
     """When the submitter's runs of the last hour were published (ISO text, oldest first)."""
     r = schema.runs.c
     since = (now - timedelta(seconds=HOUR_S)).isoformat(timespec="seconds")
-    rows = store._rows(sa.select(r.published_at).where(r.submitter == submitter, r.published_at > since)
+    rows = store.rows(sa.select(r.published_at).where(r.submitter == submitter, r.published_at > since)
                        .order_by(r.published_at))
     return [row.published_at for row in rows]
 
@@ -110,7 +110,7 @@ def accept(store: Store, *, submitter: str, results: bytes, records: Sequence[tu
                    records=[(name, data) for name, (_, data) in zip(names, records)])
     if not done.new:
         summary = store.summary(run.id)
-        tier = getattr(summary, "tier", tier) if summary is not None else tier
+        tier = summary.tier if summary is not None else tier
     return Submitted(id=run.id, new=done.new, tier=tier, dry_run=False)
 
 
@@ -118,7 +118,7 @@ def approve(store: Store, run_id: str) -> str:
     """Approve a pending run; gives its tier before ("pending", or what it was). LookupError
     for a run the store does not hold."""
     r = schema.runs.c
-    rows = store._rows(sa.select(r.tier).where(r.id == run_id))
+    rows = store.rows(sa.select(r.tier).where(r.id == run_id))
     if not rows:
         raise LookupError(f"no run {run_id[:40]!r} in the store")
     before = rows[0].tier
@@ -131,5 +131,5 @@ def approve(store: Store, run_id: str) -> str:
 def pending(store: Store) -> list[tuple[str, str | None, str]]:
     """The runs waiting for approval: (id, submitter, published_at), oldest first."""
     r = schema.runs.c
-    rows = store._rows(sa.select(r.id, r.submitter, r.published_at).where(r.tier == "pending").order_by(r.published_at))
+    rows = store.rows(sa.select(r.id, r.submitter, r.published_at).where(r.tier == "pending").order_by(r.published_at))
     return [(row.id, row.submitter, row.published_at) for row in rows]

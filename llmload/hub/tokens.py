@@ -88,14 +88,14 @@ def add_token(store: Store, name: str) -> str:
 def list_tokens(store: Store) -> list[TokenEntry]:
     """Every token, by name (none of their secrets)."""
     t = schema.tokens.c
-    rows = store._rows(sa.select(t.name, t.created_at, t.revoked_at).order_by(t.name))
+    rows = store.rows(sa.select(t.name, t.created_at, t.revoked_at).order_by(t.name))
     return [TokenEntry(name=r.name, created_at=r.created_at, revoked_at=r.revoked_at) for r in rows]
 
 
 def revoke_token(store: Store, name: str) -> bool:
     """Revoke the token `name`; False where it was revoked already. TokenError when there is none."""
     t = schema.tokens.c
-    if not store._rows(sa.select(t.name).where(t.name == name)):
+    if not store.rows(sa.select(t.name).where(t.name == name)):
         raise TokenError(f"no token named {name[:70]!r}")
     done = _write(store, sa.update(schema.tokens).where(t.name == name, t.revoked_at.is_(None))
                   .values(revoked_at=utc_now_iso()))
@@ -114,7 +114,7 @@ def check_token(store: Store, authorization: str | None) -> str:
     t = schema.tokens.c
     row = None
     if m:
-        rows = store._rows(sa.select(t.name, t.salt, t.hash, t.revoked_at).where(t.token_id == m[1]))
+        rows = store.rows(sa.select(t.name, t.salt, t.hash, t.revoked_at).where(t.token_id == m[1]))
         row = rows[0] if rows else None
     # the hash is worked out whether or not the id is known
     salt = bytes.fromhex(row.salt) if row is not None else b"\0" * 16
