@@ -3,7 +3,7 @@
 token two submitters posting runs), then print each route's p50/p99 and its failures.
 
     python benchmarks/hub_load.py                       # 10,000 runs in SQLite, 50 visitors, 2 submitters, 60 s
-    python benchmarks/hub_load.py --runs 1000 --users 20 --time 20s --db postgresql://...
+    python benchmarks/hub_load.py --runs 1000 --users 20 --time 20s --db postgresql://... --workers 2
 
 The seeded runs are one small predicted run (`llmload predict tiny`) published N times, each a
 new document (its model one of 20, its hardware one of 10, its engine version one of 3, its
@@ -64,6 +64,7 @@ def main() -> None:
     parser.add_argument("--users", type=int, default=50, help="visitors (2 submitters besides, with a token)")
     parser.add_argument("--time", default="60s")
     parser.add_argument("--db", help="the store's URL (default: a new SQLite file)")
+    parser.add_argument("--workers", type=int, help="the hub's --workers (default: its own default)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -72,7 +73,8 @@ def main() -> None:
         env = {**os.environ, "LLMLOAD_DB": url}
         token = llmload("hub-token", "add", "load-test", env=env).stdout.strip()
         hub = subprocess.Popen([sys.executable, "-m", "llmload", "hub", "--bind", "127.0.0.1:0", "--accept-runs",
-                                "--max-runs-per-hour", "100000"],
+                                "--max-runs-per-hour", "100000",
+                                *(["--workers", str(args.workers)] if args.workers is not None else [])],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         try:
             line = hub.stdout.readline()

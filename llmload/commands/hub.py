@@ -25,8 +25,11 @@ from llmload.commands.common import Refused, echo
               help="With --accept-runs: runs one token may submit in any hour (more: 429).")
 @click.option("--max-upload-mb", type=click.FloatRange(0.01, 4096), default=64.0, show_default=True,
               help="With --accept-runs: the largest submission (results and records; more: 413).")
+@click.option("--workers", type=click.IntRange(0, 64), default=None, metavar="N",
+              help="Processes drawing run pages' charts and running the calculator's predictions "
+                   "[default: one per CPU; 0: a thread of the hub's own process].")
 def hub(db_url: str | None, bind: str, profiles_dir: str | None, accept_runs: bool, auto_approve: bool,
-        max_runs_per_hour: int, max_upload_mb: float) -> None:
+        max_runs_per_hour: int, max_upload_mb: float, workers: int | None) -> None:
     """Browse the store: runs, leaderboards, models, hardware, compare, calculator (read only;
     with --accept-runs, runs submitted with a token too), until Ctrl-C."""
     from llmload.core.redact import SCRUBBER
@@ -35,6 +38,7 @@ def hub(db_url: str | None, bind: str, profiles_dir: str | None, accept_runs: bo
     from llmload.hub.database import StoreError, default_url
     from llmload.hub.server import parse_bind, serve
     from llmload.hub.store import open_store
+    from llmload.hub.workers import Workers, default_processes
     from llmload.sim.profiles import ProfileError
     url = db_url or default_url()
     SCRUBBER.add_known_from_url(url)  # the password, wherever a message might quote it
@@ -57,9 +61,9 @@ def hub(db_url: str | None, bind: str, profiles_dir: str | None, accept_runs: bo
         error = click.ClickException(str(exc))
         error.exit_code = exc.exit_code
         raise error from None
-    with store:
+    with store, Workers(store, profiles, processes=default_processes() if workers is None else workers) as pool:
         try:
-            serve(create_app(store, profiles=profiles, submissions=submissions), host=host, port=port,
+            serve(create_app(store, profiles=profiles, submissions=submissions, workers=pool), host=host, port=port,
                   on_ready=lambda where: echo(f"llmload hub listening on {where} (store {store.label}); "
                                              f"leaderboard: {where}/leaderboard"
                                              + ("; taking runs at POST /api/runs" if accept_runs else "")))

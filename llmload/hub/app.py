@@ -44,10 +44,10 @@ from llmload.hub import security, views
 from llmload.hub.database import StoreError
 from llmload.hub.query import (MAX_USERS, RUN_ID, QueryError, board_filter, count, required, run_filter, run_id,
                                text, tokens)
-from llmload.hub.calcworker import Busy, CalculatorWorker
 from llmload.hub.store import Store
 from llmload.hub.submit import RECORDS_NAME
 from llmload.hub.submitroutes import Submissions, add_submission_routes
+from llmload.hub.workers import Busy, Workers, prediction, report_html
 
 if TYPE_CHECKING:
     from llmload.sim.profiles import Profile
@@ -58,7 +58,7 @@ PAGE_RUNS = 100
 CHOICES = 200
 """The newest runs the compare and calculator forms offer to pick from (any id may be typed)."""
 RENDER_WAIT_S = 60.0
-"""How long a run page's first render waits for the render slot before a 503."""
+"""How long a run page's first render waits for a worker before a 503 (`llmload.hub.workers`)."""
 RUN_PAGES_KEPT = 128
 """Run pages kept rendered in memory (a report renders its charts: most of a second of CPU)."""
 NAV = (("Runs", "/runs"), ("Leaderboard", "/leaderboard"), ("Models", "/models"), ("Hardware", "/hardware"),
@@ -97,16 +97,17 @@ def _report_page(html: str, bar: str) -> Response:
 
 
 def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None,
-               submissions: Submissions | None = None) -> Flask:
+               submissions: Submissions | None = None, workers: Workers | None = None) -> Flask:
     """The hub's app over `store` (opened for reading; the app never writes, but with
     `submissions`: `POST /api/runs`, `llmload.hub.submitroutes`, the store opened for
     writing). `profiles`: the calculator's profiles by name (`calculator.offered_profiles`;
-    default: the built-in ones), read before any request."""
-    from llmload.output import comparereport, report
+    default: the built-in ones), read before any request. `workers`: where run pages' charts and
+    predictions are computed (`llmload.hub.workers`; default: a thread of this process)."""
+    from llmload.output import comparereport
     from llmload.output.compare import CompareError, compare
     from llmload.core.resultsjson import results_to_dict
-    from llmload.hub.calculator import MAX_OUTPUT_TOKENS, calculate, offered_profiles
-    from llmload.hub.ratecalc import RateCalculation, calculate_rate, parse_rate, parse_window
+    from llmload.hub.calculator import MAX_OUTPUT_TOKENS, offered_profiles
+    from llmload.hub.ratecalc import RateCalculation, parse_rate, parse_window
     from llmload.output import pageformat
 
     offered = dict(offered_profiles() if profiles is None else profiles)
@@ -123,9 +124,9 @@ def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None,
         return render_template(template, nav=NAV, active=active, **context)
 
     run_pages: OrderedDict[tuple, tuple[str, str]] = OrderedDict()
-    # a report's charts take about a second of CPU the first time: off the loop too, one at a
-    # time, a visitor waiting up to a minute for one rather than being refused
-    renders = CalculatorWorker(slots=1, wait_s=RENDER_WAIT_S)
+    # a report's charts and a prediction are CPU: in the workers, a run page waiting up to a
+    # minute for one rather than being refused
+    workers = workers or Workers(store, offered)
     app.before_request(lambda: security.check_request(request))
     app.after_request(lambda response: security.add_headers(response) or response)
 
@@ -153,12 +154,18 @@ def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None,
 
     @app.get("/runs/<rid>")
     def run_page(rid: str):
-        summary, records = store.summary(rid), store.record_names(rid)
-        key = (rid, summary.tier if summary is not None else None, tuple(records))
+        summary = store.summary(rid) if RUN_ID.match(rid) else None
+        if summary is None:
+            raise NotFound(f"no run {rid[:40]!r} in the store")
+        records = store.record_names(rid)
+        key = (rid, summary.tier, tuple(records))
         if key not in run_pages:  # a run's id is its content: its page changes only with its tier or records
             bar = render_template("bar.html", nav=NAV, run=summary, records=records)
-            results = stored(rid)
-            run_pages[key] = renders.run(lambda: _report_parts(report.render_html(results), bar))
+            try:
+                html = workers.run(report_html, {"run": rid}, wait_s=RENDER_WAIT_S)
+            except LookupError as exc:
+                raise NotFound(str(exc)) from None
+            run_pages[key] = _report_parts(html, bar)
             while len(run_pages) > RUN_PAGES_KEPT:
                 run_pages.popitem(last=False)
         run_pages.move_to_end(key)
@@ -237,8 +244,6 @@ def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None,
         return jsonify(comparison().to_dict())
 
     # ------------------------------------------------------------------ calculator
-    worker = CalculatorWorker()
-
     def calculation():
         try:
             return predicted(request.args)
@@ -256,16 +261,17 @@ def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None,
         if context is None:
             raise QueryError("context is missing: give a context in tokens (e.g. 16384 or 16K)")
         if workload == "rate":
-            return worker.run(calculate_rate, store, run=rid, profile=text(args, "profile"), context_tokens=context,
-                              rate=parse_rate(text(args, "rate")), arrivals=text(args, "arrivals"),
-                              slo=text(args, "slo"), window_s=parse_window(text(args, "window")),
-                              max_tokens=count(args, "max_tokens", most=MAX_OUTPUT_TOKENS), profiles=offered)
+            return workers.run(prediction, dict(workload="rate", run=rid, profile=text(args, "profile"),
+                                                context_tokens=context, rate=parse_rate(text(args, "rate")),
+                                                arrivals=text(args, "arrivals"), slo=text(args, "slo"),
+                                                window_s=parse_window(text(args, "window")),
+                                                max_tokens=count(args, "max_tokens", most=MAX_OUTPUT_TOKENS)))
         users = count(args, "users", most=MAX_USERS)
         if users is None:
             raise QueryError("users is missing: give the number of simultaneous users")
-        return worker.run(calculate, store, run=rid, profile=text(args, "profile"), context_tokens=context, users=users,
-                          slo=text(args, "slo"), max_tokens=count(args, "max_tokens", most=MAX_OUTPUT_TOKENS),
-                          profiles=offered)
+        return workers.run(prediction, dict(workload="matrix", run=rid, profile=text(args, "profile"),
+                                            context_tokens=context, users=users, slo=text(args, "slo"),
+                                            max_tokens=count(args, "max_tokens", most=MAX_OUTPUT_TOKENS)))
 
     @app.get("/calculator")
     def calculator_page():

@@ -53,9 +53,10 @@ def serve(app: Flask, *, host: str, port: int, on_ready: Callable[[str], None] |
     import gevent.event
     from gevent.pywsgi import LoggingLogAdapter, WSGIServer
 
-    # Predictions and report renders run in threads (`llmload.hub.calcworker`): the loop's
-    # thread gets the interpreter back within a millisecond of asking, not Python's default
-    # 5 ms, which every socket read and write of every other request would otherwise wait.
+    # Predictions and report renders may run in threads (`llmload.hub.workers`, processes=0),
+    # and each request waiting on a worker process waits in one: the loop's thread gets the
+    # interpreter back within a millisecond of asking, not Python's default 5 ms, which every
+    # socket read and write of every other request would otherwise wait.
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     access = LoggingLogAdapter(logging.getLogger("llmload.hub.access"), logging.INFO)
     server = WSGIServer((host, port), app, log=access, error_log=logger)

@@ -166,6 +166,12 @@ class Store:
         self.writable = writable
         self._aggregates: dict = {}
 
+    @property
+    def url(self) -> str:
+        """The URL to open the store again by (the hub's worker processes), password and all:
+        never for a message (`label` is)."""
+        return self.engine.url.render_as_string(hide_password=False)
+
     def __enter__(self) -> Store:
         return self
 

@@ -1,0 +1,158 @@
+"""The hub's CPU work off its event loop: run pages' charts and the calculator's predictions.
+
+The hub serves every request from one process on gevent's loop. Two kinds of request are
+pure CPU: a run page seen the first time (its report's charts, matplotlib: about half a
+second) and a prediction (a fit of about a second for a run seen the first time, then
+virtual-time cells). `Workers` runs them elsewhere, so the loop keeps answering pages:
+
+- `processes=N` (`llmload hub`, `--workers`): N worker processes (spawned, so nothing of the
+  loop's state is inherited), each with the store opened again by its URL for reading and
+  the offered profiles, keeping its own fitted profiles between predictions. They use the
+  machine's other CPUs: Python runs one thread of a process at a time, so threads alone
+  would share the hub's one CPU with every page it serves.
+- `processes=0` (the app in-process: `create_app(store)` under Flask's test client): a
+  thread of gevent's pool, with the app's own store.
+
+Either way at most `slots` jobs run at once (one per process; one thread); a job that finds
+them busy waits up to its `wait_s` for one, then is `Busy` (the app's 503 with Retry-After,
+one line). A job's exceptions (QueryError, LookupError, StoreError) are raised in the
+request that asked for it. The tasks are the functions below, each `task(store, profiles,
+**arguments)`: whatever runs them passes the store and profiles of where it runs.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+from collections.abc import Callable, Mapping
+from concurrent.futures import ProcessPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+import gevent
+from gevent.lock import BoundedSemaphore
+
+if TYPE_CHECKING:
+    from llmload.hub.store import Store
+    from llmload.sim.profiles import Profile
+
+def default_processes() -> int:
+    """`llmload hub`'s worker processes: one per CPU. The loop's own work (queries, templates,
+    sockets) is light beside charts and fits: on 2 CPUs under `benchmarks/hub_load.py`, two
+    workers served run pages at p99 5.1 s and no failure, one at 18 s with busy calculators
+    (docs/hub.md)."""
+    return max(1, os.cpu_count() or 1)
+
+
+WAIT_S = 15.0
+"""How long a prediction waits for a slot before its 503."""
+
+
+class Busy(Exception):
+    """Every slot is taken: a 503 with Retry-After."""
+
+    def __init__(self, message: str, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+# ---------------------------------------------------------------------------- the tasks
+
+
+def report_html(store: Store, profiles: Mapping[str, Profile], *, run: str) -> str:
+    """The report page of stored run `run` (`llmload.output.report.render_html`); LookupError
+    where the store does not hold it."""
+    from llmload.output import report
+    results = store.run(run)
+    if results is None:
+        raise LookupError(f"no run {run[:40]!r} in the store")
+    return report.render_html(results)
+
+
+def prediction(store: Store, profiles: Mapping[str, Profile], *, workload: str, **arguments: Any):
+    """The calculator's answer (`calculator.calculate`, or `ratecalc.calculate_rate` for the
+    rate workload)."""
+    from llmload.hub.calculator import calculate
+    from llmload.hub.ratecalc import calculate_rate
+    return (calculate_rate if workload == "rate" else calculate)(store, profiles=profiles, **arguments)
+
+
+def _warm(store: Store, profiles: Mapping[str, Profile]) -> None:
+    """What the first job would otherwise pay: matplotlib, its fonts, the twin's modules."""
+    from llmload.output import charts  # noqa: F401  (matplotlib and the chart style)
+    from llmload.output.chartkit import panels_figure, render_chart
+    from llmload.twin import predict  # noqa: F401
+
+    def draw():
+        fig, (ax,) = panels_figure(2.0, 1.0)
+        ax.plot([1, 2], [1, 2])
+        ax.set_title("warm")
+        return fig
+
+    render_chart("warm", draw)
+
+
+# ---------------------------------------------------------------------------- worker processes
+
+_here: tuple[Any, Mapping[str, Any]] | None = None
+"""In a worker process: (its store, the offered profiles)."""
+
+
+def _start_worker(url: str, profiles: Mapping[str, Profile]) -> None:
+    global _here
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the hub's to handle: it stops the workers
+    from llmload.core.redact import SCRUBBER
+    from llmload.hub.store import open_store
+    SCRUBBER.add_known_from_url(url)
+    _here = (open_store(url), profiles)
+    _warm(*_here)
+
+
+def _in_worker(task: Callable[..., Any], arguments: dict[str, Any]) -> Any:
+    assert _here is not None, "not a worker process"
+    return task(*_here, **arguments)
+
+
+class Workers:
+    """Where the hub's CPU work runs (module docstring). A context manager; `close` stops
+    the worker processes."""
+
+    def __init__(self, store: Store, profiles: Mapping[str, Profile], *, processes: int = 0,
+                 slots: int | None = None) -> None:
+        self._store, self._profiles = store, profiles
+        self._pool: ProcessPoolExecutor | None = None
+        if processes > 0:
+            self._pool = ProcessPoolExecutor(max_workers=processes, mp_context=multiprocessing.get_context("spawn"),
+                                             initializer=_start_worker, initargs=(store.url, dict(profiles)))
+            for future in [self._pool.submit(_in_worker, _noop, {}) for _ in range(processes)]:
+                future.result()  # each process started, its store open and its imports done
+        self._slots = BoundedSemaphore(slots or max(processes, 1))
+
+    def run(self, task: Callable[..., Any], arguments: dict[str, Any], *, wait_s: float = WAIT_S) -> Any:
+        """`task(store, profiles, **arguments)` in a worker once a slot is free (Busy after
+        `wait_s`); its exceptions are raised here."""
+        if not self._slots.acquire(timeout=wait_s):
+            raise Busy(f"the hub is busy drawing charts and predicting: try again in {int(wait_s)} s",
+                       retry_after_s=max(int(wait_s), 1))
+        try:
+            threads = gevent.get_hub().threadpool
+            if self._pool is None:
+                return threads.apply(task, (self._store, self._profiles), arguments)
+            return threads.apply(self._pool.submit(_in_worker, task, arguments).result)
+        finally:
+            self._slots.release()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+    def __enter__(self) -> Workers:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+
+def _noop(store: Store, profiles: Mapping[str, Profile]) -> None:
+    return None
