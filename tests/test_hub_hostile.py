@@ -342,7 +342,8 @@ def test_a_crash_is_one_line_and_its_traceback_is_logged(hub, caplog, monkeypatc
 
 
 def raw_request(base: str, request_line: bytes, header: bytes = b"") -> tuple[int, bytes]:
-    """(status, body) of one request sent as bytes (no client normalises its path)."""
+    """(status, body) of one request sent as bytes (no client normalises its path); the
+    response carries the security headers, whoever answered (the app or gevent's server)."""
     host, port = base.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=30) as s:
         s.sendall(request_line + b"\r\nHost: hub\r\nConnection: close\r\n" + header + b"\r\n")
@@ -350,6 +351,8 @@ def raw_request(base: str, request_line: bytes, header: bytes = b"") -> tuple[in
         while chunk := s.recv(65536):
             data += chunk
     head, _, body = data.partition(b"\r\n\r\n")
+    names = {line.split(b":")[0].strip().lower().decode() for line in head.split(b"\r\n")[1:]}
+    assert {name.lower() for name in security.HEADERS} | {"content-security-policy"} <= names, (request_line[:80], head)
     return int(head.split()[1]), body
 
 

@@ -46,6 +46,36 @@ def url_of(host: str, port: int) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
+REASONS = {400: "Bad Request", 414: "URI Too Long", 500: "Internal Server Error"}
+
+
+def raw_error(code: int) -> bytes:
+    """The whole response gevent's server sends by itself, before the app sees a request (a
+    request line or a header over its limits, a request it cannot parse): one line, and the
+    headers every response of the hub carries (`llmload.hub.security`)."""
+    from llmload.hub import security
+    reason = REASONS.get(code, "Error")
+    body = f"{code} {reason}\n".encode()
+    headers = {"Content-Type": "text/plain; charset=utf-8", "Content-Length": str(len(body)), "Connection": "close",
+               "Content-Security-Policy": security.policy(), **security.HEADERS}
+    head = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+    return f"HTTP/1.1 {code} {reason}\r\n{head}\r\n".encode("latin-1") + body
+
+
+def _handler_class():
+    from gevent.pywsgi import WSGIHandler
+
+    class Handler(WSGIHandler):
+        def handle_one_request(self):
+            result = super().handle_one_request()
+            if isinstance(result, tuple):  # gevent refused the request itself: (status, the raw response)
+                status, _raw = result
+                return status, raw_error(int(status))
+            return result
+
+    return Handler
+
+
 def serve(app: Flask, *, host: str, port: int, on_ready: Callable[[str], None] | None = None) -> None:
     """Serve `app` on host:port until SIGINT or SIGTERM; `on_ready(URL)` once listening (the
     real port where `port` is 0). Raises OSError where it cannot listen."""
@@ -59,7 +89,7 @@ def serve(app: Flask, *, host: str, port: int, on_ready: Callable[[str], None] |
     # socket read and write of every other request would otherwise wait.
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     access = LoggingLogAdapter(logging.getLogger("llmload.hub.access"), logging.INFO)
-    server = WSGIServer((host, port), app, log=access, error_log=logger)
+    server = WSGIServer((host, port), app, log=access, error_log=logger, handler_class=_handler_class())
     server.start()
     stop = gevent.event.Event()
     handlers = [gevent.signal_handler(sig, stop.set) for sig in (signal.SIGINT, signal.SIGTERM)]
