@@ -22,11 +22,13 @@ request that asked for it. The tasks are the functions below, each `task(store, 
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
 import signal
 from collections.abc import Callable, Mapping
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import TYPE_CHECKING, Any
 
 import gevent
@@ -44,6 +46,7 @@ def default_processes() -> int:
     return max(1, os.cpu_count() or 1)
 
 
+logger = logging.getLogger(__name__)
 WAIT_S = 15.0
 """How long a prediction waits for a slot before its 503."""
 
@@ -77,7 +80,7 @@ def prediction(store: Store, profiles: Mapping[str, Profile], *, workload: str, 
     return (calculate_rate if workload == "rate" else calculate)(store, profiles=profiles, **arguments)
 
 
-def _warm(store: Store, profiles: Mapping[str, Profile]) -> None:
+def _warm() -> None:
     """What the first job would otherwise pay: matplotlib, its fonts, the twin's modules."""
     from llmload.output import charts  # noqa: F401  (matplotlib and the chart style)
     from llmload.output.chartkit import panels_figure, render_chart
@@ -94,23 +97,26 @@ def _warm(store: Store, profiles: Mapping[str, Profile]) -> None:
 
 # ---------------------------------------------------------------------------- worker processes
 
-_here: tuple[Any, Mapping[str, Any]] | None = None
-"""In a worker process: (its store, the offered profiles)."""
+_here: dict[str, Any] = {}
+"""In a worker process: the store's URL, the offered profiles and (once a task needed it) the
+open store."""
 
 
 def _start_worker(url: str, profiles: Mapping[str, Profile]) -> None:
-    global _here
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the hub's to handle: it stops the workers
     from llmload.core.redact import SCRUBBER
-    from llmload.hub.store import open_store
     SCRUBBER.add_known_from_url(url)
-    _here = (open_store(url), profiles)
-    _warm(*_here)
+    _here.update(url=url, profiles=profiles)
+    _warm()
 
 
 def _in_worker(task: Callable[..., Any], arguments: dict[str, Any]) -> Any:
-    assert _here is not None, "not a worker process"
-    return task(*_here, **arguments)
+    # The store is opened by the first task, not at start: a store that fails is then that
+    # request's one-line StoreError (a 503), not a worker that dies printing a traceback.
+    if "store" not in _here:
+        from llmload.hub.store import open_store
+        _here["store"] = open_store(_here["url"])
+    return task(_here["store"], _here["profiles"], **arguments)
 
 
 class Workers:
@@ -120,13 +126,17 @@ class Workers:
     def __init__(self, store: Store, profiles: Mapping[str, Profile], *, processes: int = 0,
                  slots: int | None = None) -> None:
         self._store, self._profiles = store, profiles
-        self._pool: ProcessPoolExecutor | None = None
-        if processes > 0:
-            self._pool = ProcessPoolExecutor(max_workers=processes, mp_context=multiprocessing.get_context("spawn"),
-                                             initializer=_start_worker, initargs=(store.url, dict(profiles)))
-            for future in [self._pool.submit(_in_worker, _noop, {}) for _ in range(processes)]:
-                future.result()  # each process started, its store open and its imports done
+        self._processes = processes
+        self._pool = self._start() if processes > 0 else None
         self._slots = BoundedSemaphore(slots or max(processes, 1))
+
+    def _start(self, *, wait: bool = True) -> ProcessPoolExecutor:
+        pool = ProcessPoolExecutor(max_workers=self._processes, mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=_start_worker, initargs=(self._store.url, dict(self._profiles)))
+        if wait:  # each process started and its imports done before the hub listens
+            for future in [pool.submit(_noop) for _ in range(self._processes)]:
+                future.result()
+        return pool
 
     def run(self, task: Callable[..., Any], arguments: dict[str, Any], *, wait_s: float = WAIT_S) -> Any:
         """`task(store, profiles, **arguments)` in a worker once a slot is free (Busy after
@@ -134,13 +144,26 @@ class Workers:
         if not self._slots.acquire(timeout=wait_s):
             raise Busy(f"the hub is busy drawing charts and predicting: try again in {int(wait_s)} s",
                        retry_after_s=max(int(wait_s), 1))
+        pool = self._pool
         try:
             threads = gevent.get_hub().threadpool
-            if self._pool is None:
-                return threads.apply(task, (self._store, self._profiles), arguments)
-            return threads.apply(self._pool.submit(_in_worker, task, arguments).result)
+            if pool is None:
+                outcome = threads.apply(_outcome, (task, (self._store, self._profiles), arguments))
+            else:
+                outcome = threads.apply(_outcome, (pool.submit(_in_worker, task, arguments).result, (), {}))
+        except BrokenProcessPool as exc:  # submit() to a pool found broken before
+            outcome = exc
         finally:
             self._slots.release()
+        if isinstance(outcome, BrokenProcessPool):  # a worker died (killed, out of memory): new ones for the next job
+            if self._pool is pool:  # not started again already by another request
+                logger.warning("a hub worker process stopped; starting the workers again")
+                pool.shutdown(wait=False, cancel_futures=True)
+                self._pool = self._start(wait=False)
+            raise Busy("a worker of the hub stopped and was started again: try again in 5 s", retry_after_s=5)
+        if isinstance(outcome, _Raised):
+            raise outcome.exception
+        return outcome
 
     def close(self) -> None:
         if self._pool is not None:
@@ -154,5 +177,22 @@ class Workers:
         self.close()
 
 
-def _noop(store: Store, profiles: Mapping[str, Profile]) -> None:
+def _noop() -> None:
     return None
+
+
+class _Raised:
+    def __init__(self, exception: BaseException) -> None:
+        self.exception = exception
+
+
+def _outcome(fn: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) -> Any:
+    """`fn`'s value, or its exception wrapped (`_Raised`; a broken pool as itself): gevent's
+    thread pool would print the traceback of an exception raised in its thread to stderr
+    before handing it over, and a 400 or a 404 is not an error of the hub's."""
+    try:
+        return fn(*args, **kwargs)
+    except BrokenProcessPool as exc:
+        return exc
+    except Exception as exc:  # noqa: BLE001  (raised again in the request that asked)
+        return _Raised(exc)
