@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -42,3 +43,61 @@ def test_no_module_outside_the_simulator_is_over_the_size_limit():
             if "sim" not in p.relative_to(ROOT / "llmload").parts
             and (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert not long, f"modules over {MAX_LINES} lines: {long}"
+
+
+def import_circles(package: str = "llmload") -> list[list[str]]:
+    """Every set of llmload's modules that import each other round in a circle, imports inside
+    functions included, imports for type checking only not (they never run)."""
+    import grimp
+    graph = grimp.build_graph(package, exclude_type_checking_imports=True)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[list[str]] = []
+    for root in sorted(graph.modules):  # Tarjan's strongly connected components, without recursion
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph.find_modules_directly_imported_by(root))))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        while work:
+            node, edges = work[-1]
+            for nxt in edges:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    work.append((nxt, iter(sorted(graph.find_modules_directly_imported_by(nxt)))))
+                    break
+                if nxt in stack:
+                    low[node] = min(low[node], index[nxt])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    members = []
+                    while True:
+                        member = stack.pop()
+                        members.append(member)
+                        if member == node:
+                            break
+                    if len(members) > 1:
+                        circles.append(sorted(members))
+    return circles
+
+
+def test_no_module_imports_itself_round_a_circle():
+    assert import_circles() == []
+
+
+def test_a_circle_is_found(tmp_path, monkeypatch):
+    """The check is not vacuous: units importing lengths (which imports units) is a circle."""
+    shutil.copytree(ROOT / "llmload", tmp_path / "llmload", ignore=shutil.ignore_patterns("__pycache__"))
+    units = tmp_path / "llmload" / "core" / "units.py"
+    units.write_text(units.read_text() + "\n\ndef _late():\n    import llmload.core.lengths  # noqa\n")
+    done = subprocess.run([sys.executable, "-c", "import sys, json; sys.path.insert(0, sys.argv[1]); "
+                           "sys.path.insert(0, sys.argv[2]); from test_architecture import import_circles; "
+                           "print(json.dumps(import_circles()))", str(tmp_path), str(ROOT / "tests")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert any({"llmload.core.units", "llmload.core.lengths"} <= set(c) for c in json.loads(done.stdout))

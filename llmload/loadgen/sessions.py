@@ -39,6 +39,7 @@ from llmload.core.lengths import drawn_lengths
 from llmload.core.records import RequestRecord
 from llmload.core.workloads import ThinkTime, parse_think_time
 from llmload.io.client import StreamingClient
+from llmload.loadgen.backoff import backoff_s
 from llmload.loadgen.messages import CellSpec
 
 CHAT_PATH = "/v1/chat/completions"
@@ -166,7 +167,6 @@ def stable_id(user_id: str) -> str:
 
 def run_session_cell(user, client: StreamingClient, cell: CellSpec) -> None:
     """One user's part of a session cell: warm-up, ready, go, conversations through the window."""
-    from llmload.loadgen.user import backoff_s
 
     cells, llm = user.cells, user.llm
     plan = cell_plan(cell, lambda key, n: cells.message_text(cell, key, n))
@@ -201,7 +201,6 @@ def run_session_cell(user, client: StreamingClient, cell: CellSpec) -> None:
 
 def run_adhoc_session(user, client: StreamingClient, plan: SessionPlan) -> None:
     """One conversation of an ad hoc user (`--llm-workload sessions`)."""
-    from llmload.loadgen.user import backoff_s
 
     user.request_no += 1
     key = f"{user.llm.run_id}/{user.user_id}/{user.request_no}"

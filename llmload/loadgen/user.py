@@ -27,25 +27,14 @@ from llmload.io.client import StreamingClient
 from llmload.core.clock import now
 from llmload.core.engines import engine_caps, request_body
 from llmload.core.records import SETTLE_TAG
+from llmload.loadgen.backoff import backoff_s
 from llmload.loadgen.messages import CellSpec
 from llmload.loadgen.state import state_of
 
 logger = logging.getLogger(__name__)
 
-ERROR_BACKOFF_S = 0.2
-"""Pause after a failed request, so a dead server is not hammered in a tight loop."""
 SETTLE_PROMPT = 16
 """Tokens of the settle request's prompt (`_settle`; a text prompt: about that many)."""
-MAX_RETRY_AFTER_S = 300.0
-"""The longest Retry-After honoured (a server asking for more is waited for this long)."""
-
-
-def backoff_s(record) -> float:
-    """How long to wait after a failed request: the server's Retry-After where it sent one
-    (at most MAX_RETRY_AFTER_S), else ERROR_BACKOFF_S."""
-    if record.retry_after_s is not None:
-        return min(max(record.retry_after_s, ERROR_BACKOFF_S), MAX_RETRY_AFTER_S)
-    return ERROR_BACKOFF_S
 
 
 class LLMUser(User):
