@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from llmload.output.results import load_results
+from llmload.output.rundir.resultsfile import load_results
 
 
 def _ms(value) -> str:

@@ -32,7 +32,7 @@ def llmload(*args: str, **kw) -> subprocess.CompletedProcess:
 
 def seed(url: str, runs: int, work: Path) -> Path:
     """Publish `runs` runs into the store at `url`; returns the template run's directory."""
-    from llmload.core.resultsjson import results_from_dict
+    from llmload.core.model.document import results_from_dict
     from llmload.hub.publish import RunToPublish, publish, read_run, run_id
     from llmload.hub.store import open_store
     template = work / "template"

@@ -6,7 +6,7 @@ Prints the GPUs NVML sees, their idle power (mean over 3 s), whether each has th
 total-energy counter (nvmlDeviceGetTotalEnergyConsumption), then samples power for
 --seconds with nothing else running and compares the two ways llmload gets energy: the
 trapezoid integral of the power trace and the counter's difference. Uses
-llmload.io.hardware.PowerMonitor (the one module that talks to NVML) and llmload.core.energy.
+llmload.io.hardware.PowerMonitor (the one module that talks to NVML) and llmload.core.figures.energy.
 Exit status 1 when NVML or a GPU is missing.
 """
 
@@ -17,7 +17,7 @@ import statistics
 import sys
 import time
 
-from llmload.core.energy import total_watts, trapezoid_j, window_energy_j
+from llmload.core.figures.energy import total_watts, trapezoid_j, window_energy_j
 from llmload.io.hardware import PowerMonitor, gpu_facts
 
 

@@ -1,4 +1,4 @@
-"""Bytes on disk per token event of a cell's records (llmload.output.recordstore).
+"""Bytes on disk per token event of a cell's records (llmload.output.rundir.records).
 
 Runs one sustained-decode cell on the embedded simulator (default: 128 streams, 30 s, the
 default profile) and prints the size of its records file per token event (one chunk
@@ -15,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from llmload.output.recordstore import cell_files, read_cell
+from llmload.output.rundir.records import cell_files, read_cell
 
 
 def main() -> None:

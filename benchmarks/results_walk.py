@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def walk(results_dir: Path) -> list[str]:
     """The module of each call handed the Results object, in call order."""
     from llmload.cli import main
-    from llmload.core.runresults import Results
+    from llmload.core.model.results import Results
 
     steps: list[str] = []
     package = str(ROOT / "llmload")

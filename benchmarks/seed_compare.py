@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 
-from llmload.output.results import load_results
+from llmload.output.rundir.resultsfile import load_results
 from llmload.sim import calibration as cal
 
 K = 1024

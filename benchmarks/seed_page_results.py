@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from llmload.output.resultswriter import ResultsWriter
+from llmload.output.rundir.writer import ResultsWriter
 from llmload.twin.predict import seed_results
 
 

@@ -29,7 +29,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from llmload.core.prompts import FILLER_TEXT  # noqa: E402
+from llmload.core.traffic.prompts import FILLER_TEXT  # noqa: E402
 
 SPACE = "\u2581"
 CHAT_TEMPLATE = (

@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from llmload.core.prompts import FILLER_TEXT  # noqa: E402
+from llmload.core.traffic.prompts import FILLER_TEXT  # noqa: E402
 
 #: Bump when the directory's content changes: the cached copy is then rebuilt.
 VERSION = "1"

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from llmload.io.probe import answer_counter, probe_server
-from llmload.output.recordstore import read_cell
+from llmload.output.rundir.records import read_cell
 from tests_helpers import llmload_pinned
 
 CONVERSATIONS = [

@@ -32,8 +32,8 @@ BAR = '<nav class="hub-bar">golden</nav>'
 
 def run_renderings(name: str) -> dict[str, str]:
     from llmload.hub import security
-    from llmload.output import report, terminal
-    from llmload.output.results import load_results
+    from llmload.output.pages import report, terminal
+    from llmload.output.rundir.resultsfile import load_results
     results = load_results(RUNS / name)
     lines: list[str] = []
     terminal.echo_matrix(results, lines.append)
@@ -49,13 +49,13 @@ def run_renderings(name: str) -> dict[str, str]:
 
 
 def compare_renderings(names: tuple[str, ...]) -> dict[str, str]:
-    from llmload.output import comparereport
-    from llmload.output.compare import compare
-    from llmload.output.results import load_results
+    from llmload.output.pages import comparepage
+    from llmload.output.pages.compare import compare
+    from llmload.output.rundir.resultsfile import load_results
     comparison = compare([load_results(RUNS / n) for n in names], list(names))
-    return {"compare.txt": comparereport.render_text(comparison),
+    return {"compare.txt": comparepage.render_text(comparison),
             "compare.json": json.dumps(comparison.to_dict(), indent=2, ensure_ascii=False, sort_keys=True) + "\n",
-            "compare.html": comparereport.render_html(comparison)}
+            "compare.html": comparepage.render_html(comparison)}
 
 
 def renderings() -> dict[str, str]:

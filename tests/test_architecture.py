@@ -94,10 +94,10 @@ def test_a_circle_is_found(tmp_path, monkeypatch):
     """The check is not vacuous: units importing lengths (which imports units) is a circle."""
     shutil.copytree(ROOT / "llmload", tmp_path / "llmload", ignore=shutil.ignore_patterns("__pycache__"))
     units = tmp_path / "llmload" / "core" / "units.py"
-    units.write_text(units.read_text() + "\n\ndef _late():\n    import llmload.core.lengths  # noqa\n")
+    units.write_text(units.read_text() + "\n\ndef _late():\n    import llmload.core.traffic.lengths  # noqa\n")
     done = subprocess.run([sys.executable, "-c", "import sys, json; sys.path.insert(0, sys.argv[1]); "
                            "sys.path.insert(0, sys.argv[2]); from test_architecture import import_circles; "
                            "print(json.dumps(import_circles()))", str(tmp_path), str(ROOT / "tests")],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert any({"llmload.core.units", "llmload.core.lengths"} <= set(c) for c in json.loads(done.stdout))
+    assert any({"llmload.core.units", "llmload.core.traffic.lengths"} <= set(c) for c in json.loads(done.stdout))

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from llmload.output.comparereport import compare_dirs
+from llmload.output.rundir.comparedirs import compare_dirs
 from test_locust_mode import SHORT, free_port, locust, sim  # noqa: F401  (sim: a fixture)
 
 CHROMIUM = next((p for p in (shutil.which("chromium"), shutil.which("chromium-browser"),

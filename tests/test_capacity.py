@@ -1,6 +1,6 @@
 import pytest
 
-from llmload.core.capacity import blocks, expected_duration_s, plan_matrix
+from llmload.core.capacity.plan import blocks, expected_duration_s, plan_matrix
 
 K = 1024
 SEED = dict(

@@ -6,7 +6,7 @@ samples, where the wall time went)."""
 
 import pytest
 
-from llmload.core.capacity import plan_matrix
+from llmload.core.capacity.plan import plan_matrix
 from llmload.core.scenario import Scenario
 from llmload.io.probe import build_prompts, probe_server
 from llmload.loadgen.monitor import MONITOR_INTERVAL_S

@@ -40,7 +40,7 @@ def test_report_of_a_missing_directory_is_one_line(tmp_path):
 def test_a_crash_in_process_shows_its_traceback(monkeypatch, tmp_path):
     """What the no-traceback checks rest on: a command that crashes in this process has its
     traceback in the stderr `llmload` returns, as Python prints it for a process."""
-    import llmload.output.results as results
+    import llmload.output.rundir.resultsfile as results
 
     def crash(*args, **kwargs):
         raise RuntimeError("a bug")

@@ -70,7 +70,7 @@ def test_keep_alive_connection_is_reused(server):
 
 
 def test_one_token_per_chunk_gives_no_zero_gaps(server):
-    from llmload.core.metrics import tbt_samples_s
+    from llmload.core.figures.metrics import tbt_samples_s
     s = server("--interval-ms", "3")
     rec = StreamingClient(s.url).stream("/v1/completions", body(20), user_id="u")
     samples = tbt_samples_s(rec)
@@ -171,7 +171,7 @@ def test_server_that_rejects_unknown_fields(server):
 def test_sim_multi_token_chunks_counts_and_tbt_convention(sims):
     """Against llmload sim with 3 tokens per chunk: counts equal the server's usage exactly,
     and each chunk's gap is split into 3 time-between-token samples of a third each."""
-    from llmload.core.metrics import tbt_samples_s
+    from llmload.core.figures.metrics import tbt_samples_s
     sim = sims(tokens_per_chunk=3, step_base_ms=10)
     b = json.dumps({"model": "tiny", "prompt": list(range(100, 164)), "max_tokens": 100,
                     "ignore_eos": True, "stream": True,

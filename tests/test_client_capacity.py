@@ -12,14 +12,14 @@ from collections import Counter
 import gevent
 import pytest
 
-from llmload.core import clientload
-from llmload.core.autoworkers import EVENTS_PER_PROCESS, sim_events_per_s, workers_for
-from llmload.core.capacity import PlannedCell
-from llmload.core.clientload import (ADDED_DELAY_BOUND_MS, IntervalSample, backlog_ages_ms, histogram_percentile,
+from llmload.core.capacity import clientload
+from llmload.core.capacity.autoworkers import EVENTS_PER_PROCESS, sim_events_per_s, workers_for
+from llmload.core.capacity.plan import PlannedCell
+from llmload.core.capacity.clientload import (ADDED_DELAY_BOUND_MS, IntervalSample, backlog_ages_ms, histogram_percentile,
                                 window_estimate)
 from llmload.io.limits import FD_RESERVE, fd_shortfall, raise_open_files
-from llmload.core.cellresult import ClientLoad
-from llmload.core.cellstatus import is_client_bound
+from llmload.core.model.cell import ClientLoad
+from llmload.core.figures.status import is_client_bound
 from llmload.loadgen.monitor import LoadMonitor
 from llmload.matrix.driver import spawn_rate_for
 from llmload.matrix.loop import CELL_CHANGE_S, remaining_s
@@ -48,7 +48,7 @@ def test_backlog_age_is_queued_events_times_the_gap():
 
 
 def test_the_gap_between_events_counts_the_backlog_but_never_stretches_past_the_read_rate():
-    from llmload.core.clientload import stream_gap_ms
+    from llmload.core.capacity.clientload import stream_gap_ms
     # 100 streams, 10,000 events (200 B each) read in 1 s: one event per stream every 10 ms
     assert stream_gap_ms(streams=100, events=10_000, nbytes=2_000_000, backlog_growth_bytes=0,
                          elapsed_s=1.0) == pytest.approx(10.0)
@@ -263,7 +263,7 @@ def test_workers_auto_on_the_simulator_says_its_choice(tmp_path):
 
 
 def test_workers_auto_grows_from_the_measured_rate_against_a_server(tmp_path, monkeypatch):
-    from llmload.core import autoworkers
+    from llmload.core.capacity import autoworkers
     server = StreamServer("--port", "0", "--interval-ms", "5", "--tokens", "40")
     try:
         out = tmp_path / "run"

@@ -12,12 +12,12 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from llmload.core.capacity import PlannedCell
-from llmload.core.cellfacts import CellFacts
-from llmload.core.cells import assemble_cell
-from llmload.core.resultsjson import cell_to_dict, results_to_dict
+from llmload.core.capacity.plan import PlannedCell
+from llmload.core.model.cellfacts import CellFacts
+from llmload.core.figures.cells import assemble_cell
+from llmload.core.model.document import cell_to_dict, results_to_dict
 from llmload.twin.predict import seed_results
-from llmload.output.recordstore import write_cell
+from llmload.output.rundir.records import write_cell
 from tests_helpers import llmload, one_line_error, record
 
 fault = pytest.mark.fault
@@ -188,7 +188,7 @@ def test_predict_never_overwrites_a_run_unless_forced(tmp_path, profile):
 def test_predict_and_recompute_take_the_runs_lock(tmp_path, profile, command):
     import os
 
-    from llmload.output.rundir import claim
+    from llmload.output.rundir.directory import claim
     run = make_run(tmp_path / "run")
     before = (run / "results.json").read_bytes()
     held = claim(run, resume=True)  # a live run's lock (flock: per open file, so also in this process)
@@ -251,7 +251,7 @@ def test_a_duplicate_key_in_a_scenario_file_is_refused(tmp_path):
        "read as \"interrupted\" once its lock is free (no run is writing): --resume sees an interrupted run, "
        "--out's refusal says \"interrupted\", not \"unfinished\"")
 def test_a_killed_runs_null_status_reads_as_interrupted(tmp_path):
-    from llmload.output.rundir import claim
+    from llmload.output.rundir.directory import claim
     run = make_run(tmp_path / "run")
     doc = json.loads((run / "results.json").read_text())
     (run / "results.json").write_text(json.dumps({**doc, "status": None, "finished_at": None}))

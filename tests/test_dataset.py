@@ -1,4 +1,4 @@
-"""Datasets of real prompts (`llmload.core.dataset`, `--workload rate --dataset SPEC`): what is
+"""Datasets of real prompts (`llmload.core.traffic.dataset`, `--workload rate --dataset SPEC`): what is
 read, dropped and refused, the seeded order, and end to end on the simulator: each request
 sends its entry's prompt and asks for exactly its answer's length by the server's count (a
 ShareGPT file written by the test), a JSONL file's lengths, a local Hugging Face dataset
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from llmload.core.dataset import (DatasetError, dataset_order, jsonl_entry, load_dataset, parse_dataset_spec,
+from llmload.core.traffic.dataset import (DatasetError, dataset_order, jsonl_entry, load_dataset, parse_dataset_spec,
                                   sharegpt_entries)
-from llmload.output.recordstore import read_cell
+from llmload.output.rundir.records import read_cell
 from tests_helpers import llmload, one_line_error
 
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda".split()

@@ -11,9 +11,10 @@ import types
 
 import pytest
 
-from llmload.core.energy import PowerWindow, cell_energy, trapezoid_j, window_energy_j
-from llmload.output.markdown import section_body
-from llmload.output.sections import energy_section
+from llmload.core.figures.energy import cell_energy, trapezoid_j, window_energy_j
+from llmload.core.model.cellfacts import PowerWindow
+from llmload.output.pages.markdown import section_body
+from llmload.output.pages.sections import energy_section
 from llmload.io.hardware import PowerMonitor
 from tests_helpers import cell_of, llmload, results_of
 

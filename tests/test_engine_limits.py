@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from llmload.core.capacity import plan_matrix
-from llmload.core.serverlimits import find_limits, read_source
-from llmload.core.engines import ENGINES, Source, engine_caps
+from llmload.core.capacity.plan import plan_matrix
+from llmload.core.capacity.serverlimits import find_limits, read_source
+from llmload.core.capacity.engines import ENGINES, Source, engine_caps
 
 FIXTURES = Path(__file__).parent / "fixtures" / "engines"
 K = 1024

@@ -19,8 +19,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from llmload.core.cellresult import ClientLoad
-from llmload.core.cellstatus import client_overloaded
+from llmload.core.model.cell import ClientLoad
+from llmload.core.figures.status import client_overloaded
 from tests_helpers import BUSY_MACHINE, StreamServer, cells_of, llmload, one_line_error, start_llmload, wait_for
 
 fault = pytest.mark.fault

@@ -13,10 +13,10 @@ import json
 import numpy as np
 import pytest
 
-from llmload.core.resultsjson import results_to_dict
+from llmload.core.model.document import results_to_dict
 from llmload.core.scenario import Scenario
 from llmload.io.procstat import own_cpu_for, restore_cpus
-from llmload.output.results import load_results
+from llmload.output.rundir.resultsfile import load_results
 from llmload.sim.profiles import load_profile
 from llmload.twin.fitworkload import HANDLING, fit_runs
 from llmload.twin.pinning import COLUMNS, SE_MAX, SHARE_MIN, Rows, pinning

@@ -9,9 +9,9 @@ import gevent
 import pytest
 
 from llmload.io import hardware
-from llmload.core.cellresult import ClientLoad
-from llmload.core.cellstatus import client_load, is_client_bound
-from llmload.core.cellfacts import LoadSample
+from llmload.core.model.cell import ClientLoad
+from llmload.core.figures.status import client_load, is_client_bound
+from llmload.core.model.cellfacts import LoadSample
 from llmload.core.clock import now
 from llmload.loadgen.monitor import MONITOR_INTERVAL_S, Heartbeat, LoadMonitor
 

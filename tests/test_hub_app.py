@@ -18,7 +18,7 @@ import pytest
 from html_check import parse
 from llmload.hub.app import create_app
 from llmload.hub.store import open_store
-from llmload.output.results import load_results
+from llmload.output.rundir.resultsfile import load_results
 from postgres import PASSWORD, postgres  # noqa: F401  (the fixture)
 from test_hub_store import variant
 from tests_helpers import llmload, one_line_error, start_llmload
@@ -125,7 +125,7 @@ def test_a_run_page_is_its_report(hub, sim_run):
     [bar] = root.find_all("nav", **{"class": "hub-bar"})
     assert ids["sim"] in bar.all_text()
     from llmload.hub.security import strict_styles
-    from llmload.output.report import render_html
+    from llmload.output.pages.report import render_html
     without_bar = re.sub(r'\n<nav class="hub-bar".*?</nav>', "", page, count=1, flags=re.S)
     report = render_html(load_results(sim_run)).replace("</head>", BAR_CSS + "</head>", 1)
     assert without_bar == strict_styles(report)[0]  # today's report.html, its style attributes made classes

@@ -104,8 +104,8 @@ def test_the_leaderboard_in_chromium(browser, hub_url, shots):  # noqa: F811
 def test_a_run_page_in_chromium(browser, hub_url, shots, tmp_path):  # noqa: F811
     import json
     import urllib.request
-    from llmload.core.resultsjson import results_from_dict
-    from llmload.output.report import render_html
+    from llmload.core.model.document import results_from_dict
+    from llmload.output.pages.report import render_html
     with urllib.request.urlopen(f"{hub_url}/api/leaderboard?model=tiny&context=256", timeout=30) as resp:
         best = json.loads(resp.read())[0]
     with urllib.request.urlopen(f"{hub_url}/api/runs/{best['id']}", timeout=30) as resp:
@@ -125,9 +125,9 @@ def test_a_run_page_in_chromium(browser, hub_url, shots, tmp_path):  # noqa: F81
 def test_two_runs_compared_in_chromium(browser, hub_url, shots, tmp_path):  # noqa: F811
     import json
     import urllib.request
-    from llmload.core.resultsjson import results_from_dict
-    from llmload.output.compare import compare
-    from llmload.output.comparereport import render_html
+    from llmload.core.model.document import results_from_dict
+    from llmload.output.pages.compare import compare
+    from llmload.output.pages.comparepage import render_html
     with urllib.request.urlopen(f"{hub_url}/api/leaderboard?model=tiny&context=256", timeout=30) as resp:
         rows = json.loads(resp.read())
     a, b = rows[0]["id"], rows[1]["id"]

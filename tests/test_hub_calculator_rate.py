@@ -1,7 +1,7 @@
 """The hub's calculator for the rate workload (llmload/hub/ratecalc.py, docs/hub.md): through
 Flask's test client over the store of tests/test_hub_app.py, a rate cell and the highest rate
 under an SLO are `llmload.twin.predict.predict_rate_results` of the stored run's fitted
-profile, judged by `llmload.core.slo.judge_cell`; bad input is a one-line 400."""
+profile, judged by `llmload.core.figures.slo.judge_cell`; bad input is a one-line 400."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import json
 import pytest
 
 from html_check import parse
-from llmload.core.resultsjson import cell_from_dict, cell_to_dict
+from llmload.core.model.document import cell_from_dict, cell_to_dict
 from llmload.core.scenario import resolve
-from llmload.core.slo import judge_cell, parse_slo
+from llmload.core.figures.slo import judge_cell, parse_slo
 from llmload.hub.ratecalc import RATE_WINDOW_S
 from llmload.hub.store import open_store
-from llmload.output import pageformat
+from llmload.output import formats
 from llmload.twin.fit import fit_profile
 from llmload.twin.predict import PREDICTED_RATE_RATIO, predict_rate_results
 from test_hub_app import hub, ok, one_line, sim_run  # noqa: F401  (the fixtures)
@@ -180,10 +180,10 @@ def test_the_page_shows_the_rate_cell_and_the_highest_rate(hub, from_one):  # no
     cells = [td.all_text() for td in table.find_all("td")]
     row = dict(zip(headers, cells))
     assert row["Status"].startswith(got["cell"]["status"])
-    assert row["Achieved rate"] == pageformat.fmt_rps(got["figures"]["achieved_rate_rps"])
-    assert row["TTFT p99"] == pageformat.fmt_ms(got["figures"]["ttft_p99_ms"])
-    assert row["TBT p50"] == pageformat.fmt_tbt_ms(got["figures"]["tbt_p50_ms"])
-    assert row["e2e p99"] == pageformat.fmt_ms(got["figures"]["e2e_p99_ms"])
+    assert row["Achieved rate"] == formats.fmt_rps(got["figures"]["achieved_rate_rps"])
+    assert row["TTFT p99"] == formats.fmt_ms(got["figures"]["ttft_p99_ms"])
+    assert row["TBT p50"] == formats.fmt_tbt_ms(got["figures"]["tbt_p50_ms"])
+    assert row["e2e p99"] == formats.fmt_ms(got["figures"]["e2e_p99_ms"])
     text = " ".join(root.all_text().split())
     assert got["highest_rate"]["text"] in text and "Predicted" in text
     [search] = root.find_all("table", **{"class": "calculator rate-search"})

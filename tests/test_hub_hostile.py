@@ -297,8 +297,8 @@ def test_a_report_page_keeps_every_style_as_a_class_its_policy_allows(hub, sim_r
     !important, as an inline style beats the page's rules), in one `<style>` element whose
     hash, like every other `<style>` element's, the page's policy lists."""
     from html_check import parse
-    from llmload.output.report import render_html
-    from llmload.output.results import load_results
+    from llmload.output.pages.report import render_html
+    from llmload.output.rundir.resultsfile import load_results
     app, rid, _secret, _folder = hub
     r = app.test_client().get(f"/runs/{rid}")
     page = r.get_data(as_text=True)

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from llmload.core.resultsjson import results_from_dict
+from llmload.core.model.document import results_from_dict
 from llmload.hub import store as store_module
 from llmload.hub.app import PAGE_RUNS, create_app
 from llmload.hub.publish import RunToPublish, publish, read_run, run_id
@@ -56,7 +56,7 @@ def test_runs_come_a_page_at_a_time(many):
 
 
 def test_a_run_page_is_rendered_once(many, monkeypatch):
-    from llmload.output import report
+    from llmload.output.pages import report
     calls = []
     real = report.render_html
     monkeypatch.setattr(report, "render_html", lambda results: calls.append(1) or real(results))

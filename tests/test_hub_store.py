@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from llmload.core.resultsjson import results_to_dict
+from llmload.core.model.document import results_to_dict
 from llmload.hub import schema
 from llmload.hub.database import StoreError, head_revision
 from llmload.hub.publish import run_id
 from llmload.hub.store import RunFilter, open_store
-from llmload.output.results import load_results
-from llmload.output.rundir import lock
+from llmload.output.rundir.resultsfile import load_results
+from llmload.output.rundir.directory import lock
 from postgres import PASSWORD, postgres  # noqa: F401  (the fixture)
 from tests_helpers import free_port, llmload, one_line_error, wait_for
 

@@ -13,19 +13,19 @@ import pytest
 from gevent import monkey
 
 from llmload.core import clock
-from llmload.core.capacity import PlannedCell
-from llmload.core.cellfacts import CellFacts, LoadSample
-from llmload.core.cells import decode_cell
-from llmload.core.cellstatus import client_load, combined_client_load, is_client_bound
-from llmload.core.clientload import (ADDED_DELAY_BOUND_MS, MIN_STAMPED_EVENTS, IntervalSample, stamp_errors,
+from llmload.core.capacity.plan import PlannedCell
+from llmload.core.model.cellfacts import CellFacts, LoadSample
+from llmload.core.figures.cells import decode_cell
+from llmload.core.figures.status import client_load, combined_client_load, is_client_bound
+from llmload.core.capacity.clientload import (ADDED_DELAY_BOUND_MS, MIN_STAMPED_EVENTS, IntervalSample, stamp_errors,
                                      window_estimate)
-from llmload.core.records import RequestRecord
+from llmload.core.model.records import RequestRecord
 from llmload.io import plainsocket
 from llmload.io.client import COUNTERS, StreamingClient
 from llmload.io.plainsocket import POLLS, PlainSocket, read_wait_bin
 from llmload.wire.stream import TokenTimeline
 from llmload.loadgen.monitor import LoadMonitor
-from llmload.output.recordstore import read_cell, write_cell
+from llmload.output.rundir.records import read_cell, write_cell
 from tests_helpers import loopback_pair
 
 RealThread = monkey.get_original("threading", "Thread")

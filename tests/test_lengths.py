@@ -1,4 +1,4 @@
-"""Length distributions (`llmload.core.lengths`) and a rate run that draws its prompt and
+"""Length distributions (`llmload.core.traffic.lengths`) and a rate run that draws its prompt and
 output lengths from them: what is parsed and refused, the draws' shape, the clip to the
 server's limit, the seed, and end to end on the simulator the lengths the server counted
 against the ones asked (its token counts are exact: token-ID prompts)."""
@@ -14,12 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from llmload.core.capacity import plan_rates
-from llmload.core.lengths import LengthDist, draw_stream, parse_lengths, rate_lengths, request_lengths
+from llmload.core.capacity.plan import plan_rates
+from llmload.core.scenario import rate_lengths
+from llmload.core.traffic.lengths import LengthDist, draw_stream, parse_lengths, request_lengths
 from llmload.core.scenario import Scenario
-from llmload.core.traffic import length_histogram, ttft_by_prompt
+from llmload.core.figures.traffic import length_histogram, ttft_by_prompt
 from llmload.loadgen.sessions import stable_id
-from llmload.output.recordstore import read_cell
+from llmload.output.rundir.records import read_cell
 from tests_helpers import llmload, one_line_error
 
 

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from llmload.core.live import LiveStats
-from llmload.core.livehistory import HISTORY_WINDOW_S, LiveHistory
+from llmload.core.figures.live import LiveStats
+from llmload.core.figures.livehistory import HISTORY_WINDOW_S, LiveHistory
 from llmload.loadgen.webui import companion_path
 from tests_helpers import record
 

@@ -15,11 +15,11 @@ import sys
 
 import pytest
 
-from llmload.core.capacity import plan_matrix
+from llmload.core.capacity.plan import plan_matrix
 from llmload.io.client import StreamingClient
-from llmload.core.engines import engine_caps, request_body
-from llmload.core.servercheck import server_stream_rate_tok_s
-from llmload.core.prompts import PromptBuilder
+from llmload.core.capacity.engines import engine_caps, request_body
+from llmload.core.figures.servercheck import server_stream_rate_tok_s
+from llmload.core.traffic.prompts import PromptBuilder
 from llmload.io.probe import build_prompts, http_json, probe_server, prompt_counter
 from llama_server import LlamaServer, llama_server_binary, no_compiler_reason, tiny_model
 from tests_helpers import llmload_pinned, on_client_cpus

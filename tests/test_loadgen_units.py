@@ -18,7 +18,7 @@ from locust.event import Events
 from locust.runners import WorkerRunner
 
 from llmload.core.clock import now
-from llmload.core.live import LiveStats
+from llmload.core.figures.live import LiveStats
 from llmload.io.probe import ProbeError, build_prompts, probe_server
 from llmload.loadgen import messages
 from llmload.loadgen.mailboxes import Mailboxes

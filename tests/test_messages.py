@@ -7,8 +7,8 @@ import msgpack
 import pytest
 
 from llmload.loadgen import messages
-from llmload.core.cellfacts import LoadSample
-from llmload.core.records import RequestRecord
+from llmload.core.model.cellfacts import LoadSample
+from llmload.core.model.records import RequestRecord
 
 
 def _wire(msg):

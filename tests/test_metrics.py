@@ -6,9 +6,9 @@ import json
 import numpy as np
 import pytest
 
-from llmload.core.cellstatus import classify_cell
-from llmload.core.histogram import Histogram
-from llmload.core.metrics import (
+from llmload.core.figures.status import classify_cell
+from llmload.core.figures.histogram import Histogram
+from llmload.core.figures.metrics import (
     WindowFigures,
     median_prefill,
     prefill_figures,
@@ -363,7 +363,7 @@ def timed(user, send, chunks, end, *, server_n=None, server_ms=None, **kw):
 
 
 def test_timing_check_compares_medians_of_the_same_requests():
-    from llmload.core.servercheck import timing_check
+    from llmload.core.figures.servercheck import timing_check
     # 11 tokens 0.1 s apart: 10 tok/s measured; the server says 10 intervals took 1.0 s.
     a = timed("a", 0.0, [(0.1 + 0.1 * i, 1) for i in range(11)], 1.2, server_n=11, server_ms=1000.0)
     # A first chunk that carried 3 tokens: its 2 extra tokens are not spaced after it.
@@ -378,7 +378,7 @@ def test_timing_check_compares_medians_of_the_same_requests():
 
 
 def test_counter_usage_and_prefill_checks():
-    from llmload.core.servercheck import counter_check, prefill_check, usage_check
+    from llmload.core.figures.servercheck import counter_check, prefill_check, usage_check
     r = rec("a", 0.0, [(1.0, 2), (2.0, 3), (3.5, 1)], 4.0)
     assert counter_check([r], 0.5, 2.5, 5.0, source="c").agrees  # 2 + 3 tokens inside [0.5, 2.5]
     assert not counter_check([r], 0.5, 2.5, 6.0, source="c").agrees

@@ -14,9 +14,9 @@ from locust.env import Environment
 from locust.event import Events
 
 from llmload.core.clock import now
-from llmload.core.prompts import PromptBuilder
-from llmload.core.trace import load_trace
-from llmload.core.workloads import arrival_offsets, pacer_seed
+from llmload.core.traffic.prompts import PromptBuilder
+from llmload.core.traffic.trace import load_trace
+from llmload.core.traffic.workloads import arrival_offsets, pacer_seed
 from llmload.io.probe import build_prompts, probe_server
 from llmload.loadgen import messages
 from llmload.loadgen.cellworker import CellWorker

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from llmload.output.recordstore import read_cell
+from llmload.output.rundir.records import read_cell
 from tests_helpers import llmload, one_line_error
 
 RATE_ARGS = ("--workload", "rate", "--contexts", "1K", "--rates", "10,40", "--arrivals", "constant",

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from llmload.core.scenario import Scenario
-from llmload.core.slo import judge_cell, parse_slo
+from llmload.core.figures.slo import judge_cell, parse_slo
 from llmload.io.procstat import own_cpu_for, restore_cpus
-from llmload.output.recordstore import read_cell
-from llmload.output.results import load_results
+from llmload.output.rundir.records import read_cell
+from llmload.output.rundir.resultsfile import load_results
 from llmload.sim.profiles import load_profile
 from llmload.twin.predict import predict_sessions_results
 from tests_helpers import llmload

@@ -5,11 +5,11 @@ import json
 
 import pytest
 
-from llmload.core.engines import engine_caps, request_body
-from llmload.core.live import LiveStats, format_table
+from llmload.core.capacity.engines import engine_caps, request_body
+from llmload.core.figures.live import LiveStats, format_table
 from llmload.io.probe import metric_sum, parse_prometheus
-from llmload.core.prompts import NONCE_TOKENS, PromptBuilder
-from llmload.core.records import RequestRecord
+from llmload.core.traffic.prompts import NONCE_TOKENS, PromptBuilder
+from llmload.core.model.records import RequestRecord
 from tests_helpers import record
 
 POOL = tuple(range(100, 190))

@@ -7,7 +7,7 @@ import statistics
 import numpy as np
 import pytest
 
-from llmload.output.recordstore import cell_files, read_cell
+from llmload.output.rundir.records import cell_files, read_cell
 from llmload.sim.profiles import ProfileError, load_profile
 from test_sim_server import STREAM_USAGE, call, stream
 from tests_helpers import BUSY_MACHINE, llmload

@@ -1,5 +1,5 @@
-"""Per-request records on disk (llmload.output.recordstore), `llmload report --recompute` and
-`llmload export` (llmload.output.recompute), and the results.json schema as documented."""
+"""Per-request records on disk (llmload.output.rundir.records), `llmload report --recompute` and
+`llmload export` (llmload.output.rundir.recompute), and the results.json schema as documented."""
 
 import dataclasses
 import json
@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-import llmload.output.results as results_module
-from llmload.core.capacity import PlannedCell
-from llmload.core.cellresult import CELL_KEYS
-from llmload.core.cellfacts import CellFacts, LoadSample, ServerSample
-from llmload.core.cells import assemble_cell
-from llmload.output.recompute import read_export
-from llmload.core.records import RequestRecord
-from llmload.output.recordstore import RECORD_COLUMNS, cell_files, export_table, read_cell, write_cell
+import llmload.output.rundir.resultsfile as results_module
+from llmload.core.capacity.plan import PlannedCell
+from llmload.core.model.cell import CELL_KEYS
+from llmload.core.model.cellfacts import CellFacts, LoadSample, ServerSample
+from llmload.core.figures.cells import assemble_cell
+from llmload.output.rundir.recompute import read_export
+from llmload.core.model.records import RequestRecord
+from llmload.output.rundir.records import RECORD_COLUMNS, cell_files, export_table, read_cell, write_cell
 from llmload.sim.launcher import SimProcess
 
 RUN = ["--contexts", "0,1K", "--prefill-contexts", "1K", "--concurrency", "1,2",
@@ -178,7 +178,7 @@ def test_written_cells_have_exactly_the_documented_keys(run_dir):
     cells_section = results_module.__doc__.split("\n- cells:", 1)[1].split("\n- energy", 1)[0]
     documented = set(re.findall(r"\b[a-z][a-z0-9_]*\b", cells_section))
     for key in CELL_KEYS:
-        assert key in documented, f"{key} is written but not documented in llmload/output/results.py"
+        assert key in documented, f"{key} is written but not documented in llmload/output/rundir/resultsfile.py"
     for cell in doc["cells"]:
         assert list(cell) == list(CELL_KEYS), set(cell) ^ set(CELL_KEYS)
 
@@ -201,8 +201,8 @@ def test_a_schema_1_directory_renders_but_cannot_be_recomputed(run_dir, tmp_path
 
 
 def test_the_cell_result_is_typed_and_its_keys_are_its_fields():
-    from llmload.core.cellresult import CellResult, ClientLoad, ServerLoad
-    from llmload.core.resultsjson import cell_from_dict, cell_to_dict
+    from llmload.core.model.cell import CellResult, ClientLoad, ServerLoad
+    from llmload.core.model.document import cell_from_dict, cell_to_dict
     result = CellResult(phase="decode", context_tokens=0, concurrency=2, status="valid", total_tok_s=150.5,
                         error_samples=("x",), server_load=ServerLoad(median_waiting=0.5),
                         client_load=ClientLoad(loop_lag_ms_p50=0.2))

@@ -6,13 +6,13 @@ from dataclasses import replace
 
 import pytest
 
-from llmload.core.cellresult import CellResult
-from llmload.core.cellstatus import STALL_MIN_S, longest_stall, stall_bound_s
+from llmload.core.model.cell import CellResult
+from llmload.core.figures.status import STALL_MIN_S, longest_stall, stall_bound_s
 from llmload.core.exitcodes import cell_error_rate, cells_over_error_rate
-from llmload.core.records import RequestRecord
+from llmload.core.model.records import RequestRecord
 from llmload.core.redact import MASK, Scrubber, SecretFilter
-from llmload.core.resultsjson import cell_to_dict
-from llmload.core.runresults import new_results
+from llmload.core.model.document import cell_to_dict
+from llmload.core.model.results import new_results
 from llmload.matrix.console import eta_clock
 from tests_helpers import cell_of, record
 
@@ -139,9 +139,9 @@ def test_the_scrubber_masks_values_never_words(text):
 
 
 def _decode_cell_of(warm_ok: bool, window_ok: bool) -> CellResult:
-    from llmload.core.capacity import PlannedCell
-    from llmload.core.cellfacts import CellFacts
-    from llmload.core.cells import assemble_cell
+    from llmload.core.capacity.plan import PlannedCell
+    from llmload.core.model.cellfacts import CellFacts
+    from llmload.core.figures.cells import assemble_cell
     t0 = 100.0
 
     def request(user, tag, send, ok):
@@ -178,10 +178,10 @@ def _stall_cell(*, window_s: float, stall_s: float, cpu_pct: float = 0.4, late_m
     (one freeze an interval, each spent waiting for a CPU, one major fault each)."""
     from collections import Counter
 
-    from llmload.core.capacity import PlannedCell
-    from llmload.core.cellfacts import CellFacts, LoadSample
-    from llmload.core.cells import assemble_cell
-    from llmload.core.clientload import ADDED_DELAY_BIN_MS, IntervalSample
+    from llmload.core.capacity.plan import PlannedCell
+    from llmload.core.model.cellfacts import CellFacts, LoadSample
+    from llmload.core.figures.cells import assemble_cell
+    from llmload.core.capacity.clientload import ADDED_DELAY_BIN_MS, IntervalSample
     t0, t1 = 100.0, 100.0 + window_s
     records = []
     for u in range(4):
@@ -225,7 +225,7 @@ def test_a_seen_stall_outranks_an_estimated_client_delay():
                    "client_bound: the reason gives the freezes, the longest, their sum and the CPU wait; frozen "
                    "0.2 s (under 5% of the window) stays valid and the report's Checks list the freeze")
 def test_a_client_that_froze_over_its_bound_is_client_bound_and_says_why():
-    from llmload.output.pagetables import check_items
+    from llmload.output.pages.tables import check_items
     froze = _stall_cell(window_s=6.0, stall_s=0.0, froze_ms=(150.0, 250.0))
     assert froze["client_freezes"] == 2
     assert (froze["client_freeze_ms_max"], froze["client_freeze_ms_total"]) == (pytest.approx(250.0), pytest.approx(400.0))
@@ -245,7 +245,7 @@ def test_a_client_that_froze_over_its_bound_is_client_bound_and_says_why():
                    "the cell says the stall check did not apply (stall_check_note), and the report's Checks "
                    "list it; a 6 s window says nothing")
 def test_a_window_no_longer_than_the_stall_bound_says_the_stall_check_did_not_apply():
-    from llmload.output.pagetables import check_items
+    from llmload.output.pages.tables import check_items
     short = _stall_cell(window_s=3.0, stall_s=10.0)
     assert short["stall_check_note"] == ("stall check did not apply: the 3.0 s window is not longer than the "
                                          "stall bound (3.0 s)")

@@ -9,14 +9,14 @@ import os
 import pandas as pd
 import pytest
 
-from llmload.output import report
-from llmload.core.capacity import plan_matrix
-from llmload.output.report import CSV_COLUMNS, measurements_frame, render_markdown, write_csv
-from llmload.core.cellresult import CELL_KEYS, CellResult, ServerLoad
-from llmload.core.resultsjson import cell_from_dict, planned_from_dict, planned_to_dict, results_to_dict
-from llmload.core.runresults import new_results, utc_now_iso
-from llmload.output.results import SCHEMA_VERSION, ResultsError, load_results
-from llmload.output.resultswriter import ResultsWriter
+from llmload.output.pages import report
+from llmload.core.capacity.plan import plan_matrix
+from llmload.output.pages.report import CSV_COLUMNS, measurements_frame, render_markdown, write_csv
+from llmload.core.model.cell import CELL_KEYS, CellResult, ServerLoad
+from llmload.core.model.document import cell_from_dict, planned_from_dict, planned_to_dict, results_to_dict
+from llmload.core.model.results import new_results, utc_now_iso
+from llmload.output.rundir.resultsfile import SCHEMA_VERSION, ResultsError, load_results
+from llmload.output.rundir.writer import ResultsWriter
 from llmload.core.scenario import Scenario
 from tests_helpers import new_cell, results_of
 
@@ -375,19 +375,19 @@ def test_writer_rewrites_every_file_on_each_call(tmp_path):
 def test_writer_draws_the_html_page_at_most_once_a_minute_and_at_the_end(tmp_path, monkeypatch):
     """Drawing report.html takes a second or two, between cells: during a run it is redrawn
     at most every HTML_EVERY_S; report.md and results.json follow every cell; finish draws it."""
-    from llmload.output import resultswriter
+    from llmload.output.rundir import writer as written
     clock = [1000.0]
-    monkeypatch.setattr(resultswriter.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(written.time, "monotonic", lambda: clock[0])
     writer = ResultsWriter(tmp_path)
     writer.start(meta())
     cells = seed_cells()
     writer.add_cell(cells[0])
     first = (tmp_path / "report.html").read_text()
-    clock[0] += resultswriter.HTML_EVERY_S / 2
+    clock[0] += written.HTML_EVERY_S / 2
     writer.add_cell(cells[1])
     assert (tmp_path / "report.html").read_text() == first  # not redrawn yet
     assert len(load_results(tmp_path).cells) == 2
-    clock[0] += resultswriter.HTML_EVERY_S
+    clock[0] += written.HTML_EVERY_S
     writer.add_cell(cells[2])
     second = (tmp_path / "report.html").read_text()
     assert second != first  # a minute on: redrawn
@@ -507,7 +507,7 @@ def test_saved_file_renders_the_same_page(tmp_path):
 
 
 def test_checks_section_flags_disagreement_with_both_numbers():
-    from llmload.core.servercheck import ServerCheck
+    from llmload.core.model.server import ServerCheck
     results = seed_results()
     by_key = {(c["phase"], c["context_tokens"], c["concurrency"]): c for c in results["cells"]}
     by_key[("decode", 0, 1)]["server_check"] = ServerCheck(

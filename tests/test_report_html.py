@@ -5,10 +5,10 @@ import copy
 import pytest
 
 from html_check import external_urls, parse
-from llmload.output import report
-from llmload.output.pageformat import page_cells
-from llmload.output.pagetables import ALL_COLUMNS, matrix_cell_text
-from llmload.output.report import render_html
+from llmload.output.pages import report
+from llmload.output.formats import page_cells
+from llmload.output.pages.tables import ALL_COLUMNS, matrix_cell_text
+from llmload.output.pages.report import render_html
 from test_report import seed_results
 from tests_helpers import results_of
 
@@ -167,7 +167,7 @@ def test_server_figures_that_are_zero_everywhere_are_one_sentence_not_a_chart():
 
 
 def test_checks_against_the_server_are_on_the_html_page_too():
-    from llmload.core.servercheck import ServerCheck
+    from llmload.core.model.server import ServerCheck
     results = seed_results()
     by_key = {(c["phase"], c["context_tokens"], c["concurrency"]): c for c in results["cells"]}
     by_key[("decode", 0, 1)]["server_check"] = ServerCheck(

@@ -8,18 +8,18 @@ import dataclasses
 
 import pytest
 
-from llmload.core.capacity import PlannedCell
-from llmload.core.cellresult import CellEnergy, CellResult, CellSlo, ServerTiming
-from llmload.core.resultsjson import ResultsError, results_from_dict
-from llmload.core.runresults import Results
-from llmload.core.servercheck import ServerCheck
+from llmload.core.capacity.plan import PlannedCell
+from llmload.core.model.cell import CellEnergy, CellResult, CellSlo, ServerTiming
+from llmload.core.model.document import ResultsError, results_from_dict
+from llmload.core.model.results import Results
+from llmload.core.model.server import ServerCheck
 from llmload.core.units import format_duration_s
-from llmload.output.compare import NOISE_DEFAULT_REL, compare
-from llmload.output.markdown import markdown_table, section_body
-from llmload.output.pagedata import page_data
-from llmload.output.report import measurements_frame, render_markdown
-from llmload.output.sections import capacity_section, energy_section, reasoning_section, server_timing_section
-from llmload.output.terminal import echo_matrix
+from llmload.output.pages.compare import NOISE_DEFAULT_REL, compare
+from llmload.output.pages.markdown import markdown_table, section_body
+from llmload.output.pages.model import page_data
+from llmload.output.pages.report import measurements_frame, render_markdown
+from llmload.output.pages.sections import capacity_section, energy_section, reasoning_section, server_timing_section
+from llmload.output.pages.terminal import echo_matrix
 
 
 def decode(n: int, context: int = 0, status: str = "valid", **figures) -> CellResult:

@@ -1,5 +1,5 @@
 """Typed results are the only currency: no code reads a cell's figures by string key outside
-llmload/core/resultsjson.py; results.json round-trips through `Results` unchanged; a
+llmload/core/model/document.py; results.json round-trips through `Results` unchanged; a
 malformed file is refused in one line naming the file and the field; the SLO bisection."""
 
 import ast
@@ -12,35 +12,35 @@ import pytest
 from click.testing import CliRunner
 
 import llmload
-from llmload.core.capacity import PlannedCell
-from llmload.core.cellfacts import CellFacts
-from llmload.core.cellresult import CELL_KEYS, CellResult, CellTiming
-from llmload.core.cells import assemble_cell
-from llmload.core.records import RequestRecord
-from llmload.core.resultsjson import (ResultsError, cell_from_dict, cell_to_dict, results_from_dict,
+from llmload.core.capacity.plan import PlannedCell
+from llmload.core.model.cellfacts import CellFacts
+from llmload.core.model.cell import CELL_KEYS, CellResult, CellTiming
+from llmload.core.figures.cells import assemble_cell
+from llmload.core.model.records import RequestRecord
+from llmload.core.model.document import (ResultsError, cell_from_dict, cell_to_dict, results_from_dict,
                                      results_to_dict)
-from llmload.core.runresults import DEFINITIONS, SCHEMA_VERSION, Results, new_results
-from llmload.core.servercheck import ServerCheck
-from llmload.core.slosearch import SearchLevel, slo_search
-from llmload.output.results import load_results
+from llmload.core.model.results import DEFINITIONS, SCHEMA_VERSION, Results, new_results
+from llmload.core.model.server import ServerCheck
+from llmload.core.figures.slosearch import SearchLevel, slo_search
+from llmload.output.rundir.resultsfile import load_results
 
 PACKAGE = Path(llmload.__file__).parent
 ROOT = PACKAGE.parent
 
 #: The one module that reads a results.json cell by its keys.
-JSON_MODULE = "llmload/core/resultsjson.py"
+JSON_MODULE = "llmload/core/model/document.py"
 
 #: Keys named like a cell's that these modules read from other documents, not from a cell.
 OTHER_DOCUMENTS = {
-    "llmload/core/live.py": {"ttft_ms", "tbt_ms", "output_tokens"},  # the live stats' JSON
+    "llmload/core/figures/live.py": {"ttft_ms", "tbt_ms", "output_tokens"},  # the live stats' JSON
     "llmload/loadgen/webui.py": {"output_tokens"},  # the live stats, for the web UI
     "llmload/wire/stream.py": {"prompt_tokens", "cached_tokens"},  # the server's usage object
     "llmload/io/probe.py": {"prompt_tokens"},  # the server's usage object (prompt fitting)
     "llmload/matrix/server.py": {"preemptions"},  # the embedded simulator's /metrics reading
-    "llmload/output/sections.py": {"status", "reason", "idle_power_w"},  # the run's energy note
-    "llmload/output/workloadpage.py": {"concurrency", "turns", "arrivals", "prompt_tokens",
+    "llmload/output/pages/sections.py": {"status", "reason", "idle_power_w"},  # the run's energy note
+    "llmload/output/pages/workloads.py": {"concurrency", "turns", "arrivals", "prompt_tokens",
                                        "output_tokens"},  # the run's config
-    "llmload/core/dataset.py": {"output_tokens"},  # a dataset's row
+    "llmload/core/traffic/dataset.py": {"output_tokens"},  # a dataset's row
     "llmload/hub/remote.py": {"status"},  # the hub's answer to a submission
 }
 
@@ -217,7 +217,7 @@ def test_a_cell_reads_back_its_server_checks_without_their_derived_keys():
                    "the file's: its exception surfaces (exit 1), the file is not blamed")
 def test_report_refuses_a_malformed_file_and_does_not_blame_the_file_for_a_renderer_bug(tmp_path, monkeypatch):
     from llmload.cli import main
-    from llmload.output import report
+    from llmload.output.pages import report
     (tmp_path / "results.json").write_text(json.dumps(_doc(tbt_ms="slow")))
     r = CliRunner().invoke(main, ["report", str(tmp_path)])
     assert r.exit_code == 2 and "cells[0].tbt_ms is a str ('slow'), not a number" in r.output

@@ -8,7 +8,7 @@ from pathlib import Path
 import gevent
 import pytest
 
-from llmload.output.recordstore import read_cell
+from llmload.output.rundir.records import read_cell
 from llmload.sim.profiles import load_profile
 from llmload.twin.predict import predict_results
 from tests_helpers import (BUSY_MACHINE, StreamServer, a_measured_cell_in, cells_of, llmload, one_line_error,

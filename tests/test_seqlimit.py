@@ -1,18 +1,18 @@
 """The sequence-count limit learned during a run where the server reports none
-(llmload.core.seqlimit), the re-plan it causes, and where each limit comes from."""
+(llmload.core.capacity.seqlimit), the re-plan it causes, and where each limit comes from."""
 
 import json
 from pathlib import Path
 
 import pytest
 
-from llmload.core.capacity import PlannedCell, plan_matrix
-from llmload.core.serverlimits import find_limits
-from llmload.core.cellfacts import CellFacts
-from llmload.core.engines import engine_caps
-from llmload.core.runresults import new_results
+from llmload.core.capacity.plan import PlannedCell, plan_matrix
+from llmload.core.capacity.serverlimits import find_limits
+from llmload.core.model.cellfacts import CellFacts
+from llmload.core.capacity.engines import engine_caps
+from llmload.core.model.results import new_results
 from llmload.core.scenario import load_scenario
-from llmload.core.seqlimit import KV_FULL_FRACTION, is_learned, learn_sequence_limit
+from llmload.core.capacity.seqlimit import KV_FULL_FRACTION, is_learned, learn_sequence_limit
 from llmload.io.probe import ServerInfo
 from llmload.matrix.runmatrix import learned_before
 from tests_helpers import llmload

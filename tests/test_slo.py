@@ -5,11 +5,11 @@ import json
 
 import pytest
 
-from llmload.core.goodput import request_goodput
+from llmload.core.figures.goodput import request_goodput
 from llmload.core.scenario import ScenarioError, resolve
-from llmload.core.slo import SLOError, capacity, judge_cell, min_samples, next_search_level, parse_slo
-from llmload.output.markdown import section_body
-from llmload.output.sections import capacity_section
+from llmload.core.figures.slo import SLOError, capacity, judge_cell, min_samples, next_search_level, parse_slo
+from llmload.output.pages.markdown import section_body
+from llmload.output.pages.sections import capacity_section
 from tests_helpers import cell_of, llmload, record, results_of
 
 
@@ -145,7 +145,7 @@ def test_slo_capacity_and_search_on_the_simulator(slo_run):
 def test_slo_search_in_virtual_time_finds_the_exact_level():
     # The same profile in virtual time (llmload predict): no jitter, so the p99 itself is
     # 10 + 2N ms and the 35-ms bound's answer is exactly N = 12.
-    from llmload.core.resultsjson import results_to_dict
+    from llmload.core.model.document import results_to_dict
     from llmload.sim.profiles import load_profile
     from llmload.twin.predict import predict_results
     doc = results_to_dict(predict_results(load_profile("tiny", STEP), contexts=[0], prefill_contexts=[],

@@ -7,7 +7,7 @@ import urllib.request
 
 import pytest
 
-from llmload.core.prompts import PromptBuilder
+from llmload.core.traffic.prompts import PromptBuilder
 from llmload.io.probe import build_prompts, probe_server, prompt_counter
 
 TARGETS = (512, 2048)

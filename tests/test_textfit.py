@@ -1,10 +1,10 @@
-"""Text prompts fitted to an exact length by the server's count (llmload.core.textfit), with
+"""Text prompts fitted to an exact length by the server's count (llmload.core.traffic.textfit), with
 counting functions that are deliberately not one token per word."""
 
 import pytest
 
-from llmload.core.prompts import FILLER_TEXT, PromptBuilder
-from llmload.core.textfit import MAX_COUNTS, fit_text
+from llmload.core.traffic.prompts import FILLER_TEXT, PromptBuilder
+from llmload.core.traffic.textfit import MAX_COUNTS, fit_text
 
 MERGED = {("a", "shared"), ("the", "same"), ("same", "hardware")}
 """Word pairs the awkward tokenizer merges into one token fewer (all outside the nonce)."""

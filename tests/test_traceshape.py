@@ -1,4 +1,4 @@
-"""Fitting a trace to the server (`llmload.core.traceshape`): sampling, scaling with the
+"""Fitting a trace to the server (`llmload.core.traffic.traceshape`): sampling, scaling with the
 hash-block sharing kept, clipping; and a shaped replay on the simulator whose measured
 prefix-cache share follows the shaped trace's ideal."""
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from llmload.core.trace import TraceError, TraceRequest, load_trace
-from llmload.core.tracestats import hit_ratio
-from llmload.core.traceshape import parse_sample, shape_trace
+from llmload.core.traffic.trace import TraceError, TraceRequest, load_trace
+from llmload.core.traffic.tracestats import hit_ratio
+from llmload.core.traffic.traceshape import parse_sample, shape_trace
 from tests_helpers import llmload, one_line_error
 
 ROOT = Path(__file__).resolve().parent.parent

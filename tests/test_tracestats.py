@@ -1,4 +1,4 @@
-"""`llmload trace stats` (`llmload.core.tracestats`): a hand-made trace whose every figure is
+"""`llmload trace stats` (`llmload.core.traffic.tracestats`): a hand-made trace whose every figure is
 worked out here by hand, and the command's text, JSON and bad input."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from llmload.core.trace import TraceRequest
-from llmload.core.tracestats import hit_ratio, peak_count, trace_stats
+from llmload.core.traffic.trace import TraceRequest
+from llmload.core.traffic.tracestats import hit_ratio, peak_count, trace_stats
 from tests_helpers import llmload, one_line_error
 
 

@@ -1,5 +1,5 @@
-"""The figures and statuses of the workloads beyond the matrix (`llmload.core.traffic`, the
-rate, replay and session cells of `llmload.core.cells.assemble_cell`), from hand-made
+"""The figures and statuses of the workloads beyond the matrix (`llmload.core.figures.traffic`, the
+rate, replay and session cells of `llmload.core.figures.cells.assemble_cell`), from hand-made
 records with exact expectations; and the server's prefix-cache counters, read from the
 simulator."""
 
@@ -11,14 +11,14 @@ from dataclasses import replace
 
 import pytest
 
-from llmload.core.capacity import PlannedCell
-from llmload.core.cellfacts import CellFacts, LoadSample, ServerSample
-from llmload.core.cells import assemble_cell
-from llmload.core.cellstatus import LATENESS_BOUND_MS
-from llmload.core.engines import engine_caps
-from llmload.core.resultsjson import cell_from_dict, cell_to_dict
-from llmload.core.trace import TraceError, TraceRequest, fit_trace
-from llmload.core.traffic import (cached_prompt_ratio, censored_quantile, open_loop_requests, request_counts,
+from llmload.core.capacity.plan import PlannedCell
+from llmload.core.model.cellfacts import CellFacts, LoadSample, ServerSample
+from llmload.core.figures.cells import assemble_cell
+from llmload.core.figures.status import LATENESS_BOUND_MS
+from llmload.core.capacity.engines import engine_caps
+from llmload.core.model.document import cell_from_dict, cell_to_dict
+from llmload.core.traffic.trace import TraceError, TraceRequest, fit_trace
+from llmload.core.figures.traffic import (cached_prompt_ratio, censored_quantile, open_loop_requests, request_counts,
                                   server_cached_prompt_ratio)
 from llmload.io.probe import http_json, server_load
 from tests_helpers import record

@@ -9,9 +9,9 @@ import json
 
 import pytest
 
-from llmload.core.resultsjson import results_to_dict
+from llmload.core.model.document import results_to_dict
 from llmload.io.procstat import own_cpu_for, restore_cpus
-from llmload.output.results import load_results
+from llmload.output.rundir.resultsfile import load_results
 from llmload.sim import calibration as cal
 from llmload.sim.profiles import load_profile
 from llmload.twin.predict import predict_results, seed_results
@@ -233,7 +233,7 @@ def mooncake_trace(path, *, requests=200, rate=5.0, seed=7):
 
 def test_a_fitted_twin_predicts_a_trace_replay(runs, sims, tmp_path):
     from llmload.core.scenario import Scenario
-    from llmload.core.trace import fit_trace, load_trace
+    from llmload.core.traffic.trace import fit_trace, load_trace
     from llmload.twin.predict import predict_replay_results
     trace = mooncake_trace(tmp_path / "trace.jsonl")
     sim = sims("tiny", **UNKNOWN)
@@ -259,7 +259,7 @@ def test_a_fitted_twins_highest_rate_under_an_slo_is_the_runs_within_a_step(runs
     know (real time, stops within 10%) and the fitted twin's (virtual time, within 5%) give
     highest rates within one of the run's bisection steps of each other."""
     from llmload.core.scenario import Scenario
-    from llmload.core.slosearch import max_rate_meeting
+    from llmload.core.figures.slosearch import max_rate_meeting
     from llmload.twin.predict import predict_rate_results
     slo = {"ttft_p99_ms": 300.0}
     sim = sims("tiny", **UNKNOWN)

@@ -22,10 +22,10 @@ import sys
 import numpy as np
 import pytest
 
-from llmload.core.capacity import plan_matrix
-from llmload.core.metrics import token_chunks
+from llmload.core.capacity.plan import plan_matrix
+from llmload.core.figures.metrics import token_chunks
 from llmload.io.probe import probe_server
-from llmload.output.recordstore import read_cell
+from llmload.output.rundir.records import read_cell
 from tests_helpers import llmload_pinned, on_client_cpus
 from vllm_server import VllmServer, unavailable_reason, vllm_model, vllm_python
 
@@ -311,8 +311,8 @@ def test_a_twin_fitted_to_vllm_predicts_a_rate_cell(server, tmp_path):
     (docs/capacity.md quotes them); the bounds are wide, for a CPU engine sharing 2 cores
     with the load generator."""
     from llmload.core.scenario import Scenario
-    from llmload.core.resultsjson import results_to_dict
-    from llmload.output.results import load_results
+    from llmload.core.model.document import results_to_dict
+    from llmload.output.rundir.resultsfile import load_results
     from llmload.twin.fit import fit_profile
     from llmload.twin.predict import predict_rate_results
     matrix = llmload("run", "--host", server.url, "--contexts", "256,1K", "--concurrency", "1,2,3",

@@ -1,15 +1,15 @@
-"""The plans of the workloads beyond the matrix (`llmload.core.capacity`: sessions, rates,
-replay) and the SLO over rates (`llmload.core.slosearch`: max_rate_meeting, rate_search),
+"""The plans of the workloads beyond the matrix (`llmload.core.capacity.plan`: sessions, rates,
+replay) and the SLO over rates (`llmload.core.figures.slosearch`: max_rate_meeting, rate_search),
 with exact expectations."""
 
 from __future__ import annotations
 
 import pytest
 
-from llmload.core.capacity import plan_rates, plan_replay, plan_sessions
-from llmload.core.cellresult import CellResult, CellTraffic
-from llmload.core.slosearch import max_rate_meeting, rate_search
-from llmload.core.trace import TraceRequest
+from llmload.core.capacity.plan import plan_rates, plan_replay, plan_sessions
+from llmload.core.model.cell import CellResult, CellTraffic
+from llmload.core.figures.slosearch import max_rate_meeting, rate_search
+from llmload.core.traffic.trace import TraceRequest
 
 # ----------------------------------------------------------------------------- sessions
 

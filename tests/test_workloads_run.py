@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from llmload.core.trace import load_trace
-from llmload.core.tracestats import hit_ratio
-from llmload.output.recordstore import read_cell
+from llmload.core.traffic.trace import load_trace
+from llmload.core.traffic.tracestats import hit_ratio
+from llmload.output.rundir.records import read_cell
 from tests_helpers import llmload, one_line_error
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -23,12 +23,12 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from llmload import __version__
-from llmload.core.capacity import PHASES
-from llmload.core.cellresult import CELL_KEYS, CellResult, CellTraffic
-from llmload.core.records import RequestRecord
-from llmload.core.resultsjson import cell_from_dict, results_from_dict
-from llmload.core.runresults import Results
-from llmload.output.results import CELL_STATUSES
+from llmload.core.capacity.plan import PHASES
+from llmload.core.model.cell import CELL_KEYS, CellResult, CellTraffic
+from llmload.core.model.records import RequestRecord
+from llmload.core.model.document import cell_from_dict, results_from_dict
+from llmload.core.model.results import Results
+from llmload.output.rundir.resultsfile import CELL_STATUSES
 
 SERVER = Path(__file__).with_name("stream_server.py")
 

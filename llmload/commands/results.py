@@ -20,8 +20,8 @@ def report(results_dir: str, recompute: bool, allow_missing: bool) -> None:
     with --recompute, first derive every cell again from RESULTS_DIR/records/ and rewrite results.json."""
     from pathlib import Path
 
-    from llmload.output.results import ResultsError, load_results
-    from llmload.output.resultswriter import write_document, write_renderings
+    from llmload.output.rundir.resultsfile import ResultsError, load_results
+    from llmload.output.rundir.writer import write_document, write_renderings
     folder = Path(results_dir) if Path(results_dir).is_dir() else Path(results_dir).parent
     try:
         # A malformed file is refused here, in one line naming it and the field; what fails
@@ -31,9 +31,9 @@ def report(results_dir: str, recompute: bool, allow_missing: bool) -> None:
         raise Refused(str(exc)) from None
     try:
         if recompute:
-            from llmload.output.recompute import recompute as derive
-            from llmload.output.recordstore import RecordsError
-            from llmload.output.rundir import RunDirError, lock
+            from llmload.output.rundir.recompute import recompute as derive
+            from llmload.output.rundir.records import RecordsError
+            from llmload.output.rundir.directory import RunDirError, lock
             try:
                 held = lock(folder)  # never rewrite a run that is still writing
             except RunDirError as exc:
@@ -64,8 +64,8 @@ def report(results_dir: str, recompute: bool, allow_missing: bool) -> None:
 @click.option("--no-html", is_flag=True, help="Do not write the compare page.")
 def compare(results_dirs, as_json, html_path, no_html) -> None:
     """Compare results directories: DIR_A DIR_B [DIR_C ...] (ratios are each run / A)."""
-    from llmload.output.compare import CompareError
-    from llmload.output.comparereport import compare_dirs
+    from llmload.output.pages.compare import CompareError
+    from llmload.output.rundir.comparedirs import compare_dirs
     try:
         if no_html or (as_json and not html_path):
             html_path = None  # --json alone prints JSON and nothing else
@@ -92,9 +92,9 @@ def export(results_dir: str, fmt: str, output: str | None, allow_missing: bool) 
     """Every request of every cell of RESULTS_DIR, one row each (from RESULTS_DIR/records/)."""
     import io
 
-    from llmload.output.recompute import export_records
-    from llmload.output.recordstore import RecordsError
-    from llmload.output.results import ResultsError
+    from llmload.output.rundir.recompute import export_records
+    from llmload.output.rundir.records import RecordsError
+    from llmload.output.rundir.resultsfile import ResultsError
     try:
         # Built in memory first: a refused export leaves no file, and no half of one.
         buffer = io.BytesIO()

@@ -115,10 +115,10 @@ def run(scenario_file, out_dir, resume_dir, force, max_error_rate, master_bind, 
     from llmload.core import exitcodes
     from llmload.io.probe import ProbeError
     from llmload.core.redact import remember_secrets, scrub
-    from llmload.output.results import ResultsError, load_results
-    from llmload.output.rundir import RunDirError
+    from llmload.output.rundir.resultsfile import ResultsError, load_results
+    from llmload.output.rundir.directory import RunDirError
     from llmload.matrix.context import PlanRefused, RunError
-    from llmload.core.trace import TraceError
+    from llmload.core.traffic.trace import TraceError
     from llmload.matrix.runmatrix import run_matrix
     from llmload.core.scenario import Scenario, ScenarioError, load_scenario, resolve
     remember_secrets(api_key=api_key, host=options.get("host"))
@@ -171,7 +171,7 @@ def workload_checked(scenario):
     trace, read and checked here (`TraceError`: FILE:LINE, before anything runs)."""
     from dataclasses import replace
 
-    from llmload.core.trace import TraceError
+    from llmload.core.traffic.trace import TraceError
     if (scenario.prompt_tokens or scenario.output_tokens) and scenario.workload not in ("rate", "sessions"):
         raise ValueError("--prompt-tokens and --output-tokens are for --workload rate and sessions (the matrix "
                          "keeps its fixed lengths; a trace has its own)")
@@ -184,14 +184,14 @@ def workload_checked(scenario):
         if scenario.over_context == "clip":
             raise ValueError("--over-context clip cuts a trace's token blocks; a dataset's prompts are "
                              "text: use skip or send")
-        from llmload.core.dataset import load_dataset
+        from llmload.core.traffic.dataset import load_dataset
         load_dataset(scenario.dataset)  # DatasetError (one line) before anything runs
     if scenario.workload == "sessions" and scenario.endpoint != "chat":
         return replace(scenario, endpoint="chat")
     if scenario.workload == "replay":
         if not scenario.trace:
             raise TraceError("--workload replay needs --trace FILE (JSONL: Mooncake or plain)")
-        from llmload.core.traceshape import scenario_trace
+        from llmload.core.traffic.traceshape import scenario_trace
         scenario_trace(scenario)
     return scenario
 

@@ -21,7 +21,7 @@ def fit(results_dirs: tuple[str, ...], out_path: str | None, base: str | None) -
     import json
     from pathlib import Path
 
-    from llmload.output.results import ResultsError, load_results
+    from llmload.output.rundir.resultsfile import ResultsError, load_results
     from llmload.sim.profiles import load_profile
     from llmload.twin.fit import FitError, profile_json
     from llmload.twin.fitworkload import fit_runs
@@ -95,12 +95,12 @@ def predict(profile, workload, overrides, slo_search, out_dir, force, **options)
     import time
 
     from llmload.core.scenario import ScenarioError, resolve
-    from llmload.core.trace import TraceError, fit_trace
-    from llmload.core.traceshape import scenario_trace
-    from llmload.output.recordstore import RECORDS_DIR, write_cell
-    from llmload.output.resultswriter import ResultsWriter
-    from llmload.output.rundir import RunDirError, claim
-    from llmload.output.terminal import echo_matrix
+    from llmload.core.traffic.trace import TraceError, fit_trace
+    from llmload.core.traffic.traceshape import scenario_trace
+    from llmload.output.rundir.records import RECORDS_DIR, write_cell
+    from llmload.output.rundir.writer import ResultsWriter
+    from llmload.output.rundir.directory import RunDirError, claim
+    from llmload.output.pages.terminal import echo_matrix
     from llmload.sim.profiles import load_profile, parse_overrides
     from llmload.twin import predict as twin
     given = {k for k, v in options.items() if v is not None and k not in ("max_tokens", "duration")}

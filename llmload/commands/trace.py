@@ -1,5 +1,5 @@
 """`llmload trace stats FILE`: what a request trace holds, before it is replayed
-(`llmload.core.tracestats`, docs/workloads.md)."""
+(`llmload.core.traffic.tracestats`, docs/workloads.md)."""
 
 from __future__ import annotations
 
@@ -29,9 +29,9 @@ def stats(file: str, kv_tokens: str | None, as_json: bool, sample: str | None, l
     one timestamp, and the ideal prefix-cache hit ratio from the Mooncake hash_ids, of the
     trace as `llmload run --workload replay` with the same options would send it."""
     from llmload.core.scenario import Scenario, ScenarioError
-    from llmload.core.trace import TraceError
-    from llmload.core.tracestats import stats_lines, trace_stats
-    from llmload.core.traceshape import scenario_trace
+    from llmload.core.traffic.trace import TraceError
+    from llmload.core.traffic.tracestats import stats_lines, trace_stats
+    from llmload.core.traffic.traceshape import scenario_trace
     from llmload.core.units import parse_tokens
     try:
         kv = parse_tokens(kv_tokens) if kv_tokens is not None else None

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import signal
 
-from llmload.core.cellresult import CellResult
-from llmload.core.runresults import Results
+from llmload.core.model.cell import CellResult
+from llmload.core.model.results import Results
 
 OK = 0
 CELL_ERRORS = 1

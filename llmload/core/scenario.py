@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 
 from llmload.core.scenariovalues import PARSERS
+from llmload.core.traffic.lengths import parse_lengths
 
 K = 1024
 #: Keys that would carry a secret: rejected in files, never fields of Scenario.
@@ -76,14 +77,14 @@ class Scenario:
     """The server's launch command, shown on the page; None = not known."""
     workers: int | str = 0
     """Locust worker processes; 0 = generate load in the controller process; "auto" =
-    chosen from the expected token-event rate (`llmload.core.autoworkers`)."""
+    chosen from the expected token-event rate (`llmload.core.capacity.autoworkers`)."""
     server_hardware: dict[str, Any] | None = None
     """What the server runs on, for the page's Hardware section (name, type, gpu, vram_gb,
     cpu, cpu_cores, ram_gb, os, or any other key): llmload cannot see a remote machine."""
     server_info: dict[str, Any] | None = None
     """Engine facts the server does not report (quantization, backend, build, revision)."""
     slo: dict[str, float] | None = None
-    """Service-level objective (`llmload.core.slo`): normalised bounds, e.g. {"ttft_p99_ms": 2000.0};
+    """Service-level objective (`llmload.core.figures.slo`): normalised bounds, e.g. {"ttft_p99_ms": 2000.0};
     None = no SLO. Given as "ttft_p99=2s,tbt_p99=50ms,per_request_tok_s=20"."""
     energy: str = "auto"
     """GPU power and energy per token through NVML: "on", "off", or "auto" (on when the server
@@ -92,7 +93,7 @@ class Scenario:
     """After the matrix, bisect N between the last level meeting the SLO and the first failing
     one, per context, as extra cells (rate workload: the rate, per context)."""
     workload: str = "matrix"
-    """"matrix" (the speed-test matrix), "sessions", "rate" or "replay" (`llmload.core.workloads`)."""
+    """"matrix" (the speed-test matrix), "sessions", "rate" or "replay" (`llmload.core.traffic.workloads`)."""
     system_prompt_tokens: tuple[int, ...] = (1024,)
     """Sessions: the shared system prompt's tokens S, one cell row per value."""
     turns: int = 4
@@ -108,12 +109,12 @@ class Scenario:
     prompt_tokens: str | None = None
     """Rate: prompt lengths drawn from a distribution in place of the contexts (one row,
     labelled by it): "N", "normal:MEAN,SD", "uniform:LO,HI" or "lognormal:MEAN,SD"
-    (`llmload.core.lengths`), clipped to [1, what the server holds]."""
+    (`llmload.core.traffic.lengths`), clipped to [1, what the server holds]."""
     output_tokens: str | None = None
     """Rate: output lengths drawn from a distribution in place of max_tokens."""
     dataset: str | None = None
     """Rate: real prompts from a dataset in place of the contexts (one row): "sharegpt:PATH",
-    "jsonl:PATH" or "hf:NAME[:SPLIT]" (`llmload.core.dataset`)."""
+    "jsonl:PATH" or "hf:NAME[:SPLIT]" (`llmload.core.traffic.dataset`)."""
     output_length: str = "exact"
     """Rate with a dataset: "exact" (each answer's length, ignore_eos and min_tokens) or
     "natural" (up to it: the model may stop)."""
@@ -123,7 +124,7 @@ class Scenario:
     """Rate and replay: the most requests in flight at once (all processes); an arrival that
     finds it full waits, and the cell says so."""
     trace: str | None = None
-    """Replay: the JSONL trace file (`llmload.core.trace`)."""
+    """Replay: the JSONL trace file (`llmload.core.traffic.trace`)."""
     speedup: float = 1.0
     """Replay: time compression of the trace's timestamps (2 = twice as fast)."""
     drain_s: float | None = None
@@ -132,7 +133,7 @@ class Scenario:
     REPLAY_DRAIN_S, a rate cell its window's length and at least 30 s."""
     sample: str | None = None
     """Replay: every K-th request ("4") or a seeded fraction ("0.25") of the trace
-    (`llmload.core.traceshape`)."""
+    (`llmload.core.traffic.traceshape`)."""
     length_scale: float = 1.0
     """Replay: prompt and output lengths multiplied by this, the hash-block sharing kept."""
     max_prompt_tokens: int | None = None
@@ -268,3 +269,33 @@ def resolve(
     given = {k: v for k, v in (cli_values or {}).items() if v is not None}
     from_cli = _normalize_mapping(given, source="command line")
     return Scenario(**{**base, **from_file, **from_cli})
+
+
+def rate_lengths(sc: Scenario, dataset=()) -> tuple[list[int], int, str | None]:
+    """A rate plan's contexts and M, and where lengths vary per request: a dataset's prompts
+    (`dataset`: its fitted requests; their mean lengths), or lengths drawn from
+    distributions (`--prompt-tokens`, `--output-tokens`: their means); else the contexts and
+    M as given, and None."""
+    if dataset:
+        mean_in = sum(r.input_tokens for r in dataset) / len(dataset)
+        mean_out = sum(r.output_tokens for r in dataset) / len(dataset)
+        return ([max(round(mean_in), 1)], max(round(mean_out), 1),
+                f"the prompts and answer lengths of {sc.dataset} ({len(dataset):,} entries)")
+    prompt = parse_lengths(sc.prompt_tokens) if sc.prompt_tokens else None
+    output = parse_lengths(sc.output_tokens) if sc.output_tokens else None
+    drawn = [f"{what} {d.label}" for what, d in (("prompt tokens", prompt), ("output tokens", output)) if d]
+    return ([max(round(prompt.mean), 1)] if prompt else list(sc.contexts),
+            max(round(output.mean), 1) if output else sc.max_tokens,
+            f"{', '.join(drawn)} drawn per request, each clipped to the per-sequence limit" if drawn else None)
+
+
+def session_lengths(sc: Scenario, conversations=()) -> tuple[int, int]:
+    """A session plan's new tokens a turn U and output tokens a turn M: the means of a
+    dataset's turns (`conversations`: (text, tokens, answer tokens) per turn), of their
+    distributions where drawn (`--prompt-tokens`, `--output-tokens`), else as given."""
+    turns = [t for c in conversations for t in c]
+    if turns:
+        return (max(round(sum(t[1] for t in turns) / len(turns)), 1),
+                max(round(sum(t[2] for t in turns) / len(turns)), 1))
+    return (max(round(parse_lengths(sc.prompt_tokens).mean), 1) if sc.prompt_tokens else sc.turn_tokens,
+            max(round(parse_lengths(sc.output_tokens).mean), 1) if sc.output_tokens else sc.max_tokens)

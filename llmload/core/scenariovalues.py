@@ -13,10 +13,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from llmload.core.units import parse_duration, parse_int_list, parse_pairs, parse_token_list, parse_tokens
-from llmload.core.dataset import parse_dataset_spec
-from llmload.core.lengths import parse_lengths
-from llmload.core.traceshape import parse_sample
-from llmload.core.workloads import ARRIVALS, OVER_CONTEXT, WORKLOADS, parse_think_time
+from llmload.core.traffic.dataset import parse_dataset_spec
+from llmload.core.traffic.lengths import parse_lengths
+from llmload.core.traffic.traceshape import parse_sample
+from llmload.core.traffic.workloads import ARRIVALS, OVER_CONTEXT, WORKLOADS, parse_think_time
 
 ENDPOINTS = ("completions", "chat")
 _TRUE = {"true", "yes", "on", "1"}
@@ -207,7 +207,7 @@ def _energy(value: Any) -> str:
 
 
 def _slo(value: Any) -> dict[str, float] | None:
-    from llmload.core.slo import parse_slo
+    from llmload.core.figures.slo import parse_slo
     return parse_slo(value)
 
 

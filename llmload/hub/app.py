@@ -4,11 +4,11 @@
 Routes (GET and HEAD only: a POST or any other method is a 405, and the store is opened for reading):
 
     /, /runs            runs, filtered by model, engine, version, hardware, provenance, since, until
-    /runs/<id>          the run's report.html (`llmload.output.report.render_html`) under the hub's bar
+    /runs/<id>          the run's report.html (`llmload.output.pages.report.render_html`) under the hub's bar
                         (its tier; links to /runs/<id>/results.json and each uploaded records file)
     /leaderboard        ?model=M&context=C[&concurrency=N][&hardware=H][&version=V]: runs ranked by total tok/s
     /models, /hardware  what the store holds, with counts and links
-    /compare            ?a=ID&b=ID: the compare page (`llmload.output.comparereport.render_html`)
+    /compare            ?a=ID&b=ID: the compare page (`llmload.output.pages.comparepage.render_html`)
     /calculator         ?run=ID|profile=NAME&context=C&users=N[&slo=...]: the twin's prediction (NAME:
                         a profile the hub offers, `calculator.offered_profiles`; never a file's path);
                         &workload=rate&rate=R[&arrivals=constant&window=30s]: a rate cell, and with an SLO
@@ -103,12 +103,12 @@ def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None,
     writing). `profiles`: the calculator's profiles by name (`calculator.offered_profiles`;
     default: the built-in ones), read before any request. `workers`: where run pages' charts and
     predictions are computed (`llmload.hub.workers`; default: a thread of this process)."""
-    from llmload.output import comparereport
-    from llmload.output.compare import CompareError, compare
-    from llmload.core.resultsjson import results_to_dict
+    from llmload.output.pages import comparepage
+    from llmload.output.pages.compare import CompareError, compare
+    from llmload.core.model.document import results_to_dict
     from llmload.hub.calculator import MAX_OUTPUT_TOKENS, offered_profiles
     from llmload.hub.ratecalc import RateCalculation, parse_rate, parse_window
-    from llmload.output import pageformat
+    from llmload.output import formats
 
     offered = dict(offered_profiles() if profiles is None else profiles)
     mimetypes.guess_type("hub.css")  # the system's MIME types read now, not by the first static file's request
@@ -117,8 +117,8 @@ def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None,
     app.url_map.merge_slashes = False  # `//x` is a 404, never a redirect
     app.json.sort_keys = False
     app.jinja_env.undefined = jinja2.StrictUndefined
-    app.jinja_env.filters.update(rate=pageformat.fmt_rate, ms=pageformat.fmt_ms, tbt=pageformat.fmt_tbt_ms,
-                                 context=pageformat.fmt_context, link=views.link, tier=views.tier_text)
+    app.jinja_env.filters.update(rate=formats.fmt_rate, ms=formats.fmt_ms, tbt=formats.fmt_tbt_ms,
+                                 context=formats.fmt_context, link=views.link, tier=views.tier_text)
 
     def page(template: str, active: str, **context) -> str:
         return render_template(template, nav=NAV, active=active, **context)
@@ -237,7 +237,7 @@ def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None,
     def compare_page():
         if not request.args:
             return page("compare.html", "Compare", runs=store.runs(limit=CHOICES))
-        return _report_page(comparereport.render_html(comparison()), render_template("bar.html", nav=NAV, run=None))
+        return _report_page(comparepage.render_html(comparison()), render_template("bar.html", nav=NAV, run=None))
 
     @app.get("/api/compare")
     def compare_api():

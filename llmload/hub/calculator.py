@@ -6,7 +6,7 @@ by name (`offered_profiles`: the built-in profiles and those of the operator's `
 the prediction is `llmload.twin.predict.predict_results` for that one decode cell (and the
 cold prefill of that context), in virtual time, so every figure is **predicted**: it comes
 from the simulator's engine model, never from a measurement. With an SLO, the decode cell
-is judged by `llmload.core.slo.judge_cell`. Input that cannot be used is a `QueryError`.
+is judged by `llmload.core.figures.slo.judge_cell`. Input that cannot be used is a `QueryError`.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from llmload.core.cellresult import CellResult
-from llmload.core.slo import CellVerdict, SLOError, describe_slo, judge_cell, parse_slo
+from llmload.core.model.cell import CellResult
+from llmload.core.figures.slo import CellVerdict, SLOError, describe_slo, judge_cell, parse_slo
 from llmload.hub.query import QueryError
 from llmload.hub.store import Store
 
@@ -58,7 +58,7 @@ class Calculation:
     provenance: str = "predicted"
 
     def to_dict(self) -> dict:
-        from llmload.core.resultsjson import cell_to_dict
+        from llmload.core.model.document import cell_to_dict
         return {"provenance": self.provenance, "workload": "matrix", "source": self.source, "profile": self.profile,
                 "context_tokens": self.context_tokens, "users": self.users, "max_tokens": self.max_tokens,
                 "window_s": self.window_s, "slo": self.slo,
@@ -137,7 +137,7 @@ def _offered(name: str, profiles: Mapping[str, Profile]):
 
 
 def checked_slo(slo: str | None) -> dict[str, float] | None:
-    """The normalised SLO (`llmload.core.slo.parse_slo`), or a QueryError."""
+    """The normalised SLO (`llmload.core.figures.slo.parse_slo`), or a QueryError."""
     try:
         return parse_slo(slo)
     except SLOError as exc:

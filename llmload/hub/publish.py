@@ -1,12 +1,12 @@
 """Publishing a results directory into the store: read and checked first (`read_run`), then
 stored in one transaction (`publish`).
 
-- A run is read with `llmload.output.results.load_results`: a malformed results.json is
+- A run is read with `llmload.output.rundir.resultsfile.load_results`: a malformed results.json is
   refused in one line naming it. A run still being written (a live `llmload run` holds the
-  directory's lock, `llmload.output.rundir`) is refused; the lock is tested with a shared
+  directory's lock, `llmload.output.rundir.directory`) is refused; the lock is tested with a shared
   lock on the lock file, so publishing writes nothing into the directory. A run that ended
   without a status (killed) is stored as interrupted (`rundir.held_run`'s rule).
-- Every value is scrubbed of secrets again (`llmload.output.resultswriter.as_written`, the
+- Every value is scrubbed of secrets again (`llmload.output.rundir.writer.as_written`, the
   writer's own cleaning, through `llmload.core.redact`'s process-wide scrubber) and the
   stored document is that scrubbed document.
 - A run's id is its content: the first 16 hex digits of the sha256 of the stored document
@@ -36,14 +36,14 @@ import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from llmload.core.redact import scrub
-from llmload.core.resultsjson import results_to_dict
-from llmload.core.runresults import Results, utc_now_iso
+from llmload.core.model.document import results_to_dict
+from llmload.core.model.results import Results, utc_now_iso
 from llmload.hub import schema
 from llmload.hub.database import StoreError, first_line
 from llmload.hub.store import Store
-from llmload.output.results import RESULTS_FILE, ResultsError
-from llmload.output.resultswriter import as_written
-from llmload.output.rundir import LOCK_FILE, held_run
+from llmload.output.rundir.resultsfile import RESULTS_FILE, ResultsError
+from llmload.output.rundir.writer import as_written
+from llmload.output.rundir.directory import LOCK_FILE, held_run
 
 ID_HEX = 16
 """Hex digits of a run's id."""

@@ -13,7 +13,7 @@ cells bracket the answer. While every rate of the ladder meets the SLO, twice it
 is added (up to MAX_RATE_RPS); while its lowest fails, the ladder becomes half of that and
 that (while the window still schedules a request at the rate). Once a ladder holds a
 passing rate and the first failing one above it, that same prediction bisects between them
-(the run's rate bisection, `llmload.core.slosearch.rate_search`) to within 5%
+(the run's rate bisection, `llmload.core.figures.slosearch.rate_search`) to within 5%
 (`predict.PREDICTED_RATE_RATIO`). The answer is `slosearch.max_rate_meeting` of that last
 prediction's cells (the report's rule), so the verdicts it rests on are its own: a Poisson
 cell's arrivals are seeded by its place in the prediction's plan (as a run seeds them by
@@ -30,11 +30,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from llmload.core.cellresult import CellResult
-from llmload.core.slo import CellVerdict, describe_slo, judge_cell
-from llmload.core.slosearch import RateCapacity
+from llmload.core.model.cell import CellResult
+from llmload.core.figures.slo import CellVerdict, describe_slo, judge_cell
+from llmload.core.figures.slosearch import RateCapacity
 from llmload.core.units import format_tokens, parse_duration
-from llmload.core.workloads import ARRIVALS
+from llmload.core.traffic.workloads import ARRIVALS
 from llmload.hub.calculator import MAX_WINDOW_S, checked_slo, profile_for
 from llmload.hub.query import QueryError
 from llmload.hub.store import Store
@@ -151,7 +151,7 @@ class RateCalculation:
                 f"{fmt_rate(cap.first_failing_rps)} req/s fails on {cap.binding})")
 
     def to_dict(self) -> dict:
-        from llmload.core.resultsjson import cell_to_dict
+        from llmload.core.model.document import cell_to_dict
         cap = self.capacity
         return {"provenance": self.provenance, "workload": "rate", "source": self.source, "profile": self.profile,
                 "context_tokens": self.context_tokens, "rate_rps": self.rate_rps, "arrivals": self.arrivals,
@@ -187,7 +187,7 @@ MAX_LADDERS = 30
 def _ladders(predict, slo: dict[str, float], rate: float, window_s: float):
     """(the last ladder, its prediction's cells, their RateCapacity, the first prediction's
     cells): the ladders of the module docstring, `predict(rates)` the prediction of one."""
-    from llmload.core.slosearch import max_rate_meeting
+    from llmload.core.figures.slosearch import max_rate_meeting
     ladder = [rate]
     first = cells = predict(ladder)
     for _ in range(MAX_LADDERS):

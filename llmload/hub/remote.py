@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llmload.hub.publish import RunToPublish
-from llmload.output.recordstore import RECORDS_DIR
+from llmload.output.rundir.records import RECORDS_DIR
 
 TOKEN_ENV = "LLMLOAD_HUB_TOKEN"
 TIMEOUT_S = 120.0

@@ -5,7 +5,7 @@
   document), so a run published twice, from any machine, is one row. The columns besides
   `results_json` are what lists and filters read (model, engine, hardware, provenance,
   dates); `results_json` is the whole results document, scrubbed of secrets, from which
-  `llmload.core.resultsjson.results_from_dict` gives the run back. The per-request records
+  `llmload.core.model.document.results_from_dict` gives the run back. The per-request records
   are not copied. Where the run came from, `publisher` (the publishing machine's host name)
   and `source_dir` (the results directory's absolute path there), is stored only where its
   publisher asked (`llmload publish --with-origin`); else both are NULL (revision

@@ -20,8 +20,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from llmload.core.resultsjson import ResultsError, results_from_dict
-from llmload.core.runresults import Results
+from llmload.core.model.document import ResultsError, results_from_dict
+from llmload.core.model.results import Results
 from llmload.hub import schema
 from llmload.hub.database import StoreError, connect, default_url, first_line, masked, migrate
 

@@ -4,7 +4,7 @@ and stored as `llmload publish` stores them (`accept`).
 - The upload is a results.json (form part `results`) and, optionally, the run's records files
   (parts `records`, each named as in the run's records/ folder). They are written to a
   private temporary directory and read there by `publish.read_run`, the loader `llmload
-  publish` uses, and the records by `recordstore.read_cell`: a malformed upload is a 400 in
+  publish` uses, and the records by `llmload.output.rundir.records.read_cell`: a malformed upload is a 400 in
   one line naming what is wrong (the temporary path never shown), and nothing is stored.
 - A submitter may store `max_per_hour` runs in any hour (counted from the store: runs of
   its token published in the last hour); one more is a 429 with the seconds until the
@@ -28,8 +28,8 @@ import sqlalchemy as sa
 from llmload.hub import schema
 from llmload.hub.publish import PublishError, publish, read_run
 from llmload.hub.store import Store
-from llmload.output.recordstore import RECORDS_DIR, RecordsError, read_cell
-from llmload.output.results import RESULTS_FILE
+from llmload.output.rundir.records import RECORDS_DIR, RecordsError, read_cell
+from llmload.output.rundir.resultsfile import RESULTS_FILE
 
 RECORDS_NAME = re.compile(r"^(?:records/)?([A-Za-z0-9][A-Za-z0-9_.-]{0,150}\.parquet)$")
 HOUR_S = 3600

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
-from llmload.core.runresults import utc_now_iso
+from llmload.core.model.results import utc_now_iso
 from llmload.hub import schema
 from llmload.hub.database import StoreError, first_line
 from llmload.hub.store import Store

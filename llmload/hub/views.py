@@ -9,7 +9,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from llmload.hub.store import HardwareEntry, LeaderRow, ModelEntry, RunSummary
-from llmload.output import pageformat as fmt
+from llmload.output import formats as fmt
 
 RATE_FIGURES = (("Achieved rate", None), ("TTFT p50", "ttft_ms"), ("TTFT p90", "ttft_p90_ms"),
                 ("TTFT p99", "ttft_p99_ms"), ("TBT p50", "tbt_ms"), ("TBT p90", "tbt_p90_ms"),
@@ -101,7 +101,7 @@ def request_counts(cell) -> str:
 def rate_slo_rows(calc) -> list[tuple[str, ...]]:
     """The SLO prediction's cells, lowest rate first: rate, what added it (the ladder or the
     bisection), achieved rate, TTFT p99, TBT p99, the verdict."""
-    from llmload.core.slo import judge_cell
+    from llmload.core.figures.slo import judge_cell
     rows = []
     for cell in sorted(calc.slo_cells, key=lambda c: c.traffic.rate_rps or 0.0):
         verdict = judge_cell(cell, calc.slo)

@@ -30,13 +30,13 @@ from gevent import socket
 
 from llmload.wire.chunked import ChunkedDecoder, ChunkedError
 from llmload.core.clock import now
-from llmload.core.engines import server_truth
+from llmload.core.capacity.engines import server_truth
 from llmload.io.answertext import KeptSSE, answer_text
 from llmload.io.endpoint import Endpoint, connect_to
 from llmload.io.failures import describe_failure, read_error_body, retry_after_s
 from llmload.io.plainsocket import READ_SIZE, PlainSocket, active_streams, open_streams, read_wait_bin, queued_bytes, queued_events  # noqa: F401 - the monitor's
 from llmload.wire.httphead import ResponseHeadParser
-from llmload.core.records import RequestRecord
+from llmload.core.model.records import RequestRecord
 from llmload.wire.sse import SSEDecoder
 from llmload.wire.stream import TokenTimeline, error_message_from_body
 

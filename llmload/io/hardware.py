@@ -177,8 +177,8 @@ class PowerMonitor:
 
     def sample(self, t0: float, t1: float, interval_s: float = POWER_SAMPLE_S):
         """Power of every GPU from t0 to t1 (now() seconds) every interval_s, and the energy
-        counters at both ends: an `llmload.core.energy.PowerWindow`."""
-        from llmload.core.energy import PowerWindow
+        counters at both ends: an `llmload.core.figures.energy.PowerWindow`."""
+        from llmload.core.model.cellfacts import PowerWindow
         sleep = self._sleep or _default_sleep()
         sleep(max(t0 - self._clock(), 0.0))
         counters0 = self.energy_j()
@@ -197,7 +197,7 @@ class PowerMonitor:
 
     def idle_power_w(self, duration_s: float = IDLE_SAMPLE_S) -> float:
         """Mean total power of the GPUs over duration_s, nothing else running on purpose."""
-        from llmload.core.energy import mean_power_w
+        from llmload.core.figures.energy import mean_power_w
         t0 = self._clock()
         return mean_power_w(self.sample(t0, t0 + duration_s))
 

@@ -46,7 +46,7 @@ import gevent
 from gevent import socket
 from gevent.hub import Waiter
 
-from llmload.core.clientload import READ_DELAY_BIN_MS
+from llmload.core.capacity.clientload import READ_DELAY_BIN_MS
 from llmload.core.clock import REALTIME, now, refresh_realtime
 
 SO_TIMESTAMPNS: int | None = getattr(socket, "SO_TIMESTAMPNS", 35 if sys.platform.startswith("linux") else None)

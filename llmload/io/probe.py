@@ -15,11 +15,11 @@ from dataclasses import dataclass, replace
 from typing import Callable, Iterable
 
 from llmload.io.endpoint import Endpoint
-from llmload.core.serverlimits import find_limits
-from llmload.core.engines import DOC_PATHS, EngineCaps, engine_caps
+from llmload.core.capacity.serverlimits import find_limits
+from llmload.core.capacity.engines import DOC_PATHS, EngineCaps, engine_caps
 from llmload.wire.prometheus import metric_sum, parse_prometheus
-from llmload.core.prompts import FILLER_TEXT, PromptBuilder
-from llmload.core.textfit import fit_text
+from llmload.core.traffic.prompts import FILLER_TEXT, PromptBuilder
+from llmload.core.traffic.textfit import fit_text
 
 logger = logging.getLogger(__name__)
 

@@ -11,9 +11,9 @@ import logging
 
 import gevent.lock
 
-from llmload.core.engines import ENDPOINT_PATHS, engine_caps, request_body
-from llmload.core.prompts import PromptBuilder
-from llmload.core.workloads import parse_think_time
+from llmload.core.capacity.engines import ENDPOINT_PATHS, engine_caps, request_body
+from llmload.core.traffic.prompts import PromptBuilder
+from llmload.core.traffic.workloads import parse_think_time
 from llmload.loadgen.sessions import CHAT_PATH, SessionPlan
 
 logger = logging.getLogger(__name__)

@@ -18,8 +18,8 @@ import gevent
 from gevent.event import Event
 
 from llmload.core.clock import now
-from llmload.core.prompts import PromptBuilder, TextFit
-from llmload.core.records import RequestRecord
+from llmload.core.traffic.prompts import PromptBuilder, TextFit
+from llmload.core.model.records import RequestRecord
 from llmload.core.redact import scrub
 from llmload.loadgen import messages
 from llmload.loadgen.monitor import MONITOR_INTERVAL_S

@@ -15,9 +15,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar
 
-from llmload.core.cellfacts import LoadSample
-from llmload.core.clientload import IntervalSample
-from llmload.core.records import RequestRecord
+from llmload.core.model.cellfacts import LoadSample
+from llmload.core.capacity.clientload import IntervalSample
+from llmload.core.model.records import RequestRecord
 
 CELL = "llmload_cell"
 GO = "llmload_go"
@@ -79,7 +79,7 @@ class CellSpec(_Message):
     sized from tokens_per_word)."""
     text_tail: int = -1
     """The fitted text's tail word (`PromptBuilder.tail_words`; -1: none)."""
-    # The workloads beyond the matrix (kind "session", "rate", "replay"; `llmload.core.workloads`).
+    # The workloads beyond the matrix (kind "session", "rate", "replay"; `llmload.core.traffic.workloads`).
     system_prompt_tokens: int = 0
     """Session: the shared system prompt's tokens (same text for every user)."""
     turns: int = 0

@@ -2,7 +2,7 @@
 generator was the bottleneck is marked client_bound.
 
 A greenlet samples this process's CPU, event-loop lag and read backlog (the added delay it
-implies, `llmload.core.clientload`) every MONITOR_INTERVAL_S; workers ship a cell window's
+implies, `llmload.core.capacity.clientload`) every MONITOR_INTERVAL_S; workers ship a cell window's
 samples with its records (`llmload.loadgen.cellworker`).
 
 Freezes: a libev timer beats every HEARTBEAT_S (a C watcher and one short Python call: no
@@ -19,9 +19,9 @@ from collections import Counter
 
 import gevent
 
-from llmload.core.cellresult import ClientLoad
-from llmload.core.cellstatus import FREEZE_MIN_MS, client_load
-from llmload.core.cellfacts import LoadSample
+from llmload.core.model.cell import ClientLoad
+from llmload.core.figures.status import FREEZE_MIN_MS, client_load
+from llmload.core.model.cellfacts import LoadSample
 from llmload.core.clock import now
 from llmload.io.procstat import CpuWait, major_faults
 
@@ -76,7 +76,7 @@ class LoadMonitor:
     Every MONITOR_INTERVAL_S: CPU %, loop lag (how late its own wake-up came), and the
     streaming client's coalescing, kernel-stamped reads (their delays, and the reads that
     held several events: taken from the hot path's counters, `client.ReadCounters`) and
-    receive-queue depths, turned into an added-delay estimate (`llmload.core.clientload`)."""
+    receive-queue depths, turned into an added-delay estimate (`llmload.core.capacity.clientload`)."""
 
     def __init__(self) -> None:
         self.samples: list[LoadSample] = []
@@ -105,7 +105,7 @@ class LoadMonitor:
 
     def _sample_forever(self, heartbeat: Heartbeat, cpu_wait: CpuWait) -> None:
         from llmload.io import client
-        from llmload.core.clientload import IntervalSample, backlog_ages_ms, stamp_errors, stream_gap_ms
+        from llmload.core.capacity.clientload import IntervalSample, backlog_ages_ms, stamp_errors, stream_gap_ms
         counters = client.COUNTERS
         last_wall, last_cpu = time.monotonic(), time.process_time()
         last_counts = (counters.reads, counters.events, counters.bytes, counters.stamped)
@@ -164,5 +164,5 @@ class LoadMonitor:
         return [s for s in self.reads if t0 <= s.t_s <= t1]
 
     def window(self, t0: float, t1: float) -> ClientLoad:
-        """This process's load over [t0, t1] (`cellstatus.client_load`)."""
+        """This process's load over [t0, t1] (`llmload.core.figures.status.client_load`)."""
         return client_load(self.between(t0, t1), self.reads_between(t0, t1), window=(t0, t1))

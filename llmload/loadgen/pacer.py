@@ -39,11 +39,11 @@ from locust.exception import StopUser
 from locust.runners import WorkerRunner
 
 from llmload.core.clock import now
-from llmload.core.engines import engine_caps, request_body
-from llmload.core.lengths import drawn_lengths
-from llmload.core.records import RequestRecord
-from llmload.core.trace import MOONCAKE_BLOCK_TOKENS
-from llmload.core.workloads import ARRIVALS, DEFAULT_MAX_IN_FLIGHT, arrival_offsets, pacer_seed
+from llmload.core.capacity.engines import engine_caps, request_body
+from llmload.core.traffic.lengths import drawn_lengths
+from llmload.core.model.records import RequestRecord
+from llmload.core.traffic.trace import MOONCAKE_BLOCK_TOKENS
+from llmload.core.traffic.workloads import ARRIVALS, DEFAULT_MAX_IN_FLIGHT, arrival_offsets, pacer_seed
 from llmload.io.client import StreamingClient
 from llmload.loadgen.lookahead import Lookahead, Send
 from llmload.loadgen.messages import CellSpec

@@ -19,9 +19,9 @@ import os
 import gevent
 from locust.runners import MasterRunner, WorkerRunner
 
-from llmload.core.engines import ENDPOINT_PATHS
-from llmload.core.livehistory import LiveHistory
-from llmload.core.workloads import ARRIVALS
+from llmload.core.capacity.engines import ENDPOINT_PATHS
+from llmload.core.figures.livehistory import LiveHistory
+from llmload.core.traffic.workloads import ARRIVALS
 from llmload.core.redact import install_log_filter, remember_secrets, scrub
 from llmload.loadgen import messages
 from llmload.loadgen.state import state_of
@@ -54,7 +54,7 @@ def add_arguments(parser) -> None:
                         help="Seconds without data before a request fails (a 48K prefill can take 30 s)")
     parser.add_argument("--llm-engine", default="auto", include_in_web_ui=True,
                         help="Server engine (auto = probe); decides which request fields are sent")
-    # The workloads (llmload.core.workloads): requests (the above, closed loop), chat
+    # The workloads (llmload.core.traffic.workloads): requests (the above, closed loop), chat
     # sessions (llmload.loadgen.sessions) or open-loop arrivals (llmload.loadgen.pacer).
     parser.add_argument("--llm-workload", default="requests", choices=list(ADHOC_WORKLOADS),
                         include_in_web_ui=True,

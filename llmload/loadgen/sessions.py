@@ -1,5 +1,5 @@
 """The chat-session user: each Locust user is one conversation at a time
-(`llmload.core.workloads`, workload "sessions").
+(`llmload.core.traffic.workloads`, workload "sessions").
 
 A conversation is a system prompt of S tokens, the same text for every user of a cell (its
 key is the cell's), then T turns: user turn k is U tokens of text of its own (a key unique to
@@ -34,10 +34,10 @@ from typing import NamedTuple
 import gevent
 
 from llmload.core.clock import now
-from llmload.core.engines import engine_caps, request_body
-from llmload.core.lengths import drawn_lengths
-from llmload.core.records import RequestRecord
-from llmload.core.workloads import ThinkTime, parse_think_time
+from llmload.core.capacity.engines import engine_caps, request_body
+from llmload.core.traffic.lengths import drawn_lengths
+from llmload.core.model.records import RequestRecord
+from llmload.core.traffic.workloads import ThinkTime, parse_think_time
 from llmload.io.client import StreamingClient
 from llmload.loadgen.backoff import backoff_s
 from llmload.loadgen.messages import CellSpec

@@ -24,7 +24,7 @@ from functools import partial
 from locust.event import EventHook
 from locust.runners import WorkerRunner
 
-from llmload.core.records import RequestRecord
+from llmload.core.model.records import RequestRecord
 from llmload.core.redact import scrub
 from llmload.loadgen.adhoc import AdhocRequests
 from llmload.loadgen.cellworker import CellWorker

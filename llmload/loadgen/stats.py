@@ -1,7 +1,7 @@
 """The live LLM figures of a process, wired as Locust wires its own stats.
 
 `LiveCollector` (at `environment.llmload.stats`) subscribes to the process's record hook
-(`llmload.loadgen.state`) and keeps the live histograms (`llmload.core.live.LiveStats`)
+(`llmload.loadgen.state`) and keeps the live histograms (`llmload.core.figures.live.LiveStats`)
 and, where they are shown, the figures over time (`LiveHistory`). Workers gather into a
 delta that they ship to the master in `report_to_master` (every 3 s and at quit); the
 master merges them, so its UI, console table and CSV show the whole run. `fire_request`
@@ -18,9 +18,9 @@ import gevent
 from locust.runners import WorkerRunner
 
 from llmload.core.clock import now
-from llmload.core.live import LiveStats, format_table
-from llmload.core.livehistory import HISTORY_INTERVAL_S, LiveHistory
-from llmload.core.records import RequestRecord
+from llmload.core.figures.live import LiveStats, format_table
+from llmload.core.figures.livehistory import HISTORY_INTERVAL_S, LiveHistory
+from llmload.core.model.records import RequestRecord
 
 console = logging.getLogger("locust.stats_logger")
 

@@ -25,8 +25,8 @@ from locust import User, constant, task
 
 from llmload.io.client import StreamingClient
 from llmload.core.clock import now
-from llmload.core.engines import engine_caps, request_body
-from llmload.core.records import SETTLE_TAG
+from llmload.core.capacity.engines import engine_caps, request_body
+from llmload.core.model.records import SETTLE_TAG
 from llmload.loadgen.backoff import backoff_s
 from llmload.loadgen.messages import CellSpec
 from llmload.loadgen.state import state_of

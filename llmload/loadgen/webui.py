@@ -23,7 +23,7 @@ from importlib import resources
 from flask import make_response, request
 
 from llmload.core.clock import now
-from llmload.core.live import LiveStats
+from llmload.core.figures.live import LiveStats
 
 TAB_KEY = "llm"
 
@@ -128,7 +128,7 @@ LIVE_SCRIPT_TAG = '<script src="/llmload/live.js" defer></script>'
 
 
 def live_script() -> str:
-    return resources.files("llmload.output").joinpath("templates", "live.js").read_text(encoding="utf-8")
+    return resources.files("llmload.output.pages").joinpath("templates", "live.js").read_text(encoding="utf-8")
 
 
 def companion_path(html_file: str) -> str:
@@ -139,10 +139,10 @@ def companion_path(html_file: str) -> str:
 
 def live_page(environment, state) -> str:
     """The LLM table and the charts over time as one self-contained page (no script)."""
-    from llmload.output.livechart import live_chart
-    from llmload.core.live import RATE_WINDOW_S
+    from llmload.output.charts.live import live_chart
+    from llmload.core.figures.live import RATE_WINDOW_S
     from llmload.core.redact import scrub
-    from llmload.output.templating import render_template
+    from llmload.output.pages.templating import render_template
 
     t = now()
     runner = environment.runner

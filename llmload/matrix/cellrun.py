@@ -18,16 +18,16 @@ from dataclasses import replace
 
 import gevent
 
-from llmload.core.capacity import PlannedCell
-from llmload.core.cellfacts import CellFacts
+from llmload.core.capacity.plan import PlannedCell
+from llmload.core.model.cellfacts import CellFacts
 from llmload.core.clock import now
-from llmload.core.dataset import dataset_label
-from llmload.core.engines import ENDPOINT_PATHS
-from llmload.core.lengths import session_lengths
-from llmload.core.records import RequestRecord
-from llmload.core.trace import replay_window_s
-from llmload.core.tracestats import hit_ratio
-from llmload.core.workloads import arrival_offsets, drain_s, pacer_seed, parse_think_time
+from llmload.core.traffic.dataset import dataset_label
+from llmload.core.capacity.engines import ENDPOINT_PATHS
+from llmload.core.scenario import session_lengths
+from llmload.core.model.records import RequestRecord
+from llmload.core.traffic.trace import replay_window_s
+from llmload.core.traffic.tracestats import hit_ratio
+from llmload.core.traffic.workloads import arrival_offsets, drain_s, pacer_seed, parse_think_time
 from llmload.loadgen.messages import CellSpec, Collect, Go
 from llmload.matrix.context import RunContext, WorkerLost
 from llmload.matrix.driver import WAIT_NOTE_EVERY_S, LocustDriver

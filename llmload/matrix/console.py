@@ -1,21 +1,21 @@
 """What a run says on the console while it runs: the server, the plan, the prompts, each
 cell's line. Cell labels (`planned_label`), the m:ss clock (`eta_clock`), a cell's one-line summary
-(`cell_summary`). The matrix at the end is `llmload.output.terminal.echo_matrix`'s.
+(`cell_summary`). The matrix at the end is `llmload.output.pages.terminal.echo_matrix`'s.
 """
 
 from __future__ import annotations
 
 from typing import Callable
 
-from llmload.core.capacity import PlannedCell, expected_duration_s
-from llmload.core.cellresult import CellResult
+from llmload.core.capacity.plan import PlannedCell, expected_duration_s
+from llmload.core.model.cell import CellResult
 from llmload.core.scenario import Scenario
 from llmload.core.units import format_duration_s, format_tokens
-from llmload.core.workloads import drain_s
+from llmload.core.traffic.workloads import drain_s
 from llmload.io.probe import ServerInfo
 from llmload.matrix.context import RunContext
-from llmload.output.pageformat import cell_label, cell_ms, request_counts_text
-from llmload.output.pagetext import limit_lines
+from llmload.output.formats import cell_label, cell_ms, request_counts_text
+from llmload.output.pages.text import limit_lines
 
 def echo_note(ctx: RunContext, cell: CellResult) -> None:
     note = cell.prompt_length_note

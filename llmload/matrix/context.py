@@ -36,19 +36,19 @@ class RunContext:
     api_key: str | None = None
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:10])
     power: object | None = None
-    """A `hardware.PowerMonitor` when energy is measured (llmload.core.energy), else None."""
+    """A `hardware.PowerMonitor` when energy is measured (llmload.core.figures.energy), else None."""
     idle_power_w: float | None = None
     trace: tuple = ()
-    """Replay: the trace's requests to send (`llmload.core.trace.TraceRequest`), read before
+    """Replay: the trace's requests to send (`llmload.core.traffic.trace.TraceRequest`), read before
     the run and fitted to the server's context (`trace_fit`)."""
     dataset: tuple = ()
-    """Rate with --dataset: its entries to send, in order (`llmload.core.trace.TraceRequest`s
+    """Rate with --dataset: its entries to send, in order (`llmload.core.traffic.trace.TraceRequest`s
     with the prompt text and the server's counts), fitted to the server's context
     (`dataset_fit`)."""
     conversations: tuple = ()
     """Sessions with --dataset: the conversations to hold, each (user message, its tokens, the
     answer's tokens) per turn (`llmload.matrix.datasetfit.fit_conversations`)."""
     dataset_fit: object | None = None
-    """Rate with --dataset: the `llmload.core.trace.TraceFit` the entries above come from."""
+    """Rate with --dataset: the `llmload.core.traffic.trace.TraceFit` the entries above come from."""
     trace_fit: object | None = None
-    """Replay: the `llmload.core.trace.TraceFit` the requests above come from."""
+    """Replay: the `llmload.core.traffic.trace.TraceFit` the requests above come from."""

@@ -15,9 +15,9 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from llmload.core.dataset import Dataset, DatasetError, dataset_order, load_dataset
+from llmload.core.traffic.dataset import Dataset, DatasetError, dataset_order, load_dataset
 from llmload.core.scenario import Scenario
-from llmload.core.trace import TraceError, TraceFit, TraceRequest, fit_trace
+from llmload.core.traffic.trace import TraceError, TraceFit, TraceRequest, fit_trace
 from llmload.io.probe import ServerInfo, answer_counter, prompt_counter
 from llmload.loadgen.sessions import TEMPLATE_ROOM
 

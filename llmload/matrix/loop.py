@@ -6,7 +6,7 @@ cell's cold warm-up as its context's prefill sample where the plan says so, re-p
 cells not yet run once a cell shows the sequence-count limit the server does not report
 (`_learn_limit`), and stops after MAX_DEAD_CELLS cells in a row with only failures.
 `_keep` writes a finished cell's records, then its result (a `CellResult`). `run_slo_search`
-bisects the concurrency per context around the SLO's limit (`llmload.core.slosearch`, each
+bisects the concurrency per context around the SLO's limit (`llmload.core.figures.slosearch`, each
 level a cell run here); `remaining_s` is the ETA.
 """
 
@@ -16,23 +16,23 @@ import time
 from dataclasses import replace
 from typing import Callable
 
-from llmload.core.capacity import (PlannedCell, expected_duration_s, plan_matrix, plan_rates, plan_replay,
+from llmload.core.capacity.plan import (PlannedCell, expected_duration_s, plan_matrix, plan_rates, plan_replay,
                                    plan_sessions)
-from llmload.core.cellfacts import CellFacts
-from llmload.core.cellresult import CellResult, CellSlo
-from llmload.core.cells import assemble_cell, not_run_cell
-from llmload.core.lengths import rate_lengths, session_lengths
-from llmload.core.records import RequestRecord
+from llmload.core.model.cellfacts import CellFacts
+from llmload.core.model.cell import CellResult, CellSlo
+from llmload.core.figures.cells import assemble_cell, not_run_cell
+from llmload.core.scenario import rate_lengths, session_lengths
+from llmload.core.model.records import RequestRecord
 from llmload.core.scenario import Scenario
-from llmload.core.seqlimit import learn_sequence_limit
-from llmload.core.trace import trace_duration_s
-from llmload.core.slosearch import RateLevel, SearchLevel, rate_search, slo_search
+from llmload.core.capacity.seqlimit import learn_sequence_limit
+from llmload.core.traffic.trace import trace_duration_s
+from llmload.core.figures.slosearch import RateLevel, SearchLevel, rate_search, slo_search
 from llmload.io.probe import ServerInfo
 from llmload.matrix.cellrun import CellMeasurer, CellTimeout
 from llmload.matrix.console import eta_clock, echo_note, planned_label, cell_summary
 from llmload.matrix.context import RunContext, RunError, WorkerLost
 from llmload.matrix.driver import LocustDriver
-from llmload.output.recordstore import RECORDS_DIR, write_cell
+from llmload.output.rundir.records import RECORDS_DIR, write_cell
 
 MAX_DEAD_CELLS = 2
 """Stop the run after this many consecutive cells in which every request failed."""
@@ -71,7 +71,7 @@ def run_plan(ctx: RunContext, driver: LocustDriver, prompts, plan: list[PlannedC
     """Run the plan's cells that are not in `done` (the finished cells of a resumed run).
     With `regrow` (`--workers auto` against a real server), a decode cell whose projected
     event rate needs more worker processes than run now gets them first."""
-    from llmload.core.autoworkers import describe, workers_for
+    from llmload.core.capacity.autoworkers import describe, workers_for
     done = done or {}
     per_stream_rate: float | None = None
     measurer = CellMeasurer(ctx, driver, prompts)
@@ -166,7 +166,7 @@ def _borrowed(c: PlannedCell) -> bool:
 def _learn_limit(ctx: RunContext, writer, plan: list[PlannedCell], planned: PlannedCell, cell: CellResult,
                  facts: CellFacts) -> list[PlannedCell] | None:
     """Where the server reports no sequence-count limit, the one this cell's window shows
-    (`llmload.core.seqlimit`), if any: the run goes on with it (ctx.info, results.json's server
+    (`llmload.core.capacity.seqlimit`), if any: the run goes on with it (ctx.info, results.json's server
     and plan) and returns the plan re-planned with it; None when the cell shows none."""
     learned = learn_sequence_limit(planned=planned, status=cell.status, preemptions=cell.server_load.preemptions,
                                    running_samples=facts.running_samples, waiting_samples=facts.waiting_samples)
@@ -213,7 +213,7 @@ MAX_SLO_SEARCH_CELLS = 6
 
 def run_slo_search(ctx: RunContext, driver: LocustDriver, prompts, writer) -> None:
     """Bisect N per context between the last level meeting the SLO and the first failing
-    one (`llmload.core.slosearch`), each level an extra decode cell in the results; for the
+    one (`llmload.core.figures.slosearch`), each level an extra decode cell in the results; for the
     rate workload, the rate between the highest meeting it and the lowest failing it; for
     sessions, the users per system prompt."""
     sc, info = ctx.scenario, ctx.info

@@ -14,23 +14,23 @@ import time
 from dataclasses import replace
 from typing import Callable
 
-from llmload.core.capacity import PlannedCell
-from llmload.core.resultsjson import results_to_dict
-from llmload.core.runresults import DEFINITIONS, Results, new_results, utc_now_iso
+from llmload.core.capacity.plan import PlannedCell
+from llmload.core.model.document import results_to_dict
+from llmload.core.model.results import DEFINITIONS, Results, new_results, utc_now_iso
 from llmload.core.scenario import Scenario
-from llmload.core.seqlimit import is_learned
+from llmload.core.capacity.seqlimit import is_learned
 from llmload.io.hardware import host_facts
 from llmload.io.probe import ServerInfo, build_prompts, probe_server
 from llmload.matrix.console import echo_plan, echo_prompts, echo_server
-from llmload.core.dataset import DatasetError
-from llmload.core.trace import TraceError, fit_trace
+from llmload.core.traffic.dataset import DatasetError
+from llmload.core.traffic.trace import TraceError, fit_trace
 from llmload.matrix.datasetfit import fit_for_run
-from llmload.core.traceshape import scenario_trace
+from llmload.core.traffic.traceshape import scenario_trace
 from llmload.matrix.context import PlanRefused, RunContext
 from llmload.matrix.driver import LocustDriver
 from llmload.matrix.loop import plan_for, run_plan, run_slo_search, run_window_s
 from llmload.matrix.server import server_for
-from llmload.output.terminal import echo_matrix
+from llmload.output.pages.terminal import echo_matrix
 
 
 def run_matrix(scenario: Scenario, *, api_key: str | None = None, out_dir: str | None = None,
@@ -39,7 +39,7 @@ def run_matrix(scenario: Scenario, *, api_key: str | None = None, out_dir: str |
     """Run the scenario's matrix; returns the results directory. Raises RunError/ProbeError/
     RunDirError. With `resume`, out_dir holds an earlier run of this scenario: its finished
     cells are kept and the rest are run (the caller passes the scenario it stored)."""
-    from llmload.output.rundir import claim
+    from llmload.output.rundir.directory import claim
     # A given --out is claimed (created, locked, checked) before anything starts.
     run_dir = claim(out_dir, force=force, resume=resume) if out_dir else None
     try:
@@ -52,11 +52,11 @@ def run_matrix(scenario: Scenario, *, api_key: str | None = None, out_dir: str |
 
 def _run_matrix(scenario: Scenario, *, api_key: str | None, run_dir, master_bind: str | None,
                 expect_workers: int | None, echo: Callable[[str], None]) -> str:
-    from llmload.output.rundir import RunDirError, claim, differences, finished_cells, resume_differences
+    from llmload.output.rundir.directory import RunDirError, claim, differences, finished_cells, resume_differences
     trace = scenario_trace(scenario) if scenario.workload == "replay" else ()
     if run_dir is not None and run_dir.previous is not None:
         # A changed configuration is refused before anything starts.
-        from llmload.output.resultswriter import ResultsWriter
+        from llmload.output.rundir.writer import ResultsWriter
         config = ResultsWriter.cleaned({"config": scenario.to_dict()})["config"]
         diffs = [f"config.{d}" for d in differences(dict(run_dir.previous.config), config)]
         if diffs:
@@ -95,7 +95,7 @@ def _run_matrix(scenario: Scenario, *, api_key: str | None, run_dir, master_bind
                                                if c.status != "exceeds_context" and c.context_tokens
                                                and c.phase in ("decode", "prefill", "rate")])
         echo_prompts(prompts, echo)
-        from llmload.output.resultswriter import ResultsWriter
+        from llmload.output.rundir.writer import ResultsWriter
         meta = _meta(ctx, plan, prompts)
         if run_dir is None:
             run_dir = claim(default_out_dir(info.model))
@@ -206,7 +206,7 @@ def _drive(ctx: RunContext, prompts, plan: list[PlannedCell], writer, done: dict
 def _initial_workers(ctx: RunContext, plan: list[PlannedCell], echo: Callable[[str], None]) -> int:
     """`--workers auto` before the first cell: from the simulator's profile; a real server
     starts in one process and grows from its measured rate (`run_plan`)."""
-    from llmload.core.autoworkers import describe, sim_events_per_s, workers_for
+    from llmload.core.capacity.autoworkers import describe, sim_events_per_s, workers_for
     decode = [c.concurrency for c in plan if c.runs and c.phase == "decode"]
     top = max(decode, default=1)
     if ctx.info.simulated:
@@ -244,7 +244,7 @@ def _check_open_files(plan: list[PlannedCell], workers: int, echo: Callable[[str
 
 
 def _open_power(ctx: RunContext, echo: Callable[[str], None]) -> dict:
-    """Start measuring GPU power where the scenario asks (llmload.core.energy); the run goes on
+    """Start measuring GPU power where the scenario asks (llmload.core.figures.energy); the run goes on
     without it, and says why. Returns results.json's `energy` block."""
     from llmload.io.hardware import PowerMonitor
     mode = ctx.scenario.energy

@@ -14,7 +14,7 @@ from typing import Callable, Iterator
 
 import gevent
 
-from llmload.core.cellfacts import ServerSample
+from llmload.core.model.cellfacts import ServerSample
 from llmload.core.clock import now
 from llmload.core.scenario import Scenario
 from llmload.io.probe import server_load

@@ -7,8 +7,8 @@ warm-up, N requests at once, a fixed window) on a `VirtualRun`, so the benchmark
 the comparison instantly and a test can pin the profile to the seed.
 
 No figure is defined here: the virtual traces become `RequestRecord`s and go through
-`llmload.core.metrics` (the definitions `llmload run` uses), and over capacity is the capacity
-planner's verdict (`llmload.core.capacity.plan_matrix`).
+`llmload.core.figures.metrics` (the definitions `llmload run` uses), and over capacity is the capacity
+planner's verdict (`llmload.core.capacity.plan.plan_matrix`).
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import math
 from array import array
 from dataclasses import dataclass
 
-from llmload.core.capacity import plan_matrix
-from llmload.core.metrics import prefill_figures, window_figures
-from llmload.core.records import RequestRecord
+from llmload.core.capacity.plan import plan_matrix
+from llmload.core.figures.metrics import prefill_figures, window_figures
+from llmload.core.model.records import RequestRecord
 from llmload.sim.engine import EngineRequest
 from llmload.sim.profiles import Profile
 from llmload.sim.tokenizer import NUM_SPECIAL

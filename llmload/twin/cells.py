@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from array import array
 
-from llmload.core.cellfacts import CellFacts, ServerSample
-from llmload.core.records import RequestRecord
+from llmload.core.model.cellfacts import CellFacts, ServerSample
+from llmload.core.model.records import RequestRecord
 from llmload.sim.calibration import unique_prompt
 from llmload.sim.engine import EngineRequest
 from llmload.sim.profiles import Profile

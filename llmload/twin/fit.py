@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from llmload.core.runresults import Results
+from llmload.core.model.results import Results
 from llmload.twin.cells import virtual_decode, virtual_prefill
 from llmload.sim.profiles import NULL_BLOCKS, Profile, validate
 
@@ -181,7 +181,7 @@ def simulate_cell(profile: Profile, o: _Obs) -> _Sim:
     if o.phase == "prefill":
         [r] = virtual_prefill(profile, o.prompt_tokens)
         return _Sim(ttft_ms=r.ttft_s * 1e3 if r.ttft_s is not None else None)
-    from llmload.core.metrics import window_figures
+    from llmload.core.figures.metrics import window_figures
     records, facts = virtual_decode(profile, prompt_tokens=o.prompt_tokens, concurrency=o.concurrency,
                                     max_tokens=o.max_tokens, window_s=o.window_s)
     fig = window_figures([r for r in records if r.tag == "decode"], facts.t0_s, facts.t1_s,

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from llmload.core.records import RequestRecord
+from llmload.core.model.records import RequestRecord
 from llmload.sim.calibration import unique_prompt
 from llmload.sim.engine import EngineRequest, block_hashes
 from llmload.sim.profiles import Profile

@@ -30,8 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-from llmload.core.runresults import Results
-from llmload.output.recordstore import RecordsError, read_cell
+from llmload.core.model.results import Results
+from llmload.output.rundir.records import RecordsError, read_cell
 from llmload.sim.profiles import Profile, validate
 from llmload.twin import fit as matrix_fit
 from llmload.twin.fit import FRONTEND_PARAMS, FitError, FitResult, Residual

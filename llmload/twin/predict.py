@@ -3,13 +3,13 @@ replay in virtual time.
 
 Pure apart from the results files the CLI reads and writes (no sockets, no sleeping): the
 simulator's engine model runs in virtual time (`llmload.sim.virtual`), and every figure of a
-predicted cell goes through the same `llmload.core.metrics` and cell functions as a measured one.
+predicted cell goes through the same `llmload.core.figures.metrics` and cell functions as a measured one.
 The profile is a built-in one or one fitted to a run (`llmload.twin.fit`).
 
 Predict (`predict_results`): plan the matrix against the profile's KV cache (the runner's
 planner), run each cell the way the runner does (`llmload.twin.cells`) in virtual time, and
-give the run's `Results` (`llmload.core.runresults.new_results`) with provenance "predicted";
-with an SLO search, the bisection is the run's own (`llmload.core.slosearch`), each level a
+give the run's `Results` (`llmload.core.model.results.new_results`) with provenance "predicted";
+with an SLO search, the bisection is the run's own (`llmload.core.figures.slosearch`), each level a
 predicted cell, unbounded (it ends when the two levels are adjacent). The workloads
 (`predict_rate_results`, `predict_sessions_results`, `predict_replay_results`): the run's plan
 of that workload, each cell sent as the run sends it (`llmload.twin.workloads`); the SLO
@@ -25,18 +25,18 @@ import dataclasses
 import logging
 from collections.abc import Callable, Mapping, Sequence
 
-from llmload.core.capacity import PlannedCell, plan_matrix, plan_rates, plan_replay, plan_sessions
-from llmload.core.cellfacts import CellFacts
-from llmload.core.cellresult import CellResult
-from llmload.core.cells import assemble_cell, not_run_cell
-from llmload.core.lengths import rate_lengths, session_lengths
-from llmload.core.records import RequestRecord
-from llmload.core.runresults import DEFINITIONS, Results, new_results, utc_now_iso
+from llmload.core.capacity.plan import PlannedCell, plan_matrix, plan_rates, plan_replay, plan_sessions
+from llmload.core.model.cellfacts import CellFacts
+from llmload.core.model.cell import CellResult
+from llmload.core.figures.cells import assemble_cell, not_run_cell
+from llmload.core.scenario import rate_lengths, session_lengths
+from llmload.core.model.records import RequestRecord
+from llmload.core.model.results import DEFINITIONS, Results, new_results, utc_now_iso
 from llmload.core.scenario import Scenario
-from llmload.core.slosearch import RateLevel, SearchLevel, rate_search
-from llmload.core.slosearch import slo_search as search_users
-from llmload.core.trace import TraceFit, replay_window_s
-from llmload.core.tracestats import hit_ratio
+from llmload.core.figures.slosearch import RateLevel, SearchLevel, rate_search
+from llmload.core.figures.slosearch import slo_search as search_users
+from llmload.core.traffic.trace import TraceFit, replay_window_s
+from llmload.core.traffic.tracestats import hit_ratio
 from llmload.sim.profiles import Profile
 from llmload.twin.cells import virtual_decode, virtual_prefill
 from llmload.twin.workloads import virtual_rate, virtual_replay, virtual_sessions
@@ -47,7 +47,7 @@ PREDICTED_RATE_RATIO = 1.05
 """A predicted rate bisection goes on until the failing rate is within 5% of the passing one
 (virtual time is cheap; a run stops at `slosearch.RATE_SEARCH_RATIO`)."""
 Keep = Callable[[PlannedCell, list[RequestRecord], CellFacts], str]
-"""Writes a predicted cell's records (as the run's `recordstore.write_cell`) and gives the
+"""Writes a predicted cell's records (as the run's `llmload.output.rundir.records.write_cell`) and gives the
 cell's records_file."""
 
 
@@ -56,7 +56,7 @@ def predict_cell(profile: Profile, planned: PlannedCell, *, window_s: float,
                  cell_id: str = "c", keep: Keep | None = None) -> CellResult:
     """The cell the runner would have written for `planned`, in virtual time (a rate or
     session cell needs the scenario `sc`); with `keep`, its records kept as a run keeps them."""
-    # The cells are the runner's own: the one assembly function (llmload.core.cells).
+    # The cells are the runner's own: the one assembly function (llmload.core.figures.cells).
     if not planned.runs:
         return not_run_cell(planned)
     if planned.phase == "rate":
@@ -203,7 +203,7 @@ def _predicted(profile: Profile, scenario: Scenario, plan: list[PlannedCell], ce
 def _slo_search(profile: Profile, cells: list[CellResult], *, contexts: Sequence[int], max_tokens: int,
                 duration_s: float, slo: Mapping[str, float],
                 on_cell: Callable[[CellResult], None] | None = None) -> list[CellResult]:
-    """The run's SLO bisection (`llmload.core.slosearch`) in virtual time: each level a
+    """The run's SLO bisection (`llmload.core.figures.slosearch`) in virtual time: each level a
     predicted cell; no bound on the levels per context."""
 
     def measure(level: SearchLevel) -> CellResult:

@@ -2,7 +2,7 @@
 replay (`virtual_replay`) and a chat-session cell (`virtual_sessions`), each sent as a run
 sends it, to the simulator's engine model (`llmload.sim.virtual`), with no sockets and no
 wall clock. Each gives the records and the facts the runner would have gathered, which the
-run's own cell functions (`llmload.core.cells`) turn into the cell.
+run's own cell functions (`llmload.core.figures.cells`) turn into the cell.
 
 - Rate: the pacer's arrivals (`workloads.arrival_offsets`, one pacer; Poisson seeded by the
   cell's context and rate, so a rate's arrivals do not depend on the rates predicted beside
@@ -32,13 +32,13 @@ import itertools
 import random
 from collections.abc import Iterable, Iterator
 
-from llmload.core.capacity import PlannedCell
-from llmload.core.cellfacts import CellFacts, ServerSample
-from llmload.core.lengths import drawn_lengths
-from llmload.core.records import RequestRecord
+from llmload.core.capacity.plan import PlannedCell
+from llmload.core.model.cellfacts import CellFacts, ServerSample
+from llmload.core.traffic.lengths import drawn_lengths
+from llmload.core.model.records import RequestRecord
 from llmload.core.scenario import Scenario
-from llmload.core.trace import MOONCAKE_BLOCK_TOKENS, TraceRequest
-from llmload.core.workloads import arrival_offsets, drain_s, parse_think_time, pacer_seed
+from llmload.core.traffic.trace import MOONCAKE_BLOCK_TOKENS, TraceRequest
+from llmload.core.traffic.workloads import arrival_offsets, drain_s, parse_think_time, pacer_seed
 from llmload.sim.calibration import unique_prompt
 from llmload.sim.engine import EngineRequest
 from llmload.sim.profiles import Profile

@@ -1,0 +1,1 @@
+"""Figures, SLOs and statistics: the one definition of every figure (metrics), a cell's result and status from its records, goodput, histograms, energy, SLO capacity and its search, live figures, the checks against the server's own, the workloads' figures."""

@@ -1,0 +1,146 @@
+"""The workloads beyond the matrix, as pure facts: their names, think times, session
+lengths and open-loop arrival schedules.
+
+- "matrix" (the default): the speed-test matrix, N identical closed-loop streams at context C.
+- "sessions": each user is one chat conversation: a system prompt of S tokens shared by every
+  user, then turns of U new tokens, every turn resending the conversation so far (the
+  previous answers included), M output tokens a turn, a think time between turns. Cells:
+  users × S (phase "session": a cell's `context_tokens` is S, its `concurrency` the users).
+- "rate": open-loop arrivals at R requests/s (poisson or constant), sent on schedule
+  whatever earlier requests are doing. Cells: context × rate (phase "rate").
+- "replay": a trace's requests at their timestamps (`llmload.core.traffic.trace`), one cell (phase
+  "replay").
+
+Arrivals with several load-generator processes (`arrival_offsets`): the rate is split evenly
+over the processes' pacing users. Poisson: each pacer draws its own exponential gaps at
+R / P from a random stream seeded by (run, cell, pacer index), so the streams are
+independent and their superposition is a Poisson process of rate R. Constant: pacer i of P
+sends at (i + k·P) / R for k = 0, 1, ..., so together they send exactly every 1 / R.
+Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+import re
+from dataclasses import dataclass
+
+WORKLOADS = ("matrix", "sessions", "rate", "replay")
+#: The phase of a workload's cells (the matrix's are "prefill" and "decode").
+WORKLOAD_PHASES = {"sessions": "session", "rate": "rate", "replay": "replay"}
+ARRIVALS = ("poisson", "constant")
+DEFAULT_MAX_IN_FLIGHT = 256
+"""The cap on a rate or replay cell's requests in flight, over all processes."""
+OVER_CONTEXT = ("skip", "clip", "send")
+"""Replay: what becomes of a trace line over the server's context (`trace.fit_trace`)."""
+REPLAY_DRAIN_S = 600.0
+"""Replay: how long after the trace's last send llmload waits for the requests still running
+(`--drain`); a rate cell waits its window's length, at least RATE_DRAIN_MIN_S."""
+RATE_DRAIN_MIN_S = 30.0
+
+
+def drain_s(phase: str, window_s: float, given: float | None) -> float:
+    """How long a rate or replay cell waits after its window for its requests (`--drain`)."""
+    if given is not None:
+        return given
+    return REPLAY_DRAIN_S if phase == "replay" else max(window_s, RATE_DRAIN_MIN_S)
+
+
+# --------------------------------------------------------------------------- think time
+
+
+@dataclass(frozen=True, slots=True)
+class ThinkTime:
+    """The pause a session's user takes between an answer and the next turn."""
+
+    mean_s: float
+    exponential: bool = False
+
+    def draw(self, rng: random.Random) -> float:
+        if self.mean_s <= 0:
+            return 0.0
+        return rng.expovariate(1.0 / self.mean_s) if self.exponential else self.mean_s
+
+    def __str__(self) -> str:
+        return f"exp:{self.mean_s:g}" if self.exponential else f"{self.mean_s:g}"
+
+
+_THINK_RE = re.compile(r"^(?:(?P<exp>exp):)?\s*(?P<num>\d+(?:\.\d+)?|\.\d+)\s*(?P<unit>ms|s)?$", re.I)
+
+
+def parse_think_time(value) -> ThinkTime:
+    """"0", "2", "2s", "500ms" (fixed) or "exp:2" (exponential with mean 2 s). ValueError
+    with the bad value quoted."""
+    if isinstance(value, ThinkTime):
+        return value
+    if isinstance(value, bool):
+        raise ValueError(f"think time {value!r} must be seconds, e.g. 2, 500ms or exp:2")
+    if isinstance(value, (int, float)):
+        text = f"{value}"
+    else:
+        text = str(value).strip()
+    m = _THINK_RE.match(text)
+    if not m:
+        raise ValueError(f"think time {value!r} must be seconds, e.g. 2, 500ms or exp:2 (exponential, mean 2 s)")
+    seconds = float(m["num"]) * (0.001 if (m["unit"] or "").lower() == "ms" else 1.0)
+    if seconds > 3600:
+        raise ValueError(f"think time {value!r} is over an hour")
+    return ThinkTime(mean_s=seconds, exponential=bool(m["exp"]))
+
+
+# --------------------------------------------------------------------------- sessions
+
+
+def session_prompt_tokens(system_tokens: int, turn_tokens: int, max_tokens: int, turn: int) -> int:
+    """Prompt tokens of a session's turn (1 = the first), before the chat template's own:
+    the system prompt, `turn` user messages and the `turn - 1` answers before it."""
+    return system_tokens + turn * turn_tokens + (turn - 1) * max_tokens
+
+
+def first_turn_over(system_tokens: int, turn_tokens: int, max_tokens: int, turns: int,
+                    max_model_len: int | None, *, template_tokens: int = 0) -> int | None:
+    """The first turn (1-based, ≤ turns) whose prompt and answer exceed the per-sequence
+    limit; None when every turn fits or the limit is unknown."""
+    if not max_model_len:
+        return None
+    for turn in range(1, turns + 1):
+        prompt = session_prompt_tokens(system_tokens, turn_tokens, max_tokens, turn) + template_tokens * turn
+        if prompt + max_tokens > max_model_len:
+            return turn
+    return None
+
+
+# --------------------------------------------------------------------------- arrivals
+
+
+def pacer_seed(run_id: str, cell_id: str, index: int) -> int:
+    """The random stream of one pacing user: independent per run, cell and pacer."""
+    digest = hashlib.blake2b(f"{run_id}/{cell_id}/{index}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big")
+
+
+def arrival_offsets(rate_rps: float, duration_s: float, arrivals: str, *, index: int = 0,
+                    pacers: int = 1, seed: int = 0) -> list[float]:
+    """Seconds after the window's start at which pacer `index` of `pacers` sends, in
+    [0, duration_s): its share of `rate_rps` (see the module docstring)."""
+    if rate_rps <= 0 or duration_s <= 0:
+        raise ValueError(f"rate {rate_rps!r} and duration {duration_s!r} must be positive")
+    if not 0 <= index < pacers:
+        raise ValueError(f"pacer {index} of {pacers}")
+    if arrivals == "constant":
+        step = pacers / rate_rps
+        first = index / rate_rps
+        count = max(0, math.ceil((duration_s - first) / step))
+        return [first + k * step for k in range(count) if first + k * step < duration_s]
+    if arrivals != "poisson":
+        raise ValueError(f"arrivals {arrivals!r} must be one of {', '.join(ARRIVALS)}")
+    rng = random.Random(seed)
+    share = rate_rps / pacers
+    out: list[float] = []
+    t = rng.expovariate(share)
+    while t < duration_s:
+        out.append(t)
+        t += rng.expovariate(share)
+    return out

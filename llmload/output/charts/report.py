@@ -1,0 +1,218 @@
+"""The report page's charts (`report_charts`): the decode heat map (`llmload.output.charts.heatmaps`),
+scaling and latency against concurrency, prefill against context, and the server's own
+figures per cell. Rules: `llmload.output.charts.kit`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter
+
+from llmload.core.model.cell import CellResult
+from llmload.core.units import format_tokens
+from llmload.output.charts.kit import (
+    Chart,
+    CellFigure,
+    by_context,
+    decode_cells,
+    is_finite,
+    log2_axis,
+    mark_invalid,
+    ms,
+    panels_figure,
+    prefill_axes,
+    prefill_rows,
+    render_chart,
+    series_points,
+    series_style,
+    thousands,
+)
+from llmload.output.charts.heatmaps import decode_heatmap
+
+#: Optional per-cell server figures, drawn where a run has them: (figure, panel title).
+SERVER_SERIES: tuple[tuple[CellFigure, str], ...] = (
+    (lambda c: c.server_load.median_waiting, "Server queue: median waiting requests"),
+    (lambda c: c.server_load.max_waiting, "Server queue: most waiting requests"),
+    (lambda c: c.server_load.preemptions, "Requests preempted in the window"),
+)
+#: The latency panels: (title, the p50, p90 and p99 figures).
+LATENCY_PANELS: tuple[tuple[str, tuple[CellFigure, CellFigure, CellFigure]], ...] = (
+    ("TTFT", (lambda c: c.ttft_ms, lambda c: c.ttft_p90_ms, lambda c: c.ttft_p99_ms)),
+    ("Time between tokens", (lambda c: c.tbt_ms, lambda c: c.tbt_p90_ms, lambda c: c.tbt_p99_ms)),
+)
+
+
+# --------------------------------------------------------------------------- curves
+
+
+def scaling_chart(cells: Sequence[CellResult]) -> Chart | None:
+    """Total and per-request tok/s against N (log₂), one line per context, with the dashed
+    ideal of perfect scaling from N = 1."""
+    groups = by_context(decode_cells(cells))
+    levels = sorted({int(c.concurrency) for c in decode_cells(cells) if is_finite(c.total_tok_s)})
+    if not levels:
+        return None
+
+    def draw() -> Figure:
+        fig, (tot, per) = panels_figure(9.2, 3.4, 2)
+        for i, (ctx, group) in enumerate(groups.items()):
+            st = series_style(i)
+            label = f"context {format_tokens(ctx)}"
+            for ax, figure, total in ((tot, lambda c: c.total_tok_s, True),
+                                      (per, lambda c: c.per_request_tok_s, False)):
+                xs, ys, ok = series_points(group, figure)
+                if not xs:
+                    continue
+                ax.plot(xs, ys, label=label, linewidth=1.8, markersize=5, **st)
+                mark_invalid(ax, xs, ys, ok, st["color"])
+                if xs[0] == 1 and len(xs) > 1:
+                    ideal = [ys[0] * x for x in xs] if total else [ys[0]] * len(xs)
+                    ax.plot(xs, ideal, linestyle=(0, (4, 3)), linewidth=1.0, color=st["color"],
+                            alpha=0.8)
+        for ax, title in ((tot, "Total tok/s"), (per, "Per-request tok/s")):
+            log2_axis(ax, levels)
+            ax.set_title(title, loc="left")
+            ax.yaxis.set_major_formatter(FuncFormatter(thousands))
+            ax.set_ylim(bottom=0)
+        handles, labels = tot.get_legend_handles_labels()
+        handles += [tot.plot([], [], linestyle=(0, (4, 3)), color="#555555")[0],
+                    tot.plot([], [], linestyle="none", marker="o", markersize=9,
+                             markerfacecolor="none", markeredgecolor="#555555")[0]]
+        labels += ["ideal (linear from N = 1)", "not valid (see matrix)"]
+        fig.legend(handles, labels, loc="outside right upper")
+        return fig
+
+    return Chart(key="scaling", title="Scaling with concurrency",
+                 caption="Dashed: perfect scaling from N = 1 (total: N × the single-stream rate; "
+                         "per request: no slowdown). Circled points are not valid measurements.",
+                 svg=render_chart("scaling", draw))
+
+
+def latency_chart(cells: Sequence[CellResult]) -> Chart | None:
+    """TTFT and time between tokens against N: p50 line, p90–p99 band, one colour per context."""
+    decode = decode_cells(cells)
+    levels = sorted({int(c.concurrency) for c in decode if is_finite(c.ttft_ms) or is_finite(c.tbt_ms)})
+    if not levels:
+        return None
+    groups = by_context(decode)
+
+    def draw() -> Figure:
+        fig, axes = panels_figure(9.2, 3.4, 2)
+        for ax, (title, (f50, f90, f99)) in zip(axes, LATENCY_PANELS):
+            top = []
+            for i, (ctx, group) in enumerate(groups.items()):
+                st = series_style(i)
+                rows = [c for c in group if is_finite(f50(c))]
+                if not rows:
+                    continue
+                xs = [int(c.concurrency) for c in rows]
+                p50 = [f50(c) for c in rows]
+                p90 = [f90(c) if is_finite(f90(c)) else np.nan for c in rows]
+                p99 = [f99(c) if is_finite(f99(c)) else np.nan for c in rows]
+                if len(xs) > 1:
+                    ax.fill_between(xs, p90, p99, color=st["color"], alpha=0.18, linewidth=0)
+                else:
+                    ax.vlines(xs, p90, p99, color=st["color"], alpha=0.3, linewidth=7)
+                ax.plot(xs, p50, label=f"context {format_tokens(ctx)}", linewidth=1.8, markersize=5, **st)
+                ok = [c.status == "valid" for c in rows]
+                mark_invalid(ax, xs, p50, ok, st["color"])
+                top += [v for v in p99 + p50 if np.isfinite(v)]
+            log2_axis(ax, levels)
+            ax.set_title(f"{title} (p50; band p90–p99)", loc="left")
+            ax.yaxis.set_major_formatter(FuncFormatter(ms))
+            positive = [v for v in top if v > 0]
+            if positive and max(positive) / min(positive) > 50:
+                ax.set_yscale("log")
+                ax.yaxis.set_major_formatter(FuncFormatter(ms))
+            else:
+                ax.set_ylim(bottom=0)
+        handles, labels = axes[0].get_legend_handles_labels()
+        if not handles:
+            handles, labels = axes[1].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="outside right upper")
+        return fig
+
+    return Chart(key="latency", title="Latency against concurrency",
+                 caption="Lines: medians; shaded band: from p90 to p99 of the window's requests "
+                         "(TTFT) or gaps (time between tokens).",
+                 svg=render_chart("latency", draw))
+
+
+def prefill_chart(cells: Sequence[CellResult]) -> Chart | None:
+    """Cold prefill: prompt tok/s and TTFT against context."""
+    rows = prefill_rows(cells)
+    if not rows:
+        return None
+    xs = [int(c.context_tokens) for c in rows]
+
+    def draw() -> Figure:
+        fig, (rate, ttft) = panels_figure(9.2, 3.0, 2)
+        rate.plot(xs, [c.prompt_tok_s for c in rows], linewidth=1.8, markersize=6, **series_style(0))
+        ttft.plot(xs, [c.ttft_ms for c in rows], linewidth=1.8, markersize=6, **series_style(5))
+        prefill_axes(rate, ttft, xs)
+        return fig
+
+    return Chart(key="prefill", title="Prefill against context",
+                 caption="One cold request per context (median of repeats when there are several).",
+                 svg=render_chart("prefill", draw))
+
+
+def server_chart(cells: Sequence[CellResult]) -> Chart | None:
+    """Per-cell server figures the run has (queue, preemptions)."""
+    decode = [c for c in decode_cells(cells) if is_finite(c.total_tok_s)]
+    # A figure that is 0 in every cell is said in one sentence (`server_note`), not drawn.
+    present = [(figure, title) for figure, title in SERVER_SERIES
+               if any(is_finite(figure(c)) and figure(c) > 0 for c in decode)]
+    if not present:
+        return None
+    levels = sorted({int(c.concurrency) for c in decode})
+    groups = by_context(decode)
+
+    def draw() -> Figure:
+        fig, axes = panels_figure(min(4.6 * len(present), 13.8), 3.0, len(present))
+        for ax, (figure, title) in zip(axes, present):
+            for i, (ctx, group) in enumerate(groups.items()):
+                xs, ys, _ok = series_points(group, figure)
+                if xs:
+                    ax.plot(xs, ys, label=f"context {format_tokens(ctx)}", linewidth=1.6,
+                            markersize=5, **series_style(i))
+            log2_axis(ax, levels)
+            ax.set_title(title, loc="left", fontsize=9)
+            ax.yaxis.set_major_formatter(FuncFormatter(thousands))
+            ax.set_ylim(bottom=0, top=max(1.0, ax.get_ylim()[1]))
+        handles, labels = axes[0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="outside right upper")
+        return fig
+
+    return Chart(key="server", title="Server load per cell",
+                 caption="As the server reported it during each window (its /metrics); only the "
+                         "figures this run has are drawn.",
+                 svg=render_chart("server", draw))
+
+
+def server_note(cells: Sequence[CellResult]) -> str | None:
+    """One sentence for the server figures that were reported and zero in every cell."""
+    decode = [c for c in decode_cells(cells) if is_finite(c.total_tok_s)]
+    zero = [title for figure, title in SERVER_SERIES
+            if any(is_finite(figure(c)) for c in decode)
+            and all(not is_finite(figure(c)) or figure(c) == 0 for c in decode)]
+    if not zero:
+        return None
+    return "Zero in every measured cell, as the server reported them: " + "; ".join(
+        t[0].lower() + t[1:] for t in zero) + "."
+
+
+def report_charts(cells: Sequence[CellResult]) -> dict[str, Chart]:
+    """The report page's charts by key (heatmap, scaling, latency, prefill, server) from its
+    cells (`PageData.cells`); a chart with nothing to draw is left out."""
+    made = {
+        "heatmap": decode_heatmap(cells),
+        "scaling": scaling_chart(cells),
+        "latency": latency_chart(cells),
+        "prefill": prefill_chart(cells),
+        "server": server_chart(cells),
+    }
+    return {k: v for k, v in made.items() if v is not None}

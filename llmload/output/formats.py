@@ -1,0 +1,168 @@
+"""How the speed test matrix page writes things: status words, number formats, page order.
+
+Shared by the page (`llmload.output.pages.report` and the modules it is built from), its charts,
+the terminal and the compare page, so that a figure reads the same everywhere. Numbers are
+formatted as on the seed page (3,188.0 / 2,584 ms / 12.4 ms / 1.00 / 2,399 / 30.0 s); a
+missing figure is "—". The page's cells (`page_cells`) are a `Results`' cells in page order
+(prefill, then decode; by context, then concurrency), with a `CellResult` of status
+"not_run" for each planned cell without a result (run interrupted).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from llmload.core.capacity.plan import PlannedCell
+from llmload.core.model.cell import CellResult, CellTraffic
+from llmload.core.model.results import Results
+from llmload.core.units import format_tokens
+
+MISSING = "—"
+PHASE_ORDER = {"prefill": 0, "decode": 1, "session": 2, "rate": 3, "replay": 4}
+PHASE_LABELS = {"prefill": "Prefill", "decode": "Sustained decode", "session": "Chat sessions",
+                "rate": "Open-loop arrivals", "replay": "Trace replay"}
+STATUS_LABELS = {
+    "valid": "Valid",
+    "over_capacity": "Over capacity",
+    "exceeds_context": "Exceeds context",
+    "errors": "Errors",
+    "saturated": "Saturated",
+    "client_bound": "Client bound",
+    "stalled": "Stalled",
+    "not_run": "Not run",
+    "running": "Running",
+    "in_flight_cap": "In-flight cap",
+    "overloaded": "Overloaded",
+}
+
+# --------------------------------------------------------------------------- formatting
+
+
+def _number(fmt: str, suffix: str = "") -> Callable[[Any], str]:
+    def render(value: Any) -> str:
+        if value is None or (isinstance(value, float) and value != value):
+            return MISSING
+        return f"{value:{fmt}}{suffix}"
+
+    return render
+
+
+fmt_rate = _number(",.1f")
+fmt_whole_rate = _number(",.0f")
+fmt_ms = _number(",.0f", " ms")
+fmt_tbt_ms = _number(",.1f", " ms")
+fmt_active = _number(".2f")
+fmt_count = _number(",d")
+fmt_seconds = _number(".1f", " s")
+
+
+def fmt_bound(render: Callable[[Any], str], value: Any, lower_bound: bool) -> str:
+    """A figure that may be a lower bound (`CellTraffic.lower_bounds`): "> 41,200 ms"."""
+    text = render(value)
+    return f"> {text}" if lower_bound and text != MISSING else text
+
+
+def cell_ms(cell: CellResult, name: str) -> str:
+    """A cell's latency figure by name (ttft_ms, ttft_p99_ms on the cell; e2e_* on its
+    traffic), "> " before it where it is a lower bound."""
+    value = getattr(cell, name) if hasattr(cell, name) else getattr(cell.traffic, name)
+    return fmt_bound(fmt_ms, value, name in cell.traffic.lower_bounds)
+
+
+def request_counts_text(cell: CellResult) -> str | None:
+    """"39 scheduled: 2 completed, 37 unfinished" (zero counts left out); None for a cell
+    without the counts (matrix and session cells)."""
+    t = cell.traffic
+    if t.requests_scheduled is None:
+        return None
+    parts = [(t.requests_completed, "completed"), (t.requests_failed, "failed"),
+             (t.requests_unfinished, "unfinished"), (t.requests_not_sent, "not sent"),
+             (t.requests_skipped, "skipped (over the context)")]
+    shown = ", ".join(f"{n:,} {what}" for n, what in parts if n) or "none completed"
+    return f"{t.requests_scheduled:,} scheduled: {shown}"
+
+
+def fmt_context(tokens: int) -> str:
+    return format_tokens(int(tokens))
+
+
+def status_label(cell: CellResult) -> str:
+    status = cell.status or "not_run"
+    return STATUS_LABELS.get(status, status.replace("_", " ").capitalize())
+
+
+def fmt_rps(rate: float | None) -> str:
+    """"2 req/s", "0.5 req/s": a request rate as the page names a rate cell."""
+    if rate is None:
+        return MISSING
+    return f"{rate:.3g} req/s" if rate < 100 else f"{rate:,.0f} req/s"
+
+
+def cell_place(phase: str, context_tokens: int, concurrency: int, rate_rps: float | None = None) -> str:
+    """"16K" (a prefill cell), "16K × 4" (a decode cell), "S 1K × 4 users" (a session cell),
+    "16K at 2 req/s" (a rate cell), "up to 8K" (the replay cell): where in its phase a cell is."""
+    if phase == "prefill":
+        return format_tokens(context_tokens)
+    if phase == "session":
+        return f"S {format_tokens(context_tokens)} × {concurrency} users"
+    if phase == "rate":
+        return f"{format_tokens(context_tokens)} at {fmt_rps(rate_rps)}"
+    if phase == "replay":
+        return f"up to {format_tokens(context_tokens)}"
+    return f"{format_tokens(context_tokens)} × {concurrency}"
+
+
+def cell_label(phase: str, context_tokens: int, concurrency: int, rate_rps: float | None = None) -> str:
+    """"prefill 16K", "decode 16K × 4", "rate 16K at 2 req/s": a cell as the terminal and the
+    compare page name it."""
+    word = phase if phase in ("prefill", "session", "rate", "replay") else "decode"
+    return f"{word} {cell_place(phase, context_tokens, concurrency, rate_rps)}"
+
+
+def workload_of(results: Results) -> str:
+    """The run's workload (`llmload.core.traffic.workloads.WORKLOADS`); "matrix" for a file without one."""
+    return str(results.config.get("workload") or "matrix")
+
+
+# --------------------------------------------------------------------------- cells
+
+
+def cell_rate(cell: CellResult | PlannedCell) -> float | None:
+    """A rate cell's scheduled requests per second (None for the other phases)."""
+    return cell.rate_rps if isinstance(cell, PlannedCell) else cell.traffic.rate_rps
+
+
+def _cell_key(cell: CellResult | PlannedCell) -> tuple[int, int, int, float]:
+    return (
+        PHASE_ORDER.get(cell.phase, 9),
+        int(cell.context_tokens or 0),
+        int(cell.concurrency or 1),
+        float(cell_rate(cell) or 0.0),
+    )
+
+
+def _not_run(planned: PlannedCell) -> CellResult:
+    """A planned cell without a result: "not_run" where it was to run, else its plan status."""
+    traffic = (CellTraffic(rate_rps=planned.rate_rps, turns=planned.turns)
+               if planned.rate_rps is not None or planned.turns is not None else CellTraffic())
+    return CellResult(phase=planned.phase, context_tokens=planned.context_tokens,
+                      concurrency=planned.concurrency,
+                      status="not_run" if planned.status == "run" else planned.status,
+                      reason=planned.reason, prompt_tokens=planned.prompt_tokens,
+                      prefill_source=planned.prefill_source, traffic=traffic)
+
+
+def page_cells(results: Results) -> tuple[CellResult, ...]:
+    """Measured cells plus planned cells that have no result yet ("not_run"), in page order."""
+    cells = list(results.cells)
+    seen = {_cell_key(c) for c in cells}
+    for planned in results.plan:
+        if _cell_key(planned) not in seen:
+            cells.append(_not_run(planned))
+            seen.add(_cell_key(planned))
+    return tuple(sorted(cells, key=_cell_key))
+
+
+def phase_cells(cells: Sequence[CellResult], phase: str) -> list[CellResult]:
+    return [c for c in cells if c.phase == phase]

@@ -1,0 +1,211 @@
+"""The page's sections after the decode matrix, each where it has something to say: capacity
+under an SLO (`llmload.core.figures.slo`'s figures), energy per token (`llmload.core.figures.energy`'s),
+reasoning, and the server's own timing.
+
+A section is intro text, an optional table and a note (`Section`), rendered alike by
+report.md, report.html and, for the capacity, the terminal (`llmload.output.pages.markdown`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from llmload.core.model.cell import CellResult
+from llmload.core.model.results import Results
+from llmload.core.model.server import ServerCheck
+from llmload.core.figures.slo import ContextCapacity, capacity, describe_slo, parse_slo
+from llmload.output.formats import MISSING, fmt_context, fmt_count, fmt_ms, fmt_rate, phase_cells
+from llmload.output.pages.tables import Column, Table, column_table, make_table, phase_label
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Section:
+    """A section of intro text, an optional table and a note."""
+
+    title: str
+    intro: str | None
+    table: Table | None
+    note: str | None
+
+
+CAPACITY_TITLE = "Capacity under SLO"
+
+
+def page_sections(results: Results, cells: Sequence[CellResult]) -> tuple[Section, ...]:
+    """The sections that have something to say, in page order."""
+    found = (capacity_section(results, cells), energy_section(results, cells),
+             reasoning_section(cells), server_timing_section(cells))
+    return tuple(s for s in found if s is not None)
+
+
+# --------------------------------------------------------------------------- capacity under SLO
+
+CAPACITY_COLUMNS = ("context", "max users", "total tok/s there", "goodput tok/s there", "binding limit",
+                    "first failing N", "verdicts on few samples")
+CAPACITY_NOTE = (
+    "Max users: the largest measured number of simultaneous requests whose cell met "
+    "every bound, with every smaller measured level meeting it too (≥: no measured level "
+    "failed). Binding limit: what the first failing level failed on. A percentile from "
+    "fewer samples than it needs (p99: 100, p90: 10) is listed: that verdict rests on "
+    "an extrapolated tail. Goodput: output tokens of the requests that each met the "
+    "SLO, per second of the window.")
+SESSIONS_CAPACITY_NOTE = (
+    "Max chat users: the largest measured number of users holding conversations whose cell "
+    "met every bound, with every smaller measured number meeting it too (≥: none failed). "
+    "Binding limit, few samples and goodput as for the matrix.")
+
+
+def capacity_row(found: ContextCapacity) -> tuple[str, ...]:
+    """One context's answer as the table's text."""
+    users = MISSING if found.max_users is None else f"{found.max_users:,}"
+    if found.first_failing is None and found.max_users:
+        users = f"≥ {users}"
+    return (fmt_context(found.context_tokens), users, fmt_rate(found.total_tok_s), fmt_rate(found.goodput_tok_s),
+            found.binding, MISSING if found.first_failing is None else str(found.first_failing),
+            "; ".join(found.few_samples) or "none")
+
+
+def capacity_section(results: Results, cells: Sequence[CellResult]) -> Section | None:
+    """"Capacity under SLO": per decode context, the most users meeting the run's SLO (a
+    sessions run: per system prompt, the most chat users); None without an SLO or without
+    such a cell."""
+    slo = parse_slo(results.config.get("slo"))
+    if not slo:
+        return None
+    sessions = results.config.get("workload") == "sessions"
+    found = capacity(cells, slo, phase="session" if sessions else "decode")
+    if not found:
+        return None
+    columns = (("system prompt S", "max chat users", *CAPACITY_COLUMNS[2:5], "first failing users",
+                CAPACITY_COLUMNS[6]) if sessions else CAPACITY_COLUMNS)
+    return Section(title=CAPACITY_TITLE, intro=f"SLO: {describe_slo(slo)}.",
+                   table=make_table(columns, [capacity_row(r) for r in found]),
+                   note=SESSIONS_CAPACITY_NOTE if sessions else CAPACITY_NOTE)
+
+
+# --------------------------------------------------------------------------- energy per token
+
+ENERGY_NOTE = (
+    "Power is the sum over the GPUs, sampled through each decode window; energy is "
+    "the GPUs' energy counters' difference where they have one, else the power trace "
+    "integrated (trapezoid). Above idle: energy minus idle power × window.")
+
+
+def _f(value: Any, fmt: str) -> str:
+    return MISSING if value is None else format(value, fmt)
+
+
+ENERGY_COLUMNS: list[Column] = [
+    ("context", lambda c: fmt_context(c.context_tokens)),
+    ("requests at once", lambda c: str(c.concurrency)),
+    ("mean power", lambda c: f"{_f(c.energy.power_mean_w, ',.1f')} W"),
+    ("max power", lambda c: f"{_f(c.energy.power_max_w, ',.1f')} W"),
+    ("energy", lambda c: f"{_f(c.energy.energy_j, ',.0f')} J"),
+    ("J per output token", lambda c: _f(c.energy.j_per_output_token, ",.3f")),
+    ("output tokens per J", lambda c: _f(c.energy.output_tokens_per_j, ",.2f")),
+    ("J per output token above idle", lambda c: _f(c.energy.j_per_output_token_above_idle, ",.3f")),
+]
+
+
+def energy_section(results: Results, cells: Sequence[CellResult]) -> Section | None:
+    """"Energy per token": the run's GPUs and each measured decode cell's power and energy;
+    without readings, only why; None when the run did not try."""
+    info = results.energy or {}
+    if not info:
+        return None
+    title = "Energy per token"
+    if info.get("status") != "measured":
+        return Section(title=title, intro=f"Not measured: {info.get('reason') or 'no GPU readings'}.",
+                       table=None, note=None)
+    gpus = ", ".join(info.get("gpus") or []) or "?"
+    intro = (f"GPUs: {gpus} · idle power before the run: {_f(info.get('idle_power_w'), ',.1f')} W · "
+             f"energy from the {info.get('source') or 'power trace'}")
+    measured = [c for c in phase_cells(cells, "decode") if c.energy.energy_j is not None]
+    table = (column_table(measured, ENERGY_COLUMNS) if measured
+             else make_table([h for h, _ in ENERGY_COLUMNS], [[MISSING] * len(ENERGY_COLUMNS)]))
+    return Section(title=title, intro=intro, table=table, note=ENERGY_NOTE)
+
+
+# --------------------------------------------------------------------------- reasoning
+
+REASONING_INTRO = (
+    "The model streamed its thinking apart from its answer (reasoning text in its own delta "
+    "field). Time to first answer token runs from send to the first chunk with answer text; "
+    "TTFT stays the first chunk carrying any token, thinking included.")
+REASONING_NOTE = (
+    "Reasoning share: tokens of chunks that carried only reasoning text, of all output tokens "
+    "of the window's requests (not the server's usage reasoning_tokens, which vLLM streams as "
+    "0). Answers begun: requests sent in the window whose answer began, of those sent; a "
+    "request cut while still thinking has no time to first answer.")
+REASONING_COLUMNS: list[Column] = [
+    ("context", lambda c: fmt_context(c.context_tokens)),
+    ("requests at once", lambda c: str(c.concurrency)),
+    ("TTFT", lambda c: fmt_ms(c.ttft_ms)),
+    ("time to first answer token", lambda c: fmt_ms(c.ttfa_ms)),
+    ("p90", lambda c: fmt_ms(c.ttfa_p90_ms)),
+    ("answers begun", lambda c: f"{fmt_count(c.ttfa_samples)} of {fmt_count(c.requests_sent)}"),
+    ("reasoning share", lambda c: f"{c.reasoning_token_share:.1%}"),
+]
+
+
+def reasoning_section(cells: Sequence[CellResult]) -> Section | None:
+    """"Reasoning": the decode cells whose requests streamed reasoning text; None when none
+    did (the page then says nothing of it)."""
+    seen = [c for c in phase_cells(cells, "decode") if c.reasoning_token_share is not None]
+    if not seen:
+        return None
+    return Section(title="Reasoning", intro=REASONING_INTRO, table=column_table(seen, REASONING_COLUMNS),
+                   note=REASONING_NOTE)
+
+
+# --------------------------------------------------------------------------- the server's own timing
+
+SERVER_TIMING_INTRO = (
+    "The server's own per-request timing (vLLM's per-request metrics) beside llmload's, over "
+    "the same completed requests: medians of TTFT (llmload's from send; the server's from "
+    "scheduling, plus its queue time) and of each request's mean gap between tokens (llmload's: "
+    "last − first chunk over the tokens after the first chunk; the server's: its first to last "
+    "token over tokens − 1).")
+SERVER_TIMING_NOTE = (
+    "llmload's TTFT also holds the HTTP round trip and the server's tokenizing and "
+    "detokenizing, which the engine's stamps do not: it reads higher, flagged past ±25%. "
+    "The mean gap is flagged past ±3%. A flag is a finding, not a rounding error.")
+
+
+def _timing_check(figure: str, text: Callable[[ServerCheck], str]) -> Callable[[CellResult], str]:
+    def render(cell: CellResult) -> str:
+        checks = cell.server_timing.server_timing_checks or ()
+        check = next((c for c in checks if c.figure == figure), None)
+        return MISSING if check is None else text(check)
+    return render
+
+
+def _diff(check: ServerCheck) -> str:
+    return f"{check.diff_pct:+.1f}%" + ("" if check.agrees else " DISAGREE")
+
+
+SERVER_TIMING_COLUMNS: list[Column] = [
+    ("phase", phase_label),
+    ("context", lambda c: fmt_context(c.context_tokens)),
+    ("requests at once", lambda c: str(c.concurrency)),
+    ("requests", lambda c: fmt_count(c.server_timing.server_timing_requests)),
+    ("TTFT, llmload", _timing_check("ttft_ms", lambda k: fmt_ms(k.client))),
+    ("TTFT, server (queue + engine)", _timing_check("ttft_ms", lambda k: fmt_ms(k.server))),
+    ("TTFT diff", _timing_check("ttft_ms", _diff)),
+    ("server queue", lambda c: fmt_ms(c.server_timing.server_queue_ms)),
+    ("mean gap, llmload", _timing_check("mean_itl_ms", lambda k: fmt_ms(k.client))),
+    ("mean gap, server", _timing_check("mean_itl_ms", lambda k: fmt_ms(k.server))),
+    ("mean gap diff", _timing_check("mean_itl_ms", _diff)),
+]
+
+
+def server_timing_section(cells: Sequence[CellResult]) -> Section | None:
+    """"The server's own timing": the cells whose requests carried the server's per-request
+    timing; None when none did."""
+    seen = [c for c in cells if c.server_timing.server_timing_requests]
+    if not seen:
+        return None
+    return Section(title="The server's own timing", intro=SERVER_TIMING_INTRO,
+                   table=column_table(seen, SERVER_TIMING_COLUMNS), note=SERVER_TIMING_NOTE)
