@@ -32,11 +32,11 @@ BAR = '<nav class="hub-bar">golden</nav>'
 
 def run_renderings(name: str) -> dict[str, str]:
     from llmload.hub import security
-    from llmload.output.pages import report, terminal
+    from llmload.output.pages import report
     from llmload.output.rundir.resultsfile import load_results
     results = load_results(RUNS / name)
     lines: list[str] = []
-    terminal.echo_matrix(results, lines.append)
+    report.echo_matrix(results, lines.append)
     html = report.render_html(results)
     hub_html, csp = security.strict_styles(
         html.replace("</head>", '<link rel="stylesheet" href="/static/bar.css">\n</head>', 1)

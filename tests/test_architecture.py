@@ -38,6 +38,17 @@ def test_an_upward_import_breaks_the_layers_contract(tmp_path):
     assert "llmload.core.units -> llmload.matrix.runmatrix" in done.stdout
 
 
+def test_a_writer_reading_the_run_breaks_the_writers_contract(tmp_path):
+    """The page writers take a Page: report.md's writer importing the run's model is refused."""
+    shutil.copytree(ROOT / "llmload", tmp_path / "llmload", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "setup.cfg", tmp_path / "setup.cfg")
+    writer = tmp_path / "llmload" / "output" / "pages" / "markdown.py"
+    writer.write_text(writer.read_text() + "\nimport llmload.core.model.results  # noqa\n")
+    done = _lint(tmp_path)
+    assert done.returncode != 0
+    assert "llmload.output.pages.markdown -> llmload.core.model.results" in done.stdout
+
+
 def test_no_module_outside_the_simulator_is_over_the_size_limit():
     long = {str(p.relative_to(ROOT)): n for p in (ROOT / "llmload").rglob("*.py")
             if "sim" not in p.relative_to(ROOT / "llmload").parts

@@ -11,7 +11,8 @@ import pytest
 
 from llmload.output.pages import report
 from llmload.core.capacity.plan import plan_matrix
-from llmload.output.pages.report import CSV_COLUMNS, measurements_frame, render_markdown, write_csv
+from llmload.output.pages.measurements import CSV_COLUMNS
+from llmload.output.pages.report import measurements_frame, render_markdown, write_csv
 from llmload.core.model.cell import CELL_KEYS, CellResult, ServerLoad
 from llmload.core.model.document import cell_from_dict, planned_from_dict, planned_to_dict, results_to_dict
 from llmload.core.model.results import new_results, utc_now_iso
@@ -420,7 +421,8 @@ def test_render_failure_does_not_lose_the_cell(tmp_path, monkeypatch, caplog):
     def broken(results):
         raise RuntimeError("bug in the page")
 
-    monkeypatch.setattr(report, "render_markdown", broken)
+    from llmload.output.pages import build
+    monkeypatch.setattr(build, "build_page", broken)
     with caplog.at_level(logging.ERROR):
         writer.add_cell(seed_cells()[0])
     assert len(load_results(tmp_path).cells) == 1

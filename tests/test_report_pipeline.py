@@ -16,10 +16,10 @@ from llmload.core.model.server import ServerCheck
 from llmload.core.units import format_duration_s
 from llmload.output.pages.compare import NOISE_DEFAULT_REL, compare
 from llmload.output.pages.markdown import markdown_table, section_body
-from llmload.output.pages.model import page_data
+from llmload.output.pages.build import build_page
 from llmload.output.pages.report import measurements_frame, render_markdown
 from llmload.output.pages.sections import capacity_section, energy_section, reasoning_section, server_timing_section
-from llmload.output.pages.terminal import echo_matrix
+from llmload.output.pages.report import echo_matrix
 
 
 def decode(n: int, context: int = 0, status: str = "valid", **figures) -> CellResult:
@@ -54,7 +54,7 @@ def small_run(**changes) -> Results:
 
 
 def test_page_cells_are_typed_and_in_page_order_with_planned_cells_not_run():
-    page = page_data(small_run())
+    page = build_page(small_run())
     assert all(isinstance(c, CellResult) for c in page.cells)
     assert [(c.phase, c.context_tokens, c.concurrency, c.status) for c in page.cells] == [
         ("prefill", 1024, 1, "valid"), ("decode", 0, 1, "valid"), ("decode", 0, 2, "saturated"),
@@ -63,7 +63,7 @@ def test_page_cells_are_typed_and_in_page_order_with_planned_cells_not_run():
 
 
 def test_the_tables_are_rows_of_text_with_each_cells_status():
-    page = page_data(small_run())
+    page = build_page(small_run())
     assert page.decode.columns == ("context", "1", "2")
     assert page.decode.rows == (("0", "80.0 (39 ms)", "Saturated: 150.0 (44 ms)"),
                                 ("1K", "Not run", "Over capacity"))
@@ -76,7 +76,7 @@ def test_the_tables_are_rows_of_text_with_each_cells_status():
 
 
 def test_lists_and_paragraphs_are_items_not_markdown():
-    page = page_data(small_run())
+    page = build_page(small_run())
     assert page.title == "Speed test matrix — tiny on Box 24GB"
     assert page.errors == ("Sustained decode 0 × 2: 2 failed — HTTP 500",)
     (check,) = page.checks
@@ -93,7 +93,7 @@ def test_markdown_writes_the_items_and_the_notice():
     assert "## Checks against the server's own figures\n- Sustained decode 0 × 1: per request tok/s" in md
     predicted = render_markdown(small_run(provenance="predicted", predicted_from="runs/a.**b"))
     assert "\n> **Predicted (fitted from runs/a.**b).** Every number on this page was predicted" in predicted
-    page = page_data(small_run(provenance="simulated", sim_profile="p1"))
+    page = build_page(small_run(provenance="simulated", sim_profile="p1"))
     assert (page.warning.word, page.warning.predicted) == ("Simulated", False)
     assert page.warning.text.startswith("Every number on this page comes from llmload's built-in simulator "
                                         "(profile p1)")
@@ -176,7 +176,7 @@ def test_reasoning_and_server_timing_sections_only_where_seen():
 
 def test_a_section_is_rendered_alike_in_markdown_and_on_the_terminal():
     run = small_run(config={"slo": {"tbt_p99_ms": 20.0}}, cells=tuple(SLO_CELLS))
-    section = page_data(run).sections[0]
+    section = build_page(run).sections[0]
     body = section_body(section)
     assert body == "\n\n".join([section.intro, markdown_table(section.table), section.note])
     assert f"## Capacity under SLO\n{body}\n" in render_markdown(run)

@@ -17,10 +17,11 @@ import pytest
 from llmload.output.pages.compare import CompareError, compare
 from llmload.output.pages.comparepage import render_html as compare_html
 from llmload.output.pages.comparepage import render_text
-from llmload.output.pages.report import CSV_COLUMNS, render_html, render_markdown
+from llmload.output.pages.measurements import CSV_COLUMNS
+from llmload.output.pages.report import render_html, render_markdown
 from llmload.output.rundir.writer import write_renderings
-from llmload.output.pages.terminal import echo_matrix
-from llmload.output.pages.report import split_csv_list
+from llmload.output.pages.report import echo_matrix
+from llmload.output.pages.measurements import split_csv_list
 from tests_helpers import new_cell, results_of
 
 SERVER = {"model": "tiny-model", "engine": "vllm", "version": "0.9.1"}

@@ -217,7 +217,7 @@ def test_a_cell_reads_back_its_server_checks_without_their_derived_keys():
                    "the file's: its exception surfaces (exit 1), the file is not blamed")
 def test_report_refuses_a_malformed_file_and_does_not_blame_the_file_for_a_renderer_bug(tmp_path, monkeypatch):
     from llmload.cli import main
-    from llmload.output.pages import report
+    from llmload.output.pages import build
     (tmp_path / "results.json").write_text(json.dumps(_doc(tbt_ms="slow")))
     r = CliRunner().invoke(main, ["report", str(tmp_path)])
     assert r.exit_code == 2 and "cells[0].tbt_ms is a str ('slow'), not a number" in r.output
@@ -226,7 +226,7 @@ def test_report_refuses_a_malformed_file_and_does_not_blame_the_file_for_a_rende
     def broken(results):
         raise RuntimeError("a bug in the page")
 
-    monkeypatch.setattr(report, "render_markdown", broken)
+    monkeypatch.setattr(build, "build_page", broken)
     r = CliRunner().invoke(main, ["report", str(tmp_path)])
     assert r.exit_code == 1 and isinstance(r.exception, RuntimeError)
     assert "results.json" not in r.output

@@ -100,7 +100,7 @@ def predict(profile, workload, overrides, slo_search, out_dir, force, **options)
     from llmload.output.rundir.records import RECORDS_DIR, write_cell
     from llmload.output.rundir.writer import ResultsWriter
     from llmload.output.rundir.directory import RunDirError, claim
-    from llmload.output.pages.terminal import echo_matrix
+    from llmload.output.pages.report import echo_matrix
     from llmload.sim.profiles import load_profile, parse_overrides
     from llmload.twin import predict as twin
     given = {k for k, v in options.items() if v is not None and k not in ("max_tokens", "duration")}

@@ -1,6 +1,6 @@
 """What a run says on the console while it runs: the server, the plan, the prompts, each
 cell's line. Cell labels (`planned_label`), the m:ss clock (`eta_clock`), a cell's one-line summary
-(`cell_summary`). The matrix at the end is `llmload.output.pages.terminal.echo_matrix`'s.
+(`cell_summary`). The matrix at the end is `llmload.output.pages.report.echo_matrix`'s.
 """
 
 from __future__ import annotations

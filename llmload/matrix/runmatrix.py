@@ -30,7 +30,7 @@ from llmload.matrix.context import PlanRefused, RunContext
 from llmload.matrix.driver import LocustDriver
 from llmload.matrix.loop import plan_for, run_plan, run_slo_search, run_window_s
 from llmload.matrix.server import server_for
-from llmload.output.pages.terminal import echo_matrix
+from llmload.output.pages.report import echo_matrix
 
 
 def run_matrix(scenario: Scenario, *, api_key: str | None = None, out_dir: str | None = None,

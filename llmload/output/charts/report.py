@@ -207,7 +207,7 @@ def server_note(cells: Sequence[CellResult]) -> str | None:
 
 def report_charts(cells: Sequence[CellResult]) -> dict[str, Chart]:
     """The report page's charts by key (heatmap, scaling, latency, prefill, server) from its
-    cells (`PageData.cells`); a chart with nothing to draw is left out."""
+    cells (`Page.cells`); a chart with nothing to draw is left out."""
     made = {
         "heatmap": decode_heatmap(cells),
         "scaling": scaling_chart(cells),

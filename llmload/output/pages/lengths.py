@@ -13,7 +13,7 @@ from llmload.core.model.cell import CellResult
 from llmload.core.units import format_tokens
 from llmload.output.formats import cell_rate, fmt_count, fmt_rps, fmt_whole_rate
 from llmload.output.pages.tables import make_table
-from llmload.output.pages.sections import Section
+from llmload.output.pages.model import Section
 
 LENGTHS_NOTE = ("Tokens of the requests that completed, by the server's count (the output's where it gave "
                 "one, else the tokens streamed); asked: the length or distribution the requests were built with.")

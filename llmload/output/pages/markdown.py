@@ -6,9 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from llmload.output.pages.model import SECTION_TITLES, PageData
-from llmload.output.pages.tables import Table
-from llmload.output.pages.sections import Section
+from llmload.output.pages.model import SECTION_TITLES, Page, Section, Table
 
 
 def markdown_table(table: Table | None) -> str | None:
@@ -32,7 +30,7 @@ def _section(title: str, body: str | None) -> str | None:
     return f"## {title}\n{body}" if body else None
 
 
-def page_markdown(page: PageData) -> str:
+def page_markdown(page: Page) -> str:
     """The speed test matrix page as Markdown."""
     t = SECTION_TITLES
     decode = "\n\n".join([markdown_table(page.decode), *page.decode_notes]) if page.decode else None

@@ -1,43 +1,86 @@
-"""The whole speed test matrix page (or a workload's page) as data (`PageData`, from `page_data`): what report.md,
-report.html and the terminal are rendered from (`llmload.output.pages.report`,
-`llmload.output.pages.terminal`), so the renderings cannot disagree and none parses another.
+"""A run's page as one value (`Page`) and the parts it is made of: the one thing every
+writer renders. `llmload.output.pages.build.build_page` makes it from a run's `Results`;
+the writers (`markdown`, `html`, `csvfile`, `terminal`) take it and nothing of the run.
 
-`page_data` computes the page's cells (`page_cells`) once; the charts take them from
-`PageData.cells`.
+Every word and number a writer shows is in the page already formatted (tables of text),
+except measurements.csv's raw values (`Measurements`) and the cells the HTML charts are
+drawn from (`Page.cells`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from llmload.core.model.cell import CellResult
-from llmload.core.model.results import Results
-from llmload.output.pages.answer import slo_answer
-from llmload.output.formats import page_cells
-from llmload.output.pages.tables import (
-    CheckItem,
-    Table,
-    all_measurements,
-    check_items,
-    decode_matrix,
-    decode_notes,
-    error_items,
-    prefill_table,
-)
-from llmload.output.pages.text import (
-    Notice,
-    engine_paragraphs,
-    is_simulated,
-    page_title,
-    render_byline,
-    render_hardware,
-    render_run,
-    render_subtitle,
-    sim_profile,
-    simulation_notice,
-)
-from llmload.output.pages.sections import Section, page_sections
-from llmload.output.pages.workloads import WorkloadView, workload_view
+if TYPE_CHECKING:
+    from llmload.core.model.cell import CellResult
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Table:
+    """A table of already-formatted text, with each body cell's status where it has one
+    (the HTML page colours cells by status; the markdown page ignores it)."""
+
+    columns: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+    statuses: tuple[tuple[str | None, ...], ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckItem:
+    """One line of "Checks against the server's own figures"."""
+
+    text: str
+    disagrees: bool = False
+    """A figure of llmload's that the server's own account contradicts."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Section:
+    """A section of intro text, an optional table and a note."""
+
+    title: str
+    intro: str | None
+    table: Table | None
+    note: str | None
+
+
+CAPACITY_TITLE = "Capacity under SLO"
+"""The title of the SLO capacity section (the terminal shows it too)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Notice:
+    """The warning on a page whose numbers no server on hardware made."""
+
+    word: str
+    """"Simulated", or "Predicted (fitted from DIR)"."""
+    text: str
+    predicted: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkloadView:
+    """The workload's part of the page: its tables (as sections) and notes."""
+
+    workload: str
+    """"sessions", "rate" or "replay"."""
+    title: str
+    line: str
+    sections: tuple[Section, ...]
+    notes: tuple[str, ...]
+    """Why cells did not run or are qualified (the plan's reasons), and the replay's lateness."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Measurements:
+    """The page's cells as raw values, one row each in page order: measurements.csv's table.
+    A value is a number, text, a bool or None (empty); `whole` columns are integers or empty."""
+
+    columns: tuple[str, ...] = ()
+    rows: tuple[tuple[Any, ...], ...] = ()
+    whole: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -61,11 +104,12 @@ SECTION_TITLES = SectionTitles()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class PageData:
-    """Everything on the speed test matrix page, as text and typed rows."""
+class Page:
+    """Everything on a run's page, as text and typed rows: what every writer renders."""
 
     cells: tuple[CellResult, ...]
-    """The page's cells (`page_cells`), for the charts."""
+    """The page's cells (`llmload.output.formats.page_cells`): what the HTML page's charts
+    are still drawn from (`llmload.output.charts`), the one part of a page not yet its own data."""
     title: str
     subtitle: str
     simulated: bool
@@ -94,35 +138,10 @@ class PageData:
     """The tables of a workload beyond the matrix (sessions, rate, replay); None for the matrix."""
     answer: str | None = None
     """The SLO's answer in one line (`llmload.output.pages.answer`); None without an SLO."""
+    slo: Mapping[str, float] | None = None
+    """The run's SLO bounds (`llmload.core.figures.slo.parse_slo`), for the workload charts' lines."""
+    measurements: Measurements = Measurements()
+    """measurements.csv: one row per cell, raw numbers (`llmload.output.pages.measurements`)."""
 
     def section(self, title: str) -> Section | None:
         return next((s for s in self.sections if s.title == title), None)
-
-
-def page_data(results: Results) -> PageData:
-    """The page's content for a run (the one source of report.md, report.html and the
-    terminal's tables)."""
-    cells = page_cells(results)
-    decode = decode_matrix(cells)
-    return PageData(
-        cells=cells,
-        title=page_title(results),
-        subtitle=render_subtitle(results),
-        simulated=is_simulated(results),
-        sim_profile=sim_profile(results) if is_simulated(results) else None,
-        warning=simulation_notice(results),
-        byline=render_byline(results),
-        hardware=render_hardware(results),
-        engine=engine_paragraphs(results),
-        run=render_run(results, cells),
-        launch_command=str(results.launch_command) if results.launch_command else None,
-        prefill=prefill_table(cells),
-        decode=decode,
-        decode_notes=tuple(decode_notes(results, cells)) if decode else (),
-        sections=page_sections(results, cells),
-        all_measurements=all_measurements(cells),
-        errors=error_items(cells),
-        checks=check_items(cells),
-        workload=workload_view(results, cells),
-        answer=slo_answer(results, cells),
-    )

@@ -9,7 +9,6 @@ report.md, report.html and, for the capacity, the terminal (`llmload.output.page
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from llmload.core.model.cell import CellResult
@@ -17,20 +16,10 @@ from llmload.core.model.results import Results
 from llmload.core.model.server import ServerCheck
 from llmload.core.figures.slo import ContextCapacity, capacity, describe_slo, parse_slo
 from llmload.output.formats import MISSING, fmt_context, fmt_count, fmt_ms, fmt_rate, phase_cells
-from llmload.output.pages.tables import Column, Table, column_table, make_table, phase_label
+from llmload.output.pages.model import CAPACITY_TITLE, Section, Table
+from llmload.output.pages.tables import Column, column_table, make_table, phase_label
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Section:
-    """A section of intro text, an optional table and a note."""
-
-    title: str
-    intro: str | None
-    table: Table | None
-    note: str | None
-
-
-CAPACITY_TITLE = "Capacity under SLO"
 
 
 def page_sections(results: Results, cells: Sequence[CellResult]) -> tuple[Section, ...]:

@@ -10,12 +10,12 @@ renderers (`llmload.output.pages.markdown`, the HTML template) write them.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from llmload.core.model.cell import CellResult
 from llmload.core.figures.status import freeze_text
 from llmload.core.model.results import Results
 from llmload.core.model.server import ServerCheck
+from llmload.output.pages.model import CheckItem, Table
 from llmload.output.formats import (
     MISSING,
     PHASE_LABELS,
@@ -68,16 +68,6 @@ TBT_NOTE = (
 
 
 # --------------------------------------------------------------------------- tables
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Table:
-    """A table of already-formatted text, with each body cell's status where it has one
-    (the HTML page colours cells by status; the markdown page ignores it)."""
-
-    columns: tuple[str, ...]
-    rows: tuple[tuple[str, ...], ...]
-    statuses: tuple[tuple[str | None, ...], ...]
 
 
 Column = tuple[str, Callable[[CellResult], str]]
@@ -230,15 +220,6 @@ CHECK_FIGURES = {
     "ttft_ms": ("TTFT", fmt_ms),
     "mean_itl_ms": ("mean gap between tokens", fmt_ms),
 }
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CheckItem:
-    """One line of "Checks against the server's own figures"."""
-
-    text: str
-    disagrees: bool = False
-    """A figure of llmload's that the server's own account contradicts."""
 
 
 def _check_item(cell: CellResult, check: ServerCheck) -> CheckItem:

@@ -1,6 +1,6 @@
 """The terminal's renderings: aligned plain-text tables (`aligned_table`, also
-`llmload compare`'s) and the run's matrix at the end of a run (`echo_matrix`, from the
-page data as report.md and report.html).
+`llmload compare`'s) and the run's matrix at the end of a run (`echo_page`, from the
+run's `Page`, as report.md and report.html).
 
 Plain text, not a terminal library: the output is read in terminals, CI logs and pasted
 into tickets alike, so it carries no colour codes and no box-drawing, only columns padded
@@ -13,10 +13,8 @@ import unicodedata
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from llmload.core.model.results import Results
 from llmload.output.pages.markdown import section_body
-from llmload.output.pages.model import PageData, page_data
-from llmload.output.pages.sections import CAPACITY_TITLE
+from llmload.output.pages.model import CAPACITY_TITLE, Page
 
 
 def display_width(text: str) -> int:
@@ -55,7 +53,7 @@ def aligned_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, inde
     return "\n".join(out)
 
 
-def run_summary(page: PageData) -> str:
+def run_summary(page: Page) -> str:
     """The page's main tables as aligned text: prefill and the decode matrix; for another
     workload, its line, tables and notes instead."""
     parts = []
@@ -76,11 +74,10 @@ def run_summary(page: PageData) -> str:
     return "\n\n".join(parts)
 
 
-def echo_matrix(results: Results, echo: Callable[[str], None]) -> None:
+def echo_page(page: Page, echo: Callable[[str], None]) -> None:
     """The page's main tables in the terminal (aligned text; a workload's own tables in place
     of the matrix), the capacity under SLO (as on the page) and its answer in one line, at
     the end of `llmload run` and `llmload predict`."""
-    page = page_data(results)
     summary = run_summary(page)
     if summary:
         echo("\n" + summary + "\n")

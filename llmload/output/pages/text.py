@@ -9,7 +9,6 @@ never pass for a measurement of hardware.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -17,6 +16,7 @@ from llmload.core.model.cell import CellResult
 from llmload.core.model.results import Results
 from llmload.core.capacity.seqlimit import is_learned
 from llmload.core.units import format_duration_s
+from llmload.output.pages.model import Notice
 from llmload.output.formats import fmt_context, phase_cells
 from llmload.output.pages.workloads import workload_title
 
@@ -135,16 +135,6 @@ def render_byline(results: Results) -> str:
             finished,
         ]
     )
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Notice:
-    """The warning on a page whose numbers no server on hardware made."""
-
-    word: str
-    """"Simulated", or "Predicted (fitted from DIR)"."""
-    text: str
-    predicted: bool
 
 
 def simulation_notice(results: Results) -> Notice | None:

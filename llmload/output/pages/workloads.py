@@ -17,7 +17,6 @@ rest; the charts are `llmload.output.charts.workloads`'.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
 
@@ -44,7 +43,7 @@ from llmload.output.formats import (
 )
 from llmload.output.pages.tables import Column, make_table
 from llmload.output.pages.lengths import lengths_section
-from llmload.output.pages.sections import Section
+from llmload.output.pages.model import Section, WorkloadView
 
 WORKLOAD_PHASE = {"sessions": "session", "rate": "rate", "replay": "replay"}
 
@@ -138,19 +137,6 @@ def workload_line(results: Results) -> str | None:
 
 
 # --------------------------------------------------------------------------- tables
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class WorkloadView:
-    """The workload's part of the page: its tables (as sections) and notes."""
-
-    workload: str
-    """"sessions", "rate" or "replay"."""
-    title: str
-    line: str
-    sections: tuple[Section, ...]
-    notes: tuple[str, ...]
-    """Why cells did not run or are qualified (the plan's reasons), and the replay's lateness."""
 
 
 def _t(cell: CellResult):

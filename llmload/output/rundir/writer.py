@@ -273,10 +273,14 @@ def write_renderings(results: Results, out_dir: str | os.PathLike[str], *, html:
 def _write_pages(shown: Results, out: Path, *, html: bool = True) -> Path:
     """measurements.csv, report.md and (with html) report.html of results as written."""
     # Imported here: pandas is slow to import and results.json must not depend on it.
-    from llmload.output.pages import report
+    from llmload.output.pages.build import build_page
+    from llmload.output.pages.csvfile import page_csv
+    from llmload.output.pages.markdown import page_markdown
 
-    atomic_write_text(out / CSV_FILE, report.measurements_frame(shown).to_csv(index=False))
-    atomic_write_text(out / REPORT_FILE, report.render_markdown(shown))
+    page = build_page(shown)  # once, for every file
+    atomic_write_text(out / CSV_FILE, page_csv(page))
+    atomic_write_text(out / REPORT_FILE, page_markdown(page))
     if html:
-        atomic_write_text(out / HTML_FILE, report.render_html(shown))
+        from llmload.output.pages.html import page_html  # matplotlib: only report.html needs it
+        atomic_write_text(out / HTML_FILE, page_html(page))
     return out / REPORT_FILE

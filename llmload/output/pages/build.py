@@ -1,0 +1,50 @@
+"""A run's `Results` → its `Page` (`build_page`): the one function the page's writers are
+fed from. Each part is built by its module: the text (`text`), the matrix's tables
+(`tables`), the sections after it (`sections`), a workload's tables (`workloads`), the
+SLO's answer (`answer`) and measurements.csv's rows (`measurements`).
+"""
+
+from __future__ import annotations
+
+from llmload.core.figures.slo import parse_slo
+from llmload.core.model.results import Results
+from llmload.output.formats import page_cells
+from llmload.output.pages.answer import slo_answer
+from llmload.output.pages.measurements import measurements
+from llmload.output.pages.model import Page
+from llmload.output.pages.sections import page_sections
+from llmload.output.pages.tables import all_measurements, check_items, decode_matrix, decode_notes, error_items, prefill_table
+from llmload.output.pages.text import (engine_paragraphs, is_simulated, page_title, render_byline, render_hardware,
+                                       render_run, render_subtitle, sim_profile, simulation_notice)
+from llmload.output.pages.workloads import workload_view
+
+
+def build_page(results: Results) -> Page:
+    """The page's content for a run (the one source of report.md, report.html and the
+    terminal's tables)."""
+    cells = page_cells(results)
+    decode = decode_matrix(cells)
+    return Page(
+        cells=cells,
+        title=page_title(results),
+        subtitle=render_subtitle(results),
+        simulated=is_simulated(results),
+        sim_profile=sim_profile(results) if is_simulated(results) else None,
+        warning=simulation_notice(results),
+        byline=render_byline(results),
+        hardware=render_hardware(results),
+        engine=engine_paragraphs(results),
+        run=render_run(results, cells),
+        launch_command=str(results.launch_command) if results.launch_command else None,
+        prefill=prefill_table(cells),
+        decode=decode,
+        decode_notes=tuple(decode_notes(results, cells)) if decode else (),
+        sections=page_sections(results, cells),
+        all_measurements=all_measurements(cells),
+        errors=error_items(cells),
+        checks=check_items(cells),
+        workload=workload_view(results, cells),
+        answer=slo_answer(results, cells),
+        slo=parse_slo(results.config.get("slo")),
+        measurements=measurements(results, cells),
+    )
