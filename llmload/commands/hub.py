@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from llmload.commands.common import Refused, echo
+from llmload.commands.common import Refused, echo, store_failed
 
 
 @click.command()
@@ -58,9 +58,7 @@ def hub(db_url: str | None, bind: str, profiles_dir: str | None, accept_runs: bo
     try:
         store = open_store(url, write=accept_runs)
     except StoreError as exc:
-        error = click.ClickException(str(exc))
-        error.exit_code = exc.exit_code
-        raise error from None
+        raise store_failed(exc) from None
     with store, Workers(store, profiles, processes=default_processes() if workers is None else workers) as pool:
         try:
             serve(create_app(store, profiles=profiles, submissions=submissions, workers=pool), host=host, port=port,

@@ -8,7 +8,7 @@ from typing import Iterator
 
 import click
 
-from llmload.commands.common import Refused, echo
+from llmload.commands.common import Refused, echo, store_failed
 
 DB_OPTION = click.option(
     "--db", "db_url", envvar="LLMLOAD_DB", metavar="URL",
@@ -27,9 +27,7 @@ def _store(db_url: str | None) -> Iterator:
         with open_store(url, write=True) as store:
             yield store
     except StoreError as exc:
-        error = click.ClickException(str(exc))
-        error.exit_code = exc.exit_code
-        raise error from None
+        raise store_failed(exc) from None
 
 
 @click.group("hub-token")

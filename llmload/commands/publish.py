@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from llmload.commands.common import Refused, echo
+from llmload.commands.common import Refused, echo, store_failed
 
 
 @click.command()
@@ -51,9 +51,7 @@ def publish(run_dirs: tuple[str, ...], db_url: str | None, with_origin: bool, hu
                 what = "published" if done.new else "already published"
                 echo(f"{done.id}  {done.model or '?'}  {done.hardware or '?'}  {done.status}  ({what})")
     except StoreError as exc:
-        error = click.ClickException(str(exc))
-        error.exit_code = exc.exit_code
-        raise error from None
+        raise store_failed(exc) from None
 
 
 def _submit(hub_url: str, runs, *, token_file: str | None, with_records: bool, dry_run: bool) -> None:
