@@ -9,8 +9,8 @@ simulator with an SLO, the same run interrupted (a planned cell without a result
 predicted matrix with cells over capacity and an SLO, a predicted RTX 3090 matrix, a
 measured run with energy (two fake GPUs' counters), and predicted rate, sessions and
 replay runs. Each is rendered as report.md, report.html, measurements.csv, the terminal's
-matrix and the hub's run page (the report under a fixed bar, its styles made strict, with
-its Content-Security-Policy); pairs and a triple of them are compared (text, JSON, HTML).
+matrix and the hub's run page (`llmload.hub.app.report_parts`: the report under a fixed bar,
+its styles made strict, with its Content-Security-Policy); pairs and a triple of them are compared (text, JSON, HTML).
 """
 
 from __future__ import annotations
@@ -31,16 +31,14 @@ BAR = '<nav class="hub-bar">golden</nav>'
 
 
 def run_renderings(name: str) -> dict[str, str]:
-    from llmload.hub import security
+    from llmload.hub.app import report_parts
     from llmload.output.pages import report
     from llmload.output.rundir.resultsfile import load_results
     results = load_results(RUNS / name)
     lines: list[str] = []
     report.echo_matrix(results, lines.append)
     html = report.render_html(results)
-    hub_html, csp = security.strict_styles(
-        html.replace("</head>", '<link rel="stylesheet" href="/static/bar.css">\n</head>', 1)
-        .replace("<body>", "<body>\n" + BAR, 1))
+    hub_html, csp = report_parts(html, BAR)  # the hub's own wrapping of a run's report
     with tempfile.TemporaryDirectory() as tmp:
         report.write_csv(results, Path(tmp) / "m.csv")
         csv = (Path(tmp) / "m.csv").read_text()

@@ -84,7 +84,7 @@ def _one_line(status: int, message: str) -> Response:
     return response
 
 
-def _report_parts(html: str, bar: str) -> tuple[str, str]:
+def report_parts(html: str, bar: str) -> tuple[str, str]:
     """A report page (`llmload.output`'s) under the hub's bar, its styles made strict, and its
     Content-Security-Policy."""
     html = html.replace("</head>", '<link rel="stylesheet" href="/static/bar.css">\n</head>', 1)
@@ -92,7 +92,7 @@ def _report_parts(html: str, bar: str) -> tuple[str, str]:
 
 
 def _report_page(html: str, bar: str) -> Response:
-    page, csp = _report_parts(html, bar)
+    page, csp = report_parts(html, bar)
     return Response(page, mimetype="text/html", headers={"Content-Security-Policy": csp})
 
 
@@ -165,7 +165,7 @@ def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None,
                 html = workers.run(report_html, {"run": rid}, wait_s=RENDER_WAIT_S)
             except LookupError as exc:
                 raise NotFound(str(exc)) from None
-            run_pages[key] = _report_parts(html, bar)
+            run_pages[key] = report_parts(html, bar)
             while len(run_pages) > RUN_PAGES_KEPT:
                 run_pages.popitem(last=False)
         run_pages.move_to_end(key)
