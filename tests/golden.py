@@ -48,7 +48,7 @@ def run_renderings(name: str) -> dict[str, str]:
 
 def compare_renderings(names: tuple[str, ...]) -> dict[str, str]:
     from llmload.output.pages import comparepage
-    from llmload.output.pages.compare import compare
+    from llmload.output.pages.report import compare_runs as compare
     from llmload.output.rundir.resultsfile import load_results
     comparison = compare([load_results(RUNS / n) for n in names], list(names))
     return {"compare.txt": comparepage.render_text(comparison),

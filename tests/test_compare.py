@@ -5,7 +5,8 @@ import json
 import pytest
 
 from html_check import external_urls, parse
-from llmload.output.pages.compare import NOISE_DEFAULT_REL, compare
+from llmload.output.pages.compare import NOISE_DEFAULT_REL
+from llmload.output.pages.report import compare_runs as compare
 from llmload.output.pages.comparepage import fmt_ratio, render_text
 from test_report import seed_results
 from tests_helpers import llmload, results_of

@@ -126,7 +126,7 @@ def test_two_runs_compared_in_chromium(browser, hub_url, shots, tmp_path):  # no
     import json
     import urllib.request
     from llmload.core.model.document import results_from_dict
-    from llmload.output.pages.compare import compare
+    from llmload.output.pages.report import compare_runs as compare
     from llmload.output.pages.comparepage import render_html
     with urllib.request.urlopen(f"{hub_url}/api/leaderboard?model=tiny&context=256", timeout=30) as resp:
         rows = json.loads(resp.read())

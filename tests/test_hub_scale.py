@@ -56,10 +56,10 @@ def test_runs_come_a_page_at_a_time(many):
 
 
 def test_a_run_page_is_rendered_once(many, monkeypatch):
-    from llmload.output.pages import report
+    from llmload.output.pages import build
     calls = []
-    real = report.render_html
-    monkeypatch.setattr(report, "render_html", lambda results: calls.append(1) or real(results))
+    real = build.build_page
+    monkeypatch.setattr(build, "build_page", lambda results: calls.append(1) or real(results))
     client = create_app(many).test_client()
     rid = client.get("/api/runs").get_json()[0]["id"]
     first, second = client.get(f"/runs/{rid}"), client.get(f"/runs/{rid}")

@@ -14,7 +14,9 @@ from llmload.core.model.document import ResultsError, results_from_dict
 from llmload.core.model.results import Results
 from llmload.core.model.server import ServerCheck
 from llmload.core.units import format_duration_s
-from llmload.output.pages.compare import NOISE_DEFAULT_REL, compare
+from llmload.output.pages.compare import NOISE_DEFAULT_REL
+from llmload.output.pages.compare import compare as compare_pages
+from llmload.output.pages.report import compare_runs as compare
 from llmload.output.pages.markdown import markdown_table, section_body
 from llmload.output.pages.build import build_page
 from llmload.output.pages.report import measurements_frame, render_markdown
@@ -53,13 +55,22 @@ def small_run(**changes) -> Results:
 # ----------------------------------------------------------------------------- page data
 
 
-def test_page_cells_are_typed_and_in_page_order_with_planned_cells_not_run():
-    page = build_page(small_run())
-    assert all(isinstance(c, CellResult) for c in page.cells)
-    assert [(c.phase, c.context_tokens, c.concurrency, c.status) for c in page.cells] == [
-        ("prefill", 1024, 1, "valid"), ("decode", 0, 1, "valid"), ("decode", 0, 2, "saturated"),
-        ("decode", 1024, 1, "not_run"), ("decode", 1024, 2, "over_capacity")]
-    assert page.cells[-1].reason == "2 × 1,088 tokens > 2,000"
+def test_page_points_are_raw_figures_in_page_order_with_planned_cells_not_run():
+    run = small_run()
+    page = build_page(run)
+    assert not any(isinstance(p, CellResult) for p in page.points)
+    assert [(p.phase, p.context_tokens, p.concurrency, p.status, p.status_word) for p in page.points] == [
+        ("prefill", 1024, 1, "valid", "Valid"), ("decode", 0, 1, "valid", "Valid"),
+        ("decode", 0, 2, "saturated", "Saturated"), ("decode", 1024, 1, "not_run", "Not run"),
+        ("decode", 1024, 2, "over_capacity", "Over capacity")]
+    measured = {(c.phase, c.concurrency, c.context_tokens): c for c in run.cells}
+    for p in page.points:
+        cell = measured.get((p.phase, p.concurrency, p.context_tokens))
+        if cell is not None:
+            assert (p.total_tok_s, p.ttft_ms, p.tbt_p99_ms, p.prompt_tok_s) == (
+                cell.total_tok_s, cell.ttft_ms, cell.tbt_p99_ms, cell.prompt_tok_s)
+    assert page.workload == "matrix" and page.provenance == run.provenance
+    assert dict(page.settings)["provenance"] == run.provenance
 
 
 def test_the_tables_are_rows_of_text_with_each_cells_status():
@@ -193,11 +204,12 @@ def test_a_section_is_rendered_alike_in_markdown_and_on_the_terminal():
 # ----------------------------------------------------------------------------- compare, durations
 
 
-def test_compare_takes_results_and_keeps_each_runs_page_cells_out_of_its_json():
+def test_compare_takes_pages_and_keeps_each_runs_points_out_of_its_json():
     a, b = small_run(), small_run(hardware={"name": "Other"})
-    c = compare([a, b], ["a", "b"])
+    c = compare_pages([build_page(a), build_page(b)], ["a", "b"])
+    assert c == compare([a, b], ["a", "b"])
     assert [d.key for d in c.differences] == ["hardware.name"]
-    assert [len(cells) for cells in c.pages] == [5, 5] and "pages" not in c.to_dict()
+    assert [len(points) for points in c.points] == [5, 5] and "points" not in c.to_dict()
     row = next(r for r in c.decode if r.concurrency == 1 and r.context_tokens == 0)
     assert row.figures[0].ratios == (1.0, 1.0) and row.label == "decode 0 × 1"
 

@@ -14,7 +14,8 @@ from dataclasses import replace
 import pandas as pd
 import pytest
 
-from llmload.output.pages.compare import CompareError, compare
+from llmload.output.pages.compare import CompareError
+from llmload.output.pages.report import compare_runs as compare
 from llmload.output.pages.comparepage import render_html as compare_html
 from llmload.output.pages.comparepage import render_text
 from llmload.output.pages.measurements import CSV_COLUMNS

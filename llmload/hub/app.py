@@ -4,7 +4,7 @@
 Routes (GET and HEAD only: a POST or any other method is a 405, and the store is opened for reading):
 
     /, /runs            runs, filtered by model, engine, version, hardware, provenance, since, until
-    /runs/<id>          the run's report.html (`llmload.output.pages.report.render_html`) under the hub's bar
+    /runs/<id>          the run's report.html (its Page by `llmload.output.pages.html`) under the hub's bar
                         (its tier; links to /runs/<id>/results.json and each uploaded records file)
     /leaderboard        ?model=M&context=C[&concurrency=N][&hardware=H][&version=V]: runs ranked by total tok/s
     /models, /hardware  what the store holds, with counts and links
@@ -104,7 +104,8 @@ def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None,
     default: the built-in ones), read before any request. `workers`: where run pages' charts and
     predictions are computed (`llmload.hub.workers`; default: a thread of this process)."""
     from llmload.output.pages import comparepage
-    from llmload.output.pages.compare import CompareError, compare
+    from llmload.output.pages.compare import CompareError
+    from llmload.output.pages.report import compare_runs
     from llmload.core.model.document import results_to_dict
     from llmload.hub.calculator import MAX_OUTPUT_TOKENS, offered_profiles
     from llmload.hub.ratecalc import RateCalculation, parse_rate, parse_window
@@ -229,7 +230,7 @@ def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None,
     def comparison():
         a, b = (required(request.args, name, "a run id") for name in ("a", "b"))
         try:
-            return compare([stored(a), stored(b)], [f"run {a}", f"run {b}"])
+            return compare_runs([stored(a), stored(b)], [f"run {a}", f"run {b}"])
         except CompareError as exc:
             raise QueryError(str(exc)) from None
 

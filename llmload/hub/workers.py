@@ -63,13 +63,14 @@ class Busy(Exception):
 
 
 def report_html(store: Store, profiles: Mapping[str, Profile], *, run: str) -> str:
-    """The report page of stored run `run` (`llmload.output.pages.report.render_html`); LookupError
+    """The report page of stored run `run` (its `Page`, written by `llmload.output.pages.html`); LookupError
     where the store does not hold it."""
-    from llmload.output.pages import report
+    from llmload.output.pages.build import build_page
+    from llmload.output.pages.html import page_html
     results = store.run(run)
     if results is None:
         raise LookupError(f"no run {run[:40]!r} in the store")
-    return report.render_html(results)
+    return page_html(build_page(results))
 
 
 def prediction(store: Store, profiles: Mapping[str, Profile], *, workload: str, **arguments: Any):
@@ -82,8 +83,8 @@ def prediction(store: Store, profiles: Mapping[str, Profile], *, workload: str, 
 
 def _warm() -> None:
     """What the first job would otherwise pay: matplotlib, its fonts, the twin's modules."""
-    from llmload.output.charts import report as charts  # noqa: F401  (matplotlib and the chart style)
-    from llmload.output.charts.kit import panels_figure, render_chart
+    from llmload.output.pages.charts import report as charts  # noqa: F401  (matplotlib and the chart style)
+    from llmload.output.pages.charts.kit import panels_figure, render_chart
     from llmload.twin import predict  # noqa: F401
 
     def draw():

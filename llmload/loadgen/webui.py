@@ -139,7 +139,7 @@ def companion_path(html_file: str) -> str:
 
 def live_page(environment, state) -> str:
     """The LLM table and the charts over time as one self-contained page (no script)."""
-    from llmload.output.charts.live import live_chart
+    from llmload.output.pages.charts.live import live_chart
     from llmload.core.figures.live import RATE_WINDOW_S
     from llmload.core.redact import scrub
     from llmload.output.pages.templating import render_template

@@ -92,6 +92,11 @@ def status_label(cell: CellResult) -> str:
     return STATUS_LABELS.get(status, status.replace("_", " ").capitalize())
 
 
+def fmt_share(value: float | None) -> str:
+    """A ratio as a percentage: 0.875 → "87.5%"."""
+    return MISSING if value is None else f"{value:.1%}"
+
+
 def fmt_rps(rate: float | None) -> str:
     """"2 req/s", "0.5 req/s": a request rate as the page names a rate cell."""
     if rate is None:

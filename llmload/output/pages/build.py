@@ -1,17 +1,18 @@
 """A run's `Results` → its `Page` (`build_page`): the one function the page's writers are
 fed from. Each part is built by its module: the text (`text`), the matrix's tables
 (`tables`), the sections after it (`sections`), a workload's tables (`workloads`), the
-SLO's answer (`answer`) and measurements.csv's rows (`measurements`).
+SLO's answer (`answer`), measurements.csv's rows (`measurements`) and the cells' raw
+figures and the run's settings (`points`).
 """
 
 from __future__ import annotations
 
-from llmload.core.figures.slo import parse_slo
 from llmload.core.model.results import Results
-from llmload.output.formats import page_cells
+from llmload.output.formats import page_cells, workload_of
 from llmload.output.pages.answer import slo_answer
 from llmload.output.pages.measurements import measurements
 from llmload.output.pages.model import Page
+from llmload.output.pages.points import points, settings, slo_bounds
 from llmload.output.pages.sections import page_sections
 from llmload.output.pages.tables import all_measurements, check_items, decode_matrix, decode_notes, error_items, prefill_table
 from llmload.output.pages.text import (engine_paragraphs, is_simulated, page_title, render_byline, render_hardware,
@@ -25,10 +26,13 @@ def build_page(results: Results) -> Page:
     cells = page_cells(results)
     decode = decode_matrix(cells)
     return Page(
-        cells=cells,
+        points=points(cells),
         title=page_title(results),
         subtitle=render_subtitle(results),
         simulated=is_simulated(results),
+        provenance=results.provenance,
+        workload=workload_of(results),
+        settings=settings(results),
         sim_profile=sim_profile(results) if is_simulated(results) else None,
         warning=simulation_notice(results),
         byline=render_byline(results),
@@ -43,8 +47,8 @@ def build_page(results: Results) -> Page:
         all_measurements=all_measurements(cells),
         errors=error_items(cells),
         checks=check_items(cells),
-        workload=workload_view(results, cells),
+        workload_view=workload_view(results, cells),
         answer=slo_answer(results, cells),
-        slo=parse_slo(results.config.get("slo")),
+        slo_bounds=slo_bounds(results),
         measurements=measurements(results, cells),
     )

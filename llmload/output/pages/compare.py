@@ -1,6 +1,7 @@
 """Two or more results directories side by side: `llmload compare DIR_A DIR_B [DIR_C ...]`.
 
-Pure over runs (`Results`): this module compares them (`compare` → `Comparison`);
+Pure over the runs' pages (`llmload.output.pages.model.Page`: each cell's raw figures as a
+`Point`, the run's settings): this module compares them (`compare` → `Comparison`);
 `llmload.output.pages.comparepage` reads the files and renders the comparison three ways: aligned text for the terminal, JSON (`Comparison.to_dict`), and a
 self-contained HTML page. Rules:
 - The first run is the reference: every ratio is run / first (B / A, C / A), printed to two
@@ -8,11 +9,11 @@ self-contained HTML page. Rules:
 - A ratio is marked when it differs from 1 by more than the two runs' own noise: the
   root-sum-square of each cell's relative noise where both results carry one (a cell's
   `noise_rel` mapping in results.json, figure → relative standard deviation, e.g. from
-  repeated cells; llmload does not write it, so it is one of the cell's keys kept as read in
-  `CellResult.extra`), else ±NOISE_DEFAULT_REL (5%).
+  repeated cells; llmload does not write it, so it is one of the cell's keys kept as read,
+  `Point.noise_rel`), else ±NOISE_DEFAULT_REL (5%).
 - Configuration, server and hardware differences come first: a figure means little until
   one knows what changed.
-- Runs of different workloads (`config.workload`: matrix, sessions, rate, replay) are not
+- Runs of different workloads (`Page.workload`: matrix, sessions, rate, replay) are not
   compared: a one-line CompareError says which run is which.
 - Cells are matched by (phase, context, concurrency, rate: a rate cell's `rate_rps`). Cells every run has are compared,
   whatever their status (each run's status is shown beside its figures); the others are
@@ -21,21 +22,18 @@ self-contained HTML page. Rules:
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from llmload.core.model.cell import CellResult
-from llmload.core.model.results import Results
-from llmload.output.formats import MISSING, PHASE_ORDER, cell_label, cell_rate, page_cells, workload_of
-from llmload.output.pages.text import page_title
+from llmload.output.formats import MISSING, PHASE_ORDER, cell_label
+from llmload.output.pages.model import Page, Point
 
 NOISE_DEFAULT_REL = 0.05
 """The noise assumed for a figure whose runs do not say theirs."""
 
-CompareFigure = tuple[str, str, bool, Callable[[CellResult], Any]]
+CompareFigure = tuple[str, str, bool, Callable[[Point], Any]]
 """A figure compared: (key, label, higher is better, the figure of a cell)."""
 DECODE_FIGURES: tuple[CompareFigure, ...] = (
     ("total_tok_s", "total tok/s", True, lambda c: c.total_tok_s),
@@ -49,30 +47,23 @@ PREFILL_FIGURES: tuple[CompareFigure, ...] = (
 )
 SESSION_FIGURES: tuple[CompareFigure, ...] = DECODE_FIGURES + (
     ("ttft_p99_ms", "TTFT p99", False, lambda c: c.ttft_p99_ms),
-    ("cached_prompt_ratio", "cached prompt share", True, lambda c: c.traffic.cached_prompt_ratio),
+    ("cached_prompt_ratio", "cached prompt share", True, lambda c: c.cached_prompt_ratio),
 )
 OPEN_LOOP_FIGURES: tuple[CompareFigure, ...] = (
-    ("achieved_rate_rps", "achieved rate", True, lambda c: c.traffic.achieved_rate_rps),
+    ("achieved_rate_rps", "achieved rate", True, lambda c: c.achieved_rate_rps),
     ("ttft_ms", "TTFT", False, lambda c: c.ttft_ms),
     ("ttft_p99_ms", "TTFT p99", False, lambda c: c.ttft_p99_ms),
     ("tbt_p99_ms", "time between tokens p99", False, lambda c: c.tbt_p99_ms),
-    ("e2e_p99_ms", "end to end p99", False, lambda c: c.traffic.e2e_p99_ms),
+    ("e2e_p99_ms", "end to end p99", False, lambda c: c.e2e_p99_ms),
     ("total_tok_s", "total tok/s", True, lambda c: c.total_tok_s),
-    ("goodput_tok_s", "goodput tok/s", True, lambda c: c.slo.goodput_tok_s),
-    ("requests_completed", "requests completed", True, lambda c: c.traffic.requests_completed),
-    ("requests_unfinished", "requests unfinished", False, lambda c: c.traffic.requests_unfinished),
-    ("requests_not_sent", "requests not sent", False, lambda c: c.traffic.requests_not_sent),
+    ("goodput_tok_s", "goodput tok/s", True, lambda c: c.goodput_tok_s),
+    ("requests_completed", "requests completed", True, lambda c: c.requests_completed),
+    ("requests_unfinished", "requests unfinished", False, lambda c: c.requests_unfinished),
+    ("requests_not_sent", "requests not sent", False, lambda c: c.requests_not_sent),
 )
 #: The figures compared for each phase's cells.
 PHASE_FIGURES = {"decode": DECODE_FIGURES, "prefill": PREFILL_FIGURES, "session": SESSION_FIGURES,
                  "rate": OPEN_LOOP_FIGURES, "replay": OPEN_LOOP_FIGURES}
-#: Top-level sections whose differences are listed, and keys that differ between any two
-#: runs without meaning anything.
-DIFF_SECTIONS = ("config", "server", "hardware")
-DIFF_TOP_LEVEL = ("provenance", "sim_profile", "launch_command", "llmload_version")
-DIFF_IGNORED = frozenset({"config.name", "config.description"})
-
-
 class CompareError(ValueError):
     """Runs that cannot be compared (fewer than two); the message is one line."""
 
@@ -152,8 +143,8 @@ class Comparison:
     workload: tuple[CellRow, ...] = ()
     """The cells of a workload beyond the matrix (session, rate, replay) every run has."""
     noise_default_rel: float = NOISE_DEFAULT_REL
-    pages: tuple[tuple[CellResult, ...], ...] = field(default=(), repr=False, compare=False)
-    """Each run's page cells (`page_cells`), for the compare page's charts; not in `to_dict`."""
+    points: tuple[tuple[Point, ...], ...] = field(default=(), repr=False, compare=False)
+    """Each run's page points (`Page.points`), for the compare page's charts; not in `to_dict`."""
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -191,7 +182,7 @@ def _noise(noise: Mapping[str, Any] | None, figure: str) -> float | None:
     return value if value is not None and value >= 0 else None
 
 
-def _figure_row(cells: list[CellResult], noise_rel: list[Mapping[str, Any] | None],
+def _figure_row(cells: list[Point], noise_rel: list[Mapping[str, Any] | None],
                 spec: CompareFigure) -> FigureRow:
     """One figure of a cell every run has; `noise_rel`: each run's noise_rel of the cell."""
     key, label, higher, figure = spec
@@ -215,34 +206,9 @@ def _figure_row(cells: list[CellResult], noise_rel: list[Mapping[str, Any] | Non
                      ratios=ratios, noise_rel=tuple(noises), beyond_noise=tuple(beyond))
 
 
-def _flatten(results: Results) -> dict[str, str]:
-    flat: dict[str, str] = {}
-    for section in DIFF_SECTIONS:
-        for key, value in sorted(getattr(results, section).items()):
-            if isinstance(value, dict):
-                for sub, v in sorted(value.items()):
-                    flat[f"{section}.{key}.{sub}"] = _text(v)
-            else:
-                flat[f"{section}.{key}"] = _text(value)
-    for key in DIFF_TOP_LEVEL:
-        flat[key] = _text(getattr(results, key))
-    return {k: v for k, v in flat.items() if k not in DIFF_IGNORED}
-
-
-def _text(value: Any) -> str:
-    if value is None:
-        return MISSING
-    if isinstance(value, (list, tuple)):
-        return ", ".join(_text(v) for v in value) or "(none)"
-    if isinstance(value, dict):
-        return json.dumps(value, sort_keys=True, ensure_ascii=False)
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)
-
-
-def differences(runs: Sequence[Results]) -> tuple[Difference, ...]:
-    flats = [_flatten(r) for r in runs]
+def differences(pages: Sequence[Page]) -> tuple[Difference, ...]:
+    """The settings (`Page.settings`) whose text is not the same in every run."""
+    flats = [dict(p.settings) for p in pages]
     keys = sorted({k for f in flats for k in f}, key=lambda k: (k.count("."), k))
     out = []
     for key in keys:
@@ -255,29 +221,26 @@ def differences(runs: Sequence[Results]) -> tuple[Difference, ...]:
 CellKey = tuple[str, int, int, float | None]
 
 
-def _key(cell: CellResult) -> CellKey:
+def _key(cell: Point) -> CellKey:
     open_loop = cell.phase in ("rate", "replay")  # concurrency 0: no fixed number of users
     n = int(cell.concurrency or 0) if open_loop else int(cell.concurrency or 1)
-    return (cell.phase or "", int(cell.context_tokens or 0), n, cell_rate(cell))
+    return (cell.phase or "", int(cell.context_tokens or 0), n, cell.rate_rps)
 
 
-def _same_workload(runs: Sequence[Results]) -> None:
-    workloads = [workload_of(r) for r in runs]
+def _same_workload(pages: Sequence[Page]) -> None:
+    workloads = [p.workload for p in pages]
     if len(set(workloads)) > 1:
         which = ", ".join(f"{_run_label(i)} is {w}" for i, w in enumerate(workloads))
         raise CompareError(f"cannot compare runs of different workloads ({which})")
 
 
-def compare(runs: Sequence[Results], paths: list[str]) -> Comparison:
-    """The comparison of runs (the first is the reference); runs of different workloads are
-    refused (CompareError)."""
-    if len(runs) < 2:
+def compare(pages: Sequence[Page], paths: list[str]) -> Comparison:
+    """The comparison of runs' pages (the first is the reference); runs of different workloads
+    are refused (CompareError)."""
+    if len(pages) < 2:
         raise CompareError("compare needs at least two results directories")
-    _same_workload(runs)
-    # A cell's noise, by the key its page cell is found by (the last cell of a key, as there).
-    noises = [{_key(c): c.extra.get("noise_rel") for c in r.cells} for r in runs]
-    pages = tuple(page_cells(r) for r in runs)
-    by_run = [{_key(c): c for c in cells} for cells in pages]
+    _same_workload(pages)
+    by_run = [{_key(c): c for c in page.points} for page in pages]  # the last cell of a key
     common = set(by_run[0]).intersection(*by_run[1:])
     every = sorted(set().union(*by_run), key=lambda k: (PHASE_ORDER.get(k[0], 9), k[1], k[2], k[3] or 0.0))
     rows: dict[str, list[CellRow]] = {"decode": [], "prefill": [], "workload": []}
@@ -289,17 +252,17 @@ def compare(runs: Sequence[Results], paths: list[str]) -> Comparison:
                 run[key].status if key in run else None for run in by_run)))
             continue
         cells = [run[key] for run in by_run]
-        noise = [run_noise.get(key) for run_noise in noises]
+        noise = [c.noise_rel for c in cells]
         spec = PHASE_FIGURES.get(phase, PREFILL_FIGURES)
         rows.setdefault("workload" if phase in ("session", "rate", "replay") else phase, []).append(CellRow(
             phase=phase, context_tokens=ctx, concurrency=n, rate_rps=rate,
             statuses=tuple(c.status or "not_run" for c in cells),
             figures=tuple(_figure_row(cells, noise, f) for f in spec)))
-    run_rows = tuple(Run(label=_run_label(i), path=p, title=page_title(r), simulated=r.provenance == "simulated")
-                     for i, (r, p) in enumerate(zip(runs, paths)))
-    return Comparison(runs=run_rows, differences=differences(runs), decode=tuple(rows["decode"]),
+    run_rows = tuple(Run(label=_run_label(i), path=p, title=page.title, simulated=page.provenance == "simulated")
+                     for i, (page, p) in enumerate(zip(pages, paths)))
+    return Comparison(runs=run_rows, differences=differences(pages), decode=tuple(rows["decode"]),
                       prefill=tuple(rows["prefill"]), unmatched=tuple(unmatched),
-                      workload=tuple(rows["workload"]), pages=pages)
+                      workload=tuple(rows["workload"]), points=tuple(page.points for page in pages))
 
 
 def _run_label(i: int) -> str:

@@ -1,6 +1,6 @@
 """A comparison (`llmload.output.pages.compare`) rendered: aligned text for the terminal (`render_text`),
 the self-contained HTML page (Jinja2 `templates/compare.html.j2`, charts from
-`llmload.output.charts.heatmaps` and `llmload.output.charts.compare`).
+`llmload.output.pages.charts.heatmaps` and `llmload.output.pages.charts.compare`).
 
 Ratios are printed to two decimals; a ratio beyond the runs' noise is marked " *".
 """
@@ -16,9 +16,10 @@ from llmload.output.formats import (
     fmt_ms,
     fmt_rate,
     fmt_rps,
+    fmt_share,
     fmt_tbt_ms,
 )
-from llmload.output.pages.workloads import fmt_share
+
 
 _FORMATS = {"total_tok_s": fmt_rate, "per_request_tok_s": fmt_rate,
             "prompt_tok_s": fmt_rate, "ttft_ms": fmt_ms, "tbt_ms": fmt_tbt_ms,
@@ -117,11 +118,11 @@ def without_figures(rows: tuple[CellRow, ...]) -> list[tuple[tuple[str, ...], li
 
 def render_html(c: Comparison) -> str:
     """The self-contained compare page: tables and the curves of every run overlaid."""
-    from llmload.output.charts.compare import compare_curves, compare_prefill
-    from llmload.output.charts.heatmaps import ratio_heatmap
+    from llmload.output.pages.charts.compare import compare_curves, compare_prefill
+    from llmload.output.pages.charts.heatmaps import ratio_heatmap
     from llmload.output.pages.templating import render_template
 
-    runs = [(r.label, cells) for r, cells in zip(c.runs, c.pages)]
+    runs = [(r.label, points) for r, points in zip(c.runs, c.points)]
     made = {
         "ratio": ratio_heatmap(c),
         "curves": compare_curves(runs),

@@ -1,20 +1,20 @@
 """report.html written from a page (`page_html`): the Jinja2 template
-`templates/report.html.j2` with the charts (`llmload.output.charts`) as inline SVG: no script,
+`templates/report.html.j2` with the charts (`llmload.output.pages.charts`) as inline SVG: no script,
 no external URL, so it opens from disk, prints and diffs. The charts are drawn from the
-page's cells (`Page.cells`)."""
+page's points (`Page.points`)."""
 
 from __future__ import annotations
 
-from llmload.output.charts import report as charts
-from llmload.output.charts.workloads import workload_charts
+from llmload.output.pages.charts import report as charts
+from llmload.output.pages.charts.workloads import workload_charts
 from llmload.output.pages.model import SECTION_TITLES, Page
 from llmload.output.pages.templating import render_template
 
 
 def page_html(page: Page) -> str:
     """The page as standalone HTML."""
-    extra = workload_charts(page.cells, page.slo) if page.workload else {}
+    extra = workload_charts(page.points, page.slo_bounds) if page.workload_view else {}
     return render_template("report.html.j2", page=page, titles=SECTION_TITLES,
-                           charts=charts.report_charts(page.cells),
+                           charts=charts.report_charts(page.points),
                            workload_charts=tuple(extra.values()),
-                           server_note=charts.server_note(page.cells))
+                           server_note=charts.server_note(page.points))

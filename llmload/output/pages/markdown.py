@@ -37,7 +37,7 @@ def page_markdown(page: Page) -> str:
     launch = ("\n".join("    " + line for line in page.launch_command.splitlines())
               if page.launch_command else None)
     warning = f"> **{page.warning.word}.** {page.warning.text}" if page.warning else None
-    workload = page.workload
+    workload = page.workload_view
     blocks = [
         "# " + page.title,
         page.subtitle,

@@ -3,18 +3,14 @@ writer renders. `llmload.output.pages.build.build_page` makes it from a run's `R
 the writers (`markdown`, `html`, `csvfile`, `terminal`) take it and nothing of the run.
 
 Every word and number a writer shows is in the page already formatted (tables of text),
-except measurements.csv's raw values (`Measurements`) and the cells the HTML charts are
-drawn from (`Page.cells`).
+except the raw numbers that are drawn or computed with: measurements.csv's (`Measurements`)
+and each cell's figures (`Point`: the charts' series and what a comparison of pages compares).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from llmload.core.model.cell import CellResult
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -104,15 +100,84 @@ SECTION_TITLES = SectionTitles()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class SloBound:
+    """A latency bound of the run's SLO (`llmload.core.figures.slo`): TTFT p99 ≤ 2,000 ms."""
+
+    kind: str
+    """"TTFT" or "TBT"."""
+    quantile: float
+    bound_ms: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Point:
+    """One cell of the page as raw figures (a number or None each): a point of the charts'
+    series (`llmload.output.pages.charts`) and a cell of a comparison (`llmload.output.pages.compare`).
+    Made by `llmload.output.pages.points`."""
+
+    phase: str
+    context_tokens: int
+    concurrency: int
+    status: str | None
+    """As the run wrote it (None for a cell without one)."""
+    status_word: str
+    """The status as the page says it ("Valid", "Over capacity")."""
+    rate_rps: float | None
+    """A rate cell's scheduled rate; None for the other phases."""
+    prompt_tok_s: Any = None
+    total_tok_s: Any = None
+    per_request_tok_s: Any = None
+    ttft_ms: Any = None
+    ttft_p90_ms: Any = None
+    ttft_p99_ms: Any = None
+    tbt_ms: Any = None
+    tbt_p90_ms: Any = None
+    tbt_p99_ms: Any = None
+    median_waiting: Any = None
+    """The server's queue in the window (its /metrics): median and most waiting requests, preemptions."""
+    max_waiting: Any = None
+    preemptions: Any = None
+    goodput_tok_s: Any = None
+    achieved_rate_rps: Any = None
+    """Open-loop traffic (rate, replay): the rate achieved, end-to-end p99, request counts."""
+    e2e_p99_ms: Any = None
+    requests_completed: Any = None
+    requests_unfinished: Any = None
+    requests_not_sent: Any = None
+    cached_prompt_ratio: Any = None
+    """Chat sessions: the prompt's share served from the prefix cache (usage; the server's
+    counters), TTFT by turn."""
+    server_cached_prompt_ratio: Any = None
+    ttft_by_turn_ms: tuple[Any, ...] = ()
+    prompt_lengths: str | None = None
+    """Varied lengths (rate, replay): the lengths' source, their histograms, TTFT by prompt length."""
+    prompt_tokens_edges: tuple[Any, ...] = ()
+    prompt_tokens_hist: tuple[Any, ...] = ()
+    output_tokens_edges: tuple[Any, ...] = ()
+    output_tokens_hist: tuple[Any, ...] = ()
+    ttft_by_prompt_tokens: tuple[Any, ...] = ()
+    ttft_by_prompt_ms: tuple[Any, ...] = ()
+    noise_rel: Any = None
+    """The cell's relative noise per figure where its results carry one (`noise_rel`)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Page:
     """Everything on a run's page, as text and typed rows: what every writer renders."""
 
-    cells: tuple[CellResult, ...]
-    """The page's cells (`llmload.output.formats.page_cells`): what the HTML page's charts
-    are still drawn from (`llmload.output.charts`), the one part of a page not yet its own data."""
+    points: tuple[Point, ...]
+    """The page's cells (`llmload.output.formats.page_cells`, page order) as raw figures."""
     title: str
     subtitle: str
     simulated: bool
+    """Simulated or predicted: no server on hardware made these numbers."""
+    provenance: str
+    """"measured", "simulated" or "predicted"."""
+    workload: str
+    """"matrix", "sessions", "rate" or "replay"."""
+    settings: tuple[tuple[str, str], ...]
+    """The run's settings, server and hardware as (dotted key, text): what a comparison lists
+    where runs differ (`llmload.output.pages.points.settings`)."""
     sim_profile: str | None
     warning: Notice | None
     """The simulated/predicted warning, None for a measured run."""
@@ -134,12 +199,12 @@ class Page:
     checks: tuple[CheckItem, ...]
     """Items of "Checks against the server's own figures"."""
 
-    workload: WorkloadView | None = None
+    workload_view: WorkloadView | None = None
     """The tables of a workload beyond the matrix (sessions, rate, replay); None for the matrix."""
     answer: str | None = None
     """The SLO's answer in one line (`llmload.output.pages.answer`); None without an SLO."""
-    slo: Mapping[str, float] | None = None
-    """The run's SLO bounds (`llmload.core.figures.slo.parse_slo`), for the workload charts' lines."""
+    slo_bounds: tuple[SloBound, ...] = ()
+    """The run's SLO latency bounds, in its order, for the workload charts' lines."""
     measurements: Measurements = Measurements()
     """measurements.csv: one row per cell, raw numbers (`llmload.output.pages.measurements`)."""
 

@@ -15,18 +15,20 @@ notes, All measurements. Rules:
   renders that page and nothing else: report.md (`llmload.output.pages.markdown`),
   report.html (`llmload.output.pages.html`), measurements.csv (`llmload.output.pages.csvfile`)
   and the terminal's tables (`llmload.output.pages.terminal`). No rendering is parsed back,
-  and no two can disagree. This module joins the two steps for a run's `Results`.
+  and no two can disagree. So does the comparison of runs (`llmload.output.pages.compare`),
+from their pages. This module joins the two steps for a run's `Results`.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import pandas as pd
 
 from llmload.core.model.results import Results
 from llmload.output.pages.build import build_page
+from llmload.output.pages.compare import Comparison, compare
 from llmload.output.pages.csvfile import page_csv, page_frame
 from llmload.output.pages.markdown import page_markdown
 from llmload.output.pages.terminal import echo_page
@@ -57,3 +59,8 @@ def echo_matrix(results: Results, echo: Callable[[str], None]) -> None:
     """The run's main tables in the terminal, its capacity under SLO and its answer, at the
     end of `llmload run` and `llmload predict` (`llmload.output.pages.terminal`)."""
     echo_page(build_page(results), echo)
+
+
+def compare_runs(runs: Sequence[Results], paths: list[str]) -> Comparison:
+    """The comparison of runs (`llmload.output.pages.compare.compare`), each made its page first."""
+    return compare([build_page(r) for r in runs], paths)

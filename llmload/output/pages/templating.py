@@ -2,7 +2,7 @@
 
 Templates live in `llmload/output/pages/templates/` (package data). Rules: autoescape is on for every
 template, so a model name or an error message can never inject markup; a chart's SVG is
-the only thing marked safe, and it comes from `llmload.output.charts.kit` (matplotlib), not from the
+the only thing marked safe, and it comes from `llmload.output.pages.charts.kit` (matplotlib), not from the
 results file. The pages are self-contained: styles inline, no script unless the page is
 live, no external URL.
 """

@@ -57,14 +57,14 @@ def run_summary(page: Page) -> str:
     """The page's main tables as aligned text: prefill and the decode matrix; for another
     workload, its line, tables and notes instead."""
     parts = []
-    if page.workload:
-        parts.append(f"Workload: {page.workload.line}")
-        for section in page.workload.sections:
+    if page.workload_view:
+        parts.append(f"Workload: {page.workload_view.line}")
+        for section in page.workload_view.sections:
             intro = f"\n  {section.intro}" if section.intro else ""
             parts.append(f"{section.title}:{intro}\n" + aligned_table(section.table.columns, section.table.rows,
                                                                      indent=2))
-        if page.workload.notes:
-            parts.append("\n".join(f"  - {note}" for note in page.workload.notes))
+        if page.workload_view.notes:
+            parts.append("\n".join(f"  - {note}" for note in page.workload_view.notes))
     if page.prefill:
         parts.append("Prefill (prompt tok/s, TTFT):\n" + aligned_table(page.prefill.columns,
                                                                          page.prefill.rows, indent=2))

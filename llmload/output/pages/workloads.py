@@ -11,7 +11,7 @@ workload the page shows (`workload_title`, `workload_line`) and its tables (`Wor
 - Trace replay: its one cell as one row, and how late the requests went against the trace.
 Cells that did not run say why (the plan's reason) under the table, as the matrix's notes do.
 Text only: the renderers (`llmload.output.pages.markdown`, the HTML template, the terminal) add the
-rest; the charts are `llmload.output.charts.workloads`'.
+rest; the charts are `llmload.output.pages.charts.workloads`'.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from llmload.output.formats import (
     fmt_ms,
     fmt_rate,
     fmt_rps,
+    fmt_share,
     fmt_tbt_ms,
     phase_cells,
     request_counts_text,
@@ -46,11 +47,6 @@ from llmload.output.pages.lengths import lengths_section
 from llmload.output.pages.model import Section, WorkloadView
 
 WORKLOAD_PHASE = {"sessions": "session", "rate": "rate", "replay": "replay"}
-
-
-def fmt_share(value: float | None) -> str:
-    """A ratio as a percentage: 0.875 → "87.5%"."""
-    return MISSING if value is None else f"{value:.1%}"
 
 
 def _list(values: Any, render=str) -> str:

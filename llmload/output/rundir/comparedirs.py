@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import json
 
-from llmload.output.pages.compare import CompareError, compare
+from llmload.output.pages.compare import CompareError
 from llmload.output.pages.comparepage import render_html, render_text
+from llmload.output.pages.report import compare_runs
 
 
 def compare_dirs(paths: list[str], *, as_json: bool = False, html_path: str | None = None
@@ -25,7 +26,7 @@ def compare_dirs(paths: list[str], *, as_json: bool = False, html_path: str | No
         runs = [as_written(load_results(p), source=p) for p in paths]
     except ResultsError as exc:
         raise CompareError(str(exc)) from None
-    comparison = compare(runs, paths)
+    comparison = compare_runs(runs, paths)
     text = (json.dumps(comparison.to_dict(), indent=2, ensure_ascii=False) if as_json
             else render_text(comparison))
     if html_path is None:

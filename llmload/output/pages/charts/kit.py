@@ -3,12 +3,12 @@
 Charts of a speed test matrix (and of several, overlaid) are static inline SVG, drawn with
 matplotlib (object API on `Figure`, no pyplot, no display: the Agg backend is selected so
 that nothing ever opens a window) and returned as `Chart` values whose `svg` is an `<svg>`
-element ready to be put inside an HTML page: the report page's (`llmload.output.charts.report`,
-`llmload.output.charts.heatmaps`), the compare page's (`llmload.output.charts.compare`) and the web
-UI's over time (`llmload.output.charts.live`). Rules:
-- Input is a run's page cells (`CellResult`s, `llmload.output.formats.page_cells`),
-  nothing else; a figure is read by a function of the cell (`CellFigure`); a chart with nothing
-  to draw is None, never an empty frame.
+element ready to be put inside an HTML page: the report page's (`llmload.output.pages.charts.report`,
+`llmload.output.pages.charts.heatmaps`), the compare page's (`llmload.output.pages.charts.compare`) and the web
+UI's over time (`llmload.output.pages.charts.live`). Rules:
+- Input is a page's points (`llmload.output.pages.model.Point`: each cell's raw figures),
+  nothing else; a figure is read by a function of the point (`CellFigure`); a chart with
+  nothing to draw is None, never an empty frame.
 - Colour-blind safe and print safe: lines use the Okabe–Ito palette *and* a distinct
   marker per series; the heat map uses cividis (monotonic lightness, readable in grey);
   cells that are not valid are hatched and carry their status word, so status never rests
@@ -37,7 +37,7 @@ matplotlib.use("Agg")  # no display, ever (the charts draw on Figure objects; no
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: E402
 
-from llmload.core.model.cell import CellResult  # noqa: E402
+from llmload.output.pages.model import Point  # noqa: E402
 from llmload.core.units import format_tokens  # noqa: E402
 
 #: Okabe & Ito (2008), the colour-blind safe qualitative palette (black last).
@@ -80,16 +80,16 @@ def is_finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-CellFigure = Callable[[CellResult], Any]
-"""A figure of a cell, read from it: `lambda c: c.total_tok_s`."""
+CellFigure = Callable[[Point], Any]
+"""A figure of a cell, read from its point: `lambda c: c.total_tok_s`."""
 
 
-def decode_cells(cells: Iterable[CellResult]) -> list[CellResult]:
+def decode_cells(cells: Iterable[Point]) -> list[Point]:
     return [c for c in cells if c.phase == "decode"]
 
 
-def by_context(cells: Iterable[CellResult]) -> dict[int, list[CellResult]]:
-    out: dict[int, list[CellResult]] = {}
+def by_context(cells: Iterable[Point]) -> dict[int, list[Point]]:
+    out: dict[int, list[Point]] = {}
     for c in sorted(cells, key=lambda c: (c.context_tokens, c.concurrency)):
         out.setdefault(int(c.context_tokens), []).append(c)
     return out
@@ -161,7 +161,7 @@ def mark_invalid(ax, xs, ys, ok, colour) -> None:
                 markeredgecolor=colour, markeredgewidth=1.0, zorder=4)
 
 
-def series_points(cells: list[CellResult], figure: CellFigure) -> tuple[list[int], list[float], list[bool]]:
+def series_points(cells: list[Point], figure: CellFigure) -> tuple[list[int], list[float], list[bool]]:
     """(N, figure, valid) of the cells where the figure is a number."""
     xs, ys, ok = [], [], []
     for c in cells:
@@ -173,7 +173,7 @@ def series_points(cells: list[CellResult], figure: CellFigure) -> tuple[list[int
     return xs, ys, ok
 
 
-def prefill_rows(cells: Iterable[CellResult]) -> list[CellResult]:
+def prefill_rows(cells: Iterable[Point]) -> list[Point]:
     """Prefill cells with a prompt tok/s, by context."""
     return sorted((c for c in cells if c.phase == "prefill" and is_finite(c.prompt_tok_s)),
                   key=lambda c: c.context_tokens)

@@ -1,6 +1,6 @@
 """The compare page's line charts: every run's decode figures against concurrency overlaid
 (`compare_curves`) and every run's cold prefill (`compare_prefill`). The ratio heat map is
-`llmload.output.charts.heatmaps`'; rules: `llmload.output.charts.kit`.
+`llmload.output.pages.charts.heatmaps`'; rules: `llmload.output.pages.charts.kit`.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
-from llmload.core.model.cell import CellResult
+from llmload.output.pages.model import Point
 from llmload.core.units import format_tokens
-from llmload.output.charts.kit import (
+from llmload.output.pages.charts.kit import (
     CellFigure,
     Chart,
     decode_cells,
@@ -35,8 +35,8 @@ RUN_FIGURES: tuple[tuple[CellFigure, str, object], ...] = (
     (lambda c: c.ttft_ms, "TTFT p50", ms),
     (lambda c: c.tbt_ms, "Time between tokens p50", ms),
 )
-RunCells = tuple[str, Sequence[CellResult]]
-"""A run's label and its page cells."""
+RunCells = tuple[str, Sequence[Point]]
+"""A run's label and its page points."""
 
 
 def compare_curves(runs: Sequence[RunCells]) -> Chart | None:

@@ -2,21 +2,20 @@
 by turn (one line per cell) and the prefix cache's share of the prompt per cell; for
 open-loop arrivals, the load curve: latency against the achieved rate, one line per context,
 with the SLO's bound as a horizontal line; for rate and replay cells whose lengths vary,
-TTFT against prompt length and histograms of the lengths sent. Rules: `llmload.output.charts.kit`.
+TTFT against prompt length and histograms of the lengths sent. Rules: `llmload.output.pages.charts.kit`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, MaxNLocator, PercentFormatter
 
-from llmload.core.model.cell import CellResult
-from llmload.core.figures.slo import BY_NORMAL
+from llmload.output.pages.model import Point, SloBound
 from llmload.core.units import format_tokens
-from llmload.output.charts.kit import (
+from llmload.output.pages.charts.kit import (
     PALETTE,
     CellFigure,
     Chart,
@@ -27,13 +26,13 @@ from llmload.output.charts.kit import (
     render_chart,
     series_style,
 )
-from llmload.output.formats import cell_place, cell_rate
+from llmload.output.formats import cell_place
 
 #: The load curve's panels: (title, the figure, the SLO kind whose bound is drawn on it).
 LOAD_PANELS: tuple[tuple[str, CellFigure, str | None], ...] = (
     ("TTFT p99", lambda c: c.ttft_p99_ms, "TTFT"),
     ("Time between tokens p99", lambda c: c.tbt_p99_ms, "TBT"),
-    ("End to end p99", lambda c: c.traffic.e2e_p99_ms, None),
+    ("End to end p99", lambda c: c.e2e_p99_ms, None),
 )
 
 
@@ -46,20 +45,20 @@ def _one_legend(fig: Figure, axes) -> None:
     fig.legend(list(handles.values()), list(handles), loc="outside right upper")
 
 
-def _place(cell: CellResult) -> str:
-    return cell_place(cell.phase, cell.context_tokens, cell.concurrency, cell_rate(cell))
+def _place(cell: Point) -> str:
+    return cell_place(cell.phase, cell.context_tokens, cell.concurrency, cell.rate_rps)
 
 
-def ttft_by_turn_chart(cells: Sequence[CellResult]) -> Chart | None:
+def ttft_by_turn_chart(cells: Sequence[Point]) -> Chart | None:
     """Median TTFT of each turn, turn on x, one line per session cell."""
-    rows = [c for c in cells if c.phase == "session" and any(is_finite(v) for v in c.traffic.ttft_by_turn_ms)]
+    rows = [c for c in cells if c.phase == "session" and any(is_finite(v) for v in c.ttft_by_turn_ms)]
     if not rows:
         return None
 
     def draw() -> Figure:
         fig, (ax,) = panels_figure(9.2, 3.4, 1)
         for i, cell in enumerate(rows):
-            ys = [float(v) if is_finite(v) else np.nan for v in cell.traffic.ttft_by_turn_ms]
+            ys = [float(v) if is_finite(v) else np.nan for v in cell.ttft_by_turn_ms]
             ax.plot(range(1, len(ys) + 1), ys, label=_place(cell), linewidth=1.8, markersize=5,
                     **series_style(i))
         ax.set_title("TTFT by turn (median of the turn's requests)", loc="left")
@@ -76,22 +75,22 @@ def ttft_by_turn_chart(cells: Sequence[CellResult]) -> Chart | None:
                  svg=render_chart("ttft_by_turn", draw))
 
 
-def cache_ratio_chart(cells: Sequence[CellResult]) -> Chart | None:
+def cache_ratio_chart(cells: Sequence[Point]) -> Chart | None:
     """Per session cell, the share of prompt tokens served from the prefix cache (and the
     server's counters' share beside it where it has them)."""
-    rows = [c for c in cells if c.phase == "session" and is_finite(c.traffic.cached_prompt_ratio)]
+    rows = [c for c in cells if c.phase == "session" and is_finite(c.cached_prompt_ratio)]
     if not rows:
         return None
-    server = any(is_finite(c.traffic.server_cached_prompt_ratio) for c in rows)
+    server = any(is_finite(c.server_cached_prompt_ratio) for c in rows)
 
     def draw() -> Figure:
         fig, (ax,) = panels_figure(max(4.6, 0.9 * len(rows) + 2.5), 3.2, 1)
         xs = np.arange(len(rows))
         width = 0.38 if server else 0.6
-        usage = [c.traffic.cached_prompt_ratio for c in rows]
+        usage = [c.cached_prompt_ratio for c in rows]
         ax.bar(xs - (width / 2 if server else 0), usage, width, color=PALETTE[0], label="usage cached_tokens")
         if server:
-            theirs = [c.traffic.server_cached_prompt_ratio if is_finite(c.traffic.server_cached_prompt_ratio)
+            theirs = [c.server_cached_prompt_ratio if is_finite(c.server_cached_prompt_ratio)
                       else np.nan for c in rows]
             ax.bar(xs + width / 2, theirs, width, color=PALETTE[1], hatch="//", edgecolor="white",
                    label="server's prefix-cache counters")
@@ -107,32 +106,25 @@ def cache_ratio_chart(cells: Sequence[CellResult]) -> Chart | None:
                  svg=render_chart("cache_ratio", draw))
 
 
-def _slo_bounds(slo: Mapping[str, float] | None, kind: str | None) -> list[tuple[str, float]]:
+def _slo_bounds(slo: Sequence[SloBound], kind: str | None) -> list[tuple[str, float]]:
     """The SLO's latency bounds of one kind ("TTFT", "TBT") as (label, ms)."""
-    if not slo or kind is None:
-        return []
-    out = []
-    for normal, bound in slo.items():
-        name, _figure, k, q = BY_NORMAL[normal]
-        if k == kind and name != "per_request_tok_s":
-            out.append((f"SLO: {kind} p{q:g} ≤ {ms(bound)}", float(bound)))
-    return out
+    return [(f"SLO: {b.kind} p{b.quantile:g} ≤ {ms(b.bound_ms)}", b.bound_ms) for b in slo if b.kind == kind]
 
 
-def load_curve_chart(cells: Sequence[CellResult], slo: Mapping[str, float] | None = None) -> Chart | None:
+def load_curve_chart(cells: Sequence[Point], slo: Sequence[SloBound] = ()) -> Chart | None:
     """Latency against the achieved rate (the scheduled rate where none was measured), one
     line per context; the SLO's bounds as horizontal lines."""
     rate = [c for c in cells if c.phase == "rate"]
     panels = [p for p in LOAD_PANELS if any(is_finite(p[1](c)) for c in rate)]
     if not panels:
         return None
-    groups: dict[int, list[CellResult]] = {}
-    for c in sorted(rate, key=lambda c: (c.context_tokens, cell_rate(c) or 0.0)):
+    groups: dict[int, list[Point]] = {}
+    for c in sorted(rate, key=lambda c: (c.context_tokens, c.rate_rps or 0.0)):
         groups.setdefault(int(c.context_tokens), []).append(c)
 
-    def x_of(cell: CellResult) -> float | None:
-        achieved = cell.traffic.achieved_rate_rps
-        return achieved if is_finite(achieved) else cell_rate(cell)
+    def x_of(cell: Point) -> float | None:
+        achieved = cell.achieved_rate_rps
+        return achieved if is_finite(achieved) else cell.rate_rps
 
     def draw() -> Figure:
         fig, axes = panels_figure(min(4.6 * len(panels), 13.8), 3.4, len(panels))
@@ -163,21 +155,20 @@ def load_curve_chart(cells: Sequence[CellResult], slo: Mapping[str, float] | Non
                  svg=render_chart("load_curve", draw))
 
 
-def _series_label(cell: CellResult) -> str:
+def _series_label(cell: Point) -> str:
     """A rate or replay cell in a legend: its lengths' source (a distribution, a dataset) and
     rate, or its place."""
     if cell.phase == "replay":
         return "trace"
-    source = cell.traffic.prompt_lengths
-    return f"{source} at {cell_rate(cell):g} req/s" if source and cell_rate(cell) else _place(cell)
+    source = cell.prompt_lengths
+    return f"{source} at {cell.rate_rps:g} req/s" if source and cell.rate_rps else _place(cell)
 
 
-def _varied(cell: CellResult) -> bool:
-    t = cell.traffic
-    return len(t.prompt_tokens_hist) > 1 or len(t.output_tokens_hist) > 1
+def _varied(cell: Point) -> bool:
+    return len(cell.prompt_tokens_hist) > 1 or len(cell.output_tokens_hist) > 1
 
 
-def lengths_chart(cells: Sequence[CellResult]) -> Chart | None:
+def lengths_chart(cells: Sequence[Point]) -> Chart | None:
     """Histograms of the prompt and output lengths the server counted, one outline per rate
     or replay cell whose lengths vary (a cell of one length draws nothing to read)."""
     rows = [c for c in cells if c.phase in ("rate", "replay") and _varied(c)]
@@ -188,8 +179,8 @@ def lengths_chart(cells: Sequence[CellResult]) -> Chart | None:
         fig, axes = panels_figure(9.2, 3.4, 2)
         for ax, what in zip(axes, ("prompt", "output")):
             for i, cell in enumerate(rows):
-                edges = getattr(cell.traffic, f"{what}_tokens_edges")
-                counts = getattr(cell.traffic, f"{what}_tokens_hist")
+                edges = getattr(cell, f"{what}_tokens_edges")
+                counts = getattr(cell, f"{what}_tokens_hist")
                 if counts:
                     ax.stairs(counts, edges, label=_series_label(cell), linewidth=1.6,
                               color=series_style(i)["color"])
@@ -206,18 +197,18 @@ def lengths_chart(cells: Sequence[CellResult]) -> Chart | None:
                  svg=render_chart("lengths", draw))
 
 
-def ttft_by_prompt_chart(cells: Sequence[CellResult]) -> Chart | None:
+def ttft_by_prompt_chart(cells: Sequence[Point]) -> Chart | None:
     """Median TTFT against prompt length (equal-count groups of requests), one line per rate or
     replay cell whose prompts vary."""
-    rows = [c for c in cells if c.phase in ("rate", "replay") and len(c.traffic.ttft_by_prompt_ms) > 1
-            and len(set(c.traffic.ttft_by_prompt_tokens)) > 1]
+    rows = [c for c in cells if c.phase in ("rate", "replay") and len(c.ttft_by_prompt_ms) > 1
+            and len(set(c.ttft_by_prompt_tokens)) > 1]
     if not rows:
         return None
 
     def draw() -> Figure:
         fig, (ax,) = panels_figure(9.2, 3.4, 1)
         for i, cell in enumerate(rows):
-            ax.plot(cell.traffic.ttft_by_prompt_tokens, cell.traffic.ttft_by_prompt_ms, label=_series_label(cell),
+            ax.plot(cell.ttft_by_prompt_tokens, cell.ttft_by_prompt_ms, label=_series_label(cell),
                     linewidth=1.8, markersize=5, **series_style(i))
         ax.set_title("TTFT against prompt length (median of each group of requests)", loc="left")
         ax.set_xlabel("prompt tokens (server's count)")
@@ -232,7 +223,7 @@ def ttft_by_prompt_chart(cells: Sequence[CellResult]) -> Chart | None:
                  svg=render_chart("ttft_by_prompt", draw))
 
 
-def workload_charts(cells: Sequence[CellResult], slo: Mapping[str, float] | None = None) -> dict[str, Chart]:
+def workload_charts(cells: Sequence[Point], slo: Sequence[SloBound] = ()) -> dict[str, Chart]:
     """The workload charts the cells have something for, by key (ttft_by_turn, cache_ratio,
     load_curve, ttft_by_prompt, lengths)."""
     made = {"ttft_by_turn": ttft_by_turn_chart(cells), "cache_ratio": cache_ratio_chart(cells),

@@ -1,5 +1,5 @@
 """The web UI's LLM figures over time as one static chart (`live_chart`, for the companion page
-beside Locust's report). Rules: `llmload.output.charts.kit`.
+beside Locust's report). Rules: `llmload.output.pages.charts.kit`.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
-from llmload.output.charts.kit import PALETTE, Chart, is_finite, ms, render_chart, thousands
+from llmload.output.pages.charts.kit import PALETTE, Chart, is_finite, ms, render_chart, thousands
 
 # --------------------------------------------------------------------------- live (over time)
 

@@ -1,5 +1,5 @@
 """Heat maps: the decode matrix (total tok/s, `decode_heatmap`) and, on the compare page, each
-run's total tok/s against the first run's (`ratio_heatmap`). Rules: `llmload.output.charts.kit`.
+run's total tok/s against the first run's (`ratio_heatmap`). Rules: `llmload.output.pages.charts.kit`.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import FuncFormatter
 
-from llmload.core.model.cell import CellResult
+from llmload.output.pages.model import Point
 from llmload.core.units import format_tokens
-from llmload.output.charts.kit import (
+from llmload.output.pages.charts.kit import (
     HATCH_EDGE,
     NOT_RUN_FACE,
     Chart,
@@ -26,7 +26,7 @@ from llmload.output.charts.kit import (
     render_chart,
     thousands,
 )
-from llmload.output.formats import MISSING, fmt_ms, fmt_rate, status_label
+from llmload.output.formats import MISSING, fmt_ms, fmt_rate
 
 HEATMAP_CMAP = "cividis"
 #: Heat-map colour scale turns logarithmic when the largest value is this many times the smallest.
@@ -110,12 +110,12 @@ def _heat_panel(ax, values: np.ndarray, contexts: list[int], levels: list[int], 
 # --------------------------------------------------------------------------- decode matrix
 
 
-def _heat_label(cell: CellResult | None) -> tuple[str, bool]:
+def _heat_label(cell: Point | None) -> tuple[str, bool]:
     """The text of a heat-map cell and whether it has a figure."""
     if cell is None:
         return MISSING, False
     status = cell.status or "not_run"
-    word = status_label(cell)
+    word = cell.status_word
     total = cell.total_tok_s
     if not is_finite(total):
         return "\n".join(textwrap.wrap(word, 9)), False
@@ -137,7 +137,7 @@ def _heat_norm(values: np.ndarray):
     return Normalize(lo * 0.9 if hi > lo else lo * 0.5, hi if hi > lo else lo * 1.5)
 
 
-def decode_heatmap(cells: Sequence[CellResult]) -> Chart | None:
+def decode_heatmap(cells: Sequence[Point]) -> Chart | None:
     """Total tok/s over contexts × concurrency, each cell labelled with value and TTFT;
     cells without a valid figure hatched, with their status word."""
     decode = decode_cells(cells)

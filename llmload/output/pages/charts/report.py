@@ -1,6 +1,6 @@
-"""The report page's charts (`report_charts`): the decode heat map (`llmload.output.charts.heatmaps`),
+"""The report page's charts (`report_charts`): the decode heat map (`llmload.output.pages.charts.heatmaps`),
 scaling and latency against concurrency, prefill against context, and the server's own
-figures per cell. Rules: `llmload.output.charts.kit`.
+figures per cell. Rules: `llmload.output.pages.charts.kit`.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
-from llmload.core.model.cell import CellResult
+from llmload.output.pages.model import Point
 from llmload.core.units import format_tokens
-from llmload.output.charts.kit import (
+from llmload.output.pages.charts.kit import (
     Chart,
     CellFigure,
     by_context,
@@ -30,13 +30,13 @@ from llmload.output.charts.kit import (
     series_style,
     thousands,
 )
-from llmload.output.charts.heatmaps import decode_heatmap
+from llmload.output.pages.charts.heatmaps import decode_heatmap
 
 #: Optional per-cell server figures, drawn where a run has them: (figure, panel title).
 SERVER_SERIES: tuple[tuple[CellFigure, str], ...] = (
-    (lambda c: c.server_load.median_waiting, "Server queue: median waiting requests"),
-    (lambda c: c.server_load.max_waiting, "Server queue: most waiting requests"),
-    (lambda c: c.server_load.preemptions, "Requests preempted in the window"),
+    (lambda c: c.median_waiting, "Server queue: median waiting requests"),
+    (lambda c: c.max_waiting, "Server queue: most waiting requests"),
+    (lambda c: c.preemptions, "Requests preempted in the window"),
 )
 #: The latency panels: (title, the p50, p90 and p99 figures).
 LATENCY_PANELS: tuple[tuple[str, tuple[CellFigure, CellFigure, CellFigure]], ...] = (
@@ -48,7 +48,7 @@ LATENCY_PANELS: tuple[tuple[str, tuple[CellFigure, CellFigure, CellFigure]], ...
 # --------------------------------------------------------------------------- curves
 
 
-def scaling_chart(cells: Sequence[CellResult]) -> Chart | None:
+def scaling_chart(cells: Sequence[Point]) -> Chart | None:
     """Total and per-request tok/s against N (log₂), one line per context, with the dashed
     ideal of perfect scaling from N = 1."""
     groups = by_context(decode_cells(cells))
@@ -91,7 +91,7 @@ def scaling_chart(cells: Sequence[CellResult]) -> Chart | None:
                  svg=render_chart("scaling", draw))
 
 
-def latency_chart(cells: Sequence[CellResult]) -> Chart | None:
+def latency_chart(cells: Sequence[Point]) -> Chart | None:
     """TTFT and time between tokens against N: p50 line, p90–p99 band, one colour per context."""
     decode = decode_cells(cells)
     levels = sorted({int(c.concurrency) for c in decode if is_finite(c.ttft_ms) or is_finite(c.tbt_ms)})
@@ -141,7 +141,7 @@ def latency_chart(cells: Sequence[CellResult]) -> Chart | None:
                  svg=render_chart("latency", draw))
 
 
-def prefill_chart(cells: Sequence[CellResult]) -> Chart | None:
+def prefill_chart(cells: Sequence[Point]) -> Chart | None:
     """Cold prefill: prompt tok/s and TTFT against context."""
     rows = prefill_rows(cells)
     if not rows:
@@ -160,7 +160,7 @@ def prefill_chart(cells: Sequence[CellResult]) -> Chart | None:
                  svg=render_chart("prefill", draw))
 
 
-def server_chart(cells: Sequence[CellResult]) -> Chart | None:
+def server_chart(cells: Sequence[Point]) -> Chart | None:
     """Per-cell server figures the run has (queue, preemptions)."""
     decode = [c for c in decode_cells(cells) if is_finite(c.total_tok_s)]
     # A figure that is 0 in every cell is said in one sentence (`server_note`), not drawn.
@@ -193,7 +193,7 @@ def server_chart(cells: Sequence[CellResult]) -> Chart | None:
                  svg=render_chart("server", draw))
 
 
-def server_note(cells: Sequence[CellResult]) -> str | None:
+def server_note(cells: Sequence[Point]) -> str | None:
     """One sentence for the server figures that were reported and zero in every cell."""
     decode = [c for c in decode_cells(cells) if is_finite(c.total_tok_s)]
     zero = [title for figure, title in SERVER_SERIES
@@ -205,9 +205,9 @@ def server_note(cells: Sequence[CellResult]) -> str | None:
         t[0].lower() + t[1:] for t in zero) + "."
 
 
-def report_charts(cells: Sequence[CellResult]) -> dict[str, Chart]:
+def report_charts(cells: Sequence[Point]) -> dict[str, Chart]:
     """The report page's charts by key (heatmap, scaling, latency, prefill, server) from its
-    cells (`Page.cells`); a chart with nothing to draw is left out."""
+    points (`Page.points`); a chart with nothing to draw is left out."""
     made = {
         "heatmap": decode_heatmap(cells),
         "scaling": scaling_chart(cells),
