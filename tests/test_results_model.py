@@ -38,8 +38,9 @@ OTHER_DOCUMENTS = {
     "llmload/io/probe.py": {"prompt_tokens"},  # the server's usage object (prompt fitting)
     "llmload/matrix/server.py": {"preemptions"},  # the embedded simulator's /metrics reading
     "llmload/output/pages/sections.py": {"status", "reason", "idle_power_w"},  # the run's energy note
-    "llmload/output/pages/workloads.py": {"concurrency", "turns", "arrivals", "prompt_tokens",
-                                       "output_tokens"},  # the run's config
+    "llmload/output/pages/workloads/sessions.py": {"concurrency", "turns", "prompt_tokens",
+                                                   "output_tokens"},  # the run's config
+    "llmload/output/pages/workloads/rate.py": {"arrivals", "prompt_tokens", "output_tokens"},  # the run's config
     "llmload/core/traffic/dataset.py": {"output_tokens"},  # a dataset's row
     "llmload/hub/remote.py": {"status"},  # the hub's answer to a submission
 }

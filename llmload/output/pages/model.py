@@ -67,6 +67,8 @@ class WorkloadView:
     sections: tuple[Section, ...]
     notes: tuple[str, ...]
     """Why cells did not run or are qualified (the plan's reasons), and the replay's lateness."""
+    charts: tuple[str, ...] = ()
+    """The keys of the workload's charts (`llmload.output.pages.charts.workloads`), in page order."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

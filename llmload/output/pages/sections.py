@@ -14,12 +14,12 @@ from typing import Any
 from llmload.core.model.cell import CellResult
 from llmload.core.model.results import Results
 from llmload.core.model.server import ServerCheck
-from llmload.core.figures.slo import ContextCapacity, capacity, describe_slo, parse_slo
-from llmload.output.formats import MISSING, fmt_context, fmt_count, fmt_ms, fmt_rate, phase_cells
-from llmload.output.pages.model import CAPACITY_TITLE, Section, Table
+from llmload.core.figures.slo import capacity, describe_slo, parse_slo
+from llmload.output.formats import MISSING, fmt_context, fmt_count, fmt_ms, phase_cells
+from llmload.output.pages.model import CAPACITY_TITLE, Section
 from llmload.output.pages.tables import Column, column_table, make_table, phase_label
-
-
+from llmload.output.pages.workloads import part_of
+from llmload.output.pages.workloads.part import capacity_row
 
 
 def page_sections(results: Results, cells: Sequence[CellResult]) -> tuple[Section, ...]:
@@ -31,47 +31,20 @@ def page_sections(results: Results, cells: Sequence[CellResult]) -> tuple[Sectio
 
 # --------------------------------------------------------------------------- capacity under SLO
 
-CAPACITY_COLUMNS = ("context", "max users", "total tok/s there", "goodput tok/s there", "binding limit",
-                    "first failing N", "verdicts on few samples")
-CAPACITY_NOTE = (
-    "Max users: the largest measured number of simultaneous requests whose cell met "
-    "every bound, with every smaller measured level meeting it too (≥: no measured level "
-    "failed). Binding limit: what the first failing level failed on. A percentile from "
-    "fewer samples than it needs (p99: 100, p90: 10) is listed: that verdict rests on "
-    "an extrapolated tail. Goodput: output tokens of the requests that each met the "
-    "SLO, per second of the window.")
-SESSIONS_CAPACITY_NOTE = (
-    "Max chat users: the largest measured number of users holding conversations whose cell "
-    "met every bound, with every smaller measured number meeting it too (≥: none failed). "
-    "Binding limit, few samples and goodput as for the matrix.")
-
-
-def capacity_row(found: ContextCapacity) -> tuple[str, ...]:
-    """One context's answer as the table's text."""
-    users = MISSING if found.max_users is None else f"{found.max_users:,}"
-    if found.first_failing is None and found.max_users:
-        users = f"≥ {users}"
-    return (fmt_context(found.context_tokens), users, fmt_rate(found.total_tok_s), fmt_rate(found.goodput_tok_s),
-            found.binding, MISSING if found.first_failing is None else str(found.first_failing),
-            "; ".join(found.few_samples) or "none")
-
 
 def capacity_section(results: Results, cells: Sequence[CellResult]) -> Section | None:
-    """"Capacity under SLO": per decode context, the most users meeting the run's SLO (a
-    sessions run: per system prompt, the most chat users); None without an SLO or without
-    such a cell."""
+    """"Capacity under SLO": per decode context, the most users meeting the run's SLO (as
+    the run's workload has it, `WorkloadPart.capacity`: a sessions run, per system prompt, the
+    most chat users); None without an SLO, for a workload without one, or without such a cell."""
     slo = parse_slo(results.config.get("slo"))
-    if not slo:
+    table = part_of(results).capacity
+    if not slo or table is None:
         return None
-    sessions = results.config.get("workload") == "sessions"
-    found = capacity(cells, slo, phase="session" if sessions else "decode")
+    found = capacity(cells, slo, phase=table.phase)
     if not found:
         return None
-    columns = (("system prompt S", "max chat users", *CAPACITY_COLUMNS[2:5], "first failing users",
-                CAPACITY_COLUMNS[6]) if sessions else CAPACITY_COLUMNS)
     return Section(title=CAPACITY_TITLE, intro=f"SLO: {describe_slo(slo)}.",
-                   table=make_table(columns, [capacity_row(r) for r in found]),
-                   note=SESSIONS_CAPACITY_NOTE if sessions else CAPACITY_NOTE)
+                   table=make_table(table.columns, [capacity_row(r) for r in found]), note=table.note)
 
 
 # --------------------------------------------------------------------------- energy per token

@@ -223,10 +223,12 @@ def ttft_by_prompt_chart(cells: Sequence[Point]) -> Chart | None:
                  svg=render_chart("ttft_by_prompt", draw))
 
 
-def workload_charts(cells: Sequence[Point], slo: Sequence[SloBound] = ()) -> dict[str, Chart]:
-    """The workload charts the cells have something for, by key (ttft_by_turn, cache_ratio,
-    load_curve, ttft_by_prompt, lengths)."""
-    made = {"ttft_by_turn": ttft_by_turn_chart(cells), "cache_ratio": cache_ratio_chart(cells),
-            "load_curve": load_curve_chart(cells, slo), "ttft_by_prompt": ttft_by_prompt_chart(cells),
-            "lengths": lengths_chart(cells)}
+def workload_charts(cells: Sequence[Point], slo: Sequence[SloBound] = (),
+                    keys: Sequence[str] = ()) -> dict[str, Chart]:
+    """The workload's charts (`keys`: ttft_by_turn, cache_ratio, load_curve, ttft_by_prompt,
+    lengths; `WorkloadView.charts`) the points have something for, by key, in that order."""
+    draw = {"ttft_by_turn": ttft_by_turn_chart, "cache_ratio": cache_ratio_chart,
+            "load_curve": lambda cells: load_curve_chart(cells, slo), "ttft_by_prompt": ttft_by_prompt_chart,
+            "lengths": lengths_chart}
+    made = {key: draw[key](cells) for key in keys}
     return {k: v for k, v in made.items() if v is not None}

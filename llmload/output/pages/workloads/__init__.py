@@ -1,0 +1,63 @@
+"""Each workload's part of the page, one module each: `matrix` (its capacity under an SLO
+and its answer; the rest of the page is the matrix's), `sessions`, `rate`, `replay` (their
+tables, notes, capacity, answer and charts). `PARTS` finds a run's part by its workload
+(`part_of`); the page's builder asks the part (`workload_title`, `workload_line`,
+`workload_view`, `llmload.output.pages.answer`, the capacity section) and never names a
+workload. What a part holds: `llmload.output.pages.workloads.part.WorkloadPart`.
+
+Text only: the writers (`llmload.output.pages.markdown`, the HTML template, the terminal)
+add the rest; the charts are `llmload.output.pages.charts.workloads`'.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from llmload.core.figures.slo import parse_slo
+from llmload.core.model.cell import CellResult
+from llmload.core.model.results import Results
+from llmload.core.units import format_duration_s
+from llmload.output.formats import phase_cells, workload_of
+from llmload.output.pages.model import WorkloadView
+from llmload.output.pages.workloads import matrix, rate, replay, sessions
+from llmload.output.pages.workloads.part import WorkloadPart, reason_notes
+
+PARTS: dict[str, WorkloadPart] = {p.name: p for p in (matrix.PART, sessions.PART, rate.PART, replay.PART)}
+"""Each workload's part of the page, by workload."""
+
+
+def part_of(results: Results) -> WorkloadPart:
+    """The run's workload's part (the matrix's for a workload this llmload does not know)."""
+    return PARTS.get(workload_of(results), matrix.PART)
+
+
+def workload_title(results: Results) -> str | None:
+    """"Chat sessions", "Open-loop arrivals (poisson)", "Trace replay FILE"; None for the matrix."""
+    return part_of(results).title(results.config)
+
+
+def workload_line(results: Results) -> str | None:
+    """The workload and its parameters in one line; None for the matrix."""
+    part, config = part_of(results), results.config
+    title = part.title(config)
+    if title is None:
+        return None
+    parts: list[tuple[str, Any]] = part.parameters(config)
+    window = config.get("duration_s") if part.windowed else None
+    if window:
+        parts.append(("window", format_duration_s(window)))
+    items = [f"{label} {value}" for label, value in parts if value not in (None, "")]
+    return " · ".join([title, *items])
+
+
+def workload_view(results: Results, cells: Sequence[CellResult]) -> WorkloadView | None:
+    """The workload's tables, notes and charts; None for the matrix."""
+    part = part_of(results)
+    if part.sections is None:
+        return None
+    mine = phase_cells(cells, part.phase)
+    sections, notes = part.sections(results, mine, parse_slo(results.config.get("slo")))
+    return WorkloadView(workload=part.name, title=workload_title(results) or part.name,
+                        line=workload_line(results) or part.name, sections=tuple(sections),
+                        notes=(*reason_notes(mine), *notes), charts=part.charts)

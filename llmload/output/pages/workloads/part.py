@@ -1,0 +1,140 @@
+"""What a workload's page module gives the page (`WorkloadPart`), and the table helpers the
+workload modules share. Each workload is one module here (`matrix`, `sessions`, `rate`,
+`replay`) holding its `PART`; `llmload.output.pages.workloads` finds a run's part by its
+workload, and the page's builder asks the part, never the workload's name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from llmload.core.figures.slo import ContextCapacity, capacity
+from llmload.core.model.cell import CellResult
+from llmload.core.model.results import Results
+from llmload.core.units import format_tokens
+from llmload.output.formats import MISSING, cell_place, cell_rate, fmt_context, fmt_rate, status_label
+from llmload.output.pages.model import Section
+from llmload.output.pages.tables import Column, make_table
+
+Slo = Mapping[str, float]
+"""The run's SLO bounds (`llmload.core.figures.slo.parse_slo`)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CapacityTable:
+    """The "Capacity under SLO" section of a workload whose cells have a number of users:
+    which cells it reads, its columns and its note."""
+
+    phase: str
+    columns: tuple[str, ...]
+    note: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Answer:
+    """The SLO's answer in one line, as its workload says it: "the most users" and one part
+    per context."""
+
+    what: str
+    parts: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkloadPart:
+    """A workload's part of the page."""
+
+    name: str
+    """The workload (`llmload.core.traffic.workloads.WORKLOADS`)."""
+    phase: str
+    """The phase of its cells ("session"); the matrix's, "decode"."""
+    title: Callable[[Mapping[str, Any]], str | None]
+    """Its name on the page from the run's config ("Open-loop arrivals (poisson)"); None for the matrix."""
+    parameters: Callable[[Mapping[str, Any]], list[tuple[str, Any]]] = lambda config: []
+    """Its parameters from the run's config as (label, value), for the workload line."""
+    windowed: bool = True
+    """Whether its cells run the scenario's window (a replay's is the trace's span)."""
+    sections: Callable[[Results, Sequence[CellResult], Slo | None], tuple[list[Section], list[str]]] | None = None
+    """Its tables (sections) and notes beyond the cells' reasons, from its cells; None: the
+    matrix, whose page is the page itself."""
+    capacity: CapacityTable | None = None
+    """Its "Capacity under SLO" section; None: it has none."""
+    answer: Callable[[Sequence[CellResult], Slo], Answer | None] = lambda cells, slo: None
+    """The SLO's answer from its cells; None: it gives none."""
+    charts: tuple[str, ...] = ()
+    """The keys of its charts (`llmload.output.pages.charts.workloads.workload_charts`), in page order."""
+
+
+# --------------------------------------------------------------------------- shared by the workloads
+
+
+def fmt_list(values: Any, render=str) -> str:
+    items = values if isinstance(values, (list, tuple)) else [values]
+    return ", ".join(render(v) for v in items if v is not None) or MISSING
+
+
+def fmt_tokens(value: Any) -> str:
+    return format_tokens(int(value))
+
+
+def status_table(cells: Sequence[CellResult], columns: Sequence[Column]):
+    """One row per cell, the "status" column coloured by the cell's status."""
+    heads = [h for h, _ in columns]
+    rows = [[render(c) for _, render in columns] for c in cells]
+    statuses = [[(c.status or "not_run") if h == "status" else None for h in heads] for c in cells]
+    return make_table(heads, rows, statuses)
+
+
+COUNTS_OPTIONAL = {"requests": lambda c: c.traffic.requests_scheduled,
+                   "cached prompt (ideal)": lambda c: c.traffic.ideal_cached_prompt_ratio}
+"""The request counts' column: shown where a cell has them (results written before them do not)."""
+
+
+def present(cells: Sequence[CellResult], columns: list[Column], optional: Mapping[str, Any]) -> list[Column]:
+    """The columns, less an optional one (header → figure) that no cell has."""
+    return [col for col in columns
+            if col[0] not in optional or any(optional[col[0]](c) is not None for c in cells)]
+
+
+def reason_notes(cells: Sequence[CellResult]) -> tuple[str, ...]:
+    """"S 1K × 64 users: Over capacity — REASON" for each cell that is not valid and says why."""
+    return tuple(f"{cell_place(c.phase, c.context_tokens, c.concurrency, cell_rate(c))}: {status_label(c)}"
+                 f" — {c.reason}" for c in cells if c.status != "valid" and c.reason)
+
+
+CAPACITY_COLUMNS = ("context", "max users", "total tok/s there", "goodput tok/s there", "binding limit",
+                    "first failing N", "verdicts on few samples")
+
+
+def capacity_row(found: ContextCapacity) -> tuple[str, ...]:
+    """One context's answer as the capacity table's text."""
+    users = MISSING if found.max_users is None else f"{found.max_users:,}"
+    if found.first_failing is None and found.max_users:
+        users = f"≥ {users}"
+    return (fmt_context(found.context_tokens), users, fmt_rate(found.total_tok_s),
+            fmt_rate(found.goodput_tok_s), found.binding,
+            MISSING if found.first_failing is None else str(found.first_failing),
+            "; ".join(found.few_samples) or "none")
+
+
+def answer_level(best: str | None, failing: str | None, binding: str) -> str:
+    """"12 users (16 fail: TTFT)"; "none (1 user fails: KV capacity)"; "≥ 12 users (none failed)"."""
+    if best is None:
+        return "not judged"
+    if failing is None:
+        return f"≥ {best} (none measured failed)"
+    return f"{best} ({failing} failed on {binding})"
+
+
+def users_answer(cells: Sequence[CellResult], slo: Slo, *, phase: str, noun: str, where: str,
+                 what: str) -> Answer:
+    """Per context (`where`: "{} context"), the most users (`noun`) meeting the SLO."""
+    parts = []
+    for found in capacity(cells, slo, phase=phase):
+        best = (None if found.max_users is None else
+                "none" if found.max_users == 0 else f"{found.max_users:,} {noun}{'' if found.max_users == 1 else 's'}")
+        failing = None if found.first_failing is None else f"{found.first_failing:,}"
+        parts.append(f"{where.format(fmt_context(found.context_tokens))}: "
+                     f"{answer_level(best, failing, found.binding)}")
+    return Answer(what=what, parts=tuple(parts))
