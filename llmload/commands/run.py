@@ -167,16 +167,17 @@ def run(scenario_file, out_dir, resume_dir, force, max_error_rate, master_bind, 
 
 
 def workload_checked(scenario):
-    """The scenario as its workload runs it: sessions use the chat API; a replay needs its
-    trace, read and checked here (`TraceError`: FILE:LINE, before anything runs)."""
-    from dataclasses import replace
-
-    from llmload.core.traffic.trace import TraceError
-    if (scenario.prompt_tokens or scenario.output_tokens) and scenario.workload not in ("rate", "sessions"):
-        raise ValueError("--prompt-tokens and --output-tokens are for --workload rate and sessions (the matrix "
+    """The scenario as its workload runs it (`Runner.check`: sessions use the chat API; a
+    replay needs its trace, read and checked here, `TraceError`: FILE:LINE, before anything
+    runs)."""
+    from llmload.matrix.workloads import RUNNERS, runner_of
+    runner = runner_of(scenario)
+    drawn = " and ".join(r.name for r in RUNNERS.values() if r.drawn_lengths)
+    if (scenario.prompt_tokens or scenario.output_tokens) and not runner.drawn_lengths:
+        raise ValueError(f"--prompt-tokens and --output-tokens are for --workload {drawn} (the matrix "
                          "keeps its fixed lengths; a trace has its own)")
-    if scenario.dataset and scenario.workload not in ("rate", "sessions"):
-        raise ValueError("--dataset is for --workload rate and sessions")
+    if scenario.dataset and not runner.drawn_lengths:
+        raise ValueError(f"--dataset is for --workload {drawn}")
     if scenario.dataset:
         if scenario.prompt_tokens or scenario.output_tokens:
             raise ValueError("--dataset gives the prompts and their answers' lengths: leave out "
@@ -186,14 +187,7 @@ def workload_checked(scenario):
                              "text: use skip or send")
         from llmload.core.traffic.dataset import load_dataset
         load_dataset(scenario.dataset)  # DatasetError (one line) before anything runs
-    if scenario.workload == "sessions" and scenario.endpoint != "chat":
-        return replace(scenario, endpoint="chat")
-    if scenario.workload == "replay":
-        if not scenario.trace:
-            raise TraceError("--workload replay needs --trace FILE (JSONL: Mooncake or plain)")
-        from llmload.core.traffic.traceshape import scenario_trace
-        scenario_trace(scenario)
-    return scenario
+    return runner.check(scenario)
 
 
 

@@ -96,7 +96,7 @@ def predict(profile, workload, overrides, slo_search, out_dir, force, **options)
 
     from llmload.core.scenario import ScenarioError, resolve
     from llmload.core.traffic.trace import TraceError, fit_trace
-    from llmload.core.traffic.traceshape import scenario_trace
+    from llmload.matrix.workloads import runner_of
     from llmload.output.rundir.records import RECORDS_DIR, write_cell
     from llmload.output.rundir.writer import ResultsWriter
     from llmload.output.rundir.directory import RunDirError, claim
@@ -115,8 +115,8 @@ def predict(profile, workload, overrides, slo_search, out_dir, force, **options)
         prof = load_profile(profile, parse_overrides(list(overrides)) or None)
         cli = {SCENARIO_OPTIONS[k]: v for k, v in options.items() if v is not None}
         sc = workload_checked(resolve(None, {}, {**cli, "workload": workload, "sim_profile": profile}))
-        fit = (fit_trace(scenario_trace(sc), prof.max_model_len, sc.over_context)
-               if workload == "replay" else None)
+        trace = runner_of(sc).read(sc)  # a replay's trace, fitted to the profile's context
+        fit = fit_trace(trace, prof.max_model_len, sc.over_context) if trace else None
     except (ScenarioError, ValueError, OSError) as exc:
         raise click.UsageError(str(exc)) from None
     except TraceError as exc:
@@ -130,19 +130,10 @@ def predict(profile, workload, overrides, slo_search, out_dir, force, **options)
     def keep(planned, records, facts) -> str:
         return f"{RECORDS_DIR}/{write_cell(out_dir, planned, records, facts, provenance='predicted').name}"
     try:
-        if workload == "rate":
-            results = twin.predict_rate_results(prof, sc, slo_search=slo_search, keep=keep)
-        elif workload == "sessions":
-            results = twin.predict_sessions_results(prof, sc, slo_search=slo_search, keep=keep)
-        elif workload == "replay":
-            results = twin.predict_replay_results(prof, sc, fit, keep=keep)
-        else:
-            prefill = (sc.prefill_contexts if "prefill_contexts" in given
-                       else tuple(c for c in sc.contexts if c > 0))
-            results = twin.predict_results(prof, contexts=sc.contexts, prefill_contexts=prefill,
-                                           concurrency=sc.concurrency, max_tokens=sc.max_tokens,
-                                           duration_s=sc.duration_s, slo=sc.slo, slo_search=slo_search,
-                                           profile_source=profile)
+        prefill = (sc.prefill_contexts if "prefill_contexts" in given
+                   else tuple(c for c in sc.contexts if c > 0))
+        results = twin.PREDICTORS[sc.workload](prof, sc, prefill=prefill, slo_search=slo_search, keep=keep,
+                                               trace_fit=fit, source=profile)
         writer = ResultsWriter(out_dir)
         writer.start(results)
         writer.finish(finished_at=results.finished_at)

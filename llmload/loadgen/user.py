@@ -77,13 +77,9 @@ class LLMUser(User):
     def _adhoc(self) -> None:
         setup = self.llm.adhoc.setup(self.host, self.llm.api_key)
         opts = setup["options"]
-        if setup["workload"] == "rate":
-            from llmload.loadgen.pacer import run_adhoc_rate
-            run_adhoc_rate(self)
-            return
-        if setup["workload"] == "sessions":
-            from llmload.loadgen.sessions import run_adhoc_session
-            run_adhoc_session(self, self._client(setup["base_url"], opts["timeout_s"]), setup["session"])
+        steps = ADHOC_STEPS.get(setup["workload"])
+        if steps is not None:
+            steps(self, setup)
             return
         self.request_no += 1
         key = f"{self.llm.run_id}/{self.user_id}" + (f"/{self.request_no}" if opts["cold"] else "")
@@ -110,13 +106,9 @@ class LLMUser(User):
         key = f"{cell.run_id}/{cell.id}/{self.user_id}"
         name = cell.name
         count_key = engine_caps(cell.engine).count_key
-        if cell.kind == "session":
-            from llmload.loadgen.sessions import run_session_cell
-            run_session_cell(self, client, cell)
-            return
-        if cell.kind in ("rate", "replay"):
-            from llmload.loadgen.pacer import run_paced_cell
-            run_paced_cell(self, cell)
+        steps = CELL_STEPS.get(cell.kind)
+        if steps is not None:  # a workload's own users (the matrix's follow)
+            steps(self, client, cell)
             return
         if cell.kind == "prefill" or (cell.warmup and cell.concurrency == 1):
             # a cold-prefill sample follows: a standalone prefill cell's, or a decode cell's
@@ -172,3 +164,33 @@ class LLMUser(User):
                             prompt=prompt, max_tokens=max_tokens, fixed_output=cell.fixed_output,
                             temperature=cell.temperature, cold=cold)
 
+
+# ------------------------------------------------------------------------ the workloads' users
+# Each workload beyond the matrix has its users' module (imported when first used: they
+# import this one).
+
+
+def _session_cell(user: LLMUser, client, cell: CellSpec) -> None:
+    from llmload.loadgen.sessions import run_session_cell
+    run_session_cell(user, client, cell)
+
+
+def _paced_cell(user: LLMUser, client, cell: CellSpec) -> None:
+    from llmload.loadgen.pacer import run_paced_cell
+    run_paced_cell(user, cell)
+
+
+def _adhoc_rate(user: LLMUser, setup: dict) -> None:
+    from llmload.loadgen.pacer import run_adhoc_rate
+    run_adhoc_rate(user)
+
+
+def _adhoc_session(user: LLMUser, setup: dict) -> None:
+    from llmload.loadgen.sessions import run_adhoc_session
+    run_adhoc_session(user, user._client(setup["base_url"], setup["options"]["timeout_s"]), setup["session"])
+
+
+CELL_STEPS = {"session": _session_cell, "rate": _paced_cell, "replay": _paced_cell}
+"""How a user takes part in a cell of each phase beyond the matrix's (by `CellSpec.kind`)."""
+ADHOC_STEPS = {"rate": _adhoc_rate, "sessions": _adhoc_session}
+"""... and in plain Locust (`--llm-workload`), by workload."""

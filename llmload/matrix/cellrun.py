@@ -18,20 +18,16 @@ from dataclasses import replace
 
 import gevent
 
-from llmload.core.capacity.plan import PlannedCell
-from llmload.core.model.cellfacts import CellFacts
-from llmload.core.clock import now
-from llmload.core.traffic.dataset import dataset_label
 from llmload.core.capacity.engines import ENDPOINT_PATHS
-from llmload.core.scenario import session_lengths
+from llmload.core.capacity.plan import PlannedCell
+from llmload.core.clock import now
+from llmload.core.model.cellfacts import CellFacts
 from llmload.core.model.records import RequestRecord
-from llmload.core.traffic.trace import replay_window_s
-from llmload.core.traffic.tracestats import hit_ratio
-from llmload.core.traffic.workloads import arrival_offsets, drain_s, pacer_seed, parse_think_time
 from llmload.loadgen.messages import CellSpec, Collect, Go
 from llmload.matrix.context import RunContext, WorkerLost
 from llmload.matrix.driver import WAIT_NOTE_EVERY_S, LocustDriver
 from llmload.matrix.server import poll_server_load
+from llmload.matrix.workloads import runner_for
 
 LEAD_LOCAL_S = 0.05
 """Time between the go message and t0 in one process."""
@@ -42,11 +38,9 @@ CHECK_EVERY_S = 0.1
 """The longest the controller waits for a message before it checks for lost workers."""
 
 
-
-
 def cell_message(ctx: RunContext, planned: PlannedCell, cell_id: str, prompts, *, pacers: int = 1) -> CellSpec:
-    """The cell as its users get it; `pacers` is the number of pacing users of a rate or
-    replay cell (one per process)."""
+    """The cell as its users get it (its workload's fields from its runner, `Runner.message`);
+    `pacers` is the number of pacing users of an open-loop cell (one per process)."""
     sc = ctx.scenario
     fit = prompts.fit_for(planned.prompt_tokens)
     spec = CellSpec(
@@ -60,69 +54,7 @@ def cell_message(ctx: RunContext, planned: PlannedCell, cell_id: str, prompts, *
         pool_ids=tuple(prompts.pool_ids), tokens_per_word=prompts.tokens_per_word,
         overhead_tokens=prompts.overhead_tokens, text_words=fit.words if fit else 0,
         text_tail=fit.tail if fit else -1)
-    if planned.phase in ("session", "rate"):  # lengths drawn per request or turn, and their bounds
-        spec = replace(spec, prompt_lengths=sc.prompt_tokens or "", output_lengths=sc.output_tokens or "",
-                       seed=sc.seed, seq_limit=ctx.info.max_model_len or 0)
-    if planned.phase == "session":
-        return replace(spec, system_prompt_tokens=planned.context_tokens, turns=planned.turns or sc.turns,
-                       turn_tokens=session_lengths(sc, ctx.conversations)[0], think_time=sc.think_time,
-                       conversations=ctx.conversations)
-    if planned.phase in ("rate", "replay"):
-        window = cell_window_s(ctx, planned)
-        spec = replace(spec, pacers=pacers, max_in_flight=sc.max_in_flight,
-                       drain_s=drain_s(planned.phase, window, sc.drain_s), window_s=window)
-    if planned.phase == "rate":
-        return replace(spec, rate_rps=planned.rate_rps or 0.0, arrivals=sc.arrivals,
-                       dataset=tuple((r.prompt, r.input_tokens, r.output_tokens) for r in ctx.dataset),
-                       fixed_output=not (ctx.dataset and sc.output_length == "natural"))
-    if planned.phase == "replay":
-        first = ctx.trace[0].t_s
-        return replace(spec, arrivals="trace", trace=tuple(
-            ((r.t_s - first) / sc.speedup, r.input_tokens, r.output_tokens, r.hash_ids, r.prompt or "")
-            for r in ctx.trace))
-    return spec
-
-
-def cell_window_s(ctx: RunContext, planned: PlannedCell) -> float:
-    """The cell's window: the scenario's duration; a replay, the trace's span at its speedup."""
-    if planned.phase == "replay":
-        return replay_window_s(ctx.trace, ctx.scenario.speedup)
-    return ctx.scenario.duration_s
-
-
-def workload_facts(ctx: RunContext, planned: PlannedCell) -> dict:
-    """What a session, rate or replay cell's result needs to know of how it was run."""
-    sc = ctx.scenario
-    if planned.phase == "session":
-        return {"think_time_s": parse_think_time(sc.think_time).mean_s}
-    if planned.phase in ("rate", "replay"):
-        facts = {"arrivals": "trace" if planned.phase == "replay" else sc.arrivals, "in_flight_cap": sc.max_in_flight}
-        if planned.phase == "rate" and ctx.dataset:
-            name = dataset_label(sc.dataset or "")
-            facts.update(prompt_lengths=name, output_lengths=f"{name} answers"
-                         + (" (natural)" if sc.output_length == "natural" else ""))
-        elif planned.phase == "rate":
-            facts.update(prompt_lengths=sc.prompt_tokens, output_lengths=sc.output_tokens)
-        fit = ctx.trace_fit
-        if planned.phase == "replay":
-            lines = fit.lines if fit is not None else len(ctx.trace)
-            facts.update(trace_requests=lines, requests_scheduled=lines,
-                         requests_skipped=fit.skipped if fit is not None else 0,
-                         ideal_cached_prompt_ratio=hit_ratio(ctx.trace))
-        return facts
-    return {}
-
-
-def rate_arrivals(msg: CellSpec) -> int:
-    """The requests a rate cell's pacers schedule over its window: each pacer's arrivals
-    (`workloads.arrival_offsets`, drawn from the same seed as the pacer's own)."""
-    return sum(len(arrival_offsets(msg.rate_rps, msg.window_s, msg.arrivals, index=i, pacers=msg.pacers,
-                                   seed=pacer_seed(msg.run_id, msg.id, i))) for i in range(msg.pacers))
-
-
-def users_of(planned: PlannedCell, processes: int) -> int:
-    """Users a cell runs: one pacing user per process for rate and replay cells, else N."""
-    return max(processes, 1) if planned.phase in ("rate", "replay") else planned.concurrency
+    return runner_for(planned.phase).message(ctx, planned, spec, pacers)
 
 
 class CellMeasurer:
@@ -135,7 +67,8 @@ class CellMeasurer:
         """Run one cell; returns its records and facts about the run (window, load...)."""
         self.seq += 1
         cell_id = f"c{self.seq}"
-        n = users_of(planned, self.driver.processes)
+        runner = runner_for(planned.phase)
+        n = runner.users(planned, self.driver.processes)
         msg = cell_message(self.ctx, planned, cell_id, self.prompts, pacers=n)
         started = now()
         self.driver.send(CellSpec.idle(f"idle{self.seq}"))
@@ -148,13 +81,9 @@ class CellMeasurer:
         users = self.driver.worker_users()
         facts = replace(CellFacts(exact_prompt_length=self.prompts.exact_for(planned.prompt_tokens),
                                   slo=self.ctx.scenario.slo, text_prompt=not self.prompts.pool_ids),
-                        **workload_facts(self.ctx, planned))
-        if planned.phase != "prefill":
-            facts = self._window(cell_id, users, facts, cell_window_s(self.ctx, planned))
-        if planned.phase in ("rate", "replay"):
-            facts = replace(facts, drain_s=msg.drain_s)
-        if planned.phase == "rate":
-            facts = replace(facts, requests_scheduled=rate_arrivals(msg))
+                        **runner.facts(self.ctx, planned, msg))
+        if planned.phase != "prefill":  # a prefill cell's cold requests have no window
+            facts = self._window(cell_id, users, facts, runner.window_s(self.ctx))
         records, client_samples, client_reads = self._collect(cell_id, facts.t0_s, facts.t1_s, users,
                                                               extra_s=msg.drain_s)
         ended = now()

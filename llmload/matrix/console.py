@@ -14,8 +14,10 @@ from llmload.core.units import format_duration_s, format_tokens
 from llmload.core.traffic.workloads import drain_s
 from llmload.io.probe import ServerInfo
 from llmload.matrix.context import RunContext
-from llmload.output.formats import cell_label, cell_ms, request_counts_text
+from llmload.matrix.workloads import runner_for
+from llmload.output.formats import cell_label
 from llmload.output.pages.text import limit_lines
+
 
 def echo_note(ctx: RunContext, cell: CellResult) -> None:
     note = cell.prompt_length_note
@@ -27,51 +29,14 @@ def planned_label(planned: PlannedCell) -> str:
     return cell_label(planned.phase, planned.context_tokens, planned.concurrency, planned.rate_rps)
 
 
-def _ms(value: float | None) -> str:
-    return f"{value:,.0f}" if value is not None else "—"
-
-
-def traffic_summary(c: CellResult) -> str:
-    """A session, rate or replay cell's line."""
-    t = c.traffic
-    tail = f" — {c.reason}" if c.reason else ""
-    if c.requests_sent is None:
-        return f"{c.status}: {c.reason or ''}"
-    if c.phase == "session":
-        turns = " / ".join(_ms(v) for v in t.ttft_by_turn_ms) or "—"
-        cached = f"{t.cached_prompt_ratio:.0%}" if t.cached_prompt_ratio is not None else "—"
-        total = f"{c.total_tok_s:,.1f}" if c.total_tok_s is not None else "—"
-        return (f"{c.status}: {total} tok/s total, TTFT by turn {turns} ms, prompt cached {cached}, "
-                f"context reached {format_tokens(t.context_reached_tokens or 0)}, {c.requests_sent} requests{tail}")
-    rate = f"{t.achieved_rate_rps:.2f}" if t.achieved_rate_rps is not None else "—"
-    late = f"{t.send_lateness_ms_p99:.1f}" if t.send_lateness_ms_p99 is not None else "—"
-    counts = request_counts_text(c) or f"{c.requests_sent} requests"
-    return (f"{c.status}: {rate} req/s sent ({counts}; lateness p99 {late} ms), "
-            f"TTFT p50/p99 {cell_ms(c, 'ttft_ms')}/{cell_ms(c, 'ttft_p99_ms')}, "
-            f"e2e p99 {cell_ms(c, 'e2e_p99_ms')}{tail}")
-
-
 def eta_clock(seconds: float) -> str:
     """Elapsed time and ETA on the console: m:ss, or h:mm:ss from an hour on."""
     return format_duration_s(seconds, clock=True)
 
 
 def cell_summary(c: CellResult) -> str:
-    status = c.status
-    if c.phase in ("session", "rate", "replay"):
-        return traffic_summary(c)
-    if c.phase == "prefill":
-        if c.prompt_tok_s is None:
-            return f"prefill {format_tokens(c.context_tokens)}: {status} {c.reason or ''}"
-        return (f"prefill {format_tokens(c.context_tokens)}: {c.prompt_tok_s:,.0f} prompt tok/s, "
-                f"TTFT {c.ttft_ms:,.0f} ms ({status})")
-    if c.total_tok_s is None:
-        return f"{status}: {c.reason or ''}"
-    tbt = f"{c.tbt_ms:.1f}" if c.tbt_ms is not None else "—"
-    ttft = f"{c.ttft_ms:,.0f}" if c.ttft_ms is not None else "—"
-    return (f"{status}: {c.total_tok_s:,.1f} tok/s total, TBT {tbt} ms, TTFT {ttft} ms, "
-            f"{c.output_tokens:,} tokens in {c.measured_s:.1f} s"
-            + (f" — {c.reason}" if c.reason else ""))
+    """A finished cell's one line, as its workload says it (`Runner.summary`)."""
+    return runner_for(c.phase).summary(c)
 
 
 def echo_server(info: ServerInfo, echo: Callable[[str], None]) -> None:
@@ -89,7 +54,7 @@ def echo_plan(plan: list[PlannedCell], scenario: Scenario, echo: Callable[[str],
     the scenario's duration unless given)."""
     runs = [c for c in plan if c.runs]
     expected = expected_duration_s(plan, duration_s=scenario.duration_s if window_s is None else window_s)
-    open_loop = [c for c in runs if c.phase in ("rate", "replay")]
+    open_loop = [c for c in runs if runner_for(c.phase).open_loop]
     drain = ""
     if open_loop:
         wait = drain_s(open_loop[0].phase, scenario.duration_s if window_s is None else window_s, scenario.drain_s)

@@ -1,4 +1,4 @@
-"""A dataset fitted to the server before anything runs (`fit_for_run`): a rate run's prompts
+"""A dataset fitted to the server before anything runs: a rate run's prompts
 (`fit_dataset`), a sessions run's conversations (`fit_conversations`).
 
 The entries are taken in a seeded shuffle (`dataset.dataset_order`, `--seed`), as many as
@@ -13,7 +13,6 @@ words. Then they are read against the per-sequence limit like a trace's lines
 from __future__ import annotations
 
 import math
-from typing import Callable
 
 from llmload.core.traffic.dataset import Dataset, DatasetError, dataset_order, load_dataset
 from llmload.core.scenario import Scenario
@@ -86,29 +85,3 @@ def _count(counter, text: str) -> int:
     """The server's count of a text (`counter`), or its words where it cannot count."""
     n = counter(text) if counter is not None else None
     return n if n is not None and n > 0 else max(len(text.split()), 1)
-
-
-def fit_for_run(sc: Scenario, info: ServerInfo, api_key: str | None,
-                echo: Callable[[str], None]) -> tuple[TraceFit | None, tuple]:
-    """A run's dataset, fitted and said in the terminal: (a rate run's fitted requests, a
-    sessions run's conversations); (None, ()) without --dataset. DatasetError (one line) when
-    none of it can be sent."""
-    if not sc.dataset or sc.workload not in ("rate", "sessions"):
-        return None, ()
-    if sc.workload == "rate":
-        dataset, fit = fit_dataset(sc, info, api_key)
-        dropped = (f" ({dataset.dropped:,} conversation(s) without a human turn and a gpt answer left out)"
-                   if dataset.dropped else "")
-        echo(f"Dataset: {dataset.label}: {len(dataset.entries):,} entries{dropped}; "
-             f"{fit.lines:,} taken (seed {sc.seed}), counted by the server")
-        if fit.notice(info.max_model_len):
-            echo("Dataset: " + fit.notice(info.max_model_len, whose="the", where="entries"))
-        return fit, ()
-    dataset, conversations, over = fit_conversations(sc, info, api_key)
-    turns = sum(len(c) for c in conversations)
-    left = (f"; {dataset.dropped:,} without a human turn and a gpt answer" if dataset.dropped else "") + (
-        f"; {over:,} whose first turn does not fit the context left out" if over else "")
-    echo(f"Dataset: {dataset.label}: {len(conversations):,} conversations of {turns / len(conversations):.1f} "
-         f"turns on average (seed {sc.seed}, at most {sc.turns} turns), counted by the server{left}")
-    return None, conversations
-

@@ -16,22 +16,20 @@ import time
 from dataclasses import replace
 from typing import Callable
 
-from llmload.core.capacity.plan import (PlannedCell, expected_duration_s, plan_matrix, plan_rates, plan_replay,
-                                   plan_sessions)
+from llmload.core.capacity.plan import PlannedCell, expected_duration_s
 from llmload.core.model.cellfacts import CellFacts
 from llmload.core.model.cell import CellResult, CellSlo
 from llmload.core.figures.cells import assemble_cell, not_run_cell
-from llmload.core.scenario import rate_lengths, session_lengths
 from llmload.core.model.records import RequestRecord
 from llmload.core.scenario import Scenario
 from llmload.core.capacity.seqlimit import learn_sequence_limit
-from llmload.core.traffic.trace import trace_duration_s
-from llmload.core.figures.slosearch import RateLevel, SearchLevel, rate_search, slo_search
 from llmload.io.probe import ServerInfo
 from llmload.matrix.cellrun import CellMeasurer, CellTimeout
 from llmload.matrix.console import eta_clock, echo_note, planned_label, cell_summary
 from llmload.matrix.context import RunContext, RunError, WorkerLost
 from llmload.matrix.driver import LocustDriver
+from llmload.matrix.workloads import runner_of
+from llmload.matrix.workloads.matrix import standalone
 from llmload.output.rundir.records import RECORDS_DIR, write_cell
 
 MAX_DEAD_CELLS = 2
@@ -39,30 +37,14 @@ MAX_DEAD_CELLS = 2
 
 
 def plan_for(sc: Scenario, info: ServerInfo, *, trace=(), dataset=(), conversations=()) -> list[PlannedCell]:
-    """The scenario's plan from the server's limits: the matrix's (`capacity.plan_matrix`) or
-    its workload's (`plan_sessions`, `plan_rates`, `plan_replay`; `trace` is the replay's,
-    `dataset` a rate run's fitted dataset requests, `conversations` a sessions run's).
-    Without a cold warm-up to borrow (or with several samples wanted) prefill cells run on
-    their own. A single cell's plan (the SLO search's) is the plan of a scenario with one
-    value on each axis (`dataclasses.replace`)."""
+    """The scenario's plan from the server's limits, its workload's (`Runner.plan`; `trace`
+    is the replay's, `dataset` a rate run's fitted dataset requests, `conversations` a
+    sessions run's). A single cell's plan (the SLO search's) is the plan of a scenario with
+    one value on each axis (`dataclasses.replace`)."""
     limits = dict(kv_cache_tokens=info.kv_cache_tokens, block_size=info.block_size,
                   max_model_len=info.max_model_len, max_sequences=info.max_sequences,
                   max_sequences_source=info.max_sequences_source if info.max_sequences else None)
-    if sc.workload == "sessions":
-        turn_tokens, max_tokens = session_lengths(sc, conversations)
-        return plan_sessions(system_prompt_tokens=list(sc.system_prompt_tokens),
-                             concurrency=list(sc.concurrency), turns=sc.turns,
-                             turn_tokens=turn_tokens, max_tokens=max_tokens,
-                             prefix_caching=info.prefix_caching, **limits)
-    if sc.workload == "rate":
-        contexts, max_tokens, varied = rate_lengths(sc, dataset)
-        return plan_rates(contexts=contexts, rates=list(sc.rates), max_tokens=max_tokens,
-                          max_model_len=info.max_model_len, varied=varied)
-    if sc.workload == "replay":
-        return plan_replay(requests=trace, max_model_len=info.max_model_len, speedup=sc.speedup)
-    plan = plan_matrix(contexts=list(sc.contexts), prefill_contexts=list(sc.prefill_contexts),
-                       concurrency=list(sc.concurrency), max_tokens=sc.max_tokens, **limits)
-    return plan if sc.warmup and sc.prefill_repeats <= 1 else [_standalone(c) for c in plan]
+    return runner_of(sc).plan(sc, info, limits, trace=trace, dataset=dataset, conversations=conversations)
 
 
 def run_plan(ctx: RunContext, driver: LocustDriver, prompts, plan: list[PlannedCell], writer,
@@ -80,7 +62,7 @@ def run_plan(ctx: RunContext, driver: LocustDriver, prompts, plan: list[PlannedC
                 and c.prefill_source == "decode_warmup"}
     for context, c in list(deferred.items()):
         if ("decode", context, 1, None) in done:  # its decode warm-up already ran: on its own now
-            pending[pending.index(c)] = _standalone(c)
+            pending[pending.index(c)] = standalone(c)
             del deferred[context]
     to_run = [c for c in pending if not _borrowed(c)]
     # Every planned cell is on disk from the start, in plan order; a measured cell replaces
@@ -212,19 +194,13 @@ MAX_SLO_SEARCH_CELLS = 6
 
 
 def run_slo_search(ctx: RunContext, driver: LocustDriver, prompts, writer) -> None:
-    """Bisect N per context between the last level meeting the SLO and the first failing
-    one (`llmload.core.figures.slosearch`), each level an extra decode cell in the results; for the
-    rate workload, the rate between the highest meeting it and the lowest failing it; for
-    sessions, the users per system prompt."""
+    """The workload's SLO search (`Runner.search`, `llmload.core.figures.slosearch`): the matrix
+    bisects N per context between the last level meeting the SLO and the first failing one,
+    each level an extra cell in the results (rate: the rate per context; sessions: the users
+    per system prompt)."""
     sc, info = ctx.scenario, ctx.info
     measurer = CellMeasurer(ctx, driver, prompts)
     measurer.seq = 1000  # cell ids apart from the matrix's
-
-    def measure(level: SearchLevel) -> CellResult:
-        planned = plan_for(replace(sc, contexts=(level.context_tokens,), prefill_contexts=(),
-                                   concurrency=(level.concurrency,)), info)[0]
-        ctx.echo(f"[SLO search] {planned_label(planned)} (between {level.passing} and {level.failing})")
-        return measured(planned)
 
     def measured(planned: PlannedCell) -> CellResult:
         if planned.runs:
@@ -240,34 +216,12 @@ def run_slo_search(ctx: RunContext, driver: LocustDriver, prompts, writer) -> No
         _say(ctx, cell, note=False)
         return cell
 
-    if sc.workload == "rate":
-        def measure_rate(level: RateLevel) -> CellResult:
-            ctx.echo(f"[SLO search] rate {level.rate_rps:g} req/s at {level.context_tokens:,} tokens "
-                     f"(between {level.passing:g} and {level.failing:g})")
-            return measured(plan_for(replace(sc, contexts=(level.context_tokens,), rates=(level.rate_rps,)),
-                                     info, dataset=ctx.dataset)[0])
+    def measure(one: Scenario, line: str) -> CellResult:
+        [planned, *_] = plan_for(one, info, trace=ctx.trace, dataset=ctx.dataset, conversations=ctx.conversations)
+        ctx.echo(f"[SLO search] {line}")
+        return measured(planned)
 
-        contexts = sorted({c.context_tokens for c in writer.results.cells if c.phase == "rate"})
-        rate_search(contexts, writer.results.cells, sc.slo, measure_rate, max_cells=MAX_SLO_SEARCH_CELLS)
-        return
-    if sc.workload == "sessions":
-        def measure_users(level: SearchLevel) -> CellResult:
-            ctx.echo(f"[SLO search] S {level.context_tokens:,} × {level.concurrency} users "
-                     f"(between {level.passing} and {level.failing})")
-            return measured(plan_for(replace(sc, system_prompt_tokens=(level.context_tokens,),
-                                             concurrency=(level.concurrency,)), info,
-                                     conversations=ctx.conversations)[0])
-
-        slo_search(sc.system_prompt_tokens, writer.results.cells, sc.slo, measure_users,
-                   max_cells=MAX_SLO_SEARCH_CELLS, phase="session")
-        return
-    slo_search(sc.contexts, writer.results.cells, sc.slo, measure, max_cells=MAX_SLO_SEARCH_CELLS)
-
-
-def _standalone(cell: PlannedCell) -> PlannedCell:
-    if cell.prefill_source != "decode_warmup":
-        return cell
-    return replace(cell, prefill_source="standalone")
+    runner_of(sc).search(sc, writer.results.cells, measure, MAX_SLO_SEARCH_CELLS)
 
 
 CELL_CHANGE_S = 0.5
@@ -276,9 +230,9 @@ until one has been measured."""
 
 
 def run_window_s(ctx: RunContext) -> float:
-    """The window of the run's cells: the scenario's duration; a replay's, the trace's span."""
-    sc = ctx.scenario
-    return trace_duration_s(ctx.trace, sc.speedup) if sc.workload == "replay" else sc.duration_s
+    """The window the run's cells are reckoned with (`Runner.span_s`: the scenario's duration; a
+    replay's, the trace's span)."""
+    return runner_of(ctx.scenario).span_s(ctx)
 
 
 def remaining_s(cells: list[PlannedCell], duration_s: float, prefill_tok_s: float | None,

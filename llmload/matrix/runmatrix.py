@@ -22,14 +22,11 @@ from llmload.core.capacity.seqlimit import is_learned
 from llmload.io.hardware import host_facts
 from llmload.io.probe import ServerInfo, build_prompts, probe_server
 from llmload.matrix.console import echo_plan, echo_prompts, echo_server
-from llmload.core.traffic.dataset import DatasetError
-from llmload.core.traffic.trace import TraceError, fit_trace
-from llmload.matrix.datasetfit import fit_for_run
-from llmload.core.traffic.traceshape import scenario_trace
-from llmload.matrix.context import PlanRefused, RunContext
+from llmload.matrix.context import RunContext
 from llmload.matrix.driver import LocustDriver
 from llmload.matrix.loop import plan_for, run_plan, run_slo_search, run_window_s
 from llmload.matrix.server import server_for
+from llmload.matrix.workloads import runner_of, runner_for
 from llmload.output.pages.report import echo_matrix
 
 
@@ -53,7 +50,8 @@ def run_matrix(scenario: Scenario, *, api_key: str | None = None, out_dir: str |
 def _run_matrix(scenario: Scenario, *, api_key: str | None, run_dir, master_bind: str | None,
                 expect_workers: int | None, echo: Callable[[str], None]) -> str:
     from llmload.output.rundir.directory import RunDirError, claim, differences, finished_cells, resume_differences
-    trace = scenario_trace(scenario) if scenario.workload == "replay" else ()
+    runner = runner_of(scenario)
+    read = runner.read(scenario)  # a trace, read before the server starts
     if run_dir is not None and run_dir.previous is not None:
         # A changed configuration is refused before anything starts.
         from llmload.output.rundir.writer import ResultsWriter
@@ -68,32 +66,18 @@ def _run_matrix(scenario: Scenario, *, api_key: str | None, run_dir, master_bind
                             launch_command=scenario.launch_command)
         info = learned_before(info, run_dir.previous if run_dir is not None else None)
         echo_server(info, echo)
-        fit = None
-        if trace:
-            # Every line read against the server's per-sequence limit, before anything runs.
-            try:
-                fit = fit_trace(trace, info.max_model_len, scenario.over_context)
-            except TraceError as exc:  # no line fits: bad input for this server, refused
-                raise PlanRefused(str(exc)) from None
-            if fit.notice(info.max_model_len):
-                echo(f"Trace: {fit.notice(info.max_model_len)}")
-        try:
-            dataset_fit, conversations = fit_for_run(scenario, info, api_key, echo)
-        except DatasetError as exc:  # no entry fits: bad input for this server, refused
-            raise PlanRefused(str(exc)) from None
+        # Its trace, dataset or conversations fitted to the server (PlanRefused where none fits).
         ctx = RunContext(scenario=scenario, info=info, echo=echo, api_key=api_key,
-                         trace=fit.requests if fit else (), trace_fit=fit,
-                         dataset=dataset_fit.requests if dataset_fit else (), dataset_fit=dataset_fit,
-                         conversations=conversations)
-        plan = plan_for(scenario, info, trace=ctx.trace, dataset=ctx.dataset, conversations=conversations)
-        refuse_unfit(scenario, plan)
+                         **runner.fit(scenario, info, api_key, echo, read))
+        plan = plan_for(scenario, info, trace=ctx.trace, dataset=ctx.dataset, conversations=ctx.conversations)
+        runner.refuse(plan)
         # Text prompts are fitted to the server's count once per length; an over-capacity
         # cell can run later (a learned sequence limit re-plans it queued): its length too.
         # A session's and a trace's prompts vary in length: sized from the tokens per word.
         prompts = build_prompts(info, endpoint=scenario.endpoint, api_key=api_key,
                                 prompt_tokens=[c.prompt_tokens for c in plan
                                                if c.status != "exceeds_context" and c.context_tokens
-                                               and c.phase in ("decode", "prefill", "rate")])
+                                               and runner.fitted_prompts])
         echo_prompts(prompts, echo)
         from llmload.output.rundir.writer import ResultsWriter
         meta = _meta(ctx, plan, prompts)
@@ -137,16 +121,6 @@ def _run_matrix(scenario: Scenario, *, api_key: str | None, run_dir, master_bind
             echo(f"Report: {os.path.join(out, 'report.md')}")
             echo(f"HTML report: {os.path.join(out, 'report.html')}")
         return out
-
-
-def refuse_unfit(scenario: Scenario, plan: list[PlannedCell]) -> None:
-    """Sessions whose first turn cannot fit the context are refused (PlanRefused), before any load."""
-    if scenario.workload != "sessions":
-        return
-    unfit = [c for c in plan if c.status == "exceeds_context"]
-    if unfit:
-        raise PlanRefused(f"a session with a {unfit[0].context_tokens:,}-token system prompt cannot fit the "
-                          f"context at its first turn: {unfit[0].reason}")
 
 
 def learned_before(info: ServerInfo, previous: Results | None) -> ServerInfo:
@@ -234,7 +208,7 @@ def _check_open_files(plan: list[PlannedCell], workers: int, echo: Callable[[str
     in-flight cap) still does not fit."""
     from llmload.io.limits import FD_RESERVE, fd_shortfall, raise_open_files
     soft, hard = raise_open_files()
-    top = max((open_loop_cap if c.phase in ("rate", "replay") else c.concurrency for c in plan if c.runs),
+    top = max((open_loop_cap if runner_for(c.phase).open_loop else c.concurrency for c in plan if c.runs),
               default=1)
     short = fd_shortfall(top, max(workers, 1), soft)
     if short:

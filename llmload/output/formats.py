@@ -11,6 +11,7 @@ missing figure is "—". The page's cells (`page_cells`) are a `Results`' cells 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from llmload.core.capacity.plan import PlannedCell
@@ -19,9 +20,43 @@ from llmload.core.model.results import Results
 from llmload.core.units import format_tokens
 
 MISSING = "—"
-PHASE_ORDER = {"prefill": 0, "decode": 1, "session": 2, "rate": 3, "replay": 4}
-PHASE_LABELS = {"prefill": "Prefill", "decode": "Sustained decode", "session": "Chat sessions",
-                "rate": "Open-loop arrivals", "replay": "Trace replay"}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PhaseWords:
+    """How pages name a phase's cells. Formats take {ctx} (the context, 16K), {n} (N), {rate}
+    (a rate cell's rate, 2 req/s) and {active} (the average requests in flight)."""
+
+    label: str
+    """The phase's name on the page: "Sustained decode"."""
+    word: str
+    """Its word before a cell's place in the terminal and on the compare page: "decode"."""
+    place: str
+    """Where in its phase a cell is: "{ctx} × {n}"."""
+    at_once: str = "{n}"
+    """The "requests at once" of the page's tables (an open-loop cell has no fixed N)."""
+    matrix: bool = False
+    """A phase of the speed test matrix (its cells named by context and N everywhere)."""
+    open_loop: bool = False
+    """Requests sent on a schedule (no fixed number of users: N is 0)."""
+
+
+PHASES: dict[str, PhaseWords] = {
+    "prefill": PhaseWords(label="Prefill", word="prefill", place="{ctx}", matrix=True),
+    "decode": PhaseWords(label="Sustained decode", word="decode", place="{ctx} × {n}", matrix=True),
+    "session": PhaseWords(label="Chat sessions", word="session", place="S {ctx} × {n} users"),
+    "rate": PhaseWords(label="Open-loop arrivals", word="rate", place="{ctx} at {rate}", at_once="{rate}",
+                       open_loop=True),
+    "replay": PhaseWords(label="Trace replay", word="replay", place="up to {ctx}", at_once="{active} on average",
+                         open_loop=True),
+}
+"""Each phase's words, in page order (a phase this llmload does not know is named as decode)."""
+PHASE_ORDER = {phase: i for i, phase in enumerate(PHASES)}
+PHASE_LABELS = {phase: words.label for phase, words in PHASES.items()}
+
+
+def phase_words(phase: str) -> PhaseWords:
+    return PHASES.get(phase, PHASES["decode"])
 STATUS_LABELS = {
     "valid": "Valid",
     "over_capacity": "Over capacity",
@@ -107,22 +142,13 @@ def fmt_rps(rate: float | None) -> str:
 def cell_place(phase: str, context_tokens: int, concurrency: int, rate_rps: float | None = None) -> str:
     """"16K" (a prefill cell), "16K × 4" (a decode cell), "S 1K × 4 users" (a session cell),
     "16K at 2 req/s" (a rate cell), "up to 8K" (the replay cell): where in its phase a cell is."""
-    if phase == "prefill":
-        return format_tokens(context_tokens)
-    if phase == "session":
-        return f"S {format_tokens(context_tokens)} × {concurrency} users"
-    if phase == "rate":
-        return f"{format_tokens(context_tokens)} at {fmt_rps(rate_rps)}"
-    if phase == "replay":
-        return f"up to {format_tokens(context_tokens)}"
-    return f"{format_tokens(context_tokens)} × {concurrency}"
+    return phase_words(phase).place.format(ctx=format_tokens(context_tokens), n=concurrency, rate=fmt_rps(rate_rps))
 
 
 def cell_label(phase: str, context_tokens: int, concurrency: int, rate_rps: float | None = None) -> str:
     """"prefill 16K", "decode 16K × 4", "rate 16K at 2 req/s": a cell as the terminal and the
     compare page name it."""
-    word = phase if phase in ("prefill", "session", "rate", "replay") else "decode"
-    return f"{word} {cell_place(phase, context_tokens, concurrency, rate_rps)}"
+    return f"{phase_words(phase).word} {cell_place(phase, context_tokens, concurrency, rate_rps)}"
 
 
 def workload_of(results: Results) -> str:

@@ -171,6 +171,23 @@ def predict_replay_results(profile: Profile, sc: Scenario, fit: TraceFit, *, kee
     return _predicted(profile, sc, [planned], [cell], started)
 
 
+
+PREDICTORS: dict[str, Callable[..., Results]] = {
+    "matrix": lambda profile, sc, *, prefill, slo_search, keep, trace_fit, source: predict_results(
+        profile, contexts=sc.contexts, prefill_contexts=prefill, concurrency=sc.concurrency,
+        max_tokens=sc.max_tokens, duration_s=sc.duration_s, slo=sc.slo, slo_search=slo_search,
+        profile_source=source),
+    "rate": lambda profile, sc, *, slo_search, keep, **_: predict_rate_results(
+        profile, sc, slo_search=slo_search, keep=keep),
+    "sessions": lambda profile, sc, *, slo_search, keep, **_: predict_sessions_results(
+        profile, sc, slo_search=slo_search, keep=keep),
+    "replay": lambda profile, sc, *, keep, trace_fit, **_: predict_replay_results(profile, sc, trace_fit, keep=keep),
+}
+"""`llmload predict`'s prediction of each workload: (profile, scenario, prefill= the matrix's
+prefill contexts, slo_search=, keep=, trace_fit= a replay's trace fitted, source= the profile
+as named) → its results."""
+
+
 def _each(profile: Profile, planned: PlannedCell, sc: Scenario, cell_id: str, keep: Keep | None,
           on_cell: Callable[[CellResult], None] | None) -> CellResult:
     cell = predict_cell(profile, planned, window_s=sc.duration_s, slo=sc.slo, sc=sc, cell_id=cell_id, keep=keep)

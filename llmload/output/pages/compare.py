@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from llmload.output.formats import MISSING, PHASE_ORDER, cell_label
+from llmload.output.formats import MISSING, PHASE_ORDER, cell_label, phase_words
 from llmload.output.pages.model import Page, Point
 
 NOISE_DEFAULT_REL = 0.05
@@ -222,7 +222,7 @@ CellKey = tuple[str, int, int, float | None]
 
 
 def _key(cell: Point) -> CellKey:
-    open_loop = cell.phase in ("rate", "replay")  # concurrency 0: no fixed number of users
+    open_loop = phase_words(cell.phase).open_loop  # concurrency 0: no fixed number of users
     n = int(cell.concurrency or 0) if open_loop else int(cell.concurrency or 1)
     return (cell.phase or "", int(cell.context_tokens or 0), n, cell.rate_rps)
 
@@ -254,7 +254,7 @@ def compare(pages: Sequence[Page], paths: list[str]) -> Comparison:
         cells = [run[key] for run in by_run]
         noise = [c.noise_rel for c in cells]
         spec = PHASE_FIGURES.get(phase, PREFILL_FIGURES)
-        rows.setdefault("workload" if phase in ("session", "rate", "replay") else phase, []).append(CellRow(
+        rows.setdefault(phase if phase_words(phase).matrix else "workload", []).append(CellRow(
             phase=phase, context_tokens=ctx, concurrency=n, rate_rps=rate,
             statuses=tuple(c.status or "not_run" for c in cells),
             figures=tuple(_figure_row(cells, noise, f) for f in spec)))

@@ -31,6 +31,7 @@ from llmload.output.formats import (
     fmt_tbt_ms,
     fmt_whole_rate,
     phase_cells,
+    phase_words,
     status_label,
 )
 
@@ -164,11 +165,8 @@ def phase_label(cell: CellResult) -> str:
 
 def _at_once(cell: CellResult) -> str:
     """N; an open-loop cell (rate, replay) has no fixed N: its rate, or its average in flight."""
-    if cell.phase == "rate":
-        return fmt_rps(cell_rate(cell))
-    if cell.phase == "replay":
-        return f"{fmt_active(cell.avg_active)} on average"
-    return str(cell.concurrency)
+    return phase_words(cell.phase).at_once.format(n=cell.concurrency, rate=fmt_rps(cell_rate(cell)),
+                                                  active=fmt_active(cell.avg_active))
 
 
 ALL_COLUMNS: list[Column] = [
@@ -199,7 +197,7 @@ def all_measurements(cells: Sequence[CellResult]) -> Table:
 def where(cell: CellResult) -> str:
     """"Sustained decode 16K × 4": a cell as the page's lists name it."""
     phase = PHASE_LABELS.get(cell.phase, cell.phase)
-    if cell.phase in ("session", "rate", "replay"):
+    if not phase_words(cell.phase).matrix:
         return f"{phase} {cell_place(cell.phase, cell.context_tokens, cell.concurrency, cell_rate(cell))}"
     return f"{phase} {fmt_context(cell.context_tokens)} × {cell.concurrency}"
 

@@ -1,0 +1,89 @@
+"""Open-loop arrivals' run: per context (or length distribution, or dataset) and rate, one
+pacing user per process sends on a schedule (`llmload.loadgen.pacer`) whatever earlier
+requests are doing (`llmload.core.capacity.plan.plan_rates`); the SLO search bisects the rate
+per context.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
+
+from llmload.core.capacity.plan import PlannedCell, plan_rates
+from llmload.core.figures.slosearch import RateLevel, rate_search
+from llmload.core.model.cell import CellResult
+from llmload.core.scenario import Scenario, rate_lengths
+from llmload.core.traffic.dataset import DatasetError, dataset_label
+from llmload.core.traffic.workloads import arrival_offsets, pacer_seed
+from llmload.io.probe import ServerInfo
+from llmload.loadgen.messages import CellSpec
+from llmload.matrix.context import PlanRefused, RunContext
+from llmload.matrix.workloads.part import (Measure, Runner, drawn_fields, open_loop_facts, open_loop_fields,
+                                           open_loop_summary)
+
+
+def fit(sc: Scenario, info: ServerInfo, api_key: str | None, echo: Callable[[str], None],
+        read: tuple) -> dict[str, Any]:
+    """With --dataset, its entries fitted to the server, said in the terminal."""
+    if not sc.dataset:
+        return {}
+    from llmload.matrix.datasetfit import fit_dataset
+    try:
+        dataset, fitted = fit_dataset(sc, info, api_key)
+    except DatasetError as exc:  # no entry fits: bad input for this server, refused
+        raise PlanRefused(str(exc)) from None
+    dropped = (f" ({dataset.dropped:,} conversation(s) without a human turn and a gpt answer left out)"
+               if dataset.dropped else "")
+    echo(f"Dataset: {dataset.label}: {len(dataset.entries):,} entries{dropped}; "
+         f"{fitted.lines:,} taken (seed {sc.seed}), counted by the server")
+    if fitted.notice(info.max_model_len):
+        echo("Dataset: " + fitted.notice(info.max_model_len, whose="the", where="entries"))
+    return {"dataset": fitted.requests, "dataset_fit": fitted}
+
+
+def plan(sc: Scenario, info: ServerInfo, limits: dict, *, dataset=(), **inputs) -> list[PlannedCell]:
+    contexts, max_tokens, varied = rate_lengths(sc, dataset)
+    return plan_rates(contexts=contexts, rates=list(sc.rates), max_tokens=max_tokens,
+                      max_model_len=info.max_model_len, varied=varied)
+
+
+def message(ctx: RunContext, planned: PlannedCell, spec: CellSpec, pacers: int) -> CellSpec:
+    sc = ctx.scenario
+    spec = open_loop_fields(ctx, planned, drawn_fields(ctx, spec), pacers, sc.duration_s)
+    return replace(spec, rate_rps=planned.rate_rps or 0.0, arrivals=sc.arrivals,
+                   dataset=tuple((r.prompt, r.input_tokens, r.output_tokens) for r in ctx.dataset),
+                   fixed_output=not (ctx.dataset and sc.output_length == "natural"))
+
+
+def scheduled(msg: CellSpec) -> int:
+    """The requests a rate cell's pacers schedule over its window: each pacer's arrivals
+    (`workloads.arrival_offsets`, drawn from the same seed as the pacer's own)."""
+    return sum(len(arrival_offsets(msg.rate_rps, msg.window_s, msg.arrivals, index=i, pacers=msg.pacers,
+                                   seed=pacer_seed(msg.run_id, msg.id, i))) for i in range(msg.pacers))
+
+
+def facts(ctx: RunContext, planned: PlannedCell, msg: CellSpec) -> dict[str, Any]:
+    sc = ctx.scenario
+    found = open_loop_facts(ctx, msg, sc.arrivals)
+    if ctx.dataset:
+        name = dataset_label(sc.dataset or "")
+        found.update(prompt_lengths=name, output_lengths=f"{name} answers"
+                     + (" (natural)" if sc.output_length == "natural" else ""))
+    else:
+        found.update(prompt_lengths=sc.prompt_tokens, output_lengths=sc.output_tokens)
+    return {**found, "requests_scheduled": scheduled(msg)}
+
+
+def search(sc: Scenario, cells: Sequence[CellResult], measure: Measure, max_cells: int) -> None:
+    def level(at: RateLevel) -> CellResult:
+        return measure(replace(sc, contexts=(at.context_tokens,), rates=(at.rate_rps,)),
+                       f"rate {at.rate_rps:g} req/s at {at.context_tokens:,} tokens "
+                       f"(between {at.passing:g} and {at.failing:g})")
+
+    contexts = sorted({c.context_tokens for c in cells if c.phase == "rate"})
+    rate_search(contexts, cells, sc.slo, level, max_cells=max_cells)
+
+
+RUNNER = Runner(name="rate", phases=("rate",), plan=plan, search=search, summary=open_loop_summary,
+                open_loop=True, drawn_lengths=True, fit=fit, message=message, facts=facts)
