@@ -20,6 +20,7 @@ from llmload.output.pages.report import compare_runs as compare
 from llmload.output.pages.markdown import markdown_table, section_body
 from llmload.output.pages.build import build_page
 from llmload.output.pages.report import measurements_frame, render_markdown
+from llmload.output.pages.workloads import part_of
 from llmload.output.pages.sections import capacity_section, energy_section, reasoning_section, server_timing_section
 from llmload.output.pages.report import echo_matrix
 
@@ -152,13 +153,13 @@ SLO_CELLS = [decode(1, tbt_p99_ms=10.0, total_tok_s=100.0, slo=CellSlo(tbt_sampl
 
 def test_capacity_section_from_the_cores_figures():
     run = small_run(config={"slo": {"tbt_p99_ms": 20.0}})
-    section = capacity_section(run, SLO_CELLS)
+    section = capacity_section(run, SLO_CELLS, part_of(run))
     assert section.title == "Capacity under SLO" and section.intro == "SLO: TBT p99 ≤ 20 ms."
     assert section.table.rows == (("0", "1", "100.0", "90.0", "TBT", "2", "N=1: TBT p99 (50 samples)"),)
     assert section.note.startswith("Max users:")
-    passing = capacity_section(run, SLO_CELLS[:1])
+    passing = capacity_section(run, SLO_CELLS[:1], part_of(run))
     assert passing.table.rows[0][1] == "≥ 1" and passing.table.rows[0][4] == "not reached"
-    assert capacity_section(small_run(), SLO_CELLS) is None
+    assert capacity_section(small_run(), SLO_CELLS, part_of(small_run())) is None
 
 
 def test_energy_section_measured_unmeasured_and_without_cells():

@@ -10,6 +10,7 @@ from llmload.core.scenario import ScenarioError, resolve
 from llmload.core.figures.slo import SLOError, capacity, judge_cell, min_samples, next_search_level, parse_slo
 from llmload.output.pages.markdown import section_body
 from llmload.output.pages.sections import capacity_section
+from llmload.output.pages.workloads.matrix import PART as MATRIX_PART
 from tests_helpers import cell_of, llmload, record, results_of
 
 
@@ -75,12 +76,11 @@ def test_capacity_walk_stops_at_the_first_failure():
 
 def test_render_capacity_section():
     results = {"config": {"slo": {"tbt_p99_ms": 20.0}}}
-    text = section_body(capacity_section(results_of(results), [cell(1, tbt_p99_ms=10, total_tok_s=100,
-                                                                    tbt_samples=50),
-                                                               cell(2, tbt_p99_ms=30)]))
+    text = section_body(capacity_section(results_of(results), [cell(1, tbt_p99_ms=10, total_tok_s=100, tbt_samples=50),
+                                                               cell(2, tbt_p99_ms=30)], MATRIX_PART))
     assert "TBT p99 ≤ 20 ms" in text
     assert "| 1K | 1 | 100.0 | — | TBT | 2 | N=1: TBT p99 (50 samples) |" in text
-    assert capacity_section(results_of({"config": {}}), [cell(1)]) is None
+    assert capacity_section(results_of({"config": {}}), [cell(1)], MATRIX_PART) is None
 
 
 def rec(send, times, *, status="cancelled"):

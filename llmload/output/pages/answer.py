@@ -13,15 +13,16 @@ from collections.abc import Sequence
 from llmload.core.figures.slo import describe_slo, parse_slo
 from llmload.core.model.cell import CellResult
 from llmload.core.model.results import Results
-from llmload.output.pages.workloads import part_of
+from llmload.output.pages.workloads.part import WorkloadPart
 
 
-def slo_answer(results: Results, cells: Sequence[CellResult]) -> str | None:
-    """The one-line answer (module docstring); None without an SLO or where the workload gives none."""
+def slo_answer(results: Results, cells: Sequence[CellResult], part: WorkloadPart) -> str | None:
+    """The one-line answer (module docstring) as the run's workload (`part`) gives it; None
+    without an SLO or where the workload gives none."""
     slo = parse_slo(results.config.get("slo"))
     if not slo:
         return None
-    found = part_of(results).answer(cells, slo)
+    found = part.answer(cells, slo)
     if found is None or not found.parts:
         return None
     how = "Predicted" if results.provenance == "predicted" else "Measured"

@@ -17,7 +17,7 @@ from llmload.output.pages.sections import page_sections
 from llmload.output.pages.tables import all_measurements, check_items, decode_matrix, decode_notes, error_items, prefill_table
 from llmload.output.pages.text import (engine_paragraphs, is_simulated, page_title, render_byline, render_hardware,
                                        render_run, render_subtitle, sim_profile, simulation_notice)
-from llmload.output.pages.workloads import workload_view
+from llmload.output.pages.workloads import part_of, workload_view
 
 
 def build_page(results: Results) -> Page:
@@ -25,30 +25,33 @@ def build_page(results: Results) -> Page:
     terminal's tables)."""
     cells = page_cells(results)
     decode = decode_matrix(cells)
+    part = part_of(results)  # what the run's workload gives the page
+    what = part.title(results.config)
+    simulated = is_simulated(results)
     return Page(
         points=points(cells),
-        title=page_title(results),
-        subtitle=render_subtitle(results),
-        simulated=is_simulated(results),
+        title=page_title(results, what),
+        subtitle=render_subtitle(results, what),
+        simulated=simulated,
         provenance=results.provenance,
         workload=workload_of(results),
         settings=settings(results),
-        sim_profile=sim_profile(results) if is_simulated(results) else None,
+        sim_profile=sim_profile(results) if simulated else None,
         warning=simulation_notice(results),
         byline=render_byline(results),
         hardware=render_hardware(results),
         engine=engine_paragraphs(results),
-        run=render_run(results, cells),
+        run=render_run(results, cells, what),
         launch_command=str(results.launch_command) if results.launch_command else None,
         prefill=prefill_table(cells),
         decode=decode,
         decode_notes=tuple(decode_notes(results, cells)) if decode else (),
-        sections=page_sections(results, cells),
+        sections=page_sections(results, cells, part),
         all_measurements=all_measurements(cells),
         errors=error_items(cells),
         checks=check_items(cells),
-        workload_view=workload_view(results, cells),
-        answer=slo_answer(results, cells),
+        workload_view=workload_view(results, cells, part),
+        answer=slo_answer(results, cells, part),
         slo_bounds=slo_bounds(results),
-        measurements=measurements(results, cells),
+        measurements=measurements(results, cells, traffic=part.traffic_columns),
     )

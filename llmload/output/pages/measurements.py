@@ -14,7 +14,6 @@ from typing import Any
 from llmload.core.model.cell import CellResult, CellTraffic
 from llmload.core.model.document import cell_to_dict
 from llmload.core.model.results import Results
-from llmload.output.formats import workload_of
 from llmload.output.pages.model import Measurements
 
 #: CSV columns in order: raw numbers, snake_case, one row per cell.
@@ -62,8 +61,8 @@ def split_csv_list(text: Any) -> tuple[float | None, ...]:
     return tuple(None if part.strip() == "" else float(part) for part in str(text).split(LIST_SEPARATOR))
 
 
-def _csv_columns(results: Results) -> list[str]:
-    return CSV_COLUMNS if workload_of(results) == "matrix" else CSV_COLUMNS + TRAFFIC_CSV_COLUMNS
+def _csv_columns(traffic: bool) -> list[str]:
+    return CSV_COLUMNS + TRAFFIC_CSV_COLUMNS if traffic else CSV_COLUMNS
 
 
 _TRAFFIC_INT_COLUMNS = ["in_flight_cap", "cap_waits", "turns", "context_reached_tokens", "trace_requests",
@@ -71,10 +70,10 @@ _TRAFFIC_INT_COLUMNS = ["in_flight_cap", "cap_waits", "turns", "context_reached_
                         "requests_not_sent", "requests_skipped"]
 
 
-def _csv_row(results: Results, cell: CellResult) -> dict[str, Any]:
+def _csv_row(results: Results, cell: CellResult, columns: list[str], traffic: bool) -> dict[str, Any]:
     flat = cell_to_dict(cell)  # results.json's cell: the CSV's columns are its keys
-    row = {column: flat.get(column) for column in _csv_columns(results)}
-    if workload_of(results) != "matrix":
+    row = {column: flat.get(column) for column in columns}
+    if traffic:
         row.update({name: join_csv_list(getattr(cell.traffic, name)) for name in TRAFFIC_LIST_COLUMNS})
         row.update(lower_bounds=LIST_SEPARATOR.join(cell.traffic.lower_bounds) or None)
     check = cell.server_check
@@ -87,9 +86,10 @@ def _csv_row(results: Results, cell: CellResult) -> dict[str, Any]:
     return row
 
 
-def measurements(results: Results, cells: Sequence[CellResult]) -> Measurements:
-    """The page's cells (`cells`, in page order) as measurements.csv's rows."""
-    columns = _csv_columns(results)
-    rows = [_csv_row(results, c) for c in cells]
+def measurements(results: Results, cells: Sequence[CellResult], *, traffic: bool) -> Measurements:
+    """The page's cells (`cells`, in page order) as measurements.csv's rows; `traffic`: with
+    the traffic figures (a workload beyond the matrix, `WorkloadPart.traffic_columns`)."""
+    columns = _csv_columns(traffic)
+    rows = [_csv_row(results, c, columns, traffic) for c in cells]
     return Measurements(columns=tuple(columns), rows=tuple(tuple(row.get(k) for k in columns) for row in rows),
                         whole=tuple(_INT_COLUMNS + [k for k in _TRAFFIC_INT_COLUMNS if k in columns]))

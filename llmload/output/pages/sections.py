@@ -18,13 +18,12 @@ from llmload.core.figures.slo import capacity, describe_slo, parse_slo
 from llmload.output.formats import MISSING, fmt_context, fmt_count, fmt_ms, phase_cells
 from llmload.output.pages.model import CAPACITY_TITLE, Section
 from llmload.output.pages.tables import Column, column_table, make_table, phase_label
-from llmload.output.pages.workloads import part_of
-from llmload.output.pages.workloads.part import capacity_row
+from llmload.output.pages.workloads.part import WorkloadPart, capacity_row
 
 
-def page_sections(results: Results, cells: Sequence[CellResult]) -> tuple[Section, ...]:
-    """The sections that have something to say, in page order."""
-    found = (capacity_section(results, cells), energy_section(results, cells),
+def page_sections(results: Results, cells: Sequence[CellResult], part: WorkloadPart) -> tuple[Section, ...]:
+    """The sections that have something to say, in page order (`part`: the run's workload's)."""
+    found = (capacity_section(results, cells, part), energy_section(results, cells),
              reasoning_section(cells), server_timing_section(cells))
     return tuple(s for s in found if s is not None)
 
@@ -32,12 +31,12 @@ def page_sections(results: Results, cells: Sequence[CellResult]) -> tuple[Sectio
 # --------------------------------------------------------------------------- capacity under SLO
 
 
-def capacity_section(results: Results, cells: Sequence[CellResult]) -> Section | None:
+def capacity_section(results: Results, cells: Sequence[CellResult], part: WorkloadPart) -> Section | None:
     """"Capacity under SLO": per decode context, the most users meeting the run's SLO (as
     the run's workload has it, `WorkloadPart.capacity`: a sessions run, per system prompt, the
     most chat users); None without an SLO, for a workload without one, or without such a cell."""
     slo = parse_slo(results.config.get("slo"))
-    table = part_of(results).capacity
+    table = part.capacity
     if not slo or table is None:
         return None
     found = capacity(cells, slo, phase=table.phase)

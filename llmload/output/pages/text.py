@@ -18,7 +18,6 @@ from llmload.core.capacity.seqlimit import is_learned
 from llmload.core.units import format_duration_s
 from llmload.output.pages.model import Notice
 from llmload.output.formats import fmt_context, phase_cells
-from llmload.output.pages.workloads import workload_title
 
 
 def _join(items: Iterable[tuple[str, Any]]) -> str:
@@ -65,11 +64,11 @@ def _hardware_name(results: Results) -> str:
     return urlsplit(base_url).netloc or base_url
 
 
-def page_title(results: Results) -> str:
+def page_title(results: Results, workload: str | None) -> str:
     """"Speed test matrix — MODEL on HARDWARE" (a simulated run: "· Simulated (...)"); a run
-    of another workload names it instead ("Chat sessions — ...")."""
+    of another workload names it instead ("Chat sessions — ...": `workload`, its title)."""
     model = _model_name(results)
-    what = workload_title(results) or "Speed test matrix"
+    what = workload or "Speed test matrix"
     if is_simulated(results):
         return f"{what} — {model} · {_provenance_word(results)}"
     return f"{what} — {model} on {_hardware_name(results)}"
@@ -100,11 +99,12 @@ def _provenance_word(results: Results) -> str:
     return "Measured"
 
 
-def render_subtitle(results: Results) -> str:
+def render_subtitle(results: Results, workload: str | None) -> str:
+    """Engine, version, quantization, then the matrix's span or the workload's title (`workload`)."""
     server = results.server
-    if workload_title(results):
+    if workload:
         parts = [server.get("engine"), server.get("version"), server.get("quantization"),
-                 workload_title(results), _provenance_word(results)]
+                 workload, _provenance_word(results)]
         return " · ".join(str(p) for p in parts if p)
     contexts = _levels(results, "contexts", "decode", lambda c: c.context_tokens)
     levels = _levels(results, "concurrency", "decode", lambda c: c.concurrency)
@@ -252,10 +252,10 @@ def _prefill_mode(results: Results, cells: Sequence[CellResult]) -> str:
     return mode + (f" (median of {repeats})" if repeats > 1 else "")
 
 
-def render_run(results: Results, cells: Sequence[CellResult]) -> str:
+def render_run(results: Results, cells: Sequence[CellResult], workload: str | None) -> str:
+    """The Run section; `workload`: the workload's title (None for the matrix)."""
     server, config = results.server, results.config
     duration_s, max_tokens = config.get("duration_s"), config.get("max_tokens")
-    workload = workload_title(results)
     return _join(
         [
             ("Served model", server.get("model") or config.get("model")),

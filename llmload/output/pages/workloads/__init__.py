@@ -1,9 +1,9 @@
 """Each workload's part of the page, one module each: `matrix` (its capacity under an SLO
 and its answer; the rest of the page is the matrix's), `sessions`, `rate`, `replay` (their
 tables, notes, capacity, answer and charts). `PARTS` finds a run's part by its workload
-(`part_of`); the page's builder asks the part (`workload_title`, `workload_line`,
-`workload_view`, `llmload.output.pages.answer`, the capacity section) and never names a
-workload. What a part holds: `llmload.output.pages.workloads.part.WorkloadPart`.
+(`part_of`), once; the page's builder hands it to what asks it (`workload_view`,
+`llmload.output.pages.answer`, the capacity section, the title, measurements.csv) and never
+names a workload. What a part holds: `llmload.output.pages.workloads.part.WorkloadPart`.
 
 Text only: the writers (`llmload.output.pages.markdown`, the HTML template, the terminal)
 add the rest; the charts are `llmload.output.pages.charts.workloads`'.
@@ -11,7 +11,7 @@ add the rest; the charts are `llmload.output.pages.charts.workloads`'.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from llmload.core.figures.slo import parse_slo
@@ -32,14 +32,8 @@ def part_of(results: Results) -> WorkloadPart:
     return PARTS.get(workload_of(results), matrix.PART)
 
 
-def workload_title(results: Results) -> str | None:
-    """"Chat sessions", "Open-loop arrivals (poisson)", "Trace replay FILE"; None for the matrix."""
-    return part_of(results).title(results.config)
-
-
-def workload_line(results: Results) -> str | None:
-    """The workload and its parameters in one line; None for the matrix."""
-    part, config = part_of(results), results.config
+def workload_line(part: WorkloadPart, config: Mapping[str, Any]) -> str | None:
+    """The workload and its parameters in one line, from the run's config; None for the matrix."""
     title = part.title(config)
     if title is None:
         return None
@@ -51,13 +45,13 @@ def workload_line(results: Results) -> str | None:
     return " · ".join([title, *items])
 
 
-def workload_view(results: Results, cells: Sequence[CellResult]) -> WorkloadView | None:
-    """The workload's tables, notes and charts; None for the matrix."""
-    part = part_of(results)
+def workload_view(results: Results, cells: Sequence[CellResult], part: WorkloadPart) -> WorkloadView | None:
+    """The workload's (`part`) tables, notes and charts; None for the matrix."""
     if part.sections is None:
         return None
     mine = phase_cells(cells, part.phase)
-    sections, notes = part.sections(results, mine, parse_slo(results.config.get("slo")))
-    return WorkloadView(workload=part.name, title=workload_title(results) or part.name,
-                        line=workload_line(results) or part.name, sections=tuple(sections),
+    config = results.config
+    sections, notes = part.sections(results, mine, parse_slo(config.get("slo")))
+    return WorkloadView(workload=part.name, title=part.title(config) or part.name,
+                        line=workload_line(part, config) or part.name, sections=tuple(sections),
                         notes=(*reason_notes(mine), *notes), charts=part.charts)

@@ -18,6 +18,7 @@ CAPACITY_NOTE = (
 PART = WorkloadPart(
     name="matrix",
     phase="decode",
+    traffic_columns=False,
     title=lambda config: None,
     capacity=CapacityTable(phase="decode", columns=CAPACITY_COLUMNS, note=CAPACITY_NOTE),
     answer=lambda cells, slo: users_answer(cells, slo, phase="decode", noun="user", where="{} context",

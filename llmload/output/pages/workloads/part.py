@@ -62,6 +62,8 @@ class WorkloadPart:
     """Its "Capacity under SLO" section; None: it has none."""
     answer: Callable[[Sequence[CellResult], Slo], Answer | None] = lambda cells, slo: None
     """The SLO's answer from its cells; None: it gives none."""
+    traffic_columns: bool = True
+    """Whether measurements.csv carries the traffic figures (`CellTraffic`) for it."""
     charts: tuple[str, ...] = ()
     """The keys of its charts (`llmload.output.pages.charts.workloads.workload_charts`), in page order."""
 
