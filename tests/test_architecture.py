@@ -112,3 +112,31 @@ def test_a_circle_is_found(tmp_path, monkeypatch):
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert any({"llmload.core.units", "llmload.core.traffic.lengths"} <= set(c) for c in json.loads(done.stdout))
+
+
+def private_imports(root: Path) -> list[str]:
+    """Each `from llmload.X import _name` whose importer is not in X's own package ("MODULE:
+    X._name"): across packages only public names."""
+    import ast
+    found = []
+    for path in sorted((root / "llmload").rglob("*.py")):
+        parts = path.relative_to(root).with_suffix("").parts
+        package = ".".join(parts[:-1])
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("llmload."):
+                owner = node.module.rsplit(".", 1)[0]
+                found += [f"{'.'.join(parts)}: {node.module}.{a.name}" for a in node.names
+                          if a.name.startswith("_") and not a.name.startswith("__") and owner != package]
+    return found
+
+
+def test_only_public_names_cross_a_package():
+    assert private_imports(ROOT) == []
+
+
+def test_a_private_name_across_packages_is_found(tmp_path):
+    """The check is not vacuous: the page builder taking a private helper of the core is found."""
+    shutil.copytree(ROOT / "llmload", tmp_path / "llmload", ignore=shutil.ignore_patterns("__pycache__"))
+    build = tmp_path / "llmload" / "output" / "pages" / "build.py"
+    build.write_text(build.read_text() + "\nfrom llmload.core.figures.slo import _rate  # noqa\n")
+    assert private_imports(tmp_path) == ["llmload.output.pages.build: llmload.core.figures.slo._rate"]
