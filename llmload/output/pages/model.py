@@ -1,6 +1,8 @@
 """A run's page as one value (`Page`) and the parts it is made of: the one thing every
 writer renders. `llmload.output.pages.build.build_page` makes it from a run's `Results`;
-the writers (`markdown`, `html`, `csvfile`, `terminal`) take it and nothing of the run.
+the writers (`markdown`, `html` with the charts, `csvfile`, `terminal`, and `compare` with
+`comparepage` for two or more pages) take it and nothing of the run (the
+`writers-take-a-page` contract in setup.cfg).
 
 Every word and number a writer shows is in the page already formatted (tables of text),
 except the raw numbers that are drawn or computed with: measurements.csv's (`Measurements`)
