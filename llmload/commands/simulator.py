@@ -106,8 +106,9 @@ def predict(profile, workload, overrides, slo_search, out_dir, force, **options)
     given = {k for k, v in options.items() if v is not None and k not in ("max_tokens", "duration")}
     for flag in sorted(given - WORKLOAD_FLAGS[workload]):
         raise click.UsageError(f"--{flag.replace('_', '-')} is not an option of --workload {workload}")
-    if workload == "matrix" and not {"contexts", "concurrency"} <= given:
-        raise click.UsageError("the matrix needs --contexts and --concurrency")
+    needed, what = WORKLOAD_NEEDS.get(workload, ((), ""))
+    if not set(needed) <= given:
+        raise click.UsageError(f"{what} needs " + " and ".join(f"--{f}" for f in needed))
     if "dataset" in given:
         raise click.UsageError("--dataset is not predicted: its prompts need the server's tokenizer to count; "
                                "give their lengths as distributions (--prompt-tokens, --output-tokens)")
@@ -161,6 +162,8 @@ WORKLOAD_FLAGS = {
     "replay": {"trace", "speedup", "sample", "length_scale", "max_prompt_tokens", "over_context", "seed",
                "slo"} | _OPEN_LOOP,
 }
+#: The options a workload of `predict` cannot go without, and its name in the message.
+WORKLOAD_NEEDS = {"matrix": (("contexts", "concurrency"), "the matrix")}
 
 
 @click.command()

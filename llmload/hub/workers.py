@@ -78,7 +78,8 @@ def prediction(store: Store, profiles: Mapping[str, Profile], *, workload: str, 
     rate workload)."""
     from llmload.hub.calculator import calculate
     from llmload.hub.ratecalc import calculate_rate
-    return (calculate_rate if workload == "rate" else calculate)(store, profiles=profiles, **arguments)
+    calculators = {"matrix": calculate, "rate": calculate_rate}
+    return calculators[workload](store, profiles=profiles, **arguments)
 
 
 def _warm() -> None:
