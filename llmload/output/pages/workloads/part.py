@@ -14,7 +14,20 @@ from llmload.core.figures.slo import ContextCapacity, capacity
 from llmload.core.model.cell import CellResult
 from llmload.core.model.results import Results
 from llmload.core.units import format_tokens
-from llmload.output.formats import MISSING, cell_place, cell_rate, fmt_context, fmt_rate, status_label
+from llmload.output.formats import (
+    MISSING,
+    cell_ms,
+    cell_place,
+    cell_rate,
+    fmt_active,
+    fmt_context,
+    fmt_count,
+    fmt_rate,
+    fmt_rps,
+    fmt_tbt_ms,
+    request_counts_text,
+    status_label,
+)
 from llmload.output.pages.model import Section
 from llmload.output.pages.tables import Column, make_table
 
@@ -87,6 +100,21 @@ def status_table(cells: Sequence[CellResult], columns: Sequence[Column]):
     statuses = [[(c.status or "not_run") if h == "status" else None for h in heads] for c in cells]
     return make_table(heads, rows, statuses)
 
+
+OPEN_LOOP_COLUMNS: list[Column] = [
+    ("send lateness p99", lambda c: fmt_tbt_ms(c.traffic.send_lateness_ms_p99)),
+    ("average in flight", lambda c: fmt_active(c.avg_active)),
+    ("cap waits", lambda c: fmt_count(c.traffic.cap_waits)),
+    ("requests", lambda c: request_counts_text(c) or MISSING),
+    ("TTFT p50", lambda c: cell_ms(c, "ttft_ms")),
+    ("TTFT p99", lambda c: cell_ms(c, "ttft_p99_ms")),
+    ("TBT p50", lambda c: fmt_tbt_ms(c.tbt_ms)),
+    ("TBT p99", lambda c: fmt_tbt_ms(c.tbt_p99_ms)),
+    ("e2e p50", lambda c: cell_ms(c, "e2e_ms")),
+    ("e2e p99", lambda c: cell_ms(c, "e2e_p99_ms")),
+]
+"""An open-loop cell's (rate, replay) schedule and latencies, as their tables show them."""
+ACHIEVED_COLUMN: Column = ("achieved rate", lambda c: fmt_rps(c.traffic.achieved_rate_rps))
 
 COUNTS_OPTIONAL = {"requests": lambda c: c.traffic.requests_scheduled,
                    "cached prompt (ideal)": lambda c: c.traffic.ideal_cached_prompt_ratio}

@@ -17,22 +17,18 @@ from llmload.core.model.results import Results
 from llmload.core.units import format_tokens
 from llmload.output.formats import (
     MISSING,
-    cell_ms,
     cell_rate,
-    fmt_active,
     fmt_context,
-    fmt_count,
     fmt_rate,
     fmt_rps,
-    fmt_tbt_ms,
-    request_counts_text,
     status_label,
 )
 from llmload.output.pages.model import Section
 from llmload.output.pages.tables import Column, make_table
 from llmload.output.pages.workloads.lengths import lengths_section
-from llmload.output.pages.workloads.part import (COUNTS_OPTIONAL, Answer, Slo, WorkloadPart, answer_level, fmt_list,
-                                                 fmt_tokens, present, status_table)
+from llmload.output.pages.workloads.part import (ACHIEVED_COLUMN, COUNTS_OPTIONAL, OPEN_LOOP_COLUMNS, Answer, Slo,
+                                                 WorkloadPart, answer_level, fmt_list, fmt_tokens, present,
+                                                 status_table)
 
 
 def title(config: Mapping[str, Any]) -> str:
@@ -59,17 +55,8 @@ RATE_COLUMNS: list[Column] = [
     ("context", lambda c: c.traffic.prompt_lengths or format_tokens(c.context_tokens)),
     ("rate", lambda c: fmt_rps(cell_rate(c))),
     ("status", status_label),
-    ("achieved rate", lambda c: fmt_rps(c.traffic.achieved_rate_rps)),
-    ("send lateness p99", lambda c: fmt_tbt_ms(c.traffic.send_lateness_ms_p99)),
-    ("average in flight", lambda c: fmt_active(c.avg_active)),
-    ("cap waits", lambda c: fmt_count(c.traffic.cap_waits)),
-    ("requests", lambda c: request_counts_text(c) or MISSING),
-    ("TTFT p50", lambda c: cell_ms(c, "ttft_ms")),
-    ("TTFT p99", lambda c: cell_ms(c, "ttft_p99_ms")),
-    ("TBT p50", lambda c: fmt_tbt_ms(c.tbt_ms)),
-    ("TBT p99", lambda c: fmt_tbt_ms(c.tbt_p99_ms)),
-    ("e2e p50", lambda c: cell_ms(c, "e2e_ms")),
-    ("e2e p99", lambda c: cell_ms(c, "e2e_p99_ms")),
+    ACHIEVED_COLUMN,
+    *OPEN_LOOP_COLUMNS,
     ("total tok/s", lambda c: fmt_rate(c.total_tok_s)),
 ]
 GOODPUT_COLUMN: Column = ("goodput tok/s", lambda c: fmt_rate(c.slo.goodput_tok_s))

@@ -13,11 +13,7 @@ from llmload.core.model.cell import CellResult
 from llmload.core.model.results import Results
 from llmload.core.units import format_duration_s
 from llmload.output.formats import (
-    MISSING,
-    cell_ms,
-    fmt_active,
     fmt_count,
-    fmt_rps,
     fmt_share,
     fmt_tbt_ms,
     request_counts_text,
@@ -26,7 +22,8 @@ from llmload.output.formats import (
 from llmload.output.pages.model import Section
 from llmload.output.pages.tables import Column
 from llmload.output.pages.workloads.lengths import lengths_section
-from llmload.output.pages.workloads.part import COUNTS_OPTIONAL, Slo, WorkloadPart, present, status_table
+from llmload.output.pages.workloads.part import (ACHIEVED_COLUMN, COUNTS_OPTIONAL, OPEN_LOOP_COLUMNS, Slo,
+                                                 WorkloadPart, present, status_table)
 
 
 def title(config: Mapping[str, Any]) -> str:
@@ -43,19 +40,9 @@ def parameters(config: Mapping[str, Any]) -> list[tuple[str, Any]]:
 
 REPLAY_COLUMNS: list[Column] = [
     ("status", status_label),
-
-    ("achieved rate", lambda c: fmt_rps(c.traffic.achieved_rate_rps)),
+    ACHIEVED_COLUMN,
     ("send lateness p50", lambda c: fmt_tbt_ms(c.traffic.send_lateness_ms_p50)),
-    ("send lateness p99", lambda c: fmt_tbt_ms(c.traffic.send_lateness_ms_p99)),
-    ("average in flight", lambda c: fmt_active(c.avg_active)),
-    ("cap waits", lambda c: fmt_count(c.traffic.cap_waits)),
-    ("requests", lambda c: request_counts_text(c) or MISSING),
-    ("TTFT p50", lambda c: cell_ms(c, "ttft_ms")),
-    ("TTFT p99", lambda c: cell_ms(c, "ttft_p99_ms")),
-    ("TBT p50", lambda c: fmt_tbt_ms(c.tbt_ms)),
-    ("TBT p99", lambda c: fmt_tbt_ms(c.tbt_p99_ms)),
-    ("e2e p50", lambda c: cell_ms(c, "e2e_ms")),
-    ("e2e p99", lambda c: cell_ms(c, "e2e_p99_ms")),
+    *OPEN_LOOP_COLUMNS,
     ("cached prompt", lambda c: fmt_share(c.traffic.cached_prompt_ratio)),
     ("cached prompt (ideal)", lambda c: fmt_share(c.traffic.ideal_cached_prompt_ratio)),
 ]
