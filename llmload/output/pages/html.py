@@ -13,7 +13,9 @@ from llmload.output.pages.templating import render_template
 
 def page_html(page: Page) -> str:
     """The page as standalone HTML."""
-    extra = workload_charts(page.points, page.slo_bounds, page.workload_view.charts) if page.workload_view else {}
+    view = page.workload_view
+    extra = (workload_charts([p for p in page.points if p.phase == view.phase], page.slo_bounds, view.charts)
+             if view else {})
     return render_template("report.html.j2", page=page, titles=SECTION_TITLES,
                            charts=charts.report_charts(page.points),
                            workload_charts=tuple(extra.values()),

@@ -64,6 +64,8 @@ class WorkloadView:
 
     workload: str
     """"sessions", "rate" or "replay"."""
+    phase: str
+    """Its cells' phase ("session"): the points its charts are drawn from."""
     title: str
     line: str
     sections: tuple[Section, ...]

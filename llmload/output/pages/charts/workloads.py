@@ -51,7 +51,7 @@ def _place(cell: Point) -> str:
 
 def ttft_by_turn_chart(cells: Sequence[Point]) -> Chart | None:
     """Median TTFT of each turn, turn on x, one line per session cell."""
-    rows = [c for c in cells if c.phase == "session" and any(is_finite(v) for v in c.ttft_by_turn_ms)]
+    rows = [c for c in cells if any(is_finite(v) for v in c.ttft_by_turn_ms)]
     if not rows:
         return None
 
@@ -78,7 +78,7 @@ def ttft_by_turn_chart(cells: Sequence[Point]) -> Chart | None:
 def cache_ratio_chart(cells: Sequence[Point]) -> Chart | None:
     """Per session cell, the share of prompt tokens served from the prefix cache (and the
     server's counters' share beside it where it has them)."""
-    rows = [c for c in cells if c.phase == "session" and is_finite(c.cached_prompt_ratio)]
+    rows = [c for c in cells if is_finite(c.cached_prompt_ratio)]
     if not rows:
         return None
     server = any(is_finite(c.server_cached_prompt_ratio) for c in rows)
@@ -114,7 +114,7 @@ def _slo_bounds(slo: Sequence[SloBound], kind: str | None) -> list[tuple[str, fl
 def load_curve_chart(cells: Sequence[Point], slo: Sequence[SloBound] = ()) -> Chart | None:
     """Latency against the achieved rate (the scheduled rate where none was measured), one
     line per context; the SLO's bounds as horizontal lines."""
-    rate = [c for c in cells if c.phase == "rate"]
+    rate = list(cells)
     panels = [p for p in LOAD_PANELS if any(is_finite(p[1](c)) for c in rate)]
     if not panels:
         return None
@@ -171,7 +171,7 @@ def _varied(cell: Point) -> bool:
 def lengths_chart(cells: Sequence[Point]) -> Chart | None:
     """Histograms of the prompt and output lengths the server counted, one outline per rate
     or replay cell whose lengths vary (a cell of one length draws nothing to read)."""
-    rows = [c for c in cells if c.phase in ("rate", "replay") and _varied(c)]
+    rows = [c for c in cells if _varied(c)]
     if not rows:
         return None
 
@@ -200,7 +200,7 @@ def lengths_chart(cells: Sequence[Point]) -> Chart | None:
 def ttft_by_prompt_chart(cells: Sequence[Point]) -> Chart | None:
     """Median TTFT against prompt length (equal-count groups of requests), one line per rate or
     replay cell whose prompts vary."""
-    rows = [c for c in cells if c.phase in ("rate", "replay") and len(c.ttft_by_prompt_ms) > 1
+    rows = [c for c in cells if len(c.ttft_by_prompt_ms) > 1
             and len(set(c.ttft_by_prompt_tokens)) > 1]
     if not rows:
         return None
@@ -226,7 +226,8 @@ def ttft_by_prompt_chart(cells: Sequence[Point]) -> Chart | None:
 def workload_charts(cells: Sequence[Point], slo: Sequence[SloBound] = (),
                     keys: Sequence[str] = ()) -> dict[str, Chart]:
     """The workload's charts (`keys`: ttft_by_turn, cache_ratio, load_curve, ttft_by_prompt,
-    lengths; `WorkloadView.charts`) the points have something for, by key, in that order."""
+    lengths; `WorkloadView.charts`) its points (`cells`: the workload's phase's) have something
+    for, by key, in that order."""
     draw = {"ttft_by_turn": ttft_by_turn_chart, "cache_ratio": cache_ratio_chart,
             "load_curve": lambda cells: load_curve_chart(cells, slo), "ttft_by_prompt": ttft_by_prompt_chart,
             "lengths": lengths_chart}

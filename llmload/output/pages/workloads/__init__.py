@@ -52,6 +52,6 @@ def workload_view(results: Results, cells: Sequence[CellResult], part: WorkloadP
     mine = phase_cells(cells, part.phase)
     config = results.config
     sections, notes = part.sections(results, mine, parse_slo(config.get("slo")))
-    return WorkloadView(workload=part.name, title=part.title(config) or part.name,
+    return WorkloadView(workload=part.name, phase=part.phase, title=part.title(config) or part.name,
                         line=workload_line(part, config) or part.name, sections=tuple(sections),
                         notes=(*reason_notes(mine), *notes), charts=part.charts)
