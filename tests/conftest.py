@@ -41,6 +41,19 @@ def sim_tiny(sims):
     return sims()
 
 
+@pytest.fixture
+def sim_own_cpu(sim_tiny):
+    """The tiny simulator on a CPU of its own for the test, as `llmload run` places its
+    embedded one: its real-time timing is then not the load generator's CPU wait, nor the
+    load generator's the simulator's (a real-time run compared with the twin)."""
+    from llmload.io.procstat import own_cpu_for, restore_cpus
+    cpus = own_cpu_for(sim_tiny.pid)
+    try:
+        yield sim_tiny
+    finally:
+        restore_cpus(cpus)
+
+
 @pytest.fixture(autouse=True)
 def fresh_process():
     """Each test starts as a new `llmload` process would (commands run in this process,

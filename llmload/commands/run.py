@@ -48,7 +48,7 @@ WORKLOAD_OPTIONS = (
         help="Rate and sessions: real prompts (conversations) from sharegpt:PATH, jsonl:PATH or hf:NAME[:SPLIT] (one row, in place of --contexts)."),
     click.option("--output-length", type=click.Choice(["exact", "natural"]),
         help="Rate with --dataset: each answer's length exactly (default) or up to it (the model may stop)."),
-    click.option("--seed", type=int, help="Seed of the drawn lengths (default 0): the same seed sends the same lengths."),
+    click.option("--seed", type=int, help="Seed of the drawn lengths and think times (default 0): the same seed sends the same lengths and pauses."),
     click.option("--sample", help="Replay: every K-th request of the trace (e.g. 4) or a seeded fraction (0.25)."),
     click.option("--length-scale", help="Replay: multiply prompt and output lengths by X (hash-block sharing kept)."),
     click.option("--max-prompt-tokens", help="Replay: cut prompts to N tokens (leading hash blocks kept)."),

@@ -6,8 +6,8 @@ key is the cell's), then T turns: user turn k is U tokens of text of its own (a 
 user, conversation and turn), sent with the whole conversation so far (the chat API: the
 system prompt, every earlier user turn and the answer text that actually came back to it),
 asking for M tokens. Between an answer and the next turn the user thinks (`ThinkTime`, drawn
-from a random stream seeded by cell and user). After T turns, or a failed turn, a new
-conversation starts. Every turn's record has `turn=k` (1-based) and tag "session". With
+from a random stream seeded by `--seed`, the cell and the user: the same every run). After T
+turns, or a failed turn, a new conversation starts. Every turn's record has `turn=k` (1-based) and tag "session". With
 length distributions (`--prompt-tokens`, `--output-tokens`), each turn's U and M are drawn;
 with a dataset (`--dataset`), a conversation is one of its recorded ones, turn by turn, each
 answer asked for its recorded length (`SessionPlan.script`); a scripted turn is cut, or ends
@@ -37,7 +37,7 @@ from llmload.core.clock import now
 from llmload.core.capacity.engines import engine_caps, request_body
 from llmload.core.traffic.lengths import drawn_lengths
 from llmload.core.model.records import RequestRecord
-from llmload.core.traffic.workloads import ThinkTime, parse_think_time
+from llmload.core.traffic.workloads import ThinkTime, parse_think_time, think_seed
 from llmload.io.client import StreamingClient
 from llmload.loadgen.backoff import backoff_s
 from llmload.loadgen.messages import CellSpec
@@ -179,7 +179,9 @@ def run_session_cell(user, client: StreamingClient, cell: CellSpec) -> None:
     if window is None:
         return
     t0, t1 = window
-    rng = random.Random(f"{cell.run_id}/{cell.id}/{user.user_id}")
+    # Think times from the user's own stream, the same every run of the same seed (and the
+    # twin's, `llmload.twin.workloads.virtual_sessions`): runs compare under the same pauses.
+    rng = random.Random(think_seed(cell.seed, cell.name, stable_id(user.user_id)))
 
     def publish(record: RequestRecord, turn: int) -> None:
         llm.publish(record, name=f"{name} turn {turn}", cell_id=cell.id)

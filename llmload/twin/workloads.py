@@ -38,7 +38,7 @@ from llmload.core.traffic.lengths import drawn_lengths
 from llmload.core.model.records import RequestRecord
 from llmload.core.scenario import Scenario
 from llmload.core.traffic.trace import MOONCAKE_BLOCK_TOKENS, TraceRequest
-from llmload.core.traffic.workloads import arrival_offsets, drain_s, parse_think_time, pacer_seed
+from llmload.core.traffic.workloads import arrival_offsets, drain_s, pacer_seed, parse_think_time, think_seed
 from llmload.sim.calibration import unique_prompt
 from llmload.sim.engine import EngineRequest
 from llmload.sim.profiles import Profile
@@ -166,7 +166,10 @@ def virtual_sessions(profile: Profile, planned: PlannedCell, sc: Scenario, *, ce
 
     class User:
         def __init__(self, u: int) -> None:
-            self.u, self.rng, self.conversation = u, random.Random(f"predicted/{cell_id}/{u}"), 0
+            self.u, self.conversation = u, 0
+            # the run's think times for this user (one process: its users are w0.0, w0.1, ...)
+            self.thinks = random.Random(think_seed(sc.seed, planned.name, f"w0.{u}"))
+            self.rng = random.Random(f"predicted/{cell_id}/{u}")  # the client's turnaround
             self.start()
 
         def start(self) -> None:
@@ -195,7 +198,7 @@ def virtual_sessions(profile: Profile, planned: PlannedCell, sc: Scenario, *, ce
 
         def answered(self, now_s: float) -> None:
             self.history += _ids(profile, f"{self.answer_key}/answer", self.out)
-            pause = think.draw(self.rng) if self.turn < turns else 0.0
+            pause = think.draw(self.thinks) if self.turn < turns else 0.0
             if now_s + pause < t1:
                 self.send(now_s + pause)
 

@@ -121,6 +121,13 @@ def pacer_seed(run_id: str, cell_id: str, index: int) -> int:
     return int.from_bytes(digest, "big")
 
 
+def think_seed(seed: int, cell_name: str, user: str) -> str:
+    """The seed of a session user's think times: `--seed`, the cell's name and the user's
+    stable id ("w0.3", without its per-run part): the same pauses every run of the same seed,
+    and in the twin's prediction of it."""
+    return f"{seed}/{cell_name}/{user}/think"
+
+
 def arrival_offsets(rate_rps: float, duration_s: float, arrivals: str, *, index: int = 0,
                     pacers: int = 1, seed: int = 0) -> list[float]:
     """Seconds after the window's start at which pacer `index` of `pacers` sends, in
