@@ -17,6 +17,7 @@ from typing import Any
 from llmload.core.capacity.plan import PlannedCell
 from llmload.core.model.cell import CellResult, CellTraffic
 from llmload.core.model.results import Results
+from llmload.core.traffic.workloads import OPEN_LOOP_PHASES
 from llmload.core.units import format_tokens
 
 MISSING = "—"
@@ -37,18 +38,14 @@ class PhaseWords:
     """The "requests at once" of the page's tables (an open-loop cell has no fixed N)."""
     matrix: bool = False
     """A phase of the speed test matrix (its cells named by context and N everywhere)."""
-    open_loop: bool = False
-    """Requests sent on a schedule (no fixed number of users: N is 0)."""
 
 
 PHASES: dict[str, PhaseWords] = {
     "prefill": PhaseWords(label="Prefill", word="prefill", place="{ctx}", matrix=True),
     "decode": PhaseWords(label="Sustained decode", word="decode", place="{ctx} × {n}", matrix=True),
     "session": PhaseWords(label="Chat sessions", word="session", place="S {ctx} × {n} users"),
-    "rate": PhaseWords(label="Open-loop arrivals", word="rate", place="{ctx} at {rate}", at_once="{rate}",
-                       open_loop=True),
-    "replay": PhaseWords(label="Trace replay", word="replay", place="up to {ctx}", at_once="{active} on average",
-                         open_loop=True),
+    "rate": PhaseWords(label="Open-loop arrivals", word="rate", place="{ctx} at {rate}", at_once="{rate}"),
+    "replay": PhaseWords(label="Trace replay", word="replay", place="up to {ctx}", at_once="{active} on average"),
 }
 """Each phase's words, in page order (a phase this llmload does not know is named as decode)."""
 PHASE_ORDER = {phase: i for i, phase in enumerate(PHASES)}
@@ -57,6 +54,11 @@ PHASE_LABELS = {phase: words.label for phase, words in PHASES.items()}
 
 def phase_words(phase: str) -> PhaseWords:
     return PHASES.get(phase, PHASES["decode"])
+
+
+def is_open_loop(phase: str) -> bool:
+    """A phase whose requests go on a schedule, N 0 (`llmload.core.traffic.workloads.OPEN_LOOP_PHASES`)."""
+    return phase in OPEN_LOOP_PHASES
 STATUS_LABELS = {
     "valid": "Valid",
     "over_capacity": "Over capacity",

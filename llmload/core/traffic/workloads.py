@@ -28,8 +28,12 @@ import re
 from dataclasses import dataclass
 
 WORKLOADS = ("matrix", "sessions", "rate", "replay")
-#: The phase of a workload's cells (the matrix's are "prefill" and "decode").
-WORKLOAD_PHASES = {"sessions": "session", "rate": "rate", "replay": "replay"}
+WORKLOAD_PHASES = {"matrix": ("prefill", "decode"), "sessions": ("session",), "rate": ("rate",),
+                   "replay": ("replay",)}
+"""The phases of each workload's cells."""
+OPEN_LOOP_PHASES = ("rate", "replay")
+"""Phases whose requests go on a schedule, not from a fixed number of users (N is 0): one
+pacing user per process, requests drained after the window."""
 ARRIVALS = ("poisson", "constant")
 DEFAULT_MAX_IN_FLIGHT = 256
 """The cap on a rate or replay cell's requests in flight, over all processes."""

@@ -58,4 +58,4 @@ def summary(c: CellResult) -> str:
             + (f" — {c.reason}" if c.reason else ""))
 
 
-RUNNER = Runner(name="matrix", phases=("prefill", "decode"), plan=plan, search=search, summary=summary)
+RUNNER = Runner(name="matrix", plan=plan, search=search, summary=summary)

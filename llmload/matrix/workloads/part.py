@@ -14,7 +14,7 @@ from typing import Any
 from llmload.core.capacity.plan import PlannedCell
 from llmload.core.model.cell import CellResult
 from llmload.core.scenario import Scenario
-from llmload.core.traffic.workloads import drain_s
+from llmload.core.traffic.workloads import OPEN_LOOP_PHASES, WORKLOAD_PHASES, drain_s
 from llmload.io.probe import ServerInfo
 from llmload.loadgen.messages import CellSpec
 from llmload.matrix.context import RunContext
@@ -41,8 +41,6 @@ class Runner:
 
     name: str
     """The workload (`llmload.core.traffic.workloads.WORKLOADS`)."""
-    phases: tuple[str, ...]
-    """The phases of its cells (the matrix: prefill and decode)."""
     plan: Callable[..., list[PlannedCell]]
     """(scenario, server, its limits as `plan_matrix` takes them, trace=, dataset=,
     conversations=) → its plan."""
@@ -50,8 +48,6 @@ class Runner:
     """Its SLO search (`--slo-search`) over the cells measured, at most that many cells a row."""
     summary: Callable[[CellResult], str]
     """A cell's one line on the console once it ran."""
-    open_loop: bool = False
-    """One pacing user per process sends on a schedule; requests drain after the window."""
     fitted_prompts: bool = True
     """Its cells' prompts are fitted to the server's count once per length (sessions and a
     trace vary their lengths: sized from the tokens per word)."""
@@ -75,6 +71,17 @@ class Runner:
     """The window the plan's duration is reckoned with."""
     facts: Callable[[RunContext, PlannedCell, CellSpec], dict[str, Any]] = lambda ctx, planned, msg: {}
     """What its cell's result needs to know of how it was run (`CellFacts` fields)."""
+
+    @property
+    def phases(self) -> tuple[str, ...]:
+        """The phases of its cells (`WORKLOAD_PHASES`: the matrix's, prefill and decode)."""
+        return WORKLOAD_PHASES[self.name]
+
+    @property
+    def open_loop(self) -> bool:
+        """One pacing user per process sends on a schedule; requests drain after the window
+        (`OPEN_LOOP_PHASES`)."""
+        return any(phase in OPEN_LOOP_PHASES for phase in self.phases)
 
     def users(self, planned: PlannedCell, processes: int) -> int:
         """Users a cell runs: one pacing user per process for an open-loop cell, else N."""

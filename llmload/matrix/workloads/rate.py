@@ -85,5 +85,5 @@ def search(sc: Scenario, cells: Sequence[CellResult], measure: Measure, max_cell
     rate_search(contexts, cells, sc.slo, level, max_cells=max_cells)
 
 
-RUNNER = Runner(name="rate", phases=("rate",), plan=plan, search=search, summary=open_loop_summary,
-                open_loop=True, drawn_lengths=True, fit=fit, message=message, facts=facts)
+RUNNER = Runner(name="rate", plan=plan, search=search, summary=open_loop_summary,
+                drawn_lengths=True, fit=fit, message=message, facts=facts)

@@ -70,7 +70,7 @@ def search(sc: Scenario, cells: Sequence[CellResult], measure: Measure, max_cell
     """Nothing to search: the trace sets the rate."""
 
 
-RUNNER = Runner(name="replay", phases=("replay",), plan=plan, search=search, summary=open_loop_summary,
-                open_loop=True, fitted_prompts=False, read=scenario_trace, fit=fit, check=check,
+RUNNER = Runner(name="replay", plan=plan, search=search, summary=open_loop_summary,
+                fitted_prompts=False, read=scenario_trace, fit=fit, check=check,
                 message=message, window_s=window_s,
                 span_s=lambda ctx: trace_duration_s(ctx.trace, ctx.scenario.speedup), facts=facts)

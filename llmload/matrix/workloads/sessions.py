@@ -89,7 +89,7 @@ def summary(c: CellResult) -> str:
 
 
 RUNNER = Runner(
-    name="sessions", phases=("session",), plan=plan, search=search, summary=summary,
+    name="sessions", plan=plan, search=search, summary=summary,
     fitted_prompts=False, drawn_lengths=True, fit=fit, refuse=refuse, message=message,
     check=lambda sc: sc if sc.endpoint == "chat" else replace(sc, endpoint="chat"),
     facts=lambda ctx, planned, msg: {"think_time_s": parse_think_time(ctx.scenario.think_time).mean_s},

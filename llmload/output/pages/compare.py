@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from llmload.output.formats import MISSING, PHASE_ORDER, cell_label, phase_words
+from llmload.output.formats import MISSING, PHASE_ORDER, cell_label, is_open_loop, phase_words
 from llmload.output.pages.model import Page, Point
 
 NOISE_DEFAULT_REL = 0.05
@@ -222,7 +222,7 @@ CellKey = tuple[str, int, int, float | None]
 
 
 def _key(cell: Point) -> CellKey:
-    open_loop = phase_words(cell.phase).open_loop  # concurrency 0: no fixed number of users
+    open_loop = is_open_loop(cell.phase)  # concurrency 0: no fixed number of users
     n = int(cell.concurrency or 0) if open_loop else int(cell.concurrency or 1)
     return (cell.phase or "", int(cell.context_tokens or 0), n, cell.rate_rps)
 

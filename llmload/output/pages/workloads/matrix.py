@@ -17,7 +17,6 @@ CAPACITY_NOTE = (
 
 PART = WorkloadPart(
     name="matrix",
-    phase="decode",
     traffic_columns=False,
     title=lambda config: None,
     capacity=CapacityTable(phase="decode", columns=CAPACITY_COLUMNS, note=CAPACITY_NOTE),

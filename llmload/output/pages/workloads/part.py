@@ -13,6 +13,7 @@ from typing import Any
 from llmload.core.figures.slo import ContextCapacity, capacity
 from llmload.core.model.cell import CellResult
 from llmload.core.model.results import Results
+from llmload.core.traffic.workloads import WORKLOAD_PHASES
 from llmload.core.units import format_tokens
 from llmload.output.formats import (
     MISSING,
@@ -60,8 +61,6 @@ class WorkloadPart:
 
     name: str
     """The workload (`llmload.core.traffic.workloads.WORKLOADS`)."""
-    phase: str
-    """The phase of its cells ("session"); the matrix's, "decode"."""
     title: Callable[[Mapping[str, Any]], str | None]
     """Its name on the page from the run's config ("Open-loop arrivals (poisson)"); None for the matrix."""
     parameters: Callable[[Mapping[str, Any]], list[tuple[str, Any]]] = lambda config: []
@@ -79,6 +78,12 @@ class WorkloadPart:
     """Whether measurements.csv carries the traffic figures (`CellTraffic`) for it."""
     charts: tuple[str, ...] = ()
     """The keys of its charts (`llmload.output.pages.charts.workloads.workload_charts`), in page order."""
+
+    @property
+    def phase(self) -> str:
+        """The phase of the cells its tables show ("session"; the matrix's, "decode"):
+        its last in `WORKLOAD_PHASES`."""
+        return WORKLOAD_PHASES[self.name][-1]
 
 
 # --------------------------------------------------------------------------- shared by the workloads

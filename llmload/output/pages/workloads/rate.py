@@ -130,5 +130,5 @@ def answer(cells: Sequence[CellResult], slo: Slo) -> Answer:
     return Answer(what="the highest rate", parts=tuple(parts))
 
 
-PART = WorkloadPart(name="rate", phase="rate", title=title, parameters=parameters, sections=sections,
+PART = WorkloadPart(name="rate", title=title, parameters=parameters, sections=sections,
                     answer=answer, charts=("load_curve", "ttft_by_prompt", "lengths"))

@@ -77,5 +77,5 @@ def sections(results: Results, cells: Sequence[CellResult], slo: Slo | None) -> 
     return out, [lateness_statement(c) for c in cells if c.status != "not_run"]
 
 
-PART = WorkloadPart(name="replay", phase="replay", title=title, parameters=parameters, windowed=False,
+PART = WorkloadPart(name="replay", title=title, parameters=parameters, windowed=False,
                     sections=sections, charts=("ttft_by_prompt", "lengths"))

@@ -81,7 +81,6 @@ CAPACITY_NOTE = (
 
 PART = WorkloadPart(
     name="sessions",
-    phase="session",
     title=lambda config: "Chat sessions",
     parameters=parameters,
     sections=sections,
