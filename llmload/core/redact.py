@@ -37,6 +37,8 @@ MASK = "***"
 #: Known secrets shorter than this are not masked by value (they would mask ordinary text);
 #: the patterns still apply to them.
 MIN_KNOWN_CHARS = 4
+#: Texts up to this long are scrubbed once per document by `scrub_obj` (keys, statuses).
+SEEN_CHARS = 64
 #: Keys dropped anywhere in a document (compared lower-case, exactly).
 DROP_KEYS = frozenset({"api_key", "apikey", "authorization", "openai_api_key", "headers",
                        "proxy-authorization", "cookie"})
@@ -142,21 +144,31 @@ class Scrubber:
 
     def scrub_obj(self, obj: Any) -> Any:
         """A copy of a JSON-like value with secrets masked (strings) or dropped (DROP_KEYS)."""
+        return self._scrub_obj(obj, {})
+
+    def _scrub_obj(self, obj: Any, seen: dict[str, str]) -> Any:
+        # `seen`: each distinct short text scrubbed once per document (a results document
+        # repeats its cells' keys and words thousands of times; each scrub is 14 patterns)
         if isinstance(obj, str):
-            return self.scrub(obj)
+            if len(obj) > SEEN_CHARS:
+                return self.scrub(obj)
+            clean = seen.get(obj)
+            if clean is None:
+                clean = seen[obj] = self.scrub(obj)
+            return clean
         if isinstance(obj, dict):
             out = {}
             for k, v in obj.items():
-                key = self.scrub(str(k))
+                key = self._scrub_obj(str(k), seen)
                 if key.lower() in DROP_KEYS:
                     continue
                 if isinstance(v, str) and v and _SECRET_KEY_RE.match(key):
                     out[key] = MASK
                 else:
-                    out[key] = self.scrub_obj(v)
+                    out[key] = self._scrub_obj(v, seen)
             return out
         if isinstance(obj, (list, tuple)):
-            return [self.scrub_obj(v) for v in obj]
+            return [self._scrub_obj(v, seen) for v in obj]
         return obj
 
 
