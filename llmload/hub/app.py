@@ -28,7 +28,6 @@ sent): each one line (plain text; `{"error": ...}` under /api/), the store's URL
 
 from __future__ import annotations
 
-import json
 import logging
 import mimetypes
 from collections import OrderedDict
@@ -36,12 +35,14 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import jinja2
+import orjson
 from flask import Flask, Response, jsonify, render_template, request
 from werkzeug.exceptions import HTTPException
 
 from llmload.core.redact import scrub
 from llmload.hub import security, views
 from llmload.hub.database import StoreError
+from llmload.hub.offloop import OffLoop, in_thread
 from llmload.hub.query import (MAX_USERS, RUN_ID, QueryError, board_filter, count, required, run_filter, run_id,
                                text, tokens)
 from llmload.hub.store import Store
@@ -68,6 +69,42 @@ NAV = (("Runs", "/runs"), ("Leaderboard", "/leaderboard"), ("Models", "/models")
 class _HubFlask(Flask):
     def select_jinja_autoescape(self, filename: str) -> bool:
         return True  # every template, whatever its name
+
+
+STORE_RETRY_S = 5
+"""Retry-After of a 503 for a store that did not answer."""
+DOCUMENTS_KEPT_BYTES = 64 * 1024 * 1024
+"""Encoded run documents kept in memory (`/api/runs/ID`, `/runs/ID/results.json`), in bytes."""
+
+
+class EncodedDocuments:
+    """Run documents kept encoded, least recently used dropped first past a total size: a
+    run's id is its content, so its encoding never changes."""
+
+    def __init__(self, max_bytes: int = DOCUMENTS_KEPT_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self._kept: OrderedDict[tuple[str, str], bytes] = OrderedDict()
+        self._bytes = 0
+
+    def get(self, key: tuple[str, str]) -> bytes | None:
+        found = self._kept.get(key)
+        if found is not None:
+            self._kept.move_to_end(key)
+        return found
+
+    def put(self, key: tuple[str, str], data: bytes) -> None:
+        if key in self._kept or len(data) > self.max_bytes:
+            return
+        self._kept[key] = data
+        self._bytes += len(data)
+        while self._bytes > self.max_bytes:
+            _, dropped = self._kept.popitem(last=False)
+            self._bytes -= len(dropped)
+
+
+def _indented(text: str) -> bytes:
+    """A stored document as a results.json file: indented, UTF-8."""
+    return orjson.dumps(orjson.loads(text), option=orjson.OPT_INDENT_2) + b"\n"
 
 
 class NotFound(LookupError):
@@ -106,7 +143,6 @@ def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None,
     from llmload.output.pages import comparepage
     from llmload.output.pages.compare import CompareError
     from llmload.output.pages.report import compare_runs
-    from llmload.core.model.document import results_to_dict
     from llmload.hub.calculator import MAX_OUTPUT_TOKENS, offered_profiles
     from llmload.hub.ratecalc import RateCalculation, parse_rate, parse_window
     from llmload.output import formats
@@ -128,11 +164,13 @@ def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None,
     # a report's charts and a prediction are CPU: in the workers, a run page waiting up to a
     # minute for one rather than being refused
     workers = workers or Workers(store, offered)
+    reads = OffLoop(store)  # the routes' reads: a database that waits holds one request, not the loop
+    documents = EncodedDocuments()
     app.before_request(lambda: security.check_request(request))
     app.after_request(lambda response: security.add_headers(response) or response)
 
     def stored(rid: str):
-        results = store.run(rid) if RUN_ID.match(rid) else None
+        results = reads.run(rid) if RUN_ID.match(rid) else None
         if results is None:
             raise NotFound(f"no run {rid[:40]!r} in the store")
         return results
@@ -142,23 +180,23 @@ def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None,
     @app.get("/runs")
     def runs_page():
         filters = run_filter(request.args)
-        number, total = count(request.args, "page", default=1), store.count_runs(filters)
-        return page("runs.html", "Runs", runs=store.runs(filters, limit=PAGE_RUNS, offset=(number - 1) * PAGE_RUNS),
-                    filters=filters, models=store.models(), hardware=store.hardware(), total=total,
+        number, total = count(request.args, "page", default=1), reads.count_runs(filters)
+        return page("runs.html", "Runs", runs=reads.runs(filters, limit=PAGE_RUNS, offset=(number - 1) * PAGE_RUNS),
+                    filters=filters, models=reads.models(), hardware=reads.hardware(), total=total,
                     pages=views.pages(number, total, PAGE_RUNS, request.args))
 
     @app.get("/api/runs")
     def runs_api():
         number = count(request.args, "page", default=1)
-        return jsonify([views.run_dict(r) for r in store.runs(run_filter(request.args), limit=PAGE_RUNS,
+        return jsonify([views.run_dict(r) for r in reads.runs(run_filter(request.args), limit=PAGE_RUNS,
                                                               offset=(number - 1) * PAGE_RUNS)])
 
     @app.get("/runs/<rid>")
     def run_page(rid: str):
-        summary = store.summary(rid) if RUN_ID.match(rid) else None
+        summary = reads.summary(rid) if RUN_ID.match(rid) else None
         if summary is None:
             raise NotFound(f"no run {rid[:40]!r} in the store")
-        records = store.record_names(rid)
+        records = reads.record_names(rid)
         key = (rid, summary.tier, tuple(records))
         if key not in run_pages:  # a run's id is its content: its page changes only with its tier or records
             bar = render_template("bar.html", nav=NAV, run=summary, records=records)
@@ -173,9 +211,21 @@ def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None,
         page_html, csp = run_pages[key]
         return Response(page_html, mimetype="text/html", headers={"Content-Security-Policy": csp})
 
+    def document(rid: str, form: str) -> bytes:
+        """The stored document as JSON (`compact`: as the store holds it; `file`: indented, as
+        a results.json), kept encoded (`EncodedDocuments`): a large run's encoding is CPU."""
+        encoded = documents.get((rid, form))
+        if encoded is None:
+            text = reads.document_text(rid) if RUN_ID.match(rid) else None
+            if text is None:
+                raise NotFound(f"no run {rid[:40]!r} in the store")
+            encoded = text.encode() if form == "compact" else in_thread(_indented, text)
+            documents.put((rid, form), encoded)
+        return encoded
+
     @app.get("/api/runs/<rid>")
     def run_api(rid: str):
-        return jsonify(results_to_dict(stored(rid)))
+        return Response(document(rid, "compact"), mimetype="application/json")
 
     # ------------------------------------------------------------------ leaderboard
     def board_query() -> dict:
@@ -185,21 +235,21 @@ def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None,
             raise QueryError("context is missing: give a context in tokens (e.g. 16384 or 16K)")
         concurrency = count(request.args, "concurrency")
         hardware, version = board_filter(request.args)
-        board = store.leaderboard(model, context, concurrency, hardware=hardware, engine_version=version)
+        board = reads.leaderboard(model, context, concurrency, hardware=hardware, engine_version=version)
         return dict(model=model, context=context, concurrency=concurrency, hardware=hardware, version=version,
                     board=board)
 
     @app.get("/leaderboard")
     def leaderboard_page():
-        models = store.models()
+        models = reads.models()
         if not request.args:
             return page("leaderboard.html", "Leaderboard", models=models, model=None, context=None,
                         concurrency=None, hardware=None, version=None, board=None, contexts=[], columns=[],
                         choices=([], []), cell_at=views.cell_at)
         q = board_query()
-        return page("leaderboard.html", "Leaderboard", models=models, contexts=store.contexts(q["model"]),
+        return page("leaderboard.html", "Leaderboard", models=models, contexts=reads.contexts(q["model"]),
                     columns=views.concurrencies(q["board"]), cell_at=views.cell_at,
-                    choices=store.leaderboard_choices(q["model"], q["context"]), **q)
+                    choices=reads.leaderboard_choices(q["model"], q["context"]), **q)
 
     @app.get("/api/leaderboard")
     def leaderboard_api():
@@ -207,8 +257,8 @@ def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None,
 
     # ------------------------------------------------------------------ models, hardware
     def model_entries():
-        contexts = store.contexts_by_model()  # one query, not one per model
-        return [(m, contexts.get((m.model, m.model_root), [])) for m in store.models()]
+        contexts = reads.contexts_by_model()  # one query, not one per model
+        return [(m, contexts.get((m.model, m.model_root), [])) for m in reads.models()]
 
     @app.get("/models")
     def models_page():
@@ -220,11 +270,11 @@ def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None,
 
     @app.get("/hardware")
     def hardware_page():
-        return page("hardware.html", "Hardware", entries=store.hardware())
+        return page("hardware.html", "Hardware", entries=reads.hardware())
 
     @app.get("/api/hardware")
     def hardware_api():
-        return jsonify([views.hardware_dict(h) for h in store.hardware()])
+        return jsonify([views.hardware_dict(h) for h in reads.hardware()])
 
     # ------------------------------------------------------------------ compare
     def comparison():
@@ -237,7 +287,7 @@ def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None,
     @app.get("/compare")
     def compare_page():
         if not request.args:
-            return page("compare.html", "Compare", runs=store.runs(limit=CHOICES))
+            return page("compare.html", "Compare", runs=reads.runs(limit=CHOICES))
         return _report_page(comparepage.render_html(comparison()), render_template("bar.html", nav=NAV, run=None))
 
     @app.get("/api/compare")
@@ -279,7 +329,7 @@ def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None,
         result = calculation() if request.args else None
         rate = result if isinstance(result, RateCalculation) else None
         return page("calculator.html", "Calculator", result=None if rate else result, rate_result=rate,
-                    runs=store.runs(limit=CHOICES), profiles=sorted(offered), args=request.args, rate_figures=views.rate_figures,
+                    runs=reads.runs(limit=CHOICES), profiles=sorted(offered), args=request.args, rate_figures=views.rate_figures,
                     request_counts=views.request_counts, rate_slo_rows=views.rate_slo_rows)
 
     @app.get("/api/calculator")
@@ -288,21 +338,20 @@ def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None,
 
     @app.get("/runs/<rid>/results.json")
     def run_results_file(rid: str):
-        body = json.dumps(results_to_dict(stored(rid)), indent=2, ensure_ascii=False) + "\n"
-        return Response(body, mimetype="application/json",
+        return Response(document(rid, "file"), mimetype="application/json",
                         headers={"Content-Disposition": f'attachment; filename="{rid}-results.json"'})
 
     @app.get("/runs/<rid>/records/<name>")
     def run_records_file(rid: str, name: str):
         stored(rid)
-        data = store.record(rid, name) if RECORDS_NAME.match(name) else None
+        data = reads.record(rid, name) if RECORDS_NAME.match(name) else None
         if data is None:
             raise NotFound(f"run {rid} has no records file {name[:80]!r}")
         return Response(data, mimetype="application/vnd.apache.parquet",
                         headers={"Content-Disposition": f'attachment; filename="{rid}-{name}"'})
 
     if submissions is not None:
-        add_submission_routes(app, store, submissions)
+        add_submission_routes(app, reads, submissions, workers)
 
     @app.get("/favicon.ico")
     def favicon():
@@ -324,9 +373,11 @@ def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None,
         return response
 
     @app.errorhandler(StoreError)
-    def store_failed(exc):
+    def store_failed(exc):  # the store's words (its path, its host) to the log, not to a visitor
         logger.warning("%s", exc)
-        return _one_line(503, str(exc))
+        response = _one_line(503, "the store did not answer in time (busy or failing): try again in a few seconds")
+        response.headers["Retry-After"] = str(STORE_RETRY_S)
+        return response
 
     @app.errorhandler(HTTPException)
     def http_error(exc):

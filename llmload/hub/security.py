@@ -52,7 +52,7 @@ _STYLE_ELEMENT = re.compile(r"<style\b[^>]*>(.*?)</style>", re.S)
 def check_request(request) -> None:
     """Refuse a request beyond the hub's limits before any route reads it: a method its
     route does not declare (GET and HEAD where none matched; OPTIONS never) (405), a path or
-    query string too long (414), too many parameters, a parameter given twice or a value too
+    query string too long (414), a query string that is not UTF-8, too many parameters, a parameter given twice or a value too
     long (400, `QueryError`)."""
     rule = request.url_rule
     allowed = sorted(set(rule.methods or METHODS) - {"OPTIONS"}) if rule is not None else list(METHODS)
@@ -61,6 +61,10 @@ def check_request(request) -> None:
     if len(request.path) > MAX_PATH_CHARS or len(request.query_string) > MAX_QUERY_BYTES:
         raise RequestURITooLarge(f"the path or query is too long (at most {MAX_PATH_CHARS} and "
                                  f"{MAX_QUERY_BYTES} characters)")
+    try:
+        request.query_string.decode("utf-8")  # werkzeug's args would raise on a raw byte that is not UTF-8
+    except UnicodeDecodeError:
+        raise QueryError("the query string is not UTF-8 (percent-encode it)") from None
     args = request.args
     if len(args) > MAX_PARAMS:
         raise QueryError(f"{len(args)} query parameters: at most {MAX_PARAMS}")

@@ -232,6 +232,13 @@ class Store:
         except ResultsError as exc:
             raise StoreError(f"--db {self.label}: {exc}") from None
 
+    def document_text(self, run_id: str) -> str | None:
+        """The stored run's results document as the store holds its JSON text, not parsed (the
+        document `publish` stored: what `run` reads), or None."""
+        column = sa.cast(schema.runs.c.results_json, sa.Text)
+        rows = self.rows(sa.select(column.label("text")).where(schema.runs.c.id == run_id))
+        return rows[0].text if rows else None
+
     def leaderboard(self, model: str, context: int, concurrency: int | None = None, *,
                     hardware: str | None = None, engine_version: str | None = None) -> list[LeaderRow]:
         """For a model (served name or model root) and a decode context: one row per run that

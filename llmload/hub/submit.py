@@ -2,10 +2,13 @@
 and stored as `llmload publish` stores them (`accept`).
 
 - The upload is a results.json (form part `results`) and, optionally, the run's records files
-  (parts `records`, each named as in the run's records/ folder). They are written to a
-  private temporary directory and read there by `publish.read_run`, the loader `llmload
-  publish` uses, and the records by `llmload.output.rundir.records.read_cell`: a malformed upload is a 400 in
-  one line naming what is wrong (the temporary path never shown), and nothing is stored.
+  (parts `records`, each named as in the run's records/ folder). Each is held to the limits
+  of `llmload.hub.limits` as it is read (cells, nesting, strings, numbers; a records file's
+  rows, values and decompressed bytes, and that it is the records of the cell naming it);
+  results.json is then written to a private temporary directory and read there by
+  `publish.read_run`, the loader `llmload publish` uses: a malformed upload is a 400 in one
+  line naming what is wrong (the temporary path never shown), and nothing is stored.
+- It all runs in the hub's workers (`submission`), off the loop that serves pages.
 - A submitter may store `max_per_hour` runs in any hour (counted from the store: runs of
   its token published in the last hour); one more is a 429 with the seconds until the
   oldest of them is an hour old. A dry run checks everything and stores nothing.
@@ -21,14 +24,14 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import sqlalchemy as sa
 
 from llmload.hub import schema
 from llmload.hub.publish import PublishError, publish, read_run
-from llmload.hub.store import Store
-from llmload.output.rundir.records import RECORDS_DIR, RecordsError, read_cell
+from llmload.hub.limits import RecordsBudget, Refused, check_document, check_records
+from llmload.hub.store import Store, open_store
 from llmload.output.rundir.resultsfile import RESULTS_FILE
 
 RECORDS_NAME = re.compile(r"^(?:records/)?([A-Za-z0-9][A-Za-z0-9_.-]{0,150}\.parquet)$")
@@ -85,24 +88,24 @@ def accept(store: Store, *, submitter: str, results: bytes, records: Sequence[tu
         names.append(m[1])
     if len(set(names)) != len(names):
         raise SubmitError(400, "records: a records file is uploaded twice")
-    with tempfile.TemporaryDirectory(prefix="llmload-upload-") as tmp:
-        folder = Path(tmp)
-        (folder / RESULTS_FILE).write_bytes(results)
-        try:
-            run = read_run(folder)
-        except PublishError as exc:
-            raise SubmitError(400, _quiet(str(exc), folder)) from None
-        named = {Path(c.records_file).name for c in run.results.cells if c.records_file}
-        (folder / RECORDS_DIR).mkdir()
-        for name, (_, data) in zip(names, records):
-            if name not in named:
-                raise SubmitError(400, f"records: {name} is not a records file of the run's cells")
-            path = folder / RECORDS_DIR / name
-            path.write_bytes(data)
+    try:
+        document = check_document(results)
+        with tempfile.TemporaryDirectory(prefix="llmload-upload-") as tmp:
+            folder = Path(tmp)
+            (folder / RESULTS_FILE).write_bytes(results)
             try:
-                read_cell(path)
-            except RecordsError as exc:
+                run = read_run(folder)
+            except PublishError as exc:
                 raise SubmitError(400, _quiet(str(exc), folder)) from None
+        cells = {PurePosixPath(str(c.get("records_file"))).name: c for c in document.get("cells") or ()
+                 if isinstance(c, dict) and c.get("records_file")}
+        budget = RecordsBudget()
+        for name, (_, data) in zip(names, records):
+            if name not in cells:
+                raise SubmitError(400, f"records: {name} is not a records file of the run's cells")
+            check_records(name, data, cells[name], budget)
+    except Refused as exc:
+        raise SubmitError(400, str(exc)) from None
     tier = "approved" if auto_approve else "pending"
     if dry_run:
         return Submitted(id=run.id, new=store.summary(run.id) is None, tier=tier, dry_run=True)
@@ -112,6 +115,22 @@ def accept(store: Store, *, submitter: str, results: bytes, records: Sequence[tu
         summary = store.summary(run.id)
         tier = summary.tier if summary is not None else tier
     return Submitted(id=run.id, new=done.new, tier=tier, dry_run=False)
+
+
+_writers: dict[str, Store] = {}
+"""In a worker process of the hub: the store opened for writing, by URL (the worker's own is
+opened for reading: a SQLite store opened for writing takes the write lock for every read)."""
+
+
+def submission(store: Store, profiles: object, **arguments) -> Submitted:
+    """`accept` as a task of the hub's workers (`llmload.hub.workers`): the parsing, the checks
+    and the store's write, each growing with the upload, run there and never on the loop
+    that serves pages."""
+    if not store.writable:
+        if store.url not in _writers:
+            _writers[store.url] = open_store(store.url, write=True)
+        store = _writers[store.url]
+    return accept(store, **arguments)
 
 
 def approve(store: Store, run_id: str) -> str:
