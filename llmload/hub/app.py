@@ -154,6 +154,7 @@ def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None,
     app.url_map.merge_slashes = False  # `//x` is a 404, never a redirect
     app.json.sort_keys = False
     app.jinja_env.undefined = jinja2.StrictUndefined
+    app.jinja_env.finalize = views.shown
     app.jinja_env.filters.update(rate=formats.fmt_rate, ms=formats.fmt_ms, tbt=formats.fmt_tbt_ms,
                                  context=formats.fmt_context, link=views.link, tier=views.tier_text)
 

@@ -66,7 +66,7 @@ RECORDS_BATCH_ROWS = 4096
 NAMED = {"server": ("model", "model_root", "engine", "version"), "hardware": ("name", "gpu", "cpu"),
          "config": ("model",)}
 """The fields of results.json that lists show, held to MAX_NAME_CHARS."""
-_HIDDEN = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e"
+HIDDEN = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e"
                      "\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb]")
 """Characters a submitted text may not hold: control characters but tab and line breaks, and
 those that are invisible or change the direction of what follows (U+202E makes `moc.evil`
@@ -86,7 +86,7 @@ def _where(path: tuple) -> str:
 
 def hidden_character(text: str) -> str | None:
     """The first control, invisible or direction-changing character of `text` as U+XXXX, or None."""
-    found = _HIDDEN.search(text)
+    found = HIDDEN.search(text)
     return f"U+{ord(found.group(0)):04X}" if found else None
 
 

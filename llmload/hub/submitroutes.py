@@ -125,7 +125,7 @@ def add_submission_routes(app: Flask, store: Store, settings: Submissions, worke
             raise QueryError(f"records: {len(records)} files, at most {MAX_RECORDS_FILES}")
         raw = results.read(MAX_RESULTS_BYTES + 1)
         if len(raw) > MAX_RESULTS_BYTES:
-            raise QueryError(f"results: over {MAX_RESULTS_BYTES:,} bytes")
+            raise QueryError(f"results: over {MAX_RESULTS_BYTES:,} bytes (at most {MAX_RESULTS_BYTES:,})")
         wait = checks.take(submitter)
         if wait is not None:
             response = answer(429, error=f"the token {submitter!r} has had {checks.per_hour} uploads checked in the "

@@ -8,6 +8,7 @@ from dataclasses import asdict
 from typing import Any
 from urllib.parse import urlencode
 
+from llmload.hub.limits import HIDDEN
 from llmload.hub.store import HardwareEntry, LeaderRow, ModelEntry, RunSummary
 from llmload.output import formats as fmt
 
@@ -19,6 +20,16 @@ RATE_FIGURES = (("Achieved rate", None), ("TTFT p50", "ttft_ms"), ("TTFT p90", "
 
 TIER_WORDS = {"here": "published here", "pending": "submitted, pending approval", "approved": "submitted, approved"}
 """A run's tier (`llmload.hub.schema.TIERS`) as the pages and `tier_text` say it."""
+
+
+def shown(value: Any) -> Any:
+    """What a template prints (Jinja's `finalize`, before autoescaping): a text's control,
+    invisible and direction-changing characters as visible `<U+202E>`, so that no name can
+    look like another or turn the text after it around (a submission holding one is
+    refused; a run published into the store by its operator is shown so)."""
+    if type(value) is str and HIDDEN.search(value):
+        return HIDDEN.sub(lambda m: f"<U+{ord(m.group(0)):04X}>", value)
+    return value
 
 
 def run_url(run_id: str) -> str:
