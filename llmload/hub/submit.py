@@ -90,22 +90,22 @@ def accept(store: Store, *, submitter: str, results: bytes, records: Sequence[tu
         raise SubmitError(400, "records: a records file is uploaded twice")
     try:
         document = check_document(results)
-        with tempfile.TemporaryDirectory(prefix="llmload-upload-") as tmp:
-            folder = Path(tmp)
-            (folder / RESULTS_FILE).write_bytes(results)
-            try:
-                run = read_run(folder)
-            except PublishError as exc:
-                raise SubmitError(400, _quiet(str(exc), folder)) from None
         cells = {PurePosixPath(str(c.get("records_file"))).name: c for c in document.get("cells") or ()
                  if isinstance(c, dict) and c.get("records_file")}
         budget = RecordsBudget()
-        for name, (_, data) in zip(names, records):
+        for name, (_, data) in zip(names, records):  # before reading the run: a refusal here is cheap
             if name not in cells:
                 raise SubmitError(400, f"records: {name} is not a records file of the run's cells")
             check_records(name, data, cells[name], budget)
     except Refused as exc:
         raise SubmitError(400, str(exc)) from None
+    with tempfile.TemporaryDirectory(prefix="llmload-upload-") as tmp:
+        folder = Path(tmp)
+        (folder / RESULTS_FILE).write_bytes(results)
+        try:
+            run = read_run(folder)
+        except PublishError as exc:
+            raise SubmitError(400, _quiet(str(exc), folder)) from None
     tier = "approved" if auto_approve else "pending"
     if dry_run:
         return Submitted(id=run.id, new=store.summary(run.id) is None, tier=tier, dry_run=True)
