@@ -23,19 +23,22 @@ from llmload.commands.common import Refused, echo, store_failed
 @click.option("--auto-approve", is_flag=True, help="With --accept-runs: a submitted run goes on the leaderboard at once.")
 @click.option("--max-runs-per-hour", type=click.IntRange(1, 1_000_000), default=10, show_default=True,
               help="With --accept-runs: runs one token may submit in any hour (more: 429).")
+@click.option("--max-checks-per-hour", type=click.IntRange(1, 1_000_000), default=60, show_default=True,
+              help="With --accept-runs: uploads one token may have checked in any hour, dry runs and refused "
+                   "ones included (more: 429).")
 @click.option("--max-upload-mb", type=click.FloatRange(0.01, 4096), default=64.0, show_default=True,
               help="With --accept-runs: the largest submission (results and records; more: 413).")
 @click.option("--workers", type=click.IntRange(0, 64), default=None, metavar="N",
               help="Processes drawing run pages' charts and running the calculator's predictions "
                    "[default: one per CPU; 0: a thread of the hub's own process].")
 def hub(db_url: str | None, bind: str, profiles_dir: str | None, accept_runs: bool, auto_approve: bool,
-        max_runs_per_hour: int, max_upload_mb: float, workers: int | None) -> None:
+        max_runs_per_hour: int, max_checks_per_hour: int, max_upload_mb: float, workers: int | None) -> None:
     """Browse the store: runs, leaderboards, models, hardware, compare, calculator (read only;
     with --accept-runs, runs submitted with a token too), until Ctrl-C."""
     from llmload.core.redact import SCRUBBER
     from llmload.hub.app import create_app
     from llmload.hub.calculator import offered_profiles
-    from llmload.hub.database import StoreError, default_url
+    from llmload.hub.database import HUB_BUSY_S, StoreError, default_url
     from llmload.hub.server import parse_bind, serve
     from llmload.hub.store import open_store
     from llmload.hub.workers import Workers, default_processes
@@ -50,13 +53,16 @@ def hub(db_url: str | None, bind: str, profiles_dir: str | None, accept_runs: bo
         profiles = offered_profiles(profiles_dir)
     except ProfileError as exc:
         raise Refused(str(exc)) from None
-    if not accept_runs and (auto_approve or max_runs_per_hour != 10 or max_upload_mb != 64.0):
-        raise click.UsageError("--auto-approve, --max-runs-per-hour and --max-upload-mb are for --accept-runs")
+    if not accept_runs and (auto_approve or max_runs_per_hour != 10 or max_checks_per_hour != 60
+                            or max_upload_mb != 64.0):
+        raise click.UsageError("--auto-approve, --max-runs-per-hour, --max-checks-per-hour and --max-upload-mb "
+                               "are for --accept-runs")
     from llmload.hub.submitroutes import Submissions
-    submissions = (Submissions(max_upload_mb=max_upload_mb, max_per_hour=max_runs_per_hour, auto_approve=auto_approve)
+    submissions = (Submissions(max_upload_mb=max_upload_mb, max_per_hour=max_runs_per_hour,
+                               max_checks_per_hour=max_checks_per_hour, auto_approve=auto_approve)
                    if accept_runs else None)
     try:
-        store = open_store(url, write=accept_runs)
+        store = open_store(url, write=accept_runs, busy_s=HUB_BUSY_S)
     except StoreError as exc:
         raise store_failed(exc) from None
     with store, Workers(store, profiles, processes=default_processes() if workers is None else workers) as pool:

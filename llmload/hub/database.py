@@ -31,7 +31,10 @@ from llmload.core.redact import scrub
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 SQLITE_BUSY_S = 30
-"""How long a SQLite connection waits for another process's write lock."""
+"""How long a SQLite connection waits for another process's write lock (publishing)."""
+HUB_BUSY_S = 3
+"""The same for `llmload hub` (its pages, its workers, its submissions): a visitor gets a 503
+rather than a page that hangs while a lock is held elsewhere."""
 _PG_LOCK_KEY = 0x6C6C6D6C6F6164
 """The PostgreSQL advisory lock held while the schema is migrated ("llmload")."""
 
@@ -85,11 +88,12 @@ def first_line(exc: BaseException) -> str:
     return scrub(text[0].strip() if text else type(inner).__name__)
 
 
-def connect(url: str, *, write: bool) -> Engine:
-    """The engine of a store URL (nothing is opened yet). Raises StoreError."""
+def connect(url: str, *, write: bool, busy_s: float = SQLITE_BUSY_S) -> Engine:
+    """The engine of a store URL (nothing is opened yet); a SQLite connection waits up to
+    `busy_s` for another process's lock. Raises StoreError."""
     parsed = parse_url(url)
     if parsed.get_backend_name() == "sqlite":
-        return _sqlite_engine(parsed, write=write)
+        return _sqlite_engine(parsed, write=write, busy_s=busy_s)
     try:
         return sa.create_engine(parsed, connect_args={"connect_timeout": 10}, pool_pre_ping=True)
     except (ModuleNotFoundError, NoSuchModuleError):
@@ -97,7 +101,7 @@ def connect(url: str, *, write: bool) -> Engine:
                          "pip install 'llmload[postgres]'") from None
 
 
-def _sqlite_engine(parsed: URL, *, write: bool) -> Engine:
+def _sqlite_engine(parsed: URL, *, write: bool, busy_s: float) -> Engine:
     path = parsed.database
     if path and path != ":memory:" and not path.startswith("file:"):
         if not Path(path).is_absolute():
@@ -111,7 +115,7 @@ def _sqlite_engine(parsed: URL, *, write: bool) -> Engine:
                                  f"{exc.strerror or exc}") from None
         elif not Path(path).exists():
             raise StoreError(f"--db {masked(parsed)}: no store there (nothing published yet)")
-    engine = sa.create_engine(parsed, connect_args={"timeout": SQLITE_BUSY_S})
+    engine = sa.create_engine(parsed, connect_args={"timeout": busy_s})
     begin = "BEGIN IMMEDIATE" if write else "BEGIN"
 
     # pysqlite's own transaction handling is bypassed so that BEGIN is SQLAlchemy's

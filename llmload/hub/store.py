@@ -23,7 +23,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from llmload.core.model.document import ResultsError, results_from_dict
 from llmload.core.model.results import Results
 from llmload.hub import schema
-from llmload.hub.database import StoreError, connect, default_url, first_line, masked, migrate
+from llmload.hub.database import SQLITE_BUSY_S, StoreError, connect, default_url, first_line, masked, migrate
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -338,13 +338,15 @@ class Store:
         return bytes(rows[0].data) if rows else None
 
 
-def open_store(url: str | None = None, *, write: bool = False) -> Store:
+def open_store(url: str | None = None, *, write: bool = False, busy_s: float = SQLITE_BUSY_S) -> Store:
     """The store at `url` (default: `database.default_url()`), brought to this llmload's
     schema (an empty database becomes an empty store); `write`: it will be published into
     (a SQLite file and its folder are created; each transaction takes the write lock).
-    Without `write`, a SQLite file that does not exist is refused. Raises StoreError."""
+    Without `write`, a SQLite file that does not exist is refused. A SQLite connection waits
+    up to `busy_s` for another process's lock (`database.HUB_BUSY_S` in the hub). Raises
+    StoreError."""
     url = url or default_url()
-    engine = connect(url, write=write)
+    engine = connect(url, write=write, busy_s=busy_s)
     label = masked(url)
     try:
         migrate(engine, label=label)
