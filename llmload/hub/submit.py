@@ -46,6 +46,13 @@ class SubmitError(Exception):
         self.status = status
         self.retry_after_s = retry_after_s
 
+    def __reduce__(self):  # raised in a worker process, it crosses back pickled
+        return (_submit_error, (self.status, str(self), self.retry_after_s))
+
+
+def _submit_error(status: int, message: str, retry_after_s: int | None) -> SubmitError:
+    return SubmitError(status, message, retry_after_s=retry_after_s)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Submitted:
