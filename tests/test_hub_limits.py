@@ -194,3 +194,22 @@ def test_names_with_direction_or_invisible_characters_are_shown_made_visible(tmp
             page = client.get(path).get_data(as_text=True)
             assert "\u202e" not in page and "\u200b" not in page, path
             assert "&lt;U+202E&gt;" in page or "&lt;U+200B&gt;" in page, path
+
+
+def test_in_a_worker_process_a_refusal_comes_back_as_itself(tmp_path, runs):  # noqa: F811
+    """The checks run in the hub's worker processes: a refusal raised there crosses back as
+    its 400 (not a broken pool's 503), and a run within the limits is stored by the worker."""
+    from llmload.hub.workers import Workers
+    url = f"sqlite:///{tmp_path / 'hub.sqlite'}"
+    raw = (runs["rate"] / "results.json").read_bytes()
+    names = sorted(p.name for p in (runs["rate"] / "records").glob("*.parquet"))
+    first, second = ((runs["rate"] / "records" / n).read_bytes() for n in names)
+    with open_store(url, write=True) as store, Workers(store, {}, processes=1) as workers:
+        token = add_token(store, "trent")
+        client = create_app(store, submissions=Submissions(auto_approve=True), workers=workers).test_client()
+        for _ in range(2):
+            refused(post(client, token, raw, [(names[0], second)])[0], "records of another cell")
+            refused(post(client, token, b"[" * 5000)[0], "not a results.json")
+        response, _ = post(client, token, raw, [(names[0], first), (names[1], second)])
+        assert response.status_code == 201, response.get_json()
+        assert stored_ids(store) == [response.get_json()["id"]]
