@@ -84,6 +84,10 @@ def test_an_oversized_or_malformed_document_is_refused_in_one_line_quickly(hub, 
         (json.dumps(many).encode(), f"{limits.MAX_CELLS + 1:,} cells, at most {limits.MAX_CELLS:,}"),
         (json.dumps(huge).encode(), f"at most {limits.MAX_RESULTS_BYTES:,}"),
         (deep, "not a results.json"),
+        (json.dumps({**doc, "cells": [{**doc["cells"][0], "context_tokens": c} for c in range(33)]}).encode(),
+         "33 context lengths, at most 32"),
+        (json.dumps({**doc, "cells": [{**doc["cells"][0], "concurrency": c} for c in range(1, 130)]}).encode(),
+         "129 concurrencies, at most 128"),
         (raw.replace(b'"model": "tiny"', b'"model": "' + b"m" * 3_000_000 + b'"', 1), "at most 4,096"),
         (raw.replace(b'"model": "tiny"', b'"model": "' + b"m" * 300 + b'"', 1), "server.model is 300 characters"),
         (cell(concurrency=2**63), "cells[0].concurrency is 9223372036854775808, beyond 1e+15"),
@@ -106,9 +110,12 @@ def test_an_oversized_or_malformed_document_is_refused_in_one_line_quickly(hub, 
         refused(response, says)
         assert took < 5.0, (says, took)
     assert stored_ids(store) == []
-    # the same document within the limits is taken
+    # the same document within the limits is taken, and so is the largest run the hub takes
     response, _ = post(client, token, raw)
     assert response.status_code == 201, response.get_json()
+    response, took = post(client, token, json.dumps(limits.largest_run(doc)).encode(), query="?dry_run=1")
+    assert response.status_code == 200, response.get_json()
+    print(f"the largest run checked in {took:.1f} s")
 
 
 def parquet_bytes(table: pa.Table) -> bytes:

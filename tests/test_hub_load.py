@@ -20,7 +20,7 @@ def test_visitors_and_submitters_on_postgresql(postgres):  # noqa: F811
                            "--users", "8", "--time", "20s"], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     table = done.stdout.split("route", 1)[1].splitlines()[1:]
-    rows = {line[:22].strip(): line[22:].split() for line in table if line.strip()}
+    rows = {line[:40].strip(): line[40:].split() for line in table if line.strip()}
     assert {"/leaderboard", "/runs?model", "POST /api/runs", "Aggregated"} <= set(rows), done.stdout
     requests, failures = (int(v.replace(",", "")) for v in rows["Aggregated"][:2])
     assert requests > 20 and failures == 0, done.stdout

@@ -39,6 +39,11 @@ MAX_RESULTS_BYTES = 8 * 1024 * 1024
 """The largest results.json taken (a matrix of 100 cells is about 0.3 MB)."""
 MAX_CELLS = 1000
 """Cells of one run (a large matrix has under 100; reading a cell costs some milliseconds)."""
+MAX_CONTEXTS = 32
+"""Distinct context lengths among a run's cells: a run page draws a series (and a legend
+entry) for each; 32 contexts of 31 levels each draw in about 3 s, 1,000 of them in 50 s."""
+MAX_LEVELS = 128
+"""Distinct concurrencies, and distinct rates, among a run's cells (a chart's points)."""
 MAX_DEPTH = 16
 """Nesting of results.json's objects and lists (llmload writes at most 5 levels)."""
 MAX_VALUES = 1_000_000
@@ -159,8 +164,14 @@ def _check_ranges(document: Mapping[str, Any]) -> None:
         value = config.get(name)
         if _number(value) and (value <= low if strict else value < low):
             raise Refused(f"results: config.{name} is {value}: it must be {'above' if strict else 'at least'} {low}")
-    cells = document.get("cells")
-    for i, cell in enumerate(cells if isinstance(cells, list) else ()):
+    listed = document.get("cells") if isinstance(document.get("cells"), list) else []
+    cells = [c for c in listed if isinstance(c, dict)]
+    for name, most, what in (("context_tokens", MAX_CONTEXTS, "context lengths"), ("concurrency", MAX_LEVELS,
+                             "concurrencies"), ("rate_rps", MAX_LEVELS, "rates")):
+        distinct = {str(c.get(name)) for c in cells if c.get(name) is not None}
+        if len(distinct) > most:
+            raise Refused(f"results: the cells have {len(distinct):,} {what}, at most {most}")
+    for i, cell in enumerate(listed):
         if not isinstance(cell, dict):
             continue
         where = f"results: cells[{i}]"
@@ -175,6 +186,16 @@ def _check_ranges(document: Mapping[str, Any]) -> None:
         rate = cell.get("rate_rps")
         if _number(rate) and rate <= 0:
             raise Refused(f"{where}.rate_rps is {rate}: a rate is above 0")
+
+
+def largest_run(document: Mapping[str, Any]) -> dict[str, Any]:
+    """The largest run the hub takes, made from a run's document (for load tests of the hub):
+    MAX_CELLS copies of its first decode cell at MAX_CONTEXTS contexts and as many
+    concurrencies as that needs."""
+    template = next((c for c in document["cells"] if c.get("phase") == "decode"), document["cells"][0])
+    cells = [{**template, "context_tokens": 1024 * (1 + i % MAX_CONTEXTS), "concurrency": 1 + i // MAX_CONTEXTS}
+             for i in range(MAX_CELLS)]
+    return {**document, "cells": cells}
 
 
 # ---------------------------------------------------------------------------- records files
