@@ -31,15 +31,19 @@ from llmload.commands.common import Refused, echo, store_failed
 @click.option("--workers", type=click.IntRange(0, 64), default=None, metavar="N",
               help="Processes drawing run pages' charts and running the calculator's predictions "
                    "[default: one per CPU; 0: a thread of the hub's own process].")
+@click.option("--max-connections", type=click.IntRange(1, 1_000_000), default=1000, show_default=True, metavar="N",
+              help="Connections open at once, at most (fewer where the open-file limit is lower; both are printed "
+                   "at start). One more is answered 503 at once.")
 def hub(db_url: str | None, bind: str, profiles_dir: str | None, accept_runs: bool, auto_approve: bool,
-        max_runs_per_hour: int, max_checks_per_hour: int, max_upload_mb: float, workers: int | None) -> None:
+        max_runs_per_hour: int, max_checks_per_hour: int, max_upload_mb: float, workers: int | None,
+        max_connections: int) -> None:
     """Browse the store: runs, leaderboards, models, hardware, compare, calculator (read only;
     with --accept-runs, runs submitted with a token too), until Ctrl-C."""
     from llmload.core.redact import SCRUBBER
     from llmload.hub.app import create_app
     from llmload.hub.calculator import offered_profiles
     from llmload.hub.database import HUB_BUSY_S, StoreError, default_url
-    from llmload.hub.server import parse_bind, serve
+    from llmload.hub.server import Capacity, Limits, parse_bind, serve
     from llmload.hub.store import open_store
     from llmload.hub.workers import Workers, default_processes
     from llmload.sim.profiles import ProfileError
@@ -65,11 +69,16 @@ def hub(db_url: str | None, bind: str, profiles_dir: str | None, accept_runs: bo
         store = open_store(url, write=accept_runs, busy_s=HUB_BUSY_S)
     except StoreError as exc:
         raise store_failed(exc) from None
+
+    def ready(where: str, capacity: Capacity) -> None:
+        echo(f"llmload hub listening on {where} (store {store.label}); leaderboard: {where}/leaderboard"
+             + ("; taking runs at POST /api/runs" if accept_runs else ""))
+        limit = "none known" if capacity.open_files is None else f"limit {capacity.open_files}"
+        echo(f"open files: {limit}, connections at most {capacity.connections} (more: 503)")
+
     with store, Workers(store, profiles, processes=default_processes() if workers is None else workers) as pool:
         try:
             serve(create_app(store, profiles=profiles, submissions=submissions, workers=pool), host=host, port=port,
-                  on_ready=lambda where: echo(f"llmload hub listening on {where} (store {store.label}); "
-                                             f"leaderboard: {where}/leaderboard"
-                                             + ("; taking runs at POST /api/runs" if accept_runs else "")))
+                  limits=Limits(max_connections=max_connections), on_ready=ready)
         except OSError as exc:
             raise click.ClickException(f"cannot listen on {bind}: {exc.strerror or exc}") from None
