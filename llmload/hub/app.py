@@ -39,6 +39,7 @@ import orjson
 from flask import Flask, Response, jsonify, render_template, request
 from werkzeug.exceptions import HTTPException
 
+from llmload.core.budget import BudgetSpent
 from llmload.core.redact import scrub
 from llmload.hub import security, views
 from llmload.hub.database import StoreError
@@ -48,7 +49,7 @@ from llmload.hub.query import (MAX_USERS, RUN_ID, QueryError, board_filter, coun
 from llmload.hub.store import Store
 from llmload.hub.submit import RECORDS_NAME
 from llmload.hub.submitroutes import Submissions, add_submission_routes
-from llmload.hub.workers import Busy, Workers, prediction, report_html
+from llmload.hub.workers import CLIENT_SOCKET, Busy, Workers, report_html
 
 if TYPE_CHECKING:
     from llmload.sim.profiles import Profile
@@ -312,18 +313,19 @@ def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None,
         context = tokens(args, "context")
         if context is None:
             raise QueryError("context is missing: give a context in tokens (e.g. 16384 or 16K)")
+        client = request.environ.get(CLIENT_SOCKET)  # gone: the prediction is cancelled (absent: never)
         if workload == "rate":
-            return workers.run(prediction, dict(workload="rate", run=rid, profile=text(args, "profile"),
-                                                context_tokens=context, rate=parse_rate(text(args, "rate")),
-                                                arrivals=text(args, "arrivals"), slo=text(args, "slo"),
-                                                window_s=parse_window(text(args, "window")),
-                                                max_tokens=count(args, "max_tokens", most=MAX_OUTPUT_TOKENS)))
+            return workers.predict(dict(workload="rate", run=rid, profile=text(args, "profile"),
+                                        context_tokens=context, rate=parse_rate(text(args, "rate")),
+                                        arrivals=text(args, "arrivals"), slo=text(args, "slo"),
+                                        window_s=parse_window(text(args, "window")),
+                                        max_tokens=count(args, "max_tokens", most=MAX_OUTPUT_TOKENS)), client=client)
         users = count(args, "users", most=MAX_USERS)
         if users is None:
             raise QueryError("users is missing: give the number of simultaneous users")
-        return workers.run(prediction, dict(workload="matrix", run=rid, profile=text(args, "profile"),
-                                            context_tokens=context, users=users, slo=text(args, "slo"),
-                                            max_tokens=count(args, "max_tokens", most=MAX_OUTPUT_TOKENS)))
+        return workers.predict(dict(workload="matrix", run=rid, profile=text(args, "profile"),
+                                    context_tokens=context, users=users, slo=text(args, "slo"),
+                                    max_tokens=count(args, "max_tokens", most=MAX_OUTPUT_TOKENS)), client=client)
 
     @app.get("/calculator")
     def calculator_page():
@@ -393,4 +395,5 @@ def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None,
                      exc_info=exc)
         return _one_line(500, f"internal error ({type(exc).__name__}) answering {request.path[:80]}")
 
+    app.register_error_handler(BudgetSpent, lambda exc: _one_line(422, str(exc)))  # asked again, spent again: no 503
     return app

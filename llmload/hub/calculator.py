@@ -7,17 +7,23 @@ the prediction is `llmload.twin.predict.predict_results` for that one decode cel
 cold prefill of that context), in virtual time, so every figure is **predicted**: it comes
 from the simulator's engine model, never from a measurement. With an SLO, the decode cell
 is judged by `llmload.core.figures.slo.judge_cell`. Input that cannot be used is a `QueryError`.
+
+The hub runs a calculation under a CPU budget (`llmload.hub.workers`, `llmload.core.budget`):
+a fit or a prediction that spends it is a BudgetSpent whose line says which, and what to ask
+instead (`spent_as`).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from collections import OrderedDict
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from llmload.core.budget import BudgetSpent, Cancelled
 from llmload.core.model.cell import CellResult
 from llmload.core.figures.slo import CellVerdict, SLOError, describe_slo, judge_cell, parse_slo
 from llmload.hub.query import QueryError
@@ -68,6 +74,18 @@ class Calculation:
                 "prefill": cell_to_dict(self.prefill) if self.prefill else None, "notes": list(self.notes)}
 
 
+@contextmanager
+def spent_as(what: str, advice: str) -> Iterator[None]:
+    """A budget spent in the block (`llmload.core.budget`) raised again as the visitor's one
+    line: `what` needs more than the budget, and `advice` (a cancelled job as it is)."""
+    try:
+        yield
+    except Cancelled:
+        raise
+    except BudgetSpent as exc:
+        raise BudgetSpent(f"{what} needs {exc}: {advice}") from None
+
+
 FITTED_KEPT = 256
 """Fitted profiles kept in memory, by run id: a run's id is its content, so its fit never
 changes (a fit costs about a second of CPU; the hub serves every request from one process)."""
@@ -94,7 +112,8 @@ def _from_run(store: Store, run: str):
     if results is None:
         raise LookupError(f"no run {run} in the store")
     try:
-        fitted = _fit(store, run, results)
+        with spent_as(f"fitting run {run}", "this hub does not fit a run that large"):
+            fitted = _fit(store, run, results)
     except (FitError, ValueError) as exc:
         raise QueryError(f"run {run} cannot be fitted: {exc}") from None
     max_tokens = int(results.config.get("max_tokens") or DEFAULT_MAX_TOKENS)
@@ -169,9 +188,10 @@ def calculate(store: Store, *, run: str | None, profile: str | None, context_tok
                                                           profiles=profiles)
     from llmload.twin.predict import predict_results
     try:
-        results = predict_results(prof, contexts=[context_tokens],
-                                  prefill_contexts=[context_tokens] if context_tokens > 0 else [],
-                                  concurrency=[users], max_tokens=out_tokens, duration_s=window, slo=bounds)
+        with spent_as("the prediction", "ask for fewer users, a shorter context or fewer output tokens"):
+            results = predict_results(prof, contexts=[context_tokens],
+                                      prefill_contexts=[context_tokens] if context_tokens > 0 else [],
+                                      concurrency=[users], max_tokens=out_tokens, duration_s=window, slo=bounds)
     except ValueError as exc:
         raise QueryError(f"cannot predict: {exc}") from None
     decode = next(c for c in results.cells if c.phase == "decode")

@@ -21,6 +21,9 @@ the cell's id), so a rate's verdict in one ladder can differ from its verdict in
 
 The cell shown for the rate given is that last prediction's where it holds the rate, else
 the first's (the rate given alone, as without an SLO).
+
+Under the hub's CPU budget (`llmload.hub.workers`), a prediction that spends it is one line
+(`calculator.spent_as`): a shorter window, a lower rate or fewer output tokens costs less.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from llmload.core.figures.slo import CellVerdict, describe_slo, judge_cell
 from llmload.core.figures.slosearch import RateCapacity
 from llmload.core.units import format_tokens, parse_duration
 from llmload.core.traffic.workloads import ARRIVALS
-from llmload.hub.calculator import MAX_WINDOW_S, checked_slo, profile_for
+from llmload.hub.calculator import MAX_WINDOW_S, checked_slo, profile_for, spent_as
 from llmload.hub.query import QueryError
 from llmload.hub.store import Store
 
@@ -235,12 +238,13 @@ def calculate_rate(store: Store, *, run: str | None, profile: str | None, contex
             raise QueryError(f"cannot predict: {exc}") from None
 
     capacity, rates, slo_cells = None, (), ()
-    if bounds is None:
-        [cell] = predict([rate])
-    else:
-        ladder, cells, capacity, first = _ladders(predict, bounds, rate, window_s)
-        rates, slo_cells = tuple(ladder), tuple(cells)
-        cell = next((c for c in cells if c.traffic.rate_rps == rate and not c.slo.slo_search), first[0])
+    with spent_as("the prediction", "ask for a shorter window, a lower rate or fewer output tokens"):
+        if bounds is None:
+            [cell] = predict([rate])
+        else:
+            ladder, cells, capacity, first = _ladders(predict, bounds, rate, window_s)
+            rates, slo_cells = tuple(ladder), tuple(cells)
+            cell = next((c for c in cells if c.traffic.rate_rps == rate and not c.slo.slo_search), first[0])
     return RateCalculation(source=source, profile=prof.name, context_tokens=context_tokens, rate_rps=rate,
                            arrivals=arrivals, max_tokens=out_tokens, window_s=window_s, slo=bounds,
                            slo_text=describe_slo(bounds) if bounds else None, cell=cell,

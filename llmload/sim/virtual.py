@@ -4,6 +4,10 @@
 there is work, tokens handed out at the end of each step), with a number for a clock. The
 calibration benchmark and the engine tests use it; figures from it are what the real-time
 server would produce if its timing were perfect.
+
+Its loops (`run_until`, `submit`, `abort_all`) call `llmload.core.budget.check()` once a
+step or request, so a job under a CPU budget (the hub's predictions) stops once it has spent
+it; with no budget set (the CLI, the simulator) that is one attribute lookup.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Callable
 
+from llmload.core.budget import check
 from llmload.sim.engine import Engine, EngineRequest, Frontend, StepResult
 from llmload.sim.profiles import Profile
 
@@ -61,6 +66,7 @@ class VirtualRun:
     def submit(self, request: EngineRequest, send_s: float | None = None) -> VirtualTrace:
         """Send a request at `send_s` (default: now; not before now). Requests reach the
         frontend in order of their send times, whatever order they were submitted in."""
+        check()  # an open loop's requests are made and submitted one by one: 120,000 of them at most
         send_s = self.now_s if send_s is None else max(send_s, self.now_s)
         trace = VirtualTrace(request_id=request.request_id, send_s=send_s, ready_s=send_s)
         self.traces[request.request_id] = trace
@@ -100,6 +106,7 @@ class VirtualRun:
 
     def abort_all(self) -> None:
         for request_id, trace in self.traces.items():
+            check()
             if not trace.finished:
                 self.abort(request_id)
 
@@ -110,6 +117,7 @@ class VirtualRun:
         """
         wakeup_s = self.profile.engine_wakeup_ms / 1e3
         while self.now_s < end_s:
+            check()
             if not self.engine.has_work:
                 ready_s = self._next_ready_s()
                 if ready_s is None or ready_s >= end_s:
