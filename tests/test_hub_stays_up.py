@@ -254,3 +254,31 @@ def test_a_sqlite_lock_held_by_another_process(hub):
         holder.execute("ROLLBACK")
         holder.close()
     assert get(f"{hub.base}/leaderboard?model=tiny&context=1K")[0] == 200
+
+
+def test_idle_and_slowloris_sockets_held_open(hub):
+    """400 connections held below the cap (half idle, half sending a header byte now and
+    then), opened again as the hub closes them: the visitor is served as before."""
+    import socket
+    from urllib.parse import urlsplit
+    where = urlsplit(hub.base)
+    held: list[socket.socket] = []
+
+    def attack():
+        while len(held) < 400:
+            sock = socket.create_connection((where.hostname, where.port), timeout=5)
+            if len(held) % 2:
+                sock.sendall(b"GET /leaderboard HTTP/1.1\r\nHost: x\r\n")
+            held.append(sock)
+        for sock in held[1::2]:
+            try:
+                sock.sendall(b"X")
+            except OSError:
+                pass
+        time.sleep(1.0)
+        return len(held)
+    try:
+        held_up(hub, attack)
+    finally:
+        for sock in held:
+            sock.close()

@@ -35,7 +35,6 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import jinja2
-import orjson
 from flask import Flask, Response, jsonify, render_template, request
 from werkzeug.exceptions import HTTPException
 
@@ -43,7 +42,8 @@ from llmload.core.budget import BudgetSpent
 from llmload.core.redact import scrub
 from llmload.hub import security, views
 from llmload.hub.database import StoreError
-from llmload.hub.offloop import OffLoop, in_thread
+from llmload.hub.documents import Documents, NotStored
+from llmload.hub.offloop import OffLoop
 from llmload.hub.query import (MAX_USERS, RUN_ID, QueryError, board_filter, count, required, run_filter, run_id,
                                text, tokens)
 from llmload.hub.store import Store
@@ -63,6 +63,8 @@ RENDER_WAIT_S = 60.0
 """How long a run page's first render waits for a worker before a 503 (`llmload.hub.workers`)."""
 RUN_PAGES_KEPT = 128
 """Run pages kept rendered in memory (a report renders its charts: most of a second of CPU)."""
+STORE_RETRY_S = 5
+"""Retry-After of a 503 for a store that did not answer."""
 NAV = (("Runs", "/runs"), ("Leaderboard", "/leaderboard"), ("Models", "/models"), ("Hardware", "/hardware"),
        ("Compare", "/compare"), ("Calculator", "/calculator"))
 
@@ -70,46 +72,6 @@ NAV = (("Runs", "/runs"), ("Leaderboard", "/leaderboard"), ("Models", "/models")
 class _HubFlask(Flask):
     def select_jinja_autoescape(self, filename: str) -> bool:
         return True  # every template, whatever its name
-
-
-STORE_RETRY_S = 5
-"""Retry-After of a 503 for a store that did not answer."""
-DOCUMENTS_KEPT_BYTES = 64 * 1024 * 1024
-"""Encoded run documents kept in memory (`/api/runs/ID`, `/runs/ID/results.json`), in bytes."""
-
-
-class EncodedDocuments:
-    """Run documents kept encoded, least recently used dropped first past a total size: a
-    run's id is its content, so its encoding never changes."""
-
-    def __init__(self, max_bytes: int = DOCUMENTS_KEPT_BYTES) -> None:
-        self.max_bytes = max_bytes
-        self._kept: OrderedDict[tuple[str, str], bytes] = OrderedDict()
-        self._bytes = 0
-
-    def get(self, key: tuple[str, str]) -> bytes | None:
-        found = self._kept.get(key)
-        if found is not None:
-            self._kept.move_to_end(key)
-        return found
-
-    def put(self, key: tuple[str, str], data: bytes) -> None:
-        if key in self._kept or len(data) > self.max_bytes:
-            return
-        self._kept[key] = data
-        self._bytes += len(data)
-        while self._bytes > self.max_bytes:
-            _, dropped = self._kept.popitem(last=False)
-            self._bytes -= len(dropped)
-
-
-def _indented(text: str) -> bytes:
-    """A stored document as a results.json file: indented, UTF-8."""
-    return orjson.dumps(orjson.loads(text), option=orjson.OPT_INDENT_2) + b"\n"
-
-
-class NotFound(LookupError):
-    """A run the store does not hold (404); one line."""
 
 
 def _one_line(status: int, message: str) -> Response:
@@ -167,14 +129,14 @@ def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None,
     # minute for one rather than being refused
     workers = workers or Workers(store, offered)
     reads = OffLoop(store)  # the routes' reads: a database that waits holds one request, not the loop
-    documents = EncodedDocuments()
+    documents = Documents(reads)
     app.before_request(lambda: security.check_request(request))
     app.after_request(lambda response: security.add_headers(response) or response)
 
     def stored(rid: str):
         results = reads.run(rid) if RUN_ID.match(rid) else None
         if results is None:
-            raise NotFound(f"no run {rid[:40]!r} in the store")
+            raise NotStored(f"no run {rid[:40]!r} in the store")
         return results
 
     # ------------------------------------------------------------------ runs
@@ -197,7 +159,7 @@ def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None,
     def run_page(rid: str):
         summary = reads.summary(rid) if RUN_ID.match(rid) else None
         if summary is None:
-            raise NotFound(f"no run {rid[:40]!r} in the store")
+            raise NotStored(f"no run {rid[:40]!r} in the store")
         records = reads.record_names(rid)
         key = (rid, summary.tier, tuple(records))
         if key not in run_pages:  # a run's id is its content: its page changes only with its tier or records
@@ -205,7 +167,7 @@ def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None,
             try:
                 html = workers.run(report_html, {"run": rid}, wait_s=RENDER_WAIT_S)
             except LookupError as exc:
-                raise NotFound(str(exc)) from None
+                raise NotStored(str(exc)) from None
             run_pages[key] = report_parts(html, bar)
             while len(run_pages) > RUN_PAGES_KEPT:
                 run_pages.popitem(last=False)
@@ -213,21 +175,9 @@ def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None,
         page_html, csp = run_pages[key]
         return Response(page_html, mimetype="text/html", headers={"Content-Security-Policy": csp})
 
-    def document(rid: str, form: str) -> bytes:
-        """The stored document as JSON (`compact`: as the store holds it; `file`: indented, as
-        a results.json), kept encoded (`EncodedDocuments`): a large run's encoding is CPU."""
-        encoded = documents.get((rid, form))
-        if encoded is None:
-            text = reads.document_text(rid) if RUN_ID.match(rid) else None
-            if text is None:
-                raise NotFound(f"no run {rid[:40]!r} in the store")
-            encoded = text.encode() if form == "compact" else in_thread(_indented, text)
-            documents.put((rid, form), encoded)
-        return encoded
-
     @app.get("/api/runs/<rid>")
     def run_api(rid: str):
-        return Response(document(rid, "compact"), mimetype="application/json")
+        return Response(documents.get(rid, "compact"), mimetype="application/json")
 
     # ------------------------------------------------------------------ leaderboard
     def board_query() -> dict:
@@ -301,7 +251,7 @@ def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None,
         try:
             return predicted(request.args)
         except LookupError as exc:
-            raise NotFound(str(exc)) from None
+            raise NotStored(str(exc)) from None
 
     def predicted(args):
         rid = text(args, "run")
@@ -341,7 +291,7 @@ def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None,
 
     @app.get("/runs/<rid>/results.json")
     def run_results_file(rid: str):
-        return Response(document(rid, "file"), mimetype="application/json",
+        return Response(documents.get(rid, "file"), mimetype="application/json",
                         headers={"Content-Disposition": f'attachment; filename="{rid}-results.json"'})
 
     @app.get("/runs/<rid>/records/<name>")
@@ -349,7 +299,7 @@ def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None,
         stored(rid)
         data = reads.record(rid, name) if RECORDS_NAME.match(name) else None
         if data is None:
-            raise NotFound(f"run {rid} has no records file {name[:80]!r}")
+            raise NotStored(f"run {rid} has no records file {name[:80]!r}")
         return Response(data, mimetype="application/vnd.apache.parquet",
                         headers={"Content-Disposition": f'attachment; filename="{rid}-{name}"'})
 
@@ -365,7 +315,7 @@ def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None,
     def bad_query(exc):
         return _one_line(400, str(exc))
 
-    @app.errorhandler(NotFound)
+    @app.errorhandler(NotStored)
     def not_found(exc):
         return _one_line(404, str(exc))
 

@@ -119,8 +119,7 @@ class HardwareEntry:
 
 
 AGGREGATE_TTL_S = 10.0
-"""How long the store's lists of models, hardware and contexts are served from memory
-(`Store._cached`): a run published or approved shows in them within this time."""
+"""How long lists of models, hardware and contexts are kept (`Store._cached`): a new run shows within it."""
 
 _SUMMARY_COLUMNS = [schema.runs.c[f.name] for f in fields(RunSummary)]
 
@@ -136,7 +135,6 @@ def _listed():
 
 def _model_is(model: str):
     return sa.or_(schema.runs.c.model == model, schema.runs.c.model_root == model)
-
 
 
 def _filtered(query, filters: RunFilter):
@@ -216,7 +214,6 @@ class Store:
         self._aggregates[key] = (now, value)
         return value
 
-
     def summary(self, run_id: str) -> RunSummary | None:
         """The stored run with this id, or None."""
         rows = self.rows(sa.select(*_SUMMARY_COLUMNS).where(schema.runs.c.id == run_id))
@@ -233,11 +230,9 @@ class Store:
             raise StoreError(f"--db {self.label}: {exc}") from None
 
     def document_text(self, run_id: str) -> str | None:
-        """The stored run's results document as the store holds its JSON text, not parsed (the
-        document `publish` stored: what `run` reads), or None."""
-        column = sa.cast(schema.runs.c.results_json, sa.Text)
-        rows = self.rows(sa.select(column.label("text")).where(schema.runs.c.id == run_id))
-        return rows[0].text if rows else None
+        """The stored run's results document as the store holds its JSON text, unparsed, or None."""
+        rows = self.rows(sa.select(sa.cast(schema.runs.c.results_json, sa.Text)).where(schema.runs.c.id == run_id))
+        return rows[0][0] if rows else None
 
     def leaderboard(self, model: str, context: int, concurrency: int | None = None, *,
                     hardware: str | None = None, engine_version: str | None = None) -> list[LeaderRow]:
@@ -341,10 +336,9 @@ class Store:
 def open_store(url: str | None = None, *, write: bool = False, busy_s: float = SQLITE_BUSY_S) -> Store:
     """The store at `url` (default: `database.default_url()`), brought to this llmload's
     schema (an empty database becomes an empty store); `write`: it will be published into
-    (a SQLite file and its folder are created; each transaction takes the write lock).
-    Without `write`, a SQLite file that does not exist is refused. A SQLite connection waits
-    up to `busy_s` for another process's lock (`database.HUB_BUSY_S` in the hub). Raises
-    StoreError."""
+    (a SQLite file and its folder are created; each transaction takes the write lock), else
+    a SQLite file that does not exist is refused; SQLite waits `busy_s` for another
+    process's lock (`database.HUB_BUSY_S` in the hub). Raises StoreError."""
     url = url or default_url()
     engine = connect(url, write=write, busy_s=busy_s)
     label = masked(url)
