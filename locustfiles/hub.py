@@ -15,9 +15,10 @@ one user each, never waiting:
 - `HostileUploader`, a token holder: dry runs of the largest run the hub takes
   (`llmload.hub.limits.MAX_CELLS` cells, made from LLMLOAD_HUB_RUN_DIR's run), one after
   the other, and a records file of 50 million zeros in a few hundred KB;
-- `CalculatorHammer`, anonymous: the calculator's costliest questions (a rate of 1,000 req/s
-  of 8,192 tokens for 120 s; the highest rate under a 30 ms TTFT), each abandoned after
-  2 s, as a client that gives up;
+- `CalculatorHammer`, anonymous: the calculator's costliest questions (60 req/s of 1K-token
+  prompts and 8,192 tokens out for 120 s, near the most prompt tokens it takes; the highest
+  rate under a 30 ms TTFT over 120 s windows, over its CPU budget), each abandoned after 2 s,
+  as a client that gives up;
 - `SocketHolder`: LLMLOAD_HUB_IDLE_SOCKETS connections (default 400) held open, half idle,
   half sending a request one header byte every 2 s (Slowloris), each opened again when the
   hub closes it;
@@ -156,7 +157,7 @@ class CalculatorHammer(HttpUser):
     abstract = not HOSTILE
     fixed_count = 1
     wait_time = constant(0)
-    QUESTIONS = ("/api/calculator?profile=rtx3090-r1-qwen14b-awq&workload=rate&context=1K&rate=1000"
+    QUESTIONS = ("/api/calculator?profile=rtx3090-r1-qwen14b-awq&workload=rate&context=1K&rate=60"
                  "&max_tokens=8192&window=120s",
                  "/api/calculator?profile=tiny&workload=rate&context=256&rate=2&slo=ttft_p99=30ms&window=120s")
 

@@ -205,7 +205,7 @@ def test_made_up_tokens(hub):
 
 
 def test_the_calculators_costliest_questions_abandoned(hub):
-    questions = ("/api/calculator?profile=rtx3090-r1-qwen14b-awq&workload=rate&context=1K&rate=1000&max_tokens=8192"
+    questions = ("/api/calculator?profile=rtx3090-r1-qwen14b-awq&workload=rate&context=1K&rate=60&max_tokens=8192"
                  "&window=120s", "/api/calculator?profile=tiny&workload=rate&context=256&rate=2&slo=ttft_p99=30ms"
                  "&window=120s")
 
@@ -217,6 +217,9 @@ def test_the_calculators_costliest_questions_abandoned(hub):
                 pass  # gave up: the client is gone
         return "asked"
     held_up(hub, attack, threads=4)
+    status, body = get(f"{hub.base}/api/calculator?profile=rtx3090-r1-qwen14b-awq&workload=rate&context=1K"
+                       "&rate=1000&max_tokens=8192&window=120s", timeout=5)
+    assert status == 400 and b"at most 8,000,000" in body, body  # 123M prompt tokens: refused before any work
     # the workers are free again soon after: a quick prediction answers
     deadline = time.monotonic() + 30
     while True:

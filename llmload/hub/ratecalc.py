@@ -183,11 +183,19 @@ def rate_scenario(profile_name: str, *, context_tokens: int, rates: list[float],
         raise QueryError(f"cannot predict: {exc}") from None
 
 
+MAX_PROMPT_TOKENS = 8_000_000
+"""The most prompt tokens one predicted rate may schedule (rate × window × context): the
+twin holds every scheduled prompt, about 40 bytes a token (8M: some 350 MB of a worker);
+1,000 req/s of 1K tokens for 120 s would be 123M."""
 MAX_LADDERS = 30
 """The most ladders one calculation predicts (each step doubles or halves a rate)."""
 
 
-def _ladders(predict, slo: dict[str, float], rate: float, window_s: float):
+def _prompt_tokens(rate: float, window_s: float, context_tokens: int) -> float:
+    return rate * window_s * max(context_tokens, 1)
+
+
+def _ladders(predict, slo: dict[str, float], rate: float, window_s: float, context_tokens: int):
     """(the last ladder, its prediction's cells, their RateCapacity, the first prediction's
     cells): the ladders of the module docstring, `predict(rates)` the prediction of one."""
     from llmload.core.figures.slosearch import max_rate_meeting
@@ -205,7 +213,7 @@ def _ladders(predict, slo: dict[str, float], rate: float, window_s: float):
             ladder = [lower, ladder[0]]
         else:
             higher = round(ladder[-1] * 2, 6)
-            if higher > MAX_RATE_RPS:
+            if higher > MAX_RATE_RPS or _prompt_tokens(higher, window_s, context_tokens) > MAX_PROMPT_TOKENS:
                 break
             ladder = [*ladder, higher]
         cells = predict(ladder)
@@ -224,6 +232,10 @@ def calculate_rate(store: Store, *, run: str | None, profile: str | None, contex
     arrivals = parse_arrivals(arrivals)
     if not MIN_WINDOW_S <= window_s <= MAX_WINDOW_S:
         raise QueryError(f"window: {window_s:g} s is not from {MIN_WINDOW_S:g} s to {MAX_WINDOW_S:g} s")
+    if _prompt_tokens(rate, window_s, context_tokens) > MAX_PROMPT_TOKENS:
+        raise QueryError(f"{fmt_rate(rate)} req/s for {window_s:g} s of {context_tokens:,}-token prompts is "
+                         f"{_prompt_tokens(rate, window_s, context_tokens):,.0f} prompt tokens, at most "
+                         f"{MAX_PROMPT_TOKENS:,}: lower the rate, shorten the window or the context")
     bounds = checked_slo(slo)
     prof, source, out_tokens, _window, notes = profile_for(store, run=run, profile=profile, max_tokens=max_tokens,
                                                            profiles=profiles)
@@ -242,7 +254,7 @@ def calculate_rate(store: Store, *, run: str | None, profile: str | None, contex
         if bounds is None:
             [cell] = predict([rate])
         else:
-            ladder, cells, capacity, first = _ladders(predict, bounds, rate, window_s)
+            ladder, cells, capacity, first = _ladders(predict, bounds, rate, window_s, context_tokens)
             rates, slo_cells = tuple(ladder), tuple(cells)
             cell = next((c for c in cells if c.traffic.rate_rps == rate and not c.slo.slo_search), first[0])
     return RateCalculation(source=source, profile=prof.name, context_tokens=context_tokens, rate_rps=rate,
