@@ -9,7 +9,7 @@ simulator with an SLO, the same run interrupted (a planned cell without a result
 predicted matrix with cells over capacity and an SLO, a predicted RTX 3090 matrix, a
 measured run with energy (two fake GPUs' counters), and predicted rate, sessions and
 replay runs. Each is rendered as report.md, report.html, measurements.csv, the terminal's
-matrix and the hub's run page (`llmload.hub.app.report_parts`: the report under a fixed bar,
+matrix and the hub's run page (`llmload.hub.tasks.report_parts`: the report under a fixed bar,
 its styles made strict, with its Content-Security-Policy); pairs and a triple of them are compared (text, JSON, HTML).
 """
 
@@ -31,7 +31,7 @@ BAR = '<nav class="hub-bar">golden</nav>'
 
 
 def run_renderings(name: str) -> dict[str, str]:
-    from llmload.hub.app import report_parts
+    from llmload.hub.tasks import report_parts
     from llmload.output.pages import report
     from llmload.output.rundir.resultsfile import load_results
     results = load_results(RUNS / name)

@@ -15,7 +15,8 @@ import pytest
 
 from llmload.hub.calculator import offered_profiles
 from llmload.hub.store import open_store
-from llmload.hub.workers import Busy, Workers, prediction, report_html
+from llmload.hub.tasks import prediction, report_html
+from llmload.hub.workers import Busy, Workers
 from tests_helpers import llmload
 
 

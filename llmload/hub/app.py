@@ -49,7 +49,9 @@ from llmload.hub.query import (MAX_USERS, RUN_ID, QueryError, board_filter, coun
 from llmload.hub.store import Store
 from llmload.hub.submit import RECORDS_NAME
 from llmload.hub.submitroutes import Submissions, add_submission_routes
-from llmload.hub.workers import CLIENT_SOCKET, Busy, Workers, report_html
+from llmload.hub.tasks import comparison
+from llmload.hub.tasks import run_page as run_page_task
+from llmload.hub.workers import CLIENT_SOCKET, Busy, Workers
 
 if TYPE_CHECKING:
     from llmload.sim.profiles import Profile
@@ -84,15 +86,8 @@ def _one_line(status: int, message: str) -> Response:
     return response
 
 
-def report_parts(html: str, bar: str) -> tuple[str, str]:
-    """A report page (`llmload.output`'s) under the hub's bar, its styles made strict, and its
-    Content-Security-Policy."""
-    html = html.replace("</head>", '<link rel="stylesheet" href="/static/bar.css">\n</head>', 1)
-    return security.strict_styles(html.replace("<body>", "<body>\n" + bar, 1))
-
-
-def _report_page(html: str, bar: str) -> Response:
-    page, csp = report_parts(html, bar)
+def _report_page(parts: tuple[str, str]) -> Response:
+    page, csp = parts
     return Response(page, mimetype="text/html", headers={"Content-Security-Policy": csp})
 
 
@@ -103,9 +98,6 @@ def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None,
     writing). `profiles`: the calculator's profiles by name (`calculator.offered_profiles`;
     default: the built-in ones), read before any request. `workers`: where run pages' charts and
     predictions are computed (`llmload.hub.workers`; default: a thread of this process)."""
-    from llmload.output.pages import comparepage
-    from llmload.output.pages.compare import CompareError
-    from llmload.output.pages.report import compare_runs
     from llmload.hub.calculator import MAX_OUTPUT_TOKENS, offered_profiles
     from llmload.hub.ratecalc import RateCalculation, parse_rate, parse_window
     from llmload.output import formats
@@ -133,12 +125,6 @@ def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None,
     app.before_request(lambda: security.check_request(request))
     app.after_request(lambda response: security.add_headers(response) or response)
 
-    def stored(rid: str):
-        results = reads.run(rid) if RUN_ID.match(rid) else None
-        if results is None:
-            raise NotStored(f"no run {rid[:40]!r} in the store")
-        return results
-
     # ------------------------------------------------------------------ runs
     @app.get("/")
     @app.get("/runs")
@@ -165,10 +151,9 @@ def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None,
         if key not in run_pages:  # a run's id is its content: its page changes only with its tier or records
             bar = render_template("bar.html", nav=NAV, run=summary, records=records)
             try:
-                html = workers.run(report_html, {"run": rid}, wait_s=RENDER_WAIT_S)
+                run_pages[key] = workers.run(run_page_task, {"run": rid, "bar": bar}, wait_s=RENDER_WAIT_S)
             except LookupError as exc:
                 raise NotStored(str(exc)) from None
-            run_pages[key] = report_parts(html, bar)
             while len(run_pages) > RUN_PAGES_KEPT:
                 run_pages.popitem(last=False)
         run_pages.move_to_end(key)
@@ -229,22 +214,23 @@ def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None,
         return jsonify([views.hardware_dict(h) for h in reads.hardware()])
 
     # ------------------------------------------------------------------ compare
-    def comparison():
-        a, b = (required(request.args, name, "a run id") for name in ("a", "b"))
+    def compared(bar: str | None):
+        """The comparison of runs a and b, in the workers: its page under `bar`, else its JSON."""
+        a, b = (run_id(required(request.args, name, "a run id"), name) for name in ("a", "b"))
         try:
-            return compare_runs([stored(a), stored(b)], [f"run {a}", f"run {b}"])
-        except CompareError as exc:
-            raise QueryError(str(exc)) from None
+            return workers.run(comparison, {"a": a, "b": b, "bar": bar}, wait_s=RENDER_WAIT_S)
+        except LookupError as exc:
+            raise NotStored(str(exc)) from None
 
     @app.get("/compare")
     def compare_page():
         if not request.args:
             return page("compare.html", "Compare", runs=reads.runs(limit=CHOICES))
-        return _report_page(comparepage.render_html(comparison()), render_template("bar.html", nav=NAV, run=None))
+        return _report_page(compared(render_template("bar.html", nav=NAV, run=None)))
 
     @app.get("/api/compare")
     def compare_api():
-        return jsonify(comparison().to_dict())
+        return jsonify(compared(None))
 
     # ------------------------------------------------------------------ calculator
     def calculation():
@@ -296,7 +282,8 @@ def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None,
 
     @app.get("/runs/<rid>/records/<name>")
     def run_records_file(rid: str, name: str):
-        stored(rid)
+        if not RUN_ID.match(rid) or reads.summary(rid) is None:
+            raise NotStored(f"no run {rid[:40]!r} in the store")
         data = reads.record(rid, name) if RECORDS_NAME.match(name) else None
         if data is None:
             raise NotStored(f"run {rid} has no records file {name[:80]!r}")

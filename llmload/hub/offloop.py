@@ -15,26 +15,31 @@ from typing import Any
 import gevent
 
 
-class _Raised:
+class Raised:
+    """An exception a call raised in another thread, to raise again where it was asked."""
+
     def __init__(self, exception: BaseException) -> None:
         self.exception = exception
 
 
-def _outcome(fn: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) -> Any:
+def outcome(fn: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) -> Any:
+    """`fn`'s value, or its exception wrapped (`Raised`): gevent's thread pool would print the
+    traceback of an exception raised in its thread before handing it over, and a 400 or a
+    404 is not an error of the hub's."""
     try:
         return fn(*args, **kwargs)
     except Exception as exc:  # noqa: BLE001  (raised again in the greenlet that asked)
-        return _Raised(exc)
+        return Raised(exc)
 
 
 def in_thread(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """`fn(*args, **kwargs)` in a thread of gevent's pool, the calling greenlet waiting; its
     exception raised here (gevent's pool would print its traceback before handing it over,
     and a store's one-line error is not a crash)."""
-    outcome = gevent.get_hub().threadpool.apply(_outcome, (fn, args, kwargs))
-    if isinstance(outcome, _Raised):
-        raise outcome.exception
-    return outcome
+    result = gevent.get_hub().threadpool.apply(outcome, (fn, args, kwargs))
+    if isinstance(result, Raised):
+        raise result.exception
+    return result
 
 
 class OffLoop:

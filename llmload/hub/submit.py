@@ -29,6 +29,7 @@ from pathlib import Path, PurePosixPath
 import sqlalchemy as sa
 
 from llmload.hub import schema
+from llmload.hub.database import HUB_BUSY_S
 from llmload.hub.publish import PublishError, publish, read_run
 from llmload.hub.limits import RecordsBudget, Refused, check_document, check_records
 from llmload.hub.store import Store, open_store
@@ -135,7 +136,7 @@ def submission(store: Store, profiles: object, **arguments) -> Submitted:
     that serves pages."""
     if not store.writable:
         if store.url not in _writers:
-            _writers[store.url] = open_store(store.url, write=True)
+            _writers[store.url] = open_store(store.url, write=True, busy_s=HUB_BUSY_S)
         store = _writers[store.url]
     return accept(store, **arguments)
 

@@ -1,23 +1,27 @@
-"""The hub's CPU work off its event loop: run pages' charts and the calculator's predictions.
+"""The hub's CPU work off its event loop: the tasks of `llmload.hub.tasks` (run pages,
+comparisons, the calculator's predictions) and a submission's checks (`llmload.hub.submit`).
 
-The hub serves every request from one process on gevent's loop. Two kinds of request are
-pure CPU: a run page seen the first time (its report's charts, matplotlib: about half a
-second) and a prediction (a fit of about a second for a run seen the first time, then
-virtual-time cells). `Workers` runs them elsewhere, so the loop keeps answering pages:
+The hub serves every request from one process on gevent's loop. Some requests are CPU that
+grows with what they ask: a run page seen the first time (its report's charts, matplotlib:
+about half a second for a small run, 3 s for the largest the hub takes), a comparison, a
+prediction (a fit of about a second for a run seen the first time, then virtual-time
+cells), an upload's checks. `Workers` runs them elsewhere, so the loop keeps answering pages:
 
 - `processes=N` (`llmload hub`, `--workers`): N worker processes (spawned, so nothing of the
   loop's state is inherited), each with the store opened again by its URL for reading and
   the offered profiles, keeping its own fitted profiles between predictions. They use the
   machine's other CPUs: Python runs one thread of a process at a time, so threads alone
-  would share the hub's one CPU with every page it serves.
+  would share the hub's one CPU with every page it serves. They run at a lower priority
+  than the hub's process (WORKER_NICE): where they and the loop want the same CPU, the
+  loop goes first.
 - `processes=0` (the app in-process: `create_app(store)` under Flask's test client): a
   thread of gevent's pool, with the app's own store.
 
 Either way at most `slots` jobs run at once (one per process; one thread); a job that finds
 them busy waits up to its `wait_s` for one, then is `Busy` (the app's 503 with Retry-After,
 one line). A job's exceptions (QueryError, LookupError, StoreError) are raised in the
-request that asked for it. The tasks are the functions below, each `task(store, profiles,
-**arguments)`: whatever runs them passes the store and profiles of where it runs.
+request that asked for it. A task is `task(store, profiles, **arguments)`: whatever runs it
+passes the store and profiles of where it runs.
 
 A prediction's cost grows with what a visitor asks (over 40 s of CPU for the costliest), so
 `predict` runs it under a CPU budget (`llmload.core.budget`, `prediction_cpu_s`): past it,
@@ -52,6 +56,8 @@ from gevent.event import AsyncResult
 from gevent.queue import Empty, Queue
 
 from llmload.core.budget import Cancelled, limited
+from llmload.hub.offloop import Raised, outcome
+from llmload.hub.tasks import prediction, warm
 
 if TYPE_CHECKING:
     from llmload.hub.store import Store
@@ -77,6 +83,9 @@ the highest rate of `tiny` under ttft_p99=30ms 6 s with window=10s (16 s with th
 for 120 s) and 70 s (that search over 120 s windows)."""
 POLL_S = 0.05
 """How often a request waiting for its job looks whether its client is still connected."""
+WORKER_NICE = 5
+"""How much lower the worker processes' priority is than the hub's own (Linux's nice): where
+workers and the loop want the same CPU, the loop answering pages goes first."""
 CLIENT_SOCKET = "llmload.socket"
 """The WSGI environ's key for the client's socket (`llmload.hub.server` puts it there)."""
 
@@ -87,44 +96,6 @@ class Busy(Exception):
     def __init__(self, message: str, retry_after_s: int) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
-
-
-# ---------------------------------------------------------------------------- the tasks
-
-
-def report_html(store: Store, profiles: Mapping[str, Profile], *, run: str) -> str:
-    """The report page of stored run `run` (its `Page`, written by `llmload.output.pages.html`); LookupError
-    where the store does not hold it."""
-    from llmload.output.pages.build import build_page
-    from llmload.output.pages.html import page_html
-    results = store.run(run)
-    if results is None:
-        raise LookupError(f"no run {run[:40]!r} in the store")
-    return page_html(build_page(results))
-
-
-def prediction(store: Store, profiles: Mapping[str, Profile], *, workload: str, **arguments: Any):
-    """The calculator's answer (`calculator.calculate`, or `ratecalc.calculate_rate` for the
-    rate workload)."""
-    from llmload.hub.calculator import calculate
-    from llmload.hub.ratecalc import calculate_rate
-    calculators = {"matrix": calculate, "rate": calculate_rate}
-    return calculators[workload](store, profiles=profiles, **arguments)
-
-
-def _warm() -> None:
-    """What the first job would otherwise pay: matplotlib, its fonts, the twin's modules."""
-    from llmload.output.pages.charts import report as charts  # noqa: F401  (matplotlib and the chart style)
-    from llmload.output.pages.charts.kit import panels_figure, render_chart
-    from llmload.twin import predict  # noqa: F401
-
-    def draw():
-        fig, (ax,) = panels_figure(2.0, 1.0)
-        ax.plot([1, 2], [1, 2])
-        ax.set_title("warm")
-        return fig
-
-    render_chart("warm", draw)
 
 
 # ---------------------------------------------------------------------------- worker processes
@@ -139,15 +110,17 @@ def _start_worker(url: str, profiles: Mapping[str, Profile], cancel: MutableSequ
     from llmload.core.redact import SCRUBBER
     SCRUBBER.add_known_from_url(url)
     _here.update(url=url, profiles=profiles, cancel=cancel)
-    _warm()
+    os.nice(WORKER_NICE)
+    warm()
 
 
 def _in_worker(task: Callable[..., Any], arguments: dict[str, Any], cpu_s: float | None, slot: int) -> Any:
     # The store is opened by the first task, not at start: a store that fails is then that
     # request's one-line StoreError (a 503), not a worker that dies printing a traceback.
     if "store" not in _here:
+        from llmload.hub.database import HUB_BUSY_S
         from llmload.hub.store import open_store
-        _here["store"] = open_store(_here["url"])
+        _here["store"] = open_store(_here["url"], busy_s=HUB_BUSY_S)
     return _job(task, _here["store"], _here["profiles"], arguments, cpu_s, _here["cancel"], slot)
 
 
@@ -229,7 +202,7 @@ class Workers:
             self._free.put(slot)
             raise
         try:
-            outcome = self._wait(done, client, slot)
+            result = self._wait(done, client, slot)
         finally:
             # the slot is free once its job has ended: at once, unless this request was
             # itself stopped while waiting (its job cancelled, then)
@@ -238,15 +211,15 @@ class Workers:
             else:
                 self._cancel[slot] = 1
                 done.rawlink(lambda _done: self._free.put(slot))
-        if isinstance(outcome, BrokenProcessPool):  # a worker died (killed, out of memory): new ones for the next job
+        if isinstance(result, Raised) and isinstance(result.exception, BrokenProcessPool):  # a worker died (killed, out of memory): new ones for the next job
             if self._pool is pool:  # not started again already by another request
                 logger.warning("a hub worker process stopped; starting the workers again")
                 pool.shutdown(wait=False, cancel_futures=True)
                 self._pool = self._start(wait=False)
             raise Busy("a worker of the hub stopped and was started again: try again in 5 s", retry_after_s=5)
-        if isinstance(outcome, _Raised):
-            raise outcome.exception
-        return outcome
+        if isinstance(result, Raised):
+            raise result.exception
+        return result
 
     def _slot(self, wait_s: float, client: socket.socket | None) -> int:
         """A free slot's index, waiting up to `wait_s` (then Busy); Cancelled once `client`
@@ -265,20 +238,20 @@ class Workers:
 
     def _submit(self, pool: ProcessPoolExecutor | None, task: Callable[..., Any], arguments: dict[str, Any],
                 cpu_s: float | None, slot: int) -> AsyncResult:
-        """The job started: its outcome (`_outcome`) will be set on the loop."""
+        """The job started: its outcome (`offloop.outcome`) will be set on the loop."""
         if pool is None:
             return gevent.get_hub().threadpool.spawn(
-                _outcome, _job, (task, self._store, self._profiles, arguments, cpu_s, self._cancel, slot), {})
+                outcome, _job, (task, self._store, self._profiles, arguments, cpu_s, self._cancel, slot), {})
         done = AsyncResult()
         try:
             future = pool.submit(_in_worker, task, arguments, cpu_s, slot)
         except BrokenProcessPool as exc:  # submit() to a pool found broken before
-            done.set(exc)
+            done.set(Raised(exc))
             return done
         loop = gevent.get_hub().loop
 
         def settle(future: Future) -> None:  # in the pool's thread: the outcome handed to the loop's
-            loop.run_callback_threadsafe(done.set, _outcome(future.result, (), {}))
+            loop.run_callback_threadsafe(done.set, outcome(future.result, (), {}))
         future.add_done_callback(settle)
         return done
 
@@ -308,20 +281,3 @@ class Workers:
 
 def _noop() -> None:
     return None
-
-
-class _Raised:
-    def __init__(self, exception: BaseException) -> None:
-        self.exception = exception
-
-
-def _outcome(fn: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) -> Any:
-    """`fn`'s value, or its exception wrapped (`_Raised`; a broken pool as itself): gevent's
-    thread pool would print the traceback of an exception raised in its thread to stderr
-    before handing it over, and a 400 or a 404 is not an error of the hub's."""
-    try:
-        return fn(*args, **kwargs)
-    except BrokenProcessPool as exc:
-        return exc
-    except Exception as exc:  # noqa: BLE001  (raised again in the request that asked)
-        return _Raised(exc)
