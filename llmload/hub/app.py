@@ -21,9 +21,15 @@ command holding markup is text; their styles are static files (`llmload/hub/stat
 request is held to `llmload.hub.security`'s limits before a route reads it, and every
 response carries its headers (a strict Content-Security-Policy, nosniff, no framing,
 Referrer-Policy same-origin). Bad query parameters are a 400, an unknown run a 404, a query
-too long a 414, a store that fails a 503, anything else a 500 (its traceback logged, never
-sent): each one line (plain text; `{"error": ...}` under /api/), the store's URL masked
-(`Store.label`).
+too long a 414, a prediction over its CPU budget a 422, a store that fails or does not answer
+in time a 503 (naming neither its file nor its host), anything else a 500 (its traceback
+logged, never sent): each one line (plain text; `{"error": ...}` under /api/).
+
+Nothing whose cost grows with what is asked runs on the loop that answers every request:
+the store is read in threads (`llmload.hub.offloop`), run documents are served as stored and
+kept encoded (`llmload.hub.documents`), run pages, comparisons, predictions and submissions
+run in the workers (`llmload.hub.workers`, `llmload.hub.tasks`), uploads are held to
+`llmload.hub.limits`, and the server holds connections to deadlines (`llmload.hub.server`).
 """
 
 from __future__ import annotations
