@@ -1,6 +1,6 @@
 """The hub with many runs (benchmarks/hub_load.py measures it under load; docs/hub.md): lists
 come a page at a time, a run's page is rendered once while its tier and records stay the
-same, and the store's lists of models and hardware are read once per AGGREGATE_TTL_S."""
+same, and the store's lists and leaderboards are read again only when it lists more runs."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import json
 import pytest
 
 from llmload.core.model.document import results_from_dict
-from llmload.hub import store as store_module
 from llmload.hub.app import PAGE_RUNS, create_app
 from llmload.hub.publish import RunToPublish, publish, read_run, run_id
 from llmload.hub.store import open_store
@@ -68,14 +67,17 @@ def test_a_run_page_is_rendered_once(many, monkeypatch):
     assert len(calls) == 1
 
 
-def test_lists_of_the_whole_store_are_read_once_a_while(many, monkeypatch):
+def test_lists_of_the_whole_store_are_read_again_only_when_it_lists_more_runs(many, monkeypatch):
+    """A list or a leaderboard is kept while the store lists as many runs: the second ask
+    costs one count, not the scan; a run added (published or approved) reads it again."""
     reads = []
     real = many.rows
-    monkeypatch.setattr(many, "rows", lambda query: reads.append(1) or real(query))
+    monkeypatch.setattr(many, "rows", lambda query: reads.append(str(query)) or real(query))
     many._aggregates.clear()
     first = many.models()
-    again = many.models()
-    assert first == again and len(reads) == 1 and sum(m.runs for m in first) == RUNS
-    monkeypatch.setattr(store_module, "AGGREGATE_TTL_S", 0.0)
-    many.models()
-    assert len(reads) == 2
+    board = many.leaderboard("tiny", 256)
+    assert len(reads) == 4 and sum(m.runs for m in first) == RUNS  # a count and the scan, twice
+    again, board_again = many.models(), many.leaderboard("tiny", 256)
+    assert (again, board_again) == (first, board) and len(reads) == 6 and "count" in reads[-1].lower()
+    monkeypatch.setattr(many, "count_runs", lambda *a: RUNS + 1)  # as after a run is published
+    assert many.models() == first and len(reads) == 7

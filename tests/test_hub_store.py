@@ -216,8 +216,8 @@ def test_an_older_store_is_migrated_to_forget_where_its_runs_came_from(sim_run, 
     from llmload.hub import database
     made = database._sqlite_engine
 
-    def secure_delete_off(parsed, *, write):  # SQLite's default build (Debian's turns it on)
-        engine = made(parsed, write=write)
+    def secure_delete_off(parsed, **options):  # SQLite's default build (Debian's turns it on)
+        engine = made(parsed, **options)
         sa.event.listen(engine, "connect", lambda dbapi, _record: dbapi.execute("PRAGMA secure_delete = OFF"))
         return engine
 

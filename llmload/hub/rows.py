@@ -1,0 +1,98 @@
+"""What the store's read API answers (`llmload.hub.store`): frozen dataclasses, one per
+kind of answer, built from the store's rows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunFilter:
+    """Which runs to list (None: any). `model` matches the served name or the model root;
+    `since` and `until` compare with the run's started_at as ISO 8601 text (`until` is
+    exclusive: "2026-12-02" keeps runs started on 1 December and before)."""
+
+    model: str | None = None
+    engine: str | None = None
+    engine_version: str | None = None
+    hardware: str | None = None
+    provenance: str | None = None
+    since: str | None = None
+    until: str | None = None
+    pending: bool = False
+    """Also the runs submitted and not yet approved (tier "pending"), which lists,
+    leaderboards and counts leave out."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunSummary:
+    """A stored run without its document (the `runs` row)."""
+
+    id: str
+    published_at: str
+    publisher: str | None
+    """The publishing machine's host name, only where stored with `publish --with-origin`."""
+    source_dir: str | None
+    """The results directory's absolute path there, likewise."""
+    status: str
+    provenance: str
+    workload: str
+    model: str | None
+    model_root: str | None
+    engine: str | None
+    engine_version: str | None
+    hardware: str | None
+    gpu: str | None
+    llmload_version: str | None
+    started_at: str | None
+    finished_at: str | None
+    max_tokens: int | None
+    duration_s: float | None
+    submitter: str | None = None
+    """The name of the token that submitted it over HTTP; None: published into the store."""
+    tier: str = "here"
+    """`schema.TIERS`: published here, pending approval, or approved."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaderCell:
+    """A run's decode cell at the leaderboard's context."""
+
+    concurrency: int
+    status: str
+    total_tok_s: float
+    per_request_tok_s: float | None
+    ttft_ms: float | None
+    ttft_p99_ms: float | None
+    tbt_ms: float | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaderRow:
+    """One run on a leaderboard: ranked by `total_tok_s` at `concurrency` (the one asked
+    for, else the run's best), with every concurrency it measured at that context."""
+
+    run: RunSummary
+    context_tokens: int
+    concurrency: int
+    total_tok_s: float
+    per_request_tok_s: float | None
+    ttft_ms: float | None
+    cells: tuple[LeaderCell, ...]
+    """By concurrency, lowest first."""
+    launch_command: str | None = None
+    """The server's launch command, from the run's document (None: not recorded)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelEntry:
+    model: str | None
+    model_root: str | None
+    runs: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HardwareEntry:
+    hardware: str | None
+    gpu: str | None
+    runs: int
