@@ -81,3 +81,44 @@ def test_lists_of_the_whole_store_are_read_again_only_when_it_lists_more_runs(ma
     assert (again, board_again) == (first, board) and len(reads) == 6 and "count" in reads[-1].lower()
     monkeypatch.setattr(many, "count_runs", lambda *a: RUNS + 1)  # as after a run is published
     assert many.models() == first and len(reads) == 7
+
+
+def test_alike_reads_under_way_are_made_once_and_threads_are_bounded():
+    """Fifty visitors asking the same list at once make one read of the store; and no more
+    than offloop.THREADS reads run in threads at once (the loop keeps its share of Python)."""
+    import threading
+    import time
+
+    import gevent
+
+    from llmload.hub import offloop
+
+    class Slow:
+        def __init__(self):
+            self.calls, self.running, self.most = 0, 0, 0
+            self.lock = threading.Lock()
+
+        def models(self):
+            return self.work()
+
+        def hardware(self, which):
+            return self.work()
+
+        def work(self):
+            with self.lock:
+                self.calls += 1
+                self.running += 1
+                self.most = max(self.most, self.running)
+            time.sleep(0.1)
+            with self.lock:
+                self.running -= 1
+            return ["answer"]
+
+    slow = Slow()
+    reads = offloop.OffLoop(slow)
+    alike = [gevent.spawn(reads.models) for _ in range(50)]
+    gevent.joinall(alike)
+    assert [g.value for g in alike] == [["answer"]] * 50 and slow.calls == 1
+    different = [gevent.spawn(reads.hardware, i) for i in range(12)]
+    gevent.joinall(different)
+    assert slow.calls == 13 and slow.most == offloop.THREADS
