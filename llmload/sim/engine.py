@@ -24,6 +24,10 @@ time, `llmload.sim.virtual` in virtual time) adds requests, calls `step()`, wait
 - The step that finishes a prefill yields 1 token; a decode step yields `tokens_per_chunk`.
   Outputs belong to the end of the step: a driver must not deliver them before
   `duration_s` has passed.
+- Noise, only if the profile asks for it (`llmload.sim.noise`): the step time is multiplied
+  by a seeded draw of mean 1, and a stall may follow the step (`stall_s`: a driver delivers
+  the step's outputs, then waits that long before the next step). With the defaults nothing
+  is drawn and the step time is the formula's, exactly.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Sequence
 
+from llmload.sim.noise import StepNoise, is_noisy
 from llmload.sim.profiles import Profile
 
 _HASH_SEED = "llmload-sim-prefix"
@@ -72,6 +77,9 @@ class StepResult:
     num_scheduled: int
     num_prefill_tokens: int
     num_decode_tokens: int
+    stall_s: float = 0.0
+    """A pause after the step, once its outputs are out, before the next step starts
+    (`Profile.stall_ms` per stall; 0.0 without stalls)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -89,7 +97,7 @@ class EngineStats:
     generation_tokens: int
     num_steps: int
     busy_s: float
-    """Sum of the modelled durations of all steps."""
+    """Sum of the modelled durations of all steps (with their jitter; stalls not included)."""
 
 
 class BlockPool:
@@ -205,6 +213,7 @@ class Engine:
         self._generation_tokens = 0
         self._steps = 0
         self._busy_s = 0.0
+        self._noise = StepNoise(profile) if is_noisy(profile) else None
 
     # -- requests ---------------------------------------------------------------------
     def add(self, request: EngineRequest) -> None:
@@ -369,13 +378,18 @@ class Engine:
             + prefill_ms
         ) if scheduled else 0.0
         self._steps += 1 if scheduled else 0
-        self._busy_s += duration_ms / 1e3
+        duration_s = duration_ms / 1e3
+        stall_s = 0.0
+        if self._noise is not None and scheduled:
+            duration_s, stall_s = self._noise.apply(duration_s)
+        self._busy_s += duration_s
         return StepResult(
-            duration_s=duration_ms / 1e3,
+            duration_s=duration_s,
             outputs=tuple(outputs),
             num_scheduled=len(scheduled),
             num_prefill_tokens=prefill_tokens,
             num_decode_tokens=decode_tokens,
+            stall_s=stall_s,
         )
 
     def _prefill_ms(self, start: int, count: int) -> float:

@@ -2,10 +2,11 @@
 
 One scheduler greenlet drives `Engine` on an absolute schedule: it runs a step, adds the
 step's modelled duration to the deadline, sleeps until the deadline, then writes the step's
-SSE events itself, straight to the clients' sockets. Lateness never accumulates
-(`deadline += duration`, not `now + duration`); when the engine is idle the loop blocks
-until a request arrives. Each request's greenlet parses it, sends the headers, writes what
-a full socket did not take, and ends the response.
+SSE events itself, straight to the clients' sockets (then, with a noisy profile, sleeps out
+the step's stall the same way). Lateness never accumulates (`deadline += duration`, not
+`now + duration`); when the engine is idle the loop blocks until a request arrives. Each
+request's greenlet parses it, sends the headers, writes what a full socket did not take,
+and ends the response.
 
 Rules:
 - One socket write per SSE event, on the step that produced it, with TCP_NODELAY on every
@@ -212,6 +213,9 @@ class Scheduler:
             self._deliver(result.outputs)
             # Let the streams write before the next step is computed.
             gevent.sleep(0)
+            if result.stall_s:  # a noisy profile's stall: on the same absolute schedule
+                deadline_s += result.stall_s
+                sleep_until(deadline_s)
 
     def _admit_ready(self, now_s: float) -> None:
         pending = self._pending

@@ -1,9 +1,10 @@
 """Drive the engine model in virtual time: no sockets, no sleeping, instant results.
 
 `VirtualRun` is the same loop the server runs (frontend delay, then steps back to back while
-there is work, tokens handed out at the end of each step), with a number for a clock. The
-calibration benchmark and the engine tests use it; figures from it are what the real-time
-server would produce if its timing were perfect.
+there is work, tokens handed out at the end of each step, then the step's stall if the
+profile has noise), with a number for a clock. The calibration benchmark and the engine
+tests use it; figures from it are what the real-time server would produce if its timing
+were perfect.
 
 Its loops (`run_until`, `submit`, `abort_all`) call `llmload.core.budget.check()` once a
 step or request, so a job under a CPU budget (the hub's predictions) stops once it has spent
@@ -132,6 +133,8 @@ class VirtualRun:
             self.now_s += result.duration_s
             self.steps.append((self.now_s, result))
             self._deliver(result, on_finish)
+            if result.stall_s:
+                self.now_s += result.stall_s  # the engine stalls once the step's tokens are out
 
     def run_until_idle(self, limit_s: float = 3600.0) -> None:
         self.run_until(self.now_s + limit_s)

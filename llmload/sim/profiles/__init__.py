@@ -26,6 +26,11 @@ PROFILE_DIR = Path(__file__).resolve().parent
 
 #: The delta fields a simulated reasoning model may put its thinking in (`Profile.reasoning_field`).
 REASONING_FIELDS = ("reasoning", "reasoning_content")
+MAX_STEP_CV = 2.0
+"""`step_cv` stays below this: beyond it a step-time noise no longer looks like a server's (a
+gamma of shape 1/cv² < 1/4 is mostly near-zero steps and a few huge ones)."""
+MAX_STALL_RATE_PER_S = 1000.0
+"""Stalls are rare events; the cap also bounds the draws per step (`llmload.sim.noise`)."""
 _TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
 _FALSE_WORDS = frozenset({"0", "false", "no", "off"})
 
@@ -105,6 +110,18 @@ class Profile:
     engine_wakeup_ms: float = 0.5
     """An idle engine starts its first step this long after a request reaches it, and takes
     every request that reached it by then: requests sent together are batched together."""
+
+    step_cv: float = 0.0
+    """Noise on purpose (`llmload.sim.noise`), for a server whose scatter is known: each
+    step's time is multiplied by an independent draw of mean 1 and this coefficient of
+    variation (a gamma); 0: every step takes exactly its modelled time."""
+    stall_rate_per_s: float = 0.0
+    """Stalls per second of engine time (a Poisson process over the steps' durations): each
+    one pauses the engine for stall_ms after the step it falls in. The mean time per step is
+    the noiseless one × (1 + stall_rate_per_s × stall_ms / 1000)."""
+    stall_ms: float = 0.0
+    noise_seed: int = 0
+    """Seeds the draws of step_cv and the stalls: the same seed gives the same run."""
 
     eos_min_tokens: int = 16
     """Without ignore_eos, a request stops ("stop") after a length drawn deterministically
@@ -259,6 +276,7 @@ _NOT_NEGATIVE = (
     "prefill_per_token_us", "prefill_quadratic_ns", "frontend_base_ms",
     "frontend_per_token_us", "frontend_quadratic_ns", "frontend_per_request_ms",
     "frontend_latency_per_token_us", "engine_wakeup_ms", "word_piece_chars",
+    "step_cv", "stall_rate_per_s", "stall_ms", "noise_seed",
 )
 
 
@@ -270,6 +288,11 @@ def validate(profile: Profile) -> Profile:
     for key in _NOT_NEGATIVE:
         if getattr(profile, key) < 0:
             raise ProfileError(f"profile {profile.name}: {key} must not be negative")
+    if profile.step_cv >= MAX_STEP_CV:
+        raise ProfileError(f"profile {profile.name}: step_cv must be below {MAX_STEP_CV:g}")
+    if profile.stall_rate_per_s > MAX_STALL_RATE_PER_S:
+        raise ProfileError(f"profile {profile.name}: stall_rate_per_s must be at most "
+                           f"{MAX_STALL_RATE_PER_S:g}")
     if profile.vocab_size < 64:
         raise ProfileError(f"profile {profile.name}: vocab_size must be at least 64")
     if profile.eos_max_tokens < profile.eos_min_tokens:
