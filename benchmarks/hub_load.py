@@ -5,6 +5,7 @@ token two submitters posting runs), then print each route's p50/p99 and its fail
     python benchmarks/hub_load.py                       # 10,000 runs in SQLite, 50 visitors, 2 submitters, 60 s
     python benchmarks/hub_load.py --runs 1000 --users 20 --time 20s --db postgresql://... --workers 2
     python benchmarks/hub_load.py --hostile             # and the hostile mix beside them (locustfiles/hub.py)
+    python benchmarks/hub_load.py --hostile --warmup 30s  # measured after 30 s of the same load (caches warm)
 
 With `--hostile`, a token holder uploads the largest run the hub takes and a records bomb,
 one after the other; an anonymous client asks the calculator's costliest questions and gives
@@ -100,6 +101,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, help="the hub's --workers (default: its own default)")
     parser.add_argument("--hostile", action="store_true", help="the hostile mix beside the visitors")
     parser.add_argument("--idle-sockets", type=int, default=400, help="sockets the hostile mix holds open")
+    parser.add_argument("--warmup", default="", help="a first run of the same load, not measured (e.g. 30s): "
+                                                     "the hub's caches as a hub that has been up a while has them")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -123,10 +126,13 @@ def main() -> None:
                    "LLMLOAD_HUB_IDLE_SOCKETS": str(args.idle_sockets)}
             hostile = 4 if args.hostile else 0
             memory = Memory(hub.pid)
+            locust = [sys.executable, "-m", "locust", "-f", str(ROOT / "locustfiles" / "hub.py"), "--headless",
+                      "--host", where, "-u", str(args.users + 2 + hostile), "-r", "20", "--only-summary"]
+            if args.warmup:
+                subprocess.run([*locust, "-t", args.warmup], env=env, check=False, capture_output=True, text=True)
+                print(f"warm-up: the same load for {args.warmup}, not measured")
             started = time.monotonic()
-            subprocess.run([sys.executable, "-m", "locust", "-f", str(ROOT / "locustfiles" / "hub.py"), "--headless",
-                            "--host", where, "-u", str(args.users + 2 + hostile), "-r", "20", "-t", args.time,
-                            "--csv", str(work / "load"), "--only-summary"], env=env, check=False,
+            subprocess.run([*locust, "-t", args.time, "--csv", str(work / "load")], env=env, check=False,
                            capture_output=True, text=True)
             memory.stop()
             print(f"load: {args.users} visitors + 2 submitters{' + the hostile mix' if args.hostile else ''} "
