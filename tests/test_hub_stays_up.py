@@ -231,28 +231,30 @@ def test_the_calculators_costliest_questions_abandoned(hub):
 
 
 def test_a_sqlite_lock_held_by_another_process(hub):
-    """The store's lock held elsewhere: the hub's static files and every other request keep
-    being answered; a page that needs the store is a 503 in one line naming no path, within
-    the hub's busy wait."""
+    """The store's write lock held elsewhere: the hub keeps its SQLite store in WAL mode, so
+    every page (and its static files) is answered as before; a submission, which must write,
+    is a 503 in one line naming no path, within the hub's busy wait."""
     path = hub.url.removeprefix("sqlite:///")
     holder = sqlite3.connect(path, timeout=1)
     holder.isolation_level = None
+    assert holder.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     holder.execute("BEGIN EXCLUSIVE")
+    holder.execute("UPDATE runs SET tier = tier")
     try:
+        with attacking(lambda: get(f"{hub.base}/runs", timeout=30)[0], threads=4) as answers:
+            for page in ("/static/hub.css", "/leaderboard?model=tiny&context=1K", "/runs", "/models"):
+                started = time.perf_counter()
+                status, body = get(hub.base + page, timeout=10)
+                assert status == 200 and time.perf_counter() - started < VISITOR_P99_S, (page, status, body[:200])
+        assert answers and set(answers) == {200}
+        doc = json.loads(hub.largest)
+        doc["cells"] = doc["cells"][:2]
+        doc["launch_command"] = f"held lock {uuid.uuid4().hex}"  # a run the store does not hold yet
         started = time.perf_counter()
-        status, _ = get(f"{hub.base}/static/hub.css", timeout=10)
-        assert status == 200 and time.perf_counter() - started < VISITOR_P99_S
-        started = time.perf_counter()
-        status, body = get(f"{hub.base}/leaderboard?model=tiny&context=1K", timeout=30)
+        status, body = post(f"{hub.base}/api/runs", hub.token, [("results", "results.json", json.dumps(doc).encode())])
         took = time.perf_counter() - started
         assert status == 503 and body.count(b"\n") <= 1 and path.encode() not in body and b"sqlite" not in body, body
-        assert took < 10, took
-        with attacking(lambda: get(f"{hub.base}/runs", timeout=30)[0], threads=4):
-            for _ in range(10):
-                started = time.perf_counter()
-                assert get(f"{hub.base}/static/hub.css", timeout=10)[0] == 200
-                assert time.perf_counter() - started < VISITOR_P99_S
-                time.sleep(0.2)
+        assert took < 15, took
     finally:
         holder.execute("ROLLBACK")
         holder.close()

@@ -66,7 +66,10 @@ def hub(db_url: str | None, bind: str, profiles_dir: str | None, accept_runs: bo
                                max_checks_per_hour=max_checks_per_hour, auto_approve=auto_approve)
                    if accept_runs else None)
     try:
-        store = open_store(url, write=accept_runs, busy_s=HUB_BUSY_S)
+        if accept_runs:  # the store made (or migrated) for the submissions the workers will write
+            open_store(url, write=True, busy_s=HUB_BUSY_S, wal=True).close()
+        # read only: a store opened for writing takes SQLite's write lock for every read
+        store = open_store(url, busy_s=HUB_BUSY_S, wal=True)
     except StoreError as exc:
         raise store_failed(exc) from None
 

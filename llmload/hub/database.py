@@ -34,7 +34,9 @@ SQLITE_BUSY_S = 30
 """How long a SQLite connection waits for another process's write lock (publishing)."""
 HUB_BUSY_S = 3
 """The same for `llmload hub` (its pages, its workers, its submissions): a visitor gets a 503
-rather than a page that hangs while a lock is held elsewhere."""
+rather than a page that hangs while a lock is held elsewhere. The hub also puts a SQLite
+store in WAL mode (`connect(wal=True)`): its reads never queue behind a submission's write,
+which in SQLite's default mode locks every reader out while it commits."""
 _PG_LOCK_KEY = 0x6C6C6D6C6F6164
 """The PostgreSQL advisory lock held while the schema is migrated ("llmload")."""
 
@@ -88,12 +90,14 @@ def first_line(exc: BaseException) -> str:
     return scrub(text[0].strip() if text else type(inner).__name__)
 
 
-def connect(url: str, *, write: bool, busy_s: float = SQLITE_BUSY_S) -> Engine:
+def connect(url: str, *, write: bool, busy_s: float = SQLITE_BUSY_S, wal: bool = False) -> Engine:
     """The engine of a store URL (nothing is opened yet); a SQLite connection waits up to
-    `busy_s` for another process's lock. Raises StoreError."""
+    `busy_s` for another process's lock, and with `wal` puts the file in write-ahead-log
+    mode (readers never wait for a writer, nor a writer for readers; the mode stays with the
+    file). Raises StoreError."""
     parsed = parse_url(url)
     if parsed.get_backend_name() == "sqlite":
-        return _sqlite_engine(parsed, write=write, busy_s=busy_s)
+        return _sqlite_engine(parsed, write=write, busy_s=busy_s, wal=wal)
     try:
         return sa.create_engine(parsed, connect_args={"connect_timeout": 10}, pool_pre_ping=True)
     except (ModuleNotFoundError, NoSuchModuleError):
@@ -101,7 +105,7 @@ def connect(url: str, *, write: bool, busy_s: float = SQLITE_BUSY_S) -> Engine:
                          "pip install 'llmload[postgres]'") from None
 
 
-def _sqlite_engine(parsed: URL, *, write: bool, busy_s: float) -> Engine:
+def _sqlite_engine(parsed: URL, *, write: bool, busy_s: float, wal: bool = False) -> Engine:
     path = parsed.database
     if path and path != ":memory:" and not path.startswith("file:"):
         if not Path(path).is_absolute():
@@ -124,6 +128,8 @@ def _sqlite_engine(parsed: URL, *, write: bool, busy_s: float) -> Engine:
     def _connect(dbapi_connection, _record) -> None:
         dbapi_connection.isolation_level = None
         dbapi_connection.execute("PRAGMA foreign_keys = ON")
+        if wal and path and path != ":memory:":
+            dbapi_connection.execute("PRAGMA journal_mode = WAL")
 
     @sa.event.listens_for(engine, "begin")
     def _begin(connection) -> None:

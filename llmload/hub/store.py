@@ -267,14 +267,16 @@ class Store:
         return bytes(rows[0].data) if rows else None
 
 
-def open_store(url: str | None = None, *, write: bool = False, busy_s: float = SQLITE_BUSY_S) -> Store:
+def open_store(url: str | None = None, *, write: bool = False, busy_s: float = SQLITE_BUSY_S,
+               wal: bool = False) -> Store:
     """The store at `url` (default: `database.default_url()`), brought to this llmload's
     schema (an empty database becomes an empty store); `write`: it will be published into
     (a SQLite file and its folder are created; each transaction takes the write lock), else
     a SQLite file that does not exist is refused; SQLite waits `busy_s` for another
-    process's lock (`database.HUB_BUSY_S` in the hub). Raises StoreError."""
+    process's lock (`database.HUB_BUSY_S` in the hub); `wal`: the hub's write-ahead log
+    (`database.connect`). Raises StoreError."""
     url = url or default_url()
-    engine = connect(url, write=write, busy_s=busy_s)
+    engine = connect(url, write=write, busy_s=busy_s, wal=wal)
     label = masked(url)
     try:
         migrate(engine, label=label)
