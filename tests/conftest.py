@@ -117,3 +117,18 @@ def two_sim_runs(tmp_path_factory):
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
         outs[label] = (out, r.stdout)
     return outs
+
+
+@pytest.fixture(scope="session")
+def tiny_store(tmp_path_factory):
+    """(store URL, run id) of a SQLite store holding one small predicted run of `tiny` (decode
+    cells at contexts 0 and 256, one and two users): the hub's tests' store."""
+    from tests_helpers import llmload
+    base = tmp_path_factory.mktemp("tiny-store")
+    r = llmload("predict", "tiny", "--contexts", "0,256", "--concurrency", "1,2", "--prefill-contexts", "",
+                "--max-tokens", "32", "--duration", "2s", "--out", base / "run")
+    assert r.returncode == 0, r.stdout + r.stderr
+    url = f"sqlite:///{base / 'hub.sqlite'}"
+    r = llmload("publish", base / "run", "--db", url)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return url, r.stdout.split()[0]

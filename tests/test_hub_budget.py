@@ -23,7 +23,6 @@ from llmload.hub.app import create_app
 from llmload.hub.calculator import offered_profiles
 from llmload.hub.store import open_store
 from llmload.hub.workers import CLIENT_SOCKET, Workers, client_gone
-from tests_helpers import llmload
 
 SLOW = ("/api/calculator?profile=rtx3090-r1-qwen14b-awq&workload=rate&context=1K&rate=60&max_tokens=8192"
         "&window=120s",
@@ -72,17 +71,11 @@ def test_a_cancelled_job_stops_at_its_next_look():
 # ---------------------------------------------------------------------------- the hub's calculator
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory):
+def store(tiny_store):
     """A store holding one predicted run (a fit's question)."""
-    base = tmp_path_factory.mktemp("budget")
-    r = llmload("predict", "tiny", "--contexts", "0,256", "--concurrency", "1,2", "--prefill-contexts", "",
-                "--max-tokens", "32", "--duration", "2s", "--out", base / "run")
-    assert r.returncode == 0, r.stdout + r.stderr
-    url = f"sqlite:///{base / 'hub.sqlite'}"
-    r = llmload("publish", base / "run", "--db", url)
-    assert r.returncode == 0, r.stdout + r.stderr
+    url, rid = tiny_store
     with open_store(url) as opened:
-        yield opened, r.stdout.split()[0]
+        yield opened, rid
 
 
 @pytest.fixture(scope="module")

@@ -29,7 +29,7 @@ from llmload.hub import security
 from llmload.hub.app import create_app
 from llmload.hub.server import FILES_HELD_BACK, Capacity, Limits, connection_cap, serve
 from llmload.hub.store import open_store
-from tests_helpers import llmload, wait_for
+from tests_helpers import wait_for
 
 SLACK_S = 1.5
 """How much later than its limit a connection may be closed here (a busy test machine)."""
@@ -37,16 +37,9 @@ LEADERBOARD = "/leaderboard?model=tiny&context=256"
 
 
 @pytest.fixture(scope="module")
-def stored(tmp_path_factory):
+def stored(tiny_store):
     """The URL of a store holding one predicted run of the model `tiny`."""
-    base = tmp_path_factory.mktemp("connections")
-    r = llmload("predict", "tiny", "--contexts", "0,256", "--concurrency", "1,2", "--prefill-contexts", "",
-                "--max-tokens", "32", "--duration", "2s", "--out", base / "run")
-    assert r.returncode == 0, r.stdout + r.stderr
-    url = f"sqlite:///{base / 'hub.sqlite'}"
-    r = llmload("publish", base / "run", "--db", url)
-    assert r.returncode == 0, r.stdout + r.stderr
-    return url
+    return tiny_store[0]
 
 
 def small_app() -> Flask:

@@ -17,7 +17,6 @@ from llmload.hub.calculator import offered_profiles
 from llmload.hub.store import open_store
 from llmload.hub.tasks import prediction, report_html
 from llmload.hub.workers import Busy, Workers
-from tests_helpers import llmload
 
 
 def spin(store, profiles, *, seconds: float) -> int:
@@ -42,16 +41,9 @@ def lateness_while(job) -> list[float]:
 
 
 @pytest.fixture(scope="module")
-def stored(tmp_path_factory):
+def stored(tiny_store):
     """(store URL, run id) of a store holding one predicted run."""
-    base = tmp_path_factory.mktemp("workers")
-    r = llmload("predict", "tiny", "--contexts", "0,256", "--concurrency", "1,2", "--prefill-contexts", "",
-                "--max-tokens", "32", "--duration", "2s", "--out", base / "run")
-    assert r.returncode == 0, r.stdout + r.stderr
-    url = f"sqlite:///{base / 'hub.sqlite'}"
-    r = llmload("publish", base / "run", "--db", url)
-    assert r.returncode == 0, r.stdout + r.stderr
-    return url, r.stdout.split()[0]
+    return tiny_store
 
 
 def test_the_loop_keeps_running_while_a_thread_computes():
