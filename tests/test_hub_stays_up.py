@@ -16,8 +16,7 @@ import urllib.error
 import urllib.request
 import uuid
 from contextlib import contextmanager
-from dataclasses import dataclass
-from pathlib import Path
+from typing import NamedTuple
 
 import psutil
 import pyarrow as pa
@@ -35,8 +34,7 @@ MEMORY_GROWTH_MB = 400
 """How much the hub's resident memory (process and workers) may grow under one attack."""
 
 
-@dataclass(frozen=True)
-class Hub:
+class Hub(NamedTuple):
     base: str
     url: str
     token: str
