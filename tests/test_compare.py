@@ -66,10 +66,12 @@ def test_terminal_tables_are_aligned(two_sim_runs, tmp_path, monkeypatch):
     assert f"Compare page: compare.html" in out and (tmp_path / "compare.html").exists()
     table = out.split("Sustained decode (cells every run has):\n", 1)[1].split("\n\n", 1)[0]
     header, rule, *lines = [ln for ln in table.splitlines() if not ln.startswith("  No figure")]
-    # Every figure row ends its ratio's digits at the same column, the header's right edge
-    # (aligned, the mark "*" standing outside the digits).
-    edges = {len(ln.rstrip(" *")) for ln in lines if "status" not in ln}
-    assert edges == {len(header) - 2} and len(rule) == len(header), table
+    # Every figure row ends its ratio's digits at the same column, the ratio header's right
+    # edge (aligned, the mark "*" standing outside the digits); the verdicts follow.
+    right = header.index("B/A") + len("B/A")
+    edges = {len(ln[:right].rstrip(" *")) for ln in lines if "status" not in ln}
+    assert edges == {right - 2} and rule.split()[-1] == "-" * len(max(lines, key=len)[right:].strip()), table
+    assert header.rstrip().endswith("B vs A")
     assert "0.5" in table and " *" in table
 
 

@@ -7,6 +7,7 @@ import sys
 import click
 
 from llmload.commands.common import Refused, echo
+from llmload.core import exitcodes
 
 
 @click.command()
@@ -62,8 +63,13 @@ def report(results_dir: str, recompute: bool, allow_missing: bool) -> None:
 @click.option("--html", "html_path", type=click.Path(dir_okay=False),
               help="Where to write the compare page (default: compare.html here; with --json: none).")
 @click.option("--no-html", is_flag=True, help="Do not write the compare page.")
-def compare(results_dirs, as_json, html_path, no_html) -> None:
-    """Compare results directories: DIR_A DIR_B [DIR_C ...] (ratios are each run / A)."""
+@click.option("--confidence", type=click.FloatRange(0.5, 0.999), default=0.95, show_default=True,
+              help="Confidence of the verdicts (better / worse / no difference).")
+@click.option("--fail-on-regression", "fail_pct", type=click.FloatRange(0, min_open=True), metavar="PCT",
+              help="Exit 3 when some cell of a run is worse than A's, with confidence, by more than PCT %.")
+def compare(results_dirs, as_json, html_path, no_html, confidence, fail_pct) -> None:
+    """Compare results directories: DIR_A DIR_B [DIR_C ...] (ratios are each run / A;
+    verdicts where both cells carry intervals, docs/figures.md)."""
     from llmload.output.pages.compare import CompareError
     from llmload.output.rundir.comparedirs import compare_dirs
     try:
@@ -71,7 +77,8 @@ def compare(results_dirs, as_json, html_path, no_html) -> None:
             html_path = None  # --json alone prints JSON and nothing else
         else:
             html_path = html_path or "compare.html"
-        text, page = compare_dirs(list(results_dirs), as_json=as_json, html_path=html_path)
+        text, page, comparison = compare_dirs(list(results_dirs), as_json=as_json, html_path=html_path,
+                                              confidence=confidence)
     except CompareError as exc:  # also a results.json the loader refused
         raise Refused(str(exc)) from None
     except OSError as exc:
@@ -80,6 +87,12 @@ def compare(results_dirs, as_json, html_path, no_html) -> None:
     echo(text)
     if page and not as_json:
         echo(f"\nCompare page: {page}")
+    if fail_pct is not None:
+        worse = comparison.regressions(fail_pct)
+        for cell, figure, run, v in worse:
+            click.echo(f"regression: {run} {cell} {figure}: {v.text()}", err=True)
+        if worse:
+            sys.exit(exitcodes.REGRESSION)
 
 
 @click.command()

@@ -7,6 +7,8 @@
 - 2 `BAD_INPUT`: bad options, scenario file or results directory; nothing was measured. The
   same in every command for a missing or damaged file read (results.json, records, a
   profile) and for an output that cannot be written.
+- 3 `REGRESSION`: `llmload compare --fail-on-regression PCT` found a cell of a run worse
+  than the reference's, with confidence, by more than PCT percent.
 - 128 + signal: interrupted; 130 for SIGINT (Ctrl-C), 143 for SIGTERM, 129 for SIGHUP.
   The cells measured so far are saved.
 
@@ -23,6 +25,7 @@ from llmload.core.model.results import Results
 OK = 0
 CELL_ERRORS = 1
 BAD_INPUT = 2
+REGRESSION = 3
 SIGNAL_BASE = 128
 
 #: The one table: every exit status an llmload command gives, and what it means. The README's
@@ -31,6 +34,7 @@ TABLE: dict[int, str] = {
     OK: "the run or command finished; no cell's error rate above --max-error-rate",
     CELL_ERRORS: "run-time failure: a cell's error rate above the bound, or the run stopped early",
     BAD_INPUT: "bad input: options, a scenario file, a results directory, a file read or an output",
+    REGRESSION: "compare --fail-on-regression: a cell worse than the reference, with confidence, by more than PCT",
     SIGNAL_BASE + signal.SIGHUP: "interrupted by SIGHUP; the measured cells saved",
     SIGNAL_BASE + signal.SIGINT: "interrupted by SIGINT (Ctrl-C); the measured cells saved",
     SIGNAL_BASE + signal.SIGTERM: "interrupted by SIGTERM; the measured cells saved",

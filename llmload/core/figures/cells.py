@@ -28,6 +28,7 @@ from llmload.core.quantiles import quantile
 from llmload.core.figures.metrics import MAX_ERROR_SAMPLES, WindowFigures, median_prefill, window_figures
 from llmload.core.figures.energy import cell_energy
 from llmload.core.figures.goodput import request_goodput
+from llmload.core.figures.intervals import cell_intervals
 from llmload.core.model.records import SETTLE_TAG, RequestRecord
 from llmload.core.units import format_duration_s
 from llmload.core.figures.traffic import (OPEN_LOOP_TAGS, SESSION_TAG, cached_prompt_ratio, open_loop_figures,
@@ -127,7 +128,7 @@ def decode_cell(planned: PlannedCell, records: list[RequestRecord], facts: CellF
                                 preemptions=preemptions, load=load, users_idle=users_idle)
     # A failed warm-up is a failed request of the cell, always counted the same way: on both
     # sides of the error rate (errors / requests_attempted), so it never exceeds 1.
-    return replace(
+    cell = replace(
         _window(not_run_cell(planned), fig), status=status, reason=reason,
         requests_attempted=(fig.requests_attempted or 0) + len(warm) + len(settle), errors=errors, error_samples=tuple(samples),
         server_load=ServerLoad(max_waiting=max_waiting, median_waiting=median_waiting, preemptions=preemptions),
@@ -144,6 +145,7 @@ def decode_cell(planned: PlannedCell, records: list[RequestRecord], facts: CellF
         slo=request_goodput(decode, t0, t1, facts.slo),
         energy=(cell_energy(facts.power, output_tokens=fig.output_tokens, idle_power_w=facts.idle_power_w)
                 if facts.power is not None else CellEnergy()))
+    return replace(cell, intervals=cell_intervals(cell, decode, t0, t1, open_loop=False, slo=facts.slo))
 
 
 def session_cell(planned: PlannedCell, records: list[RequestRecord], facts: CellFacts) -> CellResult:
@@ -219,7 +221,7 @@ def open_loop_cell(planned: PlannedCell, records: list[RequestRecord], facts: Ce
         prompt_tokens_edges=fig.prompt_hist[0], prompt_tokens_hist=fig.prompt_hist[1],
         output_tokens_edges=fig.output_hist[0], output_tokens_hist=fig.output_hist[1],
         ttft_by_prompt_tokens=fig.ttft_by_prompt[0], ttft_by_prompt_ms=fig.ttft_by_prompt[1])
-    return replace(
+    cell = replace(
         _window(not_run_cell(planned), span), status=status, reason=reason, prompt_tok_s=fig.prompt_tok_s,
         # TTFT with the unfinished requests in it (at least their time so far)
         ttft_ms=fig.ttft_ms, ttft_p90_ms=fig.ttft_p90_ms, ttft_p99_ms=fig.ttft_p99_ms,
@@ -237,6 +239,7 @@ def open_loop_cell(planned: PlannedCell, records: list[RequestRecord], facts: Ce
         energy=(cell_energy(facts.power, output_tokens=win.output_tokens, idle_power_w=facts.idle_power_w)
                 if facts.power is not None else CellEnergy()),
         traffic=traffic)
+    return replace(cell, intervals=cell_intervals(cell, requests, t0, t1, open_loop=True, slo=facts.slo))
 
 
 def _decode_check(decode: list[RequestRecord], facts: CellFacts) -> ServerCheck | None:

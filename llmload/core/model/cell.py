@@ -187,8 +187,43 @@ class CellTraffic:
     counted as its time so far, may raise them; the page shows them as "> value"."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CellIntervals:
+    """The confidence interval of each headline figure (`llmload.core.figures.intervals`):
+    `<figure>_ci_low`, `<figure>_ci_high` at `ci_confidence`; None where the figure has no
+    interval (no figure, or too few sub-windows with a value)."""
+
+    ci_method: str | None = None
+    """"batch_means" (sub-windows of the cell's one window)."""
+    ci_confidence: float | None = None
+    ci_batches: int | None = None
+    """The sub-windows the window was cut into: an interval has at most ci_batches − 1
+    degrees of freedom."""
+    total_tok_s_ci_low: float | None = None
+    total_tok_s_ci_high: float | None = None
+    per_request_tok_s_ci_low: float | None = None
+    per_request_tok_s_ci_high: float | None = None
+    ttft_ms_ci_low: float | None = None
+    ttft_ms_ci_high: float | None = None
+    ttft_p99_ms_ci_low: float | None = None
+    ttft_p99_ms_ci_high: float | None = None
+    tbt_ms_ci_low: float | None = None
+    tbt_ms_ci_high: float | None = None
+    tbt_p99_ms_ci_low: float | None = None
+    tbt_p99_ms_ci_high: float | None = None
+    e2e_ms_ci_low: float | None = None
+    e2e_ms_ci_high: float | None = None
+    e2e_p99_ms_ci_low: float | None = None
+    e2e_p99_ms_ci_high: float | None = None
+    achieved_rate_rps_ci_low: float | None = None
+    achieved_rate_rps_ci_high: float | None = None
+    goodput_tok_s_ci_low: float | None = None
+    goodput_tok_s_ci_high: float | None = None
+
+
 CELL_GROUPS = {"server_load": ServerLoad, "client_load": ClientLoad, "server_timing": ServerTiming,
-               "slo": CellSlo, "energy": CellEnergy, "traffic": CellTraffic}
+               "slo": CellSlo, "energy": CellEnergy, "traffic": CellTraffic,
+               "intervals": CellIntervals}
 """The CellResult fields that are groups: a results.json cell holds their fields flat."""
 
 
@@ -243,6 +278,7 @@ class CellResult:
     slo: CellSlo = CellSlo()
     energy: CellEnergy = CellEnergy()
     traffic: CellTraffic = CellTraffic()
+    intervals: CellIntervals = CellIntervals()
     records_file: str | None = None
     timing: CellTiming | None = None
     extra: Mapping[str, Any] = field(default_factory=dict, hash=False)

@@ -6,11 +6,16 @@ Pure over the runs' pages (`llmload.output.pages.model.Page`: each cell's raw fi
 self-contained HTML page. Rules:
 - The first run is the reference: every ratio is run / first (B / A, C / A), printed to two
   decimals; a ratio is None when either figure is missing or the reference is 0.
-- A ratio is marked when it differs from 1 by more than the two runs' own noise: the
-  root-sum-square of each cell's relative noise where both results carry one (a cell's
-  `noise_rel` mapping in results.json, figure → relative standard deviation, e.g. from
-  repeated cells; llmload does not write it, so it is one of the cell's keys kept as read,
-  `Point.noise_rel`), else ±NOISE_DEFAULT_REL (5%).
+- A figure both cells carry an interval for (`CellIntervals`, `llmload.core.figures.intervals`)
+  gets a verdict: Welch's test on the log ratio at the comparison's confidence ("better by
+  4.8% (interval 3.9..5.7%)", "worse by ...", or "no difference at 95% confidence"), and
+  its ratio is marked when the verdict is not "no difference". `Comparison.regressions(pct)`
+  lists the verdicts "worse" by more than pct percent (`llmload compare --fail-on-regression`).
+- Elsewhere a ratio is marked when it differs from 1 by more than the two runs' own noise:
+  the root-sum-square of each cell's relative noise where both results carry one (a cell's
+  `noise_rel` mapping in results.json, figure → relative standard deviation; llmload does
+  not write it, so it is one of the cell's keys kept as read, `Point.noise_rel`), else
+  ±NOISE_DEFAULT_REL (5%).
 - Configuration, server and hardware differences come first: a figure means little until
   one knows what changed.
 - Runs of different workloads (`Page.workload`: matrix, sessions, rate, replay) are not
@@ -27,6 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from llmload.core.confidence import CONFIDENCE, Interval, Verdict, verdict
 from llmload.output.formats import MISSING, PHASE_ORDER, cell_label, is_open_loop, phase_words
 from llmload.output.pages.model import Page, Point
 
@@ -96,7 +102,11 @@ class FigureRow:
     noise_rel: tuple[float, ...]
     """The noise each ratio is judged against (NOISE_DEFAULT_REL where unknown)."""
     beyond_noise: tuple[bool, ...]
-    """|ratio − 1| > noise (False for the reference and where the ratio is None)."""
+    """A verdict other than "no difference" where there is one, else |ratio − 1| > noise
+    (False for the reference and where the ratio is None)."""
+    verdicts: tuple[Verdict | None, ...] = ()
+    """Each run against the reference where both carry an interval (None for the reference
+    and where either has none)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -143,6 +153,8 @@ class Comparison:
     workload: tuple[CellRow, ...] = ()
     """The cells of a workload beyond the matrix (session, rate, replay) every run has."""
     noise_default_rel: float = NOISE_DEFAULT_REL
+    confidence: float = CONFIDENCE
+    """The confidence of the verdicts."""
     points: tuple[tuple[Point, ...], ...] = field(default=(), repr=False, compare=False)
     """Each run's page points (`Page.points`), for the compare page's charts; not in `to_dict`."""
 
@@ -154,6 +166,7 @@ class Comparison:
             "prefill": [_row_dict(r) for r in self.prefill],
             "unmatched": [_row_dict(u) for u in self.unmatched],
             "noise_default_rel": self.noise_default_rel,
+            "confidence": self.confidence,
         }
         if self.workload:
             d["workload"] = [_row_dict(r) for r in self.workload]
@@ -161,6 +174,18 @@ class Comparison:
             for row, obj in zip(d.get(section, ()), getattr(self, section)):
                 row["cell"] = obj.label
         return d
+
+
+    def regressions(self, pct: float) -> list[tuple[str, str, str, Verdict]]:
+        """(cell, figure label, run label, verdict) of every figure of a cell some run is worse
+        at than the reference, with confidence, by more than `pct` percent."""
+        out = []
+        for row in (*self.decode, *self.prefill, *self.workload):
+            for f in row.figures:
+                for run, v in zip(self.runs, f.verdicts):
+                    if v is not None and v.worse_by_more_than(pct):
+                        out.append((row.label, f.label, run.label, v))
+        return out
 
 
 def _row_dict(row: CellRow | Unmatched) -> dict[str, Any]:
@@ -182,11 +207,25 @@ def _noise(noise: Mapping[str, Any] | None, figure: str) -> float | None:
     return value if value is not None and value >= 0 else None
 
 
+def _interval(cell: Point, key: str, value: float | None) -> Interval | None:
+    """The cell's interval of `key` around its figure `value`, where it carries one."""
+    if value is None or not cell.ci_dof or not cell.ci_confidence:
+        return None
+    for name, low, high in cell.intervals:
+        if name == key:
+            return Interval(estimate=value, low=low, high=high, dof=cell.ci_dof, confidence=cell.ci_confidence)
+    return None
+
+
 def _figure_row(cells: list[Point], noise_rel: list[Mapping[str, Any] | None],
-                spec: CompareFigure) -> FigureRow:
+                spec: CompareFigure, confidence: float = CONFIDENCE) -> FigureRow:
     """One figure of a cell every run has; `noise_rel`: each run's noise_rel of the cell."""
     key, label, higher, figure = spec
     values = tuple(_number(figure(c)) for c in cells)
+    intervals = [_interval(c, key, v) for c, v in zip(cells, values)]
+    verdicts = tuple(None if i == 0 or intervals[0] is None or intervals[i] is None else
+                     verdict(intervals[0], intervals[i], higher_is_better=higher, confidence=confidence)
+                     for i in range(len(cells)))
     ref = values[0]
     ratios = tuple(v / ref if v is not None and ref else None for v in values)
     ref_noise = _noise(noise_rel[0], key)
@@ -201,9 +240,12 @@ def _figure_row(cells: list[Point], noise_rel: list[Mapping[str, Any] | None],
             noise = NOISE_DEFAULT_REL
         noises.append(noise)
         r = ratios[i]
-        beyond.append(bool(i > 0 and r is not None and abs(r - 1.0) > noise))
+        if verdicts[i] is not None:
+            beyond.append(verdicts[i].word != "no difference")
+        else:
+            beyond.append(bool(i > 0 and r is not None and abs(r - 1.0) > noise))
     return FigureRow(figure=key, label=label, higher_is_better=higher, values=values,
-                     ratios=ratios, noise_rel=tuple(noises), beyond_noise=tuple(beyond))
+                     ratios=ratios, noise_rel=tuple(noises), beyond_noise=tuple(beyond), verdicts=verdicts)
 
 
 def differences(pages: Sequence[Page]) -> tuple[Difference, ...]:
@@ -234,9 +276,9 @@ def _same_workload(pages: Sequence[Page]) -> None:
         raise CompareError(f"cannot compare runs of different workloads ({which})")
 
 
-def compare(pages: Sequence[Page], paths: list[str]) -> Comparison:
-    """The comparison of runs' pages (the first is the reference); runs of different workloads
-    are refused (CompareError)."""
+def compare(pages: Sequence[Page], paths: list[str], *, confidence: float = CONFIDENCE) -> Comparison:
+    """The comparison of runs' pages (the first is the reference), its verdicts at
+    `confidence`; runs of different workloads are refused (CompareError)."""
     if len(pages) < 2:
         raise CompareError("compare needs at least two results directories")
     _same_workload(pages)
@@ -257,12 +299,12 @@ def compare(pages: Sequence[Page], paths: list[str]) -> Comparison:
         rows.setdefault(phase if phase_words(phase).matrix else "workload", []).append(CellRow(
             phase=phase, context_tokens=ctx, concurrency=n, rate_rps=rate,
             statuses=tuple(c.status or "not_run" for c in cells),
-            figures=tuple(_figure_row(cells, noise, f) for f in spec)))
+            figures=tuple(_figure_row(cells, noise, f, confidence) for f in spec)))
     run_rows = tuple(Run(label=_run_label(i), path=p, title=page.title, simulated=page.provenance == "simulated")
                      for i, (page, p) in enumerate(zip(pages, paths)))
     return Comparison(runs=run_rows, differences=differences(pages), decode=tuple(rows["decode"]),
                       prefill=tuple(rows["prefill"]), unmatched=tuple(unmatched),
-                      workload=tuple(rows["workload"]), points=tuple(page.points for page in pages))
+                      workload=tuple(rows["workload"]), confidence=confidence, points=tuple(page.points for page in pages))
 
 
 def _run_label(i: int) -> str:

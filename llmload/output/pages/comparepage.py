@@ -64,6 +64,7 @@ def render_text(c: Comparison) -> str:
     else:
         out.append("  none")
     ratio_heads = [f"{lab}/{ref}" for lab in labels[1:]]
+    verdict_heads = [f"{lab} vs {ref}" for lab in labels[1:]]
     for title, rows, _key in row_sections(c):
         if not rows:
             continue
@@ -72,12 +73,14 @@ def render_text(c: Comparison) -> str:
         table = []
         for row in (r for r in rows if r.has_figures):
             table.append([row.label, "status", *[status_word(s) for s in row.statuses],
-                          *[""] * len(ratio_heads)])
+                          *[""] * (len(ratio_heads) + len(verdict_heads))])
             for f in row.figures:
+                verdicts = f.verdicts[1:] or (None,) * len(verdict_heads)
                 table.append(["", f.label, *[fmt_value(f.figure, v) for v in f.values],
-                              *[fmt_ratio(r, b) for r, b in zip(f.ratios[1:], f.beyond_noise[1:])]])
-        out.append(aligned_table(["cell", "figure", *labels, *ratio_heads], table, indent=2,
-                                 align="ll" + "r" * (len(labels) + len(ratio_heads))))
+                              *[fmt_ratio(r, b) for r, b in zip(f.ratios[1:], f.beyond_noise[1:])],
+                              *[v.short() if v is not None else "" for v in verdicts]])
+        out.append(aligned_table(["cell", "figure", *labels, *ratio_heads, *verdict_heads], table, indent=2,
+                                 align="ll" + "r" * (len(labels) + len(ratio_heads)) + "l" * len(verdict_heads)))
         for statuses, cells in without_figures(rows):
             out.append(f"  No figure in any run ({' / '.join(status_word(s) for s in statuses)}): "
                        + ", ".join(cells))
@@ -88,8 +91,9 @@ def render_text(c: Comparison) -> str:
                                  [[u.label, *[status_word(s) for s in u.statuses]] for u in c.unmatched],
                                  indent=2))
     out.append("")
-    out.append(f"* the ratio differs from 1 by more than the runs' noise (±{c.noise_default_rel:.0%} "
-               "where the runs do not carry their own).")
+    out.append(f"* a difference at {c.confidence:.0%} confidence: Welch's test on the two cells' intervals "
+               "(docs/figures.md); where a cell carries no interval, a ratio beyond the runs' noise "
+               f"(±{c.noise_default_rel:.0%} where the runs do not carry their own).")
     return "\n".join(out)
 
 

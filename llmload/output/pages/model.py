@@ -165,6 +165,11 @@ class Point:
     ttft_by_prompt_ms: tuple[Any, ...] = ()
     noise_rel: Any = None
     """The cell's relative noise per figure where its results carry one (`noise_rel`)."""
+    intervals: tuple[tuple[str, float, float], ...] = ()
+    """(figure, low, high): the confidence intervals the cell carries (`CellIntervals`)."""
+    ci_dof: int | None = None
+    """The degrees of freedom behind them (sub-windows − 1)."""
+    ci_confidence: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -9,6 +9,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from llmload.core.figures.intervals import HEADLINE
 from llmload.core.figures.slo import BY_NORMAL, parse_slo
 from llmload.core.model.cell import CellResult
 from llmload.core.model.results import Results
@@ -44,7 +45,20 @@ def point(cell: CellResult) -> Point:
         output_tokens_edges=tuple(traffic.output_tokens_edges), output_tokens_hist=tuple(traffic.output_tokens_hist),
         ttft_by_prompt_tokens=tuple(traffic.ttft_by_prompt_tokens), ttft_by_prompt_ms=tuple(traffic.ttft_by_prompt_ms),
         noise_rel=cell.extra.get("noise_rel"),
+        intervals=cell_intervals(cell),
+        ci_dof=cell.intervals.ci_batches - 1 if cell.intervals.ci_batches else None,
+        ci_confidence=cell.intervals.ci_confidence,
     )
+
+
+def cell_intervals(cell: CellResult) -> tuple[tuple[str, float, float], ...]:
+    """(figure, low, high) of each headline figure the cell carries an interval for."""
+    out = []
+    for name, _ in HEADLINE:
+        low, high = getattr(cell.intervals, f"{name}_ci_low"), getattr(cell.intervals, f"{name}_ci_high")
+        if low is not None and high is not None:
+            out.append((name, float(low), float(high)))
+    return tuple(out)
 
 
 def points(cells: Sequence[CellResult]) -> tuple[Point, ...]:

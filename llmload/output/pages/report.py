@@ -61,6 +61,6 @@ def echo_matrix(results: Results, echo: Callable[[str], None]) -> None:
     echo_page(build_page(results), echo)
 
 
-def compare_runs(runs: Sequence[Results], paths: list[str]) -> Comparison:
+def compare_runs(runs: Sequence[Results], paths: list[str], **kw) -> Comparison:
     """The comparison of runs (`llmload.output.pages.compare.compare`), each made its page first."""
-    return compare([build_page(r) for r in runs], paths)
+    return compare([build_page(r) for r in runs], paths, **kw)

@@ -135,6 +135,15 @@ Top level:
     session cell, context_tokens is the shared system prompt S and concurrency the users; for
     a rate cell, concurrency is 0 and the plan's rate_rps names the rate; plan entries carry
     rate_rps and turns (null for the matrix).
+  - intervals (`llmload.core.model.cell.CellIntervals`, `llmload.core.figures.intervals`;
+    null where a figure has none): ci_method ("batch_means": sub-windows of the cell's
+    window), ci_confidence (0.95), ci_batches (the sub-windows), and for each headline
+    figure its interval: total_tok_s_ci_low, total_tok_s_ci_high, per_request_tok_s_ci_low,
+    per_request_tok_s_ci_high, ttft_ms_ci_low, ttft_ms_ci_high, ttft_p99_ms_ci_low,
+    ttft_p99_ms_ci_high, tbt_ms_ci_low, tbt_ms_ci_high, tbt_p99_ms_ci_low, tbt_p99_ms_ci_high,
+    e2e_ms_ci_low, e2e_ms_ci_high, e2e_p99_ms_ci_low, e2e_p99_ms_ci_high,
+    achieved_rate_rps_ci_low, achieved_rate_rps_ci_high, goodput_tok_s_ci_low,
+    goodput_tok_s_ci_high (absent before they came, within version 2).
 - energy (optional): {"status": "measured" | "not_measured" | "off", "reason", "gpus",
   "idle_power_w", "source"}.
 """
