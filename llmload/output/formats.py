@@ -199,3 +199,13 @@ def page_cells(results: Results) -> tuple[CellResult, ...]:
 
 def phase_cells(cells: Sequence[CellResult], phase: str) -> list[CellResult]:
     return [c for c in cells if c.phase == phase]
+
+
+def plus_minus(cell: CellResult, name: str, fmt: str) -> str:
+    """" ±h" after a figure that carries an interval (h its half-width, in `fmt` as the
+    figure is written), "" where it carries none: "TBT 21.4 ±0.3 ms"."""
+    low = getattr(cell.intervals, f"{name}_ci_low", None)
+    high = getattr(cell.intervals, f"{name}_ci_high", None)
+    if low is None or high is None:
+        return ""
+    return f" ±{format((high - low) / 2, fmt)}"

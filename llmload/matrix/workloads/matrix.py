@@ -15,7 +15,7 @@ from llmload.core.model.cell import CellResult
 from llmload.core.scenario import Scenario
 from llmload.core.units import format_tokens
 from llmload.io.probe import ServerInfo
-from llmload.output.formats import cell_label
+from llmload.output.formats import cell_label, plus_minus
 from llmload.matrix.workloads.part import Measure, Runner
 
 
@@ -51,9 +51,10 @@ def summary(c: CellResult) -> str:
                 f"TTFT {c.ttft_ms:,.0f} ms ({status})")
     if c.total_tok_s is None:
         return f"{status}: {c.reason or ''}"
-    tbt = f"{c.tbt_ms:.1f}" if c.tbt_ms is not None else "—"
-    ttft = f"{c.ttft_ms:,.0f}" if c.ttft_ms is not None else "—"
-    return (f"{status}: {c.total_tok_s:,.1f} tok/s total, TBT {tbt} ms, TTFT {ttft} ms, "
+    tbt = f"{c.tbt_ms:.1f}{plus_minus(c, 'tbt_ms', '.2f')}" if c.tbt_ms is not None else "—"
+    ttft = f"{c.ttft_ms:,.0f}{plus_minus(c, 'ttft_ms', ',.1f')}" if c.ttft_ms is not None else "—"
+    total = f"{c.total_tok_s:,.1f}{plus_minus(c, 'total_tok_s', ',.1f')}"
+    return (f"{status}: {total} tok/s total, TBT {tbt} ms, TTFT {ttft} ms, "
             f"{c.output_tokens:,} tokens in {c.measured_s:.1f} s"
             + (f" — {c.reason}" if c.reason else ""))
 

@@ -1,5 +1,6 @@
 """measurements.csv's table (`measurements`): one row per cell of the page, in page order, its
-values raw (numbers, empty where missing) under results.json's cell keys, snake_case; a run
+values raw (numbers, empty where missing) under results.json's cell keys, snake_case, the
+headline figures' intervals among them; a run
 beyond the matrix adds its traffic figures, lists ";"-joined (`join_csv_list`, read back with
 `split_csv_list`). The rows go into the page (`Page.measurements`); writing them is
 `llmload.output.pages.csvfile`'s.
@@ -11,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import fields
 from typing import Any
 
-from llmload.core.model.cell import CellResult, CellTraffic
+from llmload.core.model.cell import CellIntervals, CellResult, CellTraffic
 from llmload.core.model.document import cell_to_dict
 from llmload.core.model.results import Results
 from llmload.output.pages.model import Measurements
@@ -29,6 +30,8 @@ CSV_COLUMNS = [
     "server_check_figure", "server_check_client", "server_check_server", "server_check_agrees",
     "server_ttft_ms", "server_queue_ms", "server_mean_itl_ms", "server_timing_requests",
     "prefill_source", "reason",
+    # the headline figures' intervals (`CellIntervals`): ci_method, ci_confidence, ci_batches, <figure>_ci_low/high
+    *(f.name for f in fields(CellIntervals)),
 ]
 #: The traffic figures (`CellTraffic`), after CSV_COLUMNS in the CSV of a run whose workload is
 #: not the matrix (a matrix run's CSV has CSV_COLUMNS only); lists are ";"-joined
