@@ -26,6 +26,7 @@ SCENARIO_OPTIONS = {
     "over_context": "over_context", "sample": "sample", "length_scale": "length_scale",
     "max_prompt_tokens": "max_prompt_tokens", "prompt_tokens": "prompt_tokens", "output_tokens": "output_tokens",
     "seed": "seed", "dataset": "dataset", "output_length": "output_length",
+    "repeat": "repeat", "repeat_cooldown": "repeat_cooldown_s", "same_prompts": "same_prompts", "until_ci": "until_ci",
 }
 
 
@@ -105,6 +106,14 @@ def workload_options(command):
 @click.option("--workload", type=click.Choice(["matrix", "sessions", "rate", "replay"]),
               help="matrix (default): the speed test matrix; sessions: chat conversations; rate: open-loop "
               "arrivals; replay: a trace (docs/workloads.md).")
+@click.option("--repeat", type=click.IntRange(1, 1000), metavar="N",
+              help="Measure the whole plan N times, round after round; each figure then carries "
+              "Student's t interval over the rounds (with --until-ci: at most N).")
+@click.option("--repeat-cooldown", metavar="D", help="Wait D between rounds, e.g. 30s.")
+@click.option("--same-prompts", is_flag=True, default=None,
+              help="Every round sends the same prompts (default: each round its own, no warm prefix cache).")
+@click.option("--until-ci", metavar="PCT",
+              help="Repeat a cell until its headline figure's interval half-width is within PCT%% of it.")
 @workload_options
 def run(scenario_file, out_dir, resume_dir, force, max_error_rate, master_bind, expect_workers, api_key,
         **options) -> None:
@@ -136,15 +145,19 @@ def run(scenario_file, out_dir, resume_dir, force, max_error_rate, master_bind, 
             except ResultsError as exc:
                 raise Refused(scrub(f"--resume: {exc}")) from None
         scenario = workload_checked(resolve(base, file_values, cli_values))
+        if scenario.until_ci is not None and scenario.repeat < 3:
+            raise ValueError(f"--until-ci needs --repeat N, the most repeats, of at least 3 (got {scenario.repeat}): "
+                             "an interval needs three values")
     except (ScenarioError, ValueError, OSError) as exc:
         raise click.UsageError(scrub(str(exc))) from None
     except TraceError as exc:
         raise Refused(scrub(str(exc))) from None
     with _interrupt_on_signals():
         try:
-            out = run_matrix(scenario, api_key=api_key or None, out_dir=resume_dir or out_dir,
-                             master_bind=master_bind, expect_workers=expect_workers, echo=echo,
-                             force=force, resume=bool(resume_dir))
+            from llmload.matrix.repeats import is_repeated, run_repeated
+            out = (run_repeated if is_repeated(scenario) else run_matrix)(
+                scenario, api_key=api_key or None, out_dir=resume_dir or out_dir, master_bind=master_bind,
+                expect_workers=expect_workers, echo=echo, force=force, resume=bool(resume_dir))
         except (RunDirError, PlanRefused) as exc:
             raise Refused(scrub(str(exc))) from None
         except OSError as exc:

@@ -120,6 +120,17 @@ class Scenario:
     "natural" (up to it: the model may stop)."""
     seed: int = 0
     """The seed of the drawn lengths and of a dataset's order: the same seed sends the same."""
+    repeat: int = 1
+    """Times the whole plan is measured, round after round (`llmload.matrix.repeats`); with
+    until_ci, the most."""
+    repeat_cooldown_s: float = 0.0
+    """Seconds waited between two rounds."""
+    same_prompts: bool = False
+    """Every round sends the same prompts (else each its own, so no round is served from the
+    prefix cache the one before warmed)."""
+    until_ci: float | None = None
+    """Repeat a cell until its headline figure's interval half-width is within this percent
+    of it (at most `repeat` times)."""
     max_in_flight: int = 256
     """Rate and replay: the most requests in flight at once (all processes); an arrival that
     finds it full waits, and the cell says so."""

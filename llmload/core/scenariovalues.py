@@ -289,6 +289,10 @@ PARSERS: dict[str, Callable[[Any], Any]] = {
     "prompt_tokens": _lengths,
     "output_tokens": _lengths,
     "seed": _int_at_least(0),
+    "repeat": _int_at_least(1, 1000),
+    "repeat_cooldown_s": lambda v: 0.0 if v in (None, "", 0, "0", "0s") else parse_duration(v),
+    "same_prompts": _bool,
+    "until_ci": lambda v: None if v is None or v == "" else _until_ci(v),
     "dataset": _dataset,
     "output_length": lambda v: _choice(v, "output_length", ("exact", "natural")),
     "max_in_flight": _int_at_least(1, 100_000),
@@ -300,3 +304,11 @@ PARSERS: dict[str, Callable[[Any], Any]] = {
     "length_scale": _positive_number,
     "max_prompt_tokens": _optional_tokens,
 }
+
+
+def _until_ci(value: Any) -> float:
+    """--until-ci PCT: a half-width in percent of the figure, above 0 and below 100."""
+    pct = _positive_number(str(value).rstrip("%"))
+    if not 0 < pct < 100:
+        raise ValueError(f"until_ci must be a percentage above 0 and below 100, got {value!r}")
+    return float(pct)

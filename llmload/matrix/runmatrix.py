@@ -32,23 +32,27 @@ from llmload.output.pages.report import echo_matrix
 
 def run_matrix(scenario: Scenario, *, api_key: str | None = None, out_dir: str | None = None,
                master_bind: str | None = None, expect_workers: int | None = None,
-               echo: Callable[[str], None] = print, force: bool = False, resume: bool = False) -> str:
+               echo: Callable[[str], None] = print, force: bool = False, resume: bool = False,
+               run_id: str | None = None, skip: frozenset = frozenset()) -> str:
     """Run the scenario's matrix; returns the results directory. Raises RunError/ProbeError/
     RunDirError. With `resume`, out_dir holds an earlier run of this scenario: its finished
-    cells are kept and the rest are run (the caller passes the scenario it stored)."""
+    cells are kept and the rest are run (the caller passes the scenario it stored). A repeat
+    (`llmload.matrix.repeats`) gives its `run_id` (its prompts' seed) and the cells to `skip`
+    (keys: left "not_run", sure enough after the earlier repeats)."""
     from llmload.output.rundir.directory import claim
     # A given --out is claimed (created, locked, checked) before anything starts.
     run_dir = claim(out_dir, force=force, resume=resume) if out_dir else None
     try:
         return _run_matrix(scenario, api_key=api_key, run_dir=run_dir, master_bind=master_bind,
-                           expect_workers=expect_workers, echo=echo)
+                           expect_workers=expect_workers, echo=echo, run_id=run_id, skip=skip)
     finally:
         if run_dir is not None:
             run_dir.release()
 
 
 def _run_matrix(scenario: Scenario, *, api_key: str | None, run_dir, master_bind: str | None,
-                expect_workers: int | None, echo: Callable[[str], None]) -> str:
+                expect_workers: int | None, echo: Callable[[str], None], run_id: str | None = None,
+                skip: frozenset = frozenset()) -> str:
     from llmload.output.rundir.directory import RunDirError, claim, differences, finished_cells, resume_differences
     runner = runner_of(scenario)
     read = runner.read(scenario)  # a trace, read before the server starts
@@ -68,7 +72,7 @@ def _run_matrix(scenario: Scenario, *, api_key: str | None, run_dir, master_bind
         echo_server(info, echo)
         # Its trace, dataset or conversations fitted to the server (PlanRefused where none fits).
         ctx = RunContext(scenario=scenario, info=info, echo=echo, api_key=api_key,
-                         **runner.fit(scenario, info, api_key, echo, read))
+                         **({"run_id": run_id} if run_id else {}), **runner.fit(scenario, info, api_key, echo, read))
         plan = plan_for(scenario, info, trace=ctx.trace, dataset=ctx.dataset, conversations=ctx.conversations)
         runner.refuse(plan)
         # Text prompts are fitted to the server's count once per length; an over-capacity
@@ -108,6 +112,7 @@ def _run_matrix(scenario: Scenario, *, api_key: str | None, run_dir, master_bind
                 writer.resume(previous, meta)
             else:
                 writer.start(replace(meta, started_at=utc_now_iso()))
+            done = {**{k: None for k in skip}, **done}  # a skipped cell stays "not_run"
             _drive(ctx, prompts, plan, writer, done, master_bind=master_bind, expect_workers=expect_workers)
         finally:
             if owned is not None:

@@ -190,15 +190,25 @@ class CellTraffic:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CellIntervals:
     """The confidence interval of each headline figure (`llmload.core.figures.intervals`):
-    `<figure>_ci_low`, `<figure>_ci_high` at `ci_confidence`; None where the figure has no
-    interval (no figure, or too few sub-windows with a value)."""
+    `<figure>_ci_low`, `<figure>_ci_high` at `ci_confidence`, and with repeats `<figure>_cv`;
+    None where the figure has none (no figure, or too few values for a spread)."""
 
     ci_method: str | None = None
-    """"batch_means" (sub-windows of the cell's one window)."""
+    """"batch_means" (sub-windows of the cell's one window) or "repeats" (Student's t over
+    the repeats' values, `llmload.core.figures.repeats`)."""
     ci_confidence: float | None = None
     ci_batches: int | None = None
-    """The sub-windows the window was cut into: an interval has at most ci_batches − 1
-    degrees of freedom."""
+    """Batch means: the sub-windows the window was cut into (at most ci_batches − 1 degrees
+    of freedom)."""
+    repeats: int | None = None
+    """Repeats: how many times the cell was measured (the interval's degrees of freedom are
+    repeats − 1)."""
+    until_ci_pct: float | None = None
+    """`--until-ci`: the half-width asked of the cell's headline figure, percent of it."""
+    until_ci_reached: bool | None = None
+    """Whether it got there (False: it stopped at the most repeats without)."""
+    prompt_tok_s_ci_low: float | None = None
+    prompt_tok_s_ci_high: float | None = None
     total_tok_s_ci_low: float | None = None
     total_tok_s_ci_high: float | None = None
     per_request_tok_s_ci_low: float | None = None
@@ -219,6 +229,17 @@ class CellIntervals:
     achieved_rate_rps_ci_high: float | None = None
     goodput_tok_s_ci_low: float | None = None
     goodput_tok_s_ci_high: float | None = None
+    prompt_tok_s_cv: float | None = None
+    total_tok_s_cv: float | None = None
+    per_request_tok_s_cv: float | None = None
+    ttft_ms_cv: float | None = None
+    ttft_p99_ms_cv: float | None = None
+    tbt_ms_cv: float | None = None
+    tbt_p99_ms_cv: float | None = None
+    e2e_ms_cv: float | None = None
+    e2e_p99_ms_cv: float | None = None
+    achieved_rate_rps_cv: float | None = None
+    goodput_tok_s_cv: float | None = None
 
 
 CELL_GROUPS = {"server_load": ServerLoad, "client_load": ClientLoad, "server_timing": ServerTiming,

@@ -47,7 +47,8 @@ def summary(c: CellResult) -> str:
     if c.phase == "prefill":
         if c.prompt_tok_s is None:
             return f"prefill {format_tokens(c.context_tokens)}: {status} {c.reason or ''}"
-        return (f"prefill {format_tokens(c.context_tokens)}: {c.prompt_tok_s:,.0f} prompt tok/s, "
+        return (f"prefill {format_tokens(c.context_tokens)}: {c.prompt_tok_s:,.0f}"
+                f"{plus_minus(c, 'prompt_tok_s', ',.0f')} prompt tok/s, "
                 f"TTFT {c.ttft_ms:,.0f} ms ({status})")
     if c.total_tok_s is None:
         return f"{status}: {c.reason or ''}"

@@ -46,7 +46,7 @@ def point(cell: CellResult) -> Point:
         ttft_by_prompt_tokens=tuple(traffic.ttft_by_prompt_tokens), ttft_by_prompt_ms=tuple(traffic.ttft_by_prompt_ms),
         noise_rel=cell.extra.get("noise_rel"),
         intervals=cell_intervals(cell),
-        ci_dof=cell.intervals.ci_batches - 1 if cell.intervals.ci_batches else None,
+        ci_dof=(cell.intervals.repeats or cell.intervals.ci_batches or 1) - 1 or None,
         ci_confidence=cell.intervals.ci_confidence,
     )
 

@@ -35,6 +35,8 @@ from llmload.output.rundir.resultsfile import CSV_FILE, HTML_FILE, REPORT_FILE, 
 LOCK_FILE = ".llmload.lock"
 #: The files of a run besides records/ (removed when --force replaces it).
 RUN_FILES = (RESULTS_FILE, CSV_FILE, REPORT_FILE, HTML_FILE)
+REPEATS_DIR = "repeats"
+"""A repeated run's rounds: REPEATS_DIR/1, REPEATS_DIR/2, ... each a results directory (`llmload.matrix.repeats`)."""
 #: Cell statuses of a cell that still has to run when a run is resumed.
 UNFINISHED = frozenset({"not_run", "running", "interrupted"})
 #: Server facts that do not make a resumed run a different measurement.
@@ -109,8 +111,9 @@ def _remove_run(folder: Path) -> None:
     try:
         for name in RUN_FILES:
             (folder / name).unlink(missing_ok=True)
-        if (folder / RECORDS_DIR).is_dir():
-            shutil.rmtree(folder / RECORDS_DIR)
+        for sub in (RECORDS_DIR, REPEATS_DIR):
+            if (folder / sub).is_dir():
+                shutil.rmtree(folder / sub)
     except OSError as e:
         raise RunDirError(f"--force {folder}: cannot remove the run it holds: {e.strerror or e}") from None
 

@@ -1,0 +1,146 @@
+"""`llmload run --repeat N` on the simulator: the whole plan round after round, each round an
+ordinary results directory with its own prompts, the combined cells with Student's t over
+the rounds; --until-ci stopping a cell (or the run) once sure, and saying when it never got
+there; --resume running the missing rounds; compare's verdicts from repeats."""
+
+import json
+import math
+import statistics
+
+import pytest
+
+from llmload.core.figures.repeats import combine_cells, sure
+from llmload.core.model.cell import CellResult
+from llmload.matrix import repeats
+from tests_helpers import llmload
+
+RUN = ("run", "--sim-profile", "tiny", "--contexts", "0", "--prefill-contexts", "1K", "--concurrency", "1,4",
+       "--duration", "1s", "--max-tokens", "32")
+
+
+def cells_by_key(out):
+    doc = json.loads((out / "results.json").read_text())
+    return doc, {(c["phase"], c["concurrency"]): c for c in doc["cells"]}
+
+
+@pytest.fixture(scope="module")
+def repeated(tmp_path_factory, request):
+    out = tmp_path_factory.mktemp("rep") / "run"
+    seen = []
+    real = repeats.run_matrix
+
+    def spy(scenario, **kw):
+        seen.append(kw["run_id"])
+        return real(scenario, **kw)
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(repeats, "run_matrix", spy)
+    try:
+        r = llmload(*RUN, "--repeat", "3", "--out", out)
+    finally:
+        mp.undo()
+    assert r.returncode == 0, r.stdout + r.stderr
+    return out, r, seen
+
+
+def test_each_round_is_a_run_of_the_whole_plan_with_its_own_prompts(repeated):
+    out, r, seen = repeated
+    for i in (1, 2, 3):
+        doc, cells = cells_by_key(out / "repeats" / str(i))
+        assert doc["status"] == "complete" and {k for k, c in cells.items() if c["status"] == "valid"} == {
+            ("prefill", 1), ("decode", 1), ("decode", 4)}
+        assert all(c["records_file"] for c in cells.values())
+    assert len(set(seen)) == 3  # a prompt seed per round: no round served from the last one's cache
+    # Round after round: every cell of round 1 before any of round 2.
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("repeat ")]
+    assert [ln.split()[1] for ln in lines] == ["1/3"] * 3 + ["2/3"] * 3 + ["3/3"] * 3, lines
+    assert "the 3 repeats combined" in r.stdout and f"Report: {out / 'report.md'}" in r.stdout
+
+
+def test_the_combined_cell_is_the_rounds_mean_with_students_t(repeated):
+    out, _, _ = repeated
+    doc, cells = cells_by_key(out)
+    assert doc["status"] == "complete" and doc["config"]["repeat"] == 3
+    rounds = [cells_by_key(out / "repeats" / str(i))[1] for i in (1, 2, 3)]
+    for key, figure in ((("decode", 4), "total_tok_s"), (("decode", 1), "tbt_ms"), (("prefill", 1), "prompt_tok_s")):
+        values = [rnd[key][figure] for rnd in rounds]
+        cell = cells[key]
+        assert cell["repeats"] == 3 and cell["ci_method"] == "repeats"
+        assert cell[figure] == pytest.approx(statistics.mean(values))
+        half = 4.303 * statistics.stdev(values) / math.sqrt(3)  # t(0.975, 2)
+        assert cell[f"{figure}_ci_high"] - cell[figure] == pytest.approx(half, rel=1e-3)
+        assert cell[f"{figure}_cv"] == pytest.approx(statistics.stdev(values) / statistics.mean(values))
+    # Counts add up over the rounds.
+    assert cells[("decode", 4)]["output_tokens"] == sum(rnd[("decode", 4)]["output_tokens"] for rnd in rounds)
+    csv = (out / "measurements.csv").read_text().splitlines()[0].split(",")
+    assert {"repeats", "total_tok_s_ci_low", "total_tok_s_cv"} <= set(csv)
+
+
+def test_resume_runs_only_the_missing_rounds(repeated, tmp_path):
+    import shutil
+    out = tmp_path / "run"
+    shutil.copytree(repeated[0], out)
+    kept = (out / "repeats" / "1" / "results.json").stat().st_mtime_ns
+    shutil.rmtree(out / "repeats" / "3")
+    r = llmload("run", "--resume", out)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "=== repeat 3/3" in r.stdout and "=== repeat 1/3" not in r.stdout
+    assert (out / "repeats" / "1" / "results.json").stat().st_mtime_ns == kept
+    doc, cells = cells_by_key(out)
+    assert doc["status"] == "complete" and cells[("decode", 4)]["repeats"] == 3
+
+
+def test_compare_of_repeated_runs_judges_by_the_repeats(repeated):
+    out = repeated[0]
+    r = llmload("compare", out, out, "--json")
+    doc = json.loads(r.stdout)
+    tbt = next(f for f in doc["decode"][0]["figures"] if f["figure"] == "tbt_ms")
+    assert tbt["verdicts"][1]["word"] == "no difference" and tbt["verdicts"][1]["change_pct"] == 0
+
+
+def test_until_ci_stops_the_run_once_every_cell_is_sure(tmp_path):
+    out = tmp_path / "loose"
+    r = llmload(*RUN, "--repeat", "5", "--until-ci", "50", "--out", out)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "no more rounds" in r.stdout and not (out / "repeats" / "4").exists()
+    doc, cells = cells_by_key(out)
+    assert doc["status"] == "complete"
+    assert all(c["repeats"] == 3 and c["until_ci_reached"] is True and c["until_ci_pct"] == 50
+               for c in cells.values() if c["status"] == "valid")
+
+
+def test_until_ci_says_when_a_cell_stopped_at_the_most_repeats(tmp_path):
+    out = tmp_path / "strict"
+    r = llmload(*RUN, "--repeat", "3", "--until-ci", "0.0001", "--out", out)
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc, cells = cells_by_key(out)
+    assert all(c["repeats"] == 3 and c["until_ci_reached"] is False for c in cells.values() if c["status"] == "valid")
+    assert "NOT within 0.0001% after 3 (the most)" in r.stdout
+
+
+def _cell(total: float) -> CellResult:
+    return CellResult(phase="decode", context_tokens=0, concurrency=4, status="valid", total_tok_s=total)
+
+
+def test_a_quiet_cell_is_sure_and_a_noisy_one_is_not():
+    quiet = combine_cells([_cell(v) for v in (1000.0, 1001.0, 999.0)], until_ci_pct=1.0)
+    noisy = combine_cells([_cell(v) for v in (1000.0, 1200.0, 800.0)], until_ci_pct=1.0)
+    assert quiet.intervals.until_ci_reached is True and sure(quiet, 1.0)
+    assert noisy.intervals.until_ci_reached is False and not sure(noisy, 1.0)
+    # One round that differs makes the cell that round's status, said with the round.
+    mixed = combine_cells([_cell(1000.0), CellResult(phase="decode", context_tokens=0, concurrency=4,
+                                                       status="errors", reason="HTTP 500", total_tok_s=900.0,
+                                                       errors=2)])
+    assert mixed.status == "errors" and mixed.reason == "repeat 2: HTTP 500" and mixed.errors == 2
+
+
+@pytest.mark.parametrize("args, says", [
+    (("--until-ci", "5"), "--until-ci needs --repeat N"),
+    (("--repeat", "0"), "0 is not in the range"),
+    (("--repeat", "3", "--until-ci", "150"), "until_ci must be a percentage"),
+    (("--repeat", "2", "--repeat-cooldown", "soon"), "invalid duration 'soon'"),
+])
+def test_bad_repeat_options_are_one_line(tmp_path, args, says):
+    r = llmload(*RUN, *args, "--out", tmp_path / "x")
+    assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert not (tmp_path / "x").exists()
