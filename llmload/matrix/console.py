@@ -60,8 +60,13 @@ def echo_plan(plan: list[PlannedCell], scenario: Scenario, echo: Callable[[str],
         wait = drain_s(open_loop[0].phase, scenario.duration_s if window_s is None else window_s, scenario.drain_s)
         drain = (f", and up to {format_duration_s(wait)} more per cell while requests still running drain"
                  " (--drain)")
+    rounds = ""
+    if scenario.repeat > 1:
+        every = expected * scenario.repeat + scenario.repeat_cooldown_s * (scenario.repeat - 1)
+        rounds = (f" per repeat; {scenario.repeat} repeats{' at most' if scenario.until_ci is not None else ''}: "
+                  f"about {eta_clock(every)} in all")
     echo(f"Plan: {len(plan)} cells, {len(runs)} to run, about "
-         f"{eta_clock(expected)} ({'h:mm:ss' if expected >= 3600 else 'm:ss'}) expected{drain}")
+         f"{eta_clock(expected)} ({'h:mm:ss' if expected >= 3600 else 'm:ss'}) expected{rounds}{drain}")
     for c in plan:
         where = f" ({c.prefill_source.replace('_', ' ')})" if c.prefill_source else ""
         echo(f"  {planned_label(c):<24} {c.status.replace('_', ' ')}{where}"

@@ -1,6 +1,6 @@
 """The page's sections after the decode matrix, each where it has something to say: capacity
 under an SLO (`llmload.core.figures.slo`'s figures), energy per token (`llmload.core.figures.energy`'s),
-reasoning, and the server's own timing.
+reasoning, the server's own timing, and how sure each figure is (its interval).
 
 A section is intro text, an optional table and a note (`Section`), rendered alike by
 report.md, report.html and, for the capacity, the terminal (`llmload.output.pages.markdown`).
@@ -15,7 +15,7 @@ from llmload.core.model.cell import CellResult
 from llmload.core.model.results import Results
 from llmload.core.model.server import ServerCheck
 from llmload.core.figures.slo import capacity, describe_slo, parse_slo
-from llmload.output.formats import MISSING, fmt_context, fmt_count, fmt_ms, phase_cells
+from llmload.output.formats import MISSING, cell_label, fmt_context, fmt_count, fmt_ms, phase_cells, plus_minus
 from llmload.output.pages.model import CAPACITY_TITLE, Section
 from llmload.output.pages.tables import Column, column_table, make_table, phase_label
 from llmload.output.pages.workloads.part import WorkloadPart, capacity_row
@@ -24,7 +24,7 @@ from llmload.output.pages.workloads.part import WorkloadPart, capacity_row
 def page_sections(results: Results, cells: Sequence[CellResult], part: WorkloadPart) -> tuple[Section, ...]:
     """The sections that have something to say, in page order (`part`: the run's workload's)."""
     found = (capacity_section(results, cells, part), energy_section(results, cells),
-             reasoning_section(cells), server_timing_section(cells))
+             reasoning_section(cells), server_timing_section(cells), intervals_section(cells))
     return tuple(s for s in found if s is not None)
 
 
@@ -170,3 +170,55 @@ def server_timing_section(cells: Sequence[CellResult]) -> Section | None:
         return None
     return Section(title="The server's own timing", intro=SERVER_TIMING_INTRO,
                    table=column_table(seen, SERVER_TIMING_COLUMNS), note=SERVER_TIMING_NOTE)
+
+
+# --------------------------------------------------------------------------- intervals
+
+INTERVALS_TITLE = "How sure each figure is"
+INTERVALS_BATCH = (
+    "Each figure ± the half-width of its {confidence:.0%} confidence interval, from the cell's own "
+    "window cut into {batches} sub-windows (batch means). It holds the noise within the window, "
+    "not what differs from one run to the next (the state a warm-up left, requests that stay in "
+    "step for the whole window): `llmload run --repeat N` measures that.")
+INTERVALS_REPEATS = (
+    "Each figure is the mean over {repeats} repeats of the whole plan, ± the half-width of its "
+    "{confidence:.0%} confidence interval (Student's t over the repeats); CV: the figure's "
+    "coefficient of variation across them.")
+INTERVALS_NOTE = ("Method, formulas and the measured coverage of each interval: docs/figures.md. "
+                  "`llmload compare` judges differences with them.")
+_INTERVAL_FIGURES = (("prompt tok/s", "prompt_tok_s", ",.0f", ",.0f"), ("total tok/s", "total_tok_s", ",.1f", ",.1f"),
+                     ("per request tok/s", "per_request_tok_s", ",.1f", ",.1f"), ("TTFT", "ttft_ms", ",.0f", ",.1f"),
+                     ("TTFT p99", "ttft_p99_ms", ",.0f", ",.1f"), ("TBT", "tbt_ms", ".2f", ".3f"),
+                     ("TBT p99", "tbt_p99_ms", ".2f", ".3f"), ("e2e", "e2e_ms", ",.0f", ",.1f"),
+                     ("e2e p99", "e2e_p99_ms", ",.0f", ",.1f"), ("achieved rate", "achieved_rate_rps", ".2f", ".3f"),
+                     ("goodput tok/s", "goodput_tok_s", ",.1f", ",.1f"))
+
+
+def _with_interval(cell: CellResult, name: str, fmt: str, fmt_half: str) -> str:
+    value = next((getattr(h, name) for h in (cell, cell.traffic, cell.slo) if hasattr(h, name)), None)
+    if value is None:
+        return MISSING
+    return f"{format(value, fmt)}{plus_minus(cell, name, fmt_half)}"
+
+
+def intervals_section(cells: Sequence[CellResult]) -> Section | None:
+    """"How sure each figure is": each cell's headline figures with their intervals (and CV
+    over the repeats); None when no cell carries an interval."""
+    seen = [c for c in cells if c.intervals.ci_method is not None]
+    if not seen:
+        return None
+    shown = [f for f in _INTERVAL_FIGURES if any(getattr(c.intervals, f"{f[1]}_ci_low") is not None for c in seen)]
+    columns: list[Column] = [("cell", lambda c: cell_label(c.phase, c.context_tokens, c.concurrency, c.traffic.rate_rps))]
+    columns += [(label, lambda c, n=name, f=fmt, h=half: _with_interval(c, n, f, h)) for label, name, fmt, half in shown]
+    repeats = max((c.intervals.repeats or 0) for c in seen)
+    confidence = seen[0].intervals.ci_confidence or 0.95
+    if repeats:
+        columns.append(("CV", lambda c: MISSING if (v := c.intervals.total_tok_s_cv if c.phase != "prefill"
+                                                     else c.intervals.prompt_tok_s_cv) is None else f"{v:.1%}"))
+        columns.append(("repeats", lambda c: fmt_count(c.intervals.repeats)
+                        + ("" if c.intervals.until_ci_reached is None else
+                           " (within --until-ci)" if c.intervals.until_ci_reached else " (not within --until-ci)")))
+        intro = INTERVALS_REPEATS.format(repeats=repeats, confidence=confidence)
+    else:
+        intro = INTERVALS_BATCH.format(confidence=confidence, batches=seen[0].intervals.ci_batches)
+    return Section(title=INTERVALS_TITLE, intro=intro, table=column_table(seen, columns), note=INTERVALS_NOTE)
