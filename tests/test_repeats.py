@@ -144,3 +144,15 @@ def test_bad_repeat_options_are_one_line(tmp_path, args, says):
     r = llmload(*RUN, *args, "--out", tmp_path / "x")
     assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert not (tmp_path / "x").exists()
+
+
+def test_fit_takes_every_repeat_and_says_whether_the_measured_interval_holds_the_fit(repeated, tmp_path):
+    out = repeated[0]
+    r = llmload("fit", out, "-o", tmp_path / "p.json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = [ln.split(" | ") for ln in r.stdout.splitlines() if ln.startswith("| decode")]
+    assert rows and {row[-1].rstrip(" |") for row in rows} <= {"yes", "no"}, rows
+    # The measured figure is the repeats' mean (the combined cell's).
+    _, cells = cells_by_key(out)
+    tbt = next(row for row in rows if row[0] == "| decode 0 × 4" and row[1] == "tbt_ms")
+    assert float(tbt[2]) == pytest.approx(cells[("decode", 4)]["tbt_ms"], abs=0.05)

@@ -63,13 +63,15 @@ def _echo_fit(result) -> None:
         click.echo(f"  kept from the base profile: {_reasons(kept) if kept else 'nothing'}")
     for note in result.notes:
         click.echo(f"  note: {note}")
-    click.echo("\n| cell | figure | measured | fitted | residual |\n|---|---|---|---|---|")
+    click.echo("\n| cell | figure | measured | fitted | residual | fitted within the measured interval |"
+               "\n|---|---|---|---|---|---|")
     for r in result.residuals:
         context = format_tokens(r.context_tokens)
         cell = {"prefill": f"prefill {context}", "session": f"session S {context} × {r.concurrency}",
                 "rate": f"rate {context} at {getattr(r, 'rate_rps', 0) or 0:g} req/s",
                 }.get(r.phase, f"decode {context} × {r.concurrency}")
-        click.echo(f"| {cell} | {r.figure} | {r.measured:,.1f} | {r.fitted:,.1f} | {r.relative:+.1%} |")
+        within = {True: "yes", False: "no", None: "—"}[r.covered]
+        click.echo(f"| {cell} | {r.figure} | {r.measured:,.1f} | {r.fitted:,.1f} | {r.relative:+.1%} | {within} |")
 
 
 @click.command()

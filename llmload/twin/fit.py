@@ -57,10 +57,21 @@ class Residual:
     figure: str
     measured: float
     fitted: float
+    measured_low: float | None = None
+    """The measured figure's confidence interval, where the run carries one (`CellIntervals`)."""
+    measured_high: float | None = None
 
     @property
     def relative(self) -> float:
         return self.fitted / self.measured - 1.0 if self.measured else math.nan
+
+    @property
+    def covered(self) -> bool | None:
+        """Whether the measured interval holds the fitted figure (None: no interval): a fit
+        inside it is as close as the measurement can tell."""
+        if self.measured_low is None or self.measured_high is None:
+            return None
+        return self.measured_low <= self.fitted <= self.measured_high
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -85,6 +96,8 @@ class _Obs:
     ttft_ms: float | None
     total_tok_s: float | None
     output_tokens: int | None
+    bounds: tuple[tuple[str, float, float], ...] = ()
+    """(figure, low, high): the measured figures' intervals."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -107,7 +120,10 @@ def observations(results: Results) -> list[_Obs]:
                         prompt_tokens=prompt, max_tokens=int(config.get("max_tokens") or 8192),
                         window_s=float(c.measured_s or config.get("duration_s") or 30.0),
                         tbt_ms=c.tbt_ms, ttft_ms=c.ttft_ms, total_tok_s=c.total_tok_s,
-                        output_tokens=c.output_tokens))
+                        output_tokens=c.output_tokens,
+                        bounds=tuple((f, getattr(c.intervals, f"{f}_ci_low"), getattr(c.intervals, f"{f}_ci_high"))
+                                     for f in ("tbt_ms", "ttft_ms", "total_tok_s")
+                                     if getattr(c.intervals, f"{f}_ci_low") is not None)))
     return out
 
 
@@ -309,9 +325,10 @@ def cell_residuals(profile: Profile, obs: list[_Obs]) -> list[Residual]:
         for figure in figures:
             measured = getattr(o, figure)
             if measured is not None and getattr(sim, figure) is not None:
+                low, high = next(((lo, hi) for f, lo, hi in o.bounds if f == figure), (None, None))
                 out.append(Residual(phase=o.phase, context_tokens=o.context_tokens,
-                                    concurrency=o.concurrency, figure=figure,
-                                    measured=float(measured), fitted=float(getattr(sim, figure))))
+                                    concurrency=o.concurrency, figure=figure, measured=float(measured),
+                                    fitted=float(getattr(sim, figure)), measured_low=low, measured_high=high))
     return out
 
 
