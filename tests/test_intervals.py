@@ -134,3 +134,25 @@ def test_compare_gives_verdicts_and_fails_on_a_regression(tmp_path):
     assert tbt["verdicts"][1]["low_pct"] > 0
     r = llmload("compare", a, slower, "--no-html", "--fail-on-regression", "-1")
     assert r.returncode == 2 and "Traceback" not in r.stderr
+
+
+def test_the_sub_windows_are_computed_by_the_windows_own_definitions():
+    """batch_values (every sub-window at once, in numpy) equals metrics.window_figures run on
+    each sub-window (sub_window_figures), figure by figure."""
+    from llmload.core.figures.intervals import batch_values, sub_window_figures
+    from llmload.twin.cells import virtual_decode
+    profile = load_profile("tiny", {**NOISE, "noise_seed": 5, "stall_rate_per_s": 2.0, "stall_ms": 10.0})
+    records, facts = virtual_decode(profile, prompt_tokens=512, concurrency=8, max_tokens=64, window_s=WINDOW_S)
+    decode = [r for r in records if r.tag == "decode"]
+    fast = batch_values(decode, facts.t0_s, facts.t1_s, open_loop=True)
+    width = (facts.t1_s - facts.t0_s) / BATCHES
+    slow: dict[str, list[float]] = {}
+    for i in range(BATCHES):
+        a, b = facts.t0_s + i * width, facts.t0_s + (i + 1) * width
+        for name, value in sub_window_figures(decode, a, b, open_loop=True).items():
+            if value is not None:
+                slow.setdefault(name, []).append(value)
+    assert set(fast) == set(slow) >= {"total_tok_s", "per_request_tok_s", "ttft_ms", "tbt_ms", "tbt_p99_ms",
+                                      "e2e_ms", "achieved_rate_rps"}
+    for name in slow:
+        assert fast[name] == pytest.approx(slow[name], rel=1e-9), name
