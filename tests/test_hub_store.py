@@ -39,12 +39,14 @@ def sim_run(sim_tiny, tmp_path_factory) -> Path:
 
 def variant(src: Path, dst: Path, *, scale: float = 1.0, **top: object) -> Path:
     """A copy of a run's results.json (its records stay behind) with top-level keys replaced
-    and every decode cell's total tok/s multiplied by `scale`."""
+    and every decode cell's total tok/s (and its interval) multiplied by `scale`."""
     doc = json.loads((src / "results.json").read_text())
     doc.update(top)
     for cell in doc["cells"]:
         if cell["phase"] == "decode" and cell["total_tok_s"] is not None:
-            cell["total_tok_s"] *= scale
+            for key in ("total_tok_s", "total_tok_s_ci_low", "total_tok_s_ci_high"):
+                if cell.get(key) is not None:
+                    cell[key] *= scale
     dst.mkdir(parents=True)
     (dst / "results.json").write_text(json.dumps(doc))
     return dst
@@ -189,7 +191,9 @@ def store_at_0002(url: str, sim_run: Path) -> str:
             row = run_row(run, published_at="2026-01-01T00:00:00+00:00", publisher="laptop.corp",
                           source_dir="/home/alice/secret-project/run1")
             c.execute(sa.insert(schema.runs), row)
-            c.execute(sa.insert(schema.cells), cell_rows(run))
+            # the cells' columns of revision 0002: none of 0005_intervals'
+            c.execute(sa.insert(schema.cells), [{k: v for k, v in row.items() if k not in schema.INTERVALS}
+                                                for row in cell_rows(run)])
             assert c.execute(sa.text("SELECT version_num FROM alembic_version")).scalar_one() == "0002"
     finally:
         engine.dispose()

@@ -196,7 +196,7 @@ def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None,
 
     @app.get("/api/leaderboard")
     def leaderboard_api():
-        return jsonify([views.leader_dict(i, row) for i, row in enumerate(board_query()["board"], 1)])
+        return jsonify([views.leader_dict(row) for row in board_query()["board"]])
 
     # ------------------------------------------------------------------ models, hardware
     def model_entries():

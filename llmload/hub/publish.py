@@ -164,8 +164,19 @@ def cell_rows(run: RunToPublish) -> list[dict[str, Any]]:
         rows.append({"run_id": run.id, "idx": idx, "phase": cell.phase, "context_tokens": cell.context_tokens,
                      "concurrency": cell.concurrency, "rate_rps": _float(cell.traffic.rate_rps),
                      "status": cell.status, **{f: _float(getattr(cell, f)) for f in schema.FIGURES},
-                     **{f: getattr(cell.traffic, f) for f in schema.REQUEST_COUNTS}})
+                     **{f: getattr(cell.traffic, f) for f in schema.REQUEST_COUNTS},
+                     **_interval_columns(cell)})
     return rows
+
+
+def _interval_columns(cell) -> dict[str, Any]:
+    """The cell's total tok/s interval for its row: a method other than llmload's two is
+    stored as none (the column is short, and a submitted document may say anything)."""
+    iv = cell.intervals
+    method = iv.ci_method if iv.ci_method in ("batch_means", "repeats") else None
+    return {"total_tok_s_ci_low": _float(iv.total_tok_s_ci_low) if method else None,
+            "total_tok_s_ci_high": _float(iv.total_tok_s_ci_high) if method else None,
+            "ci_method": method, "repeats": iv.repeats if method and isinstance(iv.repeats, int) else None}
 
 
 def _stored(store: Store, run_id_: str) -> bool:

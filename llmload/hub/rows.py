@@ -65,6 +65,11 @@ class LeaderCell:
     ttft_ms: float | None
     ttft_p99_ms: float | None
     tbt_ms: float | None
+    total_tok_s_ci_low: float | None = None
+    """Total tok/s's confidence interval, where the run carries one (`CellIntervals`)."""
+    total_tok_s_ci_high: float | None = None
+    repeats: int | None = None
+    """How many times the run measured the cell (None: once)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -82,6 +87,14 @@ class LeaderRow:
     """By concurrency, lowest first."""
     launch_command: str | None = None
     """The server's launch command, from the run's document (None: not recorded)."""
+    total_tok_s_ci_low: float | None = None
+    """The ranked cell's total tok/s interval (None: the run carries none)."""
+    total_tok_s_ci_high: float | None = None
+    repeats: int | None = None
+    rank: int = 0
+    """1 for the best; a run whose interval overlaps the one ranked above it shares its rank."""
+    tied: bool = False
+    """Its interval overlaps the run's above: the difference is within the noise."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -84,6 +84,10 @@ cells = Table(
     Column("requests_unfinished", Integer),
     Column("requests_not_sent", Integer),
     Column("requests_skipped", Integer),
+    Column("total_tok_s_ci_low", Float),
+    Column("total_tok_s_ci_high", Float),
+    Column("ci_method", String(16)),
+    Column("repeats", Integer),
     Index("ix_cells_phase_context_concurrency", "phase", "context_tokens", "concurrency"),
 )
 
@@ -93,6 +97,9 @@ FIGURES = ("total_tok_s", "per_request_tok_s", "ttft_ms", "ttft_p99_ms", "tbt_ms
 REQUEST_COUNTS = ("requests_scheduled", "requests_completed", "requests_failed", "requests_unfinished",
                   "requests_not_sent", "requests_skipped")
 """An open-loop cell's request counts a cell row keeps (None for the others)."""
+
+INTERVALS = ("total_tok_s_ci_low", "total_tok_s_ci_high", "ci_method", "repeats")
+"""A cell's headline interval a cell row keeps (`CellIntervals`; None where it has none)."""
 
 TIERS = ("here", "pending", "approved")
 """A run's tier: published into the store by its operator ("here"), submitted over HTTP and

@@ -13,7 +13,7 @@ call; the store's URL is kept masked (`Store.label`). What is stored is in
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import fields
+from dataclasses import fields, replace
 from typing import Any
 
 import sqlalchemy as sa
@@ -173,7 +173,8 @@ class Store:
         c, r = schema.cells.c, schema.runs.c
         query = (sa.select(*_SUMMARY_COLUMNS, r.results_json["launch_command"].as_string().label("launch"),
                            c.concurrency, c.status.label("cell_status"), c.total_tok_s, c.per_request_tok_s,
-                           c.ttft_ms, c.ttft_p99_ms, c.tbt_ms)
+                           c.ttft_ms, c.ttft_p99_ms, c.tbt_ms, c.total_tok_s_ci_low, c.total_tok_s_ci_high,
+                           c.repeats)
                  .join(schema.cells, c.run_id == r.id)
                  .where(_model_is(model), _listed(), c.phase == "decode", c.context_tokens == context,
                         c.total_tok_s.is_not(None))
@@ -186,7 +187,9 @@ class Store:
             entry = by_run.setdefault(row.id, (_summary(row), row.launch, []))
             entry[2].append(LeaderCell(concurrency=row.concurrency, status=row.cell_status, total_tok_s=row.total_tok_s,
                                        per_request_tok_s=row.per_request_tok_s, ttft_ms=row.ttft_ms,
-                                       ttft_p99_ms=row.ttft_p99_ms, tbt_ms=row.tbt_ms))
+                                       ttft_p99_ms=row.ttft_p99_ms, tbt_ms=row.tbt_ms,
+                                       total_tok_s_ci_low=row.total_tok_s_ci_low,
+                                       total_tok_s_ci_high=row.total_tok_s_ci_high, repeats=row.repeats))
         board = []
         for run, launch, run_cells in by_run.values():
             ranked = [x for x in run_cells if concurrency is None or x.concurrency == concurrency]
@@ -195,9 +198,11 @@ class Store:
             top = max(ranked, key=lambda x: x.total_tok_s)
             board.append(LeaderRow(run=run, context_tokens=context, concurrency=top.concurrency,
                                    total_tok_s=top.total_tok_s, per_request_tok_s=top.per_request_tok_s,
-                                   ttft_ms=top.ttft_ms, cells=tuple(run_cells), launch_command=launch))
+                                   ttft_ms=top.ttft_ms, cells=tuple(run_cells), launch_command=launch,
+                                   total_tok_s_ci_low=top.total_tok_s_ci_low,
+                                   total_tok_s_ci_high=top.total_tok_s_ci_high, repeats=top.repeats))
         board.sort(key=lambda row: (-row.total_tok_s, row.run.id))
-        return board
+        return ranked_with_ties(board)
 
     def leaderboard_choices(self, model: str, context: int) -> tuple[list[str], list[tuple[str, list[str]]]]:
         """What the leaderboard of a model at a decode context can be filtered by: the
@@ -284,3 +289,17 @@ def open_store(url: str | None = None, *, write: bool = False, busy_s: float = S
         engine.dispose()
         raise
     return Store(engine, label=label, writable=write)
+
+
+def ranked_with_ties(board: list[LeaderRow]) -> list[LeaderRow]:
+    """The board (best first) with each row's rank: a row whose total tok/s interval overlaps
+    the interval of the row above it is tied with it (the same rank) — their difference is
+    within the noise; a row without an interval is never tied."""
+    out: list[LeaderRow] = []
+    for i, row in enumerate(board):
+        above = out[-1] if out else None
+        tied = (above is not None and None not in (row.total_tok_s_ci_low, row.total_tok_s_ci_high,
+                                                   above.total_tok_s_ci_low, above.total_tok_s_ci_high)
+                and row.total_tok_s_ci_high >= above.total_tok_s_ci_low)
+        out.append(replace(row, rank=above.rank if tied else i + 1, tied=tied))
+    return out

@@ -52,17 +52,20 @@ def run_dict(run: RunSummary) -> dict[str, Any]:
             "api_url": f"/api{run_url(run.id)}"}
 
 
-def leader_dict(rank: int, row: LeaderRow) -> dict[str, Any]:
-    """A leaderboard row: the run (its tier, launch command, the runs on its hardware) and
-    its figures at the ranked concurrency, and every cell."""
+def leader_dict(row: LeaderRow) -> dict[str, Any]:
+    """A leaderboard row: its rank (shared with the run above where `tied`: their intervals
+    overlap), the run (its tier, launch command, the runs on its hardware) and its figures
+    at the ranked concurrency with total tok/s's interval, and every cell."""
     run = row.run
-    return {"rank": rank, "id": run.id, "url": run_url(run.id), "model": run.model, "model_root": run.model_root,
+    return {"rank": row.rank, "tied": row.tied, "id": run.id, "url": run_url(run.id), "model": run.model, "model_root": run.model_root,
             "hardware": run.hardware, "hardware_url": hardware_url(run.hardware), "gpu": run.gpu,
             "engine": run.engine, "engine_version": run.engine_version, "provenance": run.provenance,
             "status": run.status, "tier": run.tier, "tier_text": tier_text(run.tier), "submitter": run.submitter,
             "launch_command": row.launch_command, "started_at": run.started_at,
             "context_tokens": row.context_tokens, "concurrency": row.concurrency,
-            "total_tok_s": row.total_tok_s, "per_request_tok_s": row.per_request_tok_s, "ttft_ms": row.ttft_ms,
+            "total_tok_s": row.total_tok_s, "total_tok_s_ci_low": row.total_tok_s_ci_low,
+            "total_tok_s_ci_high": row.total_tok_s_ci_high, "repeats": row.repeats,
+            "per_request_tok_s": row.per_request_tok_s, "ttft_ms": row.ttft_ms,
             "cells": [asdict(cell) for cell in row.cells]}
 
 
