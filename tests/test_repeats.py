@@ -156,3 +156,20 @@ def test_fit_takes_every_repeat_and_says_whether_the_measured_interval_holds_the
     _, cells = cells_by_key(out)
     tbt = next(row for row in rows if row[0] == "| decode 0 × 4" and row[1] == "tbt_ms")
     assert float(tbt[2]) == pytest.approx(cells[("decode", 4)]["tbt_ms"], abs=0.05)
+
+
+def test_export_and_recompute_of_a_repeated_run(repeated, tmp_path):
+    import csv
+    import io
+    import shutil
+    out = tmp_path / "run"
+    shutil.copytree(repeated[0], out)
+    r = llmload("export", out, "--format", "csv", "-o", tmp_path / "rows.csv")
+    assert r.returncode == 0, r.stderr
+    rows = list(csv.DictReader(io.StringIO((tmp_path / "rows.csv").read_text())))
+    assert {row["repeat"] for row in rows} == {"1", "2", "3"}  # every request says its repeat
+    before = json.loads((out / "results.json").read_text())["cells"]
+    r = llmload("report", out, "--recompute")
+    assert r.returncode == 0 and "from the records of 3 repeats" in r.stdout, r.stdout + r.stderr
+    after = json.loads((out / "results.json").read_text())["cells"]
+    assert after == before  # the rounds' records hold every figure of the combined run

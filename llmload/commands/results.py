@@ -39,14 +39,28 @@ def report(results_dir: str, recompute: bool, allow_missing: bool) -> None:
                 held = lock(folder)  # never rewrite a run that is still writing
             except RunDirError as exc:
                 raise Refused(str(exc)) from None
+            from llmload.output.rundir.recompute import repeat_dirs
+            rounds = repeat_dirs(folder) if not (folder / "records").is_dir() else []
             try:
-                results, n, missing = derive(folder, allow_missing=allow_missing)
+                if rounds:  # a repeated run: each round from its records, then combined again
+                    from llmload.core.scenario import Scenario
+                    from llmload.matrix.repeats import combined
+                    derived, n, missing = [], 0, []
+                    for _, round_folder in rounds:
+                        one, k, lost = derive(round_folder, allow_missing=allow_missing)
+                        write_document(one, round_folder)
+                        derived.append(load_results(round_folder))
+                        n, missing = n + k, missing + lost
+                    results = combined(derived, Scenario.from_dict(dict(results.config)))
+                else:
+                    results, n, missing = derive(folder, allow_missing=allow_missing)
                 path = write_document(results, folder)
             except (RecordsError, ResultsError) as exc:
                 raise Refused(str(exc)) from None
             finally:
                 held.release()
-            echo(f"Recomputed {n} cell(s) from {folder / 'records'}")
+            where = f"the records of {len(rounds)} repeats" if rounds else folder / "records"
+            echo(f"Recomputed {n} cell(s) from {where}")
             if missing:
                 echo(f"Kept {len(missing)} cell(s) as stored, their records missing: {', '.join(missing)}")
         else:

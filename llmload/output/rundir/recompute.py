@@ -88,10 +88,21 @@ def export_records(results_dir: str | os.PathLike[str], fmt: str, out: BinaryIO,
 
     if fmt not in EXPORT_FORMATS:
         raise ValueError(f"format {fmt!r} must be one of {', '.join(EXPORT_FORMATS)}")
-    if not cell_files(results_dir):
+    rounds = repeat_dirs(results_dir) if not cell_files(results_dir) else []
+    if not cell_files(results_dir) and not rounds:
         raise RecordsError(f"{results_dir}: no {RECORDS_DIR}/ files (nothing to export)")
-    _check_missing(results_dir, load_results(results_dir), allow_missing, "their requests would be left out")
-    table = export_table(results_dir)
+    if rounds:  # a repeated run: every round's requests, each row saying its repeat
+        import pyarrow as pa
+        tables = []
+        for i, folder in rounds:
+            _check_missing(folder, load_results(folder), allow_missing, "their requests would be left out")
+            part = export_table(folder)
+            tables.append(part.add_column(0, pa.field("repeat", pa.int64()), pa.array([i] * part.num_rows,
+                                                                                     type=pa.int64())))
+        table = pa.concat_tables(tables)
+    else:
+        _check_missing(results_dir, load_results(results_dir), allow_missing, "their requests would be left out")
+        table = export_table(results_dir)
     if fmt == "parquet":
         pq.write_table(table, out, compression="zstd")
         return table.num_rows
@@ -111,6 +122,17 @@ def export_records(results_dir: str | os.PathLike[str], fmt: str, out: BinaryIO,
                          for k, v in row.items()})
     text.detach()
     return len(rows)
+
+
+def repeat_dirs(results_dir: str | os.PathLike[str]) -> list[tuple[int, Path]]:
+    """A repeated run's rounds (`llmload run --repeat`): (index, directory), first first; [] for
+    a run that was not repeated."""
+    from llmload.output.rundir.directory import REPEATS_DIR
+    base = Path(results_dir) / REPEATS_DIR
+    if not base.is_dir():
+        return []
+    found = [(int(p.name), p) for p in base.iterdir() if p.is_dir() and p.name.isdigit() and cell_files(p)]
+    return sorted(found)
 
 
 def read_export(path: str | os.PathLike[str], fmt: str) -> list[dict[str, Any]]:
