@@ -22,7 +22,7 @@ from llmload.core.figures.servercheck import server_stream_rate_tok_s
 from llmload.core.traffic.prompts import PromptBuilder
 from llmload.io.probe import build_prompts, http_json, probe_server, prompt_counter
 from llama_server import LlamaServer, llama_server_binary, no_compiler_reason, tiny_model
-from tests_helpers import llmload_pinned, on_client_cpus
+from tests_helpers import llmload_pinned, on_client_cpus, repeated_noise
 
 K = 1024
 CONTEXTS, LEVELS, MAX_TOKENS = [1 * K, 3 * K, 4 * K], [1, 4, 8], 256
@@ -236,3 +236,15 @@ def test_a_llama_cpp_run_is_published_and_ranked(matrix, tmp_path):
 def test_a_dataset_sends_each_prompt_and_answer_length_as_llama_cpp_counts_them(server, tmp_path, endpoint):
     from engine_datasets import check_dataset_run
     check_dataset_run(server.url, tmp_path, endpoint)
+
+
+def test_repeat_3_measures_the_run_to_run_noise(server, tmp_path):
+    """`--repeat 3` on a small matrix: every cell measured three times, its figures the means
+    with Student's t interval and the CV across the repeats, printed (docs/figures.md's table
+    of what run-to-run noise looks like on this engine here)."""
+    cells = repeated_noise(llmload, server.url, tmp_path / "rep", "llama.cpp")
+    assert {("decode", 1), ("decode", 4), ("prefill", 1)} <= set(cells)
+    for c in cells.values():
+        assert c["repeats"] == 3 and c["ci_method"] == "repeats"
+        figure = "prompt_tok_s" if c["phase"] == "prefill" else "total_tok_s"
+        assert c[f"{figure}_ci_low"] <= c[figure] <= c[f"{figure}_ci_high"] and c[f"{figure}_cv"] >= 0

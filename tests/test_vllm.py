@@ -26,7 +26,7 @@ from llmload.core.capacity.plan import plan_matrix
 from llmload.core.figures.metrics import token_chunks
 from llmload.io.probe import probe_server
 from llmload.output.rundir.records import read_cell
-from tests_helpers import llmload_pinned, on_client_cpus
+from tests_helpers import llmload_pinned, on_client_cpus, repeated_noise
 from vllm_server import VllmServer, unavailable_reason, vllm_model, vllm_python
 
 K = 1024
@@ -330,8 +330,27 @@ def test_a_twin_fitted_to_vllm_predicts_a_rate_cell(server, tmp_path):
     errors = {f: p[f] / m[f] - 1 for f in ("achieved_rate_rps", "ttft_ms", "ttft_p99_ms", "e2e_ms", "tbt_ms")}
     print("vLLM rate cell, predicted / measured - 1:", {k: round(v, 3) for k, v in errors.items()},
           "measured:", {f: round(m[f], 1) for f in ("ttft_ms", "ttft_p99_ms", "e2e_ms", "tbt_ms")})
+    # Whether the measured cell's own interval (batch means over its window) holds each prediction:
+    # an error inside it is within what this one run can tell.
+    within = {f: (m[f"{f}_ci_low"] <= p[f] <= m[f"{f}_ci_high"]) if m.get(f"{f}_ci_low") is not None else None
+              for f in errors}
+    print("vLLM rate cell, prediction within the measured 95% interval:", within,
+          "intervals:", {f: (round(m[f"{f}_ci_low"], 1), round(m[f"{f}_ci_high"], 1)) for f in errors
+                         if m.get(f"{f}_ci_low") is not None})
     # A CPU engine sharing 2 cores with the load generator: its timing moves from run to run
     # (e2e -17%, +13%, +72%; TTFT +37%, +135%, +28% in three runs, docs/capacity.md): the
     # errors are printed, and what is held is that the twin sends and finishes what the run did
     assert abs(errors["achieved_rate_rps"]) <= 0.05, errors
     assert p["requests_completed"] == m["requests_completed"] == 16
+
+
+def test_repeat_3_measures_the_run_to_run_noise(server, tmp_path):
+    """`--repeat 3` on a small matrix: every cell measured three times, its figures the means
+    with Student's t interval and the CV across the repeats, printed (docs/figures.md's table
+    of what run-to-run noise looks like on this engine here)."""
+    cells = repeated_noise(llmload, server.url, tmp_path / "rep", "vLLM")
+    assert {("decode", 1), ("decode", 4), ("prefill", 1)} <= set(cells)
+    for c in cells.values():
+        assert c["repeats"] == 3 and c["ci_method"] == "repeats"
+        figure = "prompt_tok_s" if c["phase"] == "prefill" else "total_tok_s"
+        assert c[f"{figure}_ci_low"] <= c[figure] <= c[f"{figure}_ci_high"] and c[f"{figure}_cv"] >= 0

@@ -307,3 +307,24 @@ def new_cell(*, phase: str, context_tokens: int, concurrency: int, status: str, 
     cell.update(phase=phase, context_tokens=int(context_tokens), concurrency=int(concurrency),
                 status=status)
     return cell
+
+
+# ----------------------------------------------------------------------------- run-to-run noise
+
+NOISE_FIGURES = ("total_tok_s", "per_request_tok_s", "ttft_ms", "tbt_ms", "prompt_tok_s")
+
+
+def repeated_noise(run, url: str, out: Path, engine: str) -> dict:
+    """`llmload run --repeat 3` on a small matrix against a real engine (`run`: its llmload, on
+    the load generator's cores); prints each cell's CV over the repeats (docs/figures.md's
+    table of run-to-run noise) and returns the combined cells by (phase, concurrency)."""
+    import json
+    r = run("run", "--host", url, "--contexts", "256", "--prefill-contexts", "256", "--concurrency", "1,4",
+            "--max-tokens", "32", "--duration", "4s", "--repeat", "3", "--out", str(out))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    cells = {(c["phase"], c["concurrency"]): c for c in json.loads((out / "results.json").read_text())["cells"]
+             if c["repeats"]}
+    for (phase, n), c in sorted(cells.items()):
+        cvs = ", ".join(f"{f} {c[f'{f}_cv']:.1%}" for f in NOISE_FIGURES if c.get(f"{f}_cv") is not None)
+        print(f"{engine} {phase} 256 × {n}, CV over 3 repeats: {cvs}")
+    return cells

@@ -37,6 +37,7 @@ from llmload.core.figures.slosearch import RateLevel, SearchLevel, rate_search
 from llmload.core.figures.slosearch import slo_search as search_users
 from llmload.core.traffic.trace import TraceFit, replay_window_s
 from llmload.core.traffic.tracestats import hit_ratio
+from llmload.sim.noise import is_noisy
 from llmload.sim.profiles import Profile
 from llmload.twin.cells import virtual_decode, virtual_prefill
 from llmload.twin.workloads import virtual_rate, virtual_replay, virtual_sessions
@@ -71,6 +72,8 @@ def predict_cell(profile: Profile, planned: PlannedCell, *, window_s: float,
                                         concurrency=planned.concurrency, max_tokens=planned.max_tokens,
                                         window_s=window_s)
         facts = dataclasses.replace(facts, slo=dict(slo) if slo else None)
+    # A profile without noise is exact: its figures have no spread to give an interval.
+    facts = dataclasses.replace(facts, intervals=is_noisy(profile))
     cell = assemble_cell(planned, records, facts)
     return dataclasses.replace(cell, records_file=keep(planned, records, facts)) if keep is not None else cell
 
@@ -163,6 +166,7 @@ def predict_replay_results(profile: Profile, sc: Scenario, fit: TraceFit, *, kee
                       ideal_cached_prompt_ratio=hit_ratio(fit.requests))
     records, facts = virtual_replay(profile, sc, fit.requests, window_s=replay_window_s(fit.requests, sc.speedup),
                                     facts=facts)
+    facts = dataclasses.replace(facts, intervals=is_noisy(profile))
     cell = assemble_cell(planned, records, facts)
     if keep is not None:
         cell = dataclasses.replace(cell, records_file=keep(planned, records, facts))

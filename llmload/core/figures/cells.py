@@ -145,6 +145,8 @@ def decode_cell(planned: PlannedCell, records: list[RequestRecord], facts: CellF
         slo=request_goodput(decode, t0, t1, facts.slo),
         energy=(cell_energy(facts.power, output_tokens=fig.output_tokens, idle_power_w=facts.idle_power_w)
                 if facts.power is not None else CellEnergy()))
+    if not facts.intervals:
+        return cell
     return replace(cell, intervals=cell_intervals(cell, decode, t0, t1, open_loop=False, slo=facts.slo))
 
 
@@ -239,6 +241,8 @@ def open_loop_cell(planned: PlannedCell, records: list[RequestRecord], facts: Ce
         energy=(cell_energy(facts.power, output_tokens=win.output_tokens, idle_power_w=facts.idle_power_w)
                 if facts.power is not None else CellEnergy()),
         traffic=traffic)
+    if not facts.intervals:
+        return cell
     return replace(cell, intervals=cell_intervals(cell, requests, t0, t1, open_loop=True, slo=facts.slo))
 
 

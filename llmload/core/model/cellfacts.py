@@ -120,6 +120,9 @@ class CellFacts:
     """The run's service-level objective (`llmload.core.figures.slo`), for the cell's goodput."""
     slo_search: bool = False
     """The cell was added by the SLO bisection."""
+    intervals: bool = True
+    """Give the cell's figures their intervals (`llmload.core.figures.intervals`); a prediction
+    on a profile without noise has none to give (every figure is exact)."""
     power: PowerWindow | None = None
     """The GPUs' power readings during the window (`llmload.core.figures.energy`), where measured."""
     idle_power_w: float | None = None

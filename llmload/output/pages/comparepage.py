@@ -64,7 +64,9 @@ def render_text(c: Comparison) -> str:
     else:
         out.append("  none")
     ratio_heads = [f"{lab}/{ref}" for lab in labels[1:]]
-    verdict_heads = [f"{lab} vs {ref}" for lab in labels[1:]]
+    judged = any(v is not None for _, rows, _ in row_sections(c) for row in rows for f in row.figures
+                 for v in f.verdicts)
+    verdict_heads = [f"{lab} vs {ref}" for lab in labels[1:]] if judged else []
     for title, rows, _key in row_sections(c):
         if not rows:
             continue
@@ -75,7 +77,7 @@ def render_text(c: Comparison) -> str:
             table.append([row.label, "status", *[status_word(s) for s in row.statuses],
                           *[""] * (len(ratio_heads) + len(verdict_heads))])
             for f in row.figures:
-                verdicts = f.verdicts[1:] or (None,) * len(verdict_heads)
+                verdicts = (f.verdicts[1:] or (None,) * len(verdict_heads)) if judged else ()
                 table.append(["", f.label, *[fmt_value(f.figure, v) for v in f.values],
                               *[fmt_ratio(r, b) for r, b in zip(f.ratios[1:], f.beyond_noise[1:])],
                               *[v.short() if v is not None else "" for v in verdicts]])
@@ -91,9 +93,13 @@ def render_text(c: Comparison) -> str:
                                  [[u.label, *[status_word(s) for s in u.statuses]] for u in c.unmatched],
                                  indent=2))
     out.append("")
-    out.append(f"* a difference at {c.confidence:.0%} confidence: Welch's test on the two cells' intervals "
-               "(docs/figures.md); where a cell carries no interval, a ratio beyond the runs' noise "
-               f"(±{c.noise_default_rel:.0%} where the runs do not carry their own).")
+    if judged:
+        out.append(f"* a difference at {c.confidence:.0%} confidence: Welch's test on the two cells' intervals "
+                   "(docs/figures.md); where a cell carries no interval, a ratio beyond the runs' noise "
+                   f"(±{c.noise_default_rel:.0%} where the runs do not carry their own).")
+    else:
+        out.append(f"* the ratio differs from 1 by more than the runs' noise (±{c.noise_default_rel:.0%} "
+                   "where the runs do not carry their own); the runs carry no intervals, so no verdicts.")
     return "\n".join(out)
 
 
