@@ -74,6 +74,11 @@ def test_the_combined_cell_is_the_rounds_mean_with_students_t(repeated):
     assert cells[("decode", 4)]["output_tokens"] == sum(rnd[("decode", 4)]["output_tokens"] for rnd in rounds)
     csv = (out / "measurements.csv").read_text().splitlines()[0].split(",")
     assert {"repeats", "total_tok_s_ci_low", "total_tok_s_cv"} <= set(csv)
+    md, html = (out / "report.md").read_text(), (out / "report.html").read_text()
+    assert "## How sure each figure is" in md and "mean over 3 repeats" in md
+    half = (cells[("decode", 4)]["total_tok_s_ci_high"] - cells[("decode", 4)]["total_tok_s_ci_low"]) / 2
+    assert f"±{half:,.1f}" in md  # the decode 0 × 4 row
+    assert "Bars: each figure" in html  # error bars on the scaling chart
 
 
 def test_resume_runs_only_the_missing_rounds(repeated, tmp_path):

@@ -161,6 +161,22 @@ def mark_invalid(ax, xs, ys, ok, colour) -> None:
                 markeredgecolor=colour, markeredgewidth=1.0, zorder=4)
 
 
+def error_bars(ax, cells: list[Point], key: str, colour: str) -> None:
+    """The confidence interval of figure `key` (`Point.intervals`) as an error bar on each of
+    the cells' points that carries one (N on the x axis); nothing where none does."""
+    xs, ys, low, high = [], [], [], []
+    for c in cells:
+        value = getattr(c, key, None)
+        bounds = next(((lo, hi) for name, lo, hi in c.intervals if name == key), None)
+        if bounds is not None and is_finite(value):
+            xs.append(int(c.concurrency))
+            ys.append(float(value))
+            low.append(max(0.0, float(value) - bounds[0]))
+            high.append(max(0.0, bounds[1] - float(value)))
+    if xs:
+        ax.errorbar(xs, ys, yerr=[low, high], fmt="none", ecolor=colour, elinewidth=1.0, capsize=3, zorder=3)
+
+
 def series_points(cells: list[Point], figure: CellFigure) -> tuple[list[int], list[float], list[bool]]:
     """(N, figure, valid) of the cells where the figure is a number."""
     xs, ys, ok = [], [], []

@@ -18,6 +18,7 @@ from llmload.output.pages.charts.kit import (
     CellFigure,
     by_context,
     decode_cells,
+    error_bars,
     is_finite,
     log2_axis,
     mark_invalid,
@@ -68,6 +69,7 @@ def scaling_chart(cells: Sequence[Point]) -> Chart | None:
                     continue
                 ax.plot(xs, ys, label=label, linewidth=1.8, markersize=5, **st)
                 mark_invalid(ax, xs, ys, ok, st["color"])
+                error_bars(ax, group, "total_tok_s" if total else "per_request_tok_s", st["color"])
                 if xs[0] == 1 and len(xs) > 1:
                     ideal = [ys[0] * x for x in xs] if total else [ys[0]] * len(xs)
                     ax.plot(xs, ideal, linestyle=(0, (4, 3)), linewidth=1.0, color=st["color"],
@@ -87,7 +89,9 @@ def scaling_chart(cells: Sequence[Point]) -> Chart | None:
 
     return Chart(key="scaling", title="Scaling with concurrency",
                  caption="Dashed: perfect scaling from N = 1 (total: N × the single-stream rate; "
-                         "per request: no slowdown). Circled points are not valid measurements.",
+                         "per request: no slowdown). Circled points are not valid measurements."
+                         + (" Bars: each figure's 95% confidence interval (How sure each figure is)."
+                            if any(c.intervals for c in decode_cells(cells)) else ""),
                  svg=render_chart("scaling", draw))
 
 
