@@ -102,8 +102,11 @@ def batch_values(records: Iterable[RequestRecord], t0: float, t1: float, *, batc
     # time between tokens: a gap counts where both chunks are inside the same sub-window
     pair = (R[1:] == R[:-1]) & inside[1:] & inside[:-1] & (B[1:] == B[:-1])
     k = K[1:][pair]
-    samples = np.repeat(np.diff(T)[pair] / k, k)
-    sample_batch = np.repeat(B[1:][pair], k)
+    gaps, gap_batch = np.diff(T)[pair], B[1:][pair]
+    if k.size and k.max() == 1:  # one token a chunk (the usual stream): one sample a gap
+        samples, sample_batch = gaps, gap_batch
+    else:
+        samples, sample_batch = np.repeat(gaps / k, k), np.repeat(gap_batch, k)
     out["tbt_ms"], out["tbt_p99_ms"] = _by_batch(samples * 1000.0, sample_batch, batches)
     # TTFT: the first token-carrying chunk of each request sent in the sub-window
     has, first = np.unique(R, return_index=True)
