@@ -178,3 +178,28 @@ def test_export_and_recompute_of_a_repeated_run(repeated, tmp_path):
     assert r.returncode == 0 and "from the records of 3 repeats" in r.stdout, r.stdout + r.stderr
     after = json.loads((out / "results.json").read_text())["cells"]
     assert after == before  # the rounds' records hold every figure of the combined run
+
+
+@pytest.mark.parametrize("workload", [
+    ("--workload", "rate", "--contexts", "256", "--rates", "20", "--max-tokens", "16", "--duration", "1s"),
+    ("--workload", "sessions", "--system-prompt-tokens", "256", "--concurrency", "2", "--turns", "2",
+     "--turn-tokens", "32", "--max-tokens", "16", "--duration", "2s"),
+], ids=["rate", "sessions"])
+def test_every_workload_repeats(tmp_path, workload):
+    """The rounds are ordinary runs, so a rate run and a sessions run repeat as the matrix
+    does; a scenario file's `repeat:` asks for them as the flag does."""
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("repeat: 3\n")
+    out = tmp_path / "run"
+    r = llmload("run", scenario, "--sim-profile", "tiny", *workload, "--out", out)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    doc = json.loads((out / "results.json").read_text())
+    [cell] = [c for c in doc["cells"] if c["phase"] in ("rate", "session")]
+    # (a round on a loaded 2-core machine may be client_bound: the cell then says so, "repeat k: ...")
+    assert doc["config"]["repeat"] == 3 and cell["repeats"] == 3, cell
+    assert cell["total_tok_s_ci_low"] <= cell["total_tok_s"] <= cell["total_tok_s_ci_high"], cell
+    if cell["phase"] == "rate":  # every request of every round counted once
+        rounds = [json.loads((out / "repeats" / str(i) / "results.json").read_text()) for i in (1, 2, 3)]
+        assert cell["requests_scheduled"] == sum(c["requests_scheduled"] for d in rounds for c in d["cells"]
+                                                 if c["phase"] == "rate")
+        assert cell["achieved_rate_rps_ci_low"] <= cell["achieved_rate_rps"] <= cell["achieved_rate_rps_ci_high"]
