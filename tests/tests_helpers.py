@@ -327,4 +327,9 @@ def repeated_noise(run, url: str, out: Path, engine: str) -> dict:
     for (phase, n), c in sorted(cells.items()):
         cvs = ", ".join(f"{f} {c[f'{f}_cv']:.1%}" for f in NOISE_FIGURES if c.get(f"{f}_cv") is not None)
         print(f"{engine} {phase} 256 × {n}, CV over 3 repeats: {cvs}")
+    assert {("decode", 1), ("decode", 4), ("prefill", 1)} <= set(cells)
+    for c in cells.values():
+        assert c["repeats"] == 3 and c["ci_method"] == "repeats"
+        figure = "prompt_tok_s" if c["phase"] == "prefill" else "total_tok_s"
+        assert c[f"{figure}_ci_low"] <= c[figure] <= c[f"{figure}_ci_high"] and c[f"{figure}_cv"] >= 0
     return cells
