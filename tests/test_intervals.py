@@ -184,3 +184,14 @@ def test_five_repeats_cover_the_truth_and_more_repeats_narrow_the_interval():
         return statistics.mean(c.intervals.total_tok_s_ci_high - c.intervals.total_tok_s_ci_low for c in cells)
     ratio = width(3) / width(12)
     assert 2.0 < ratio < 8.0, ratio
+
+
+def test_goodput_carries_its_interval_under_an_slo():
+    from llmload.core.figures.slo import parse_slo
+    cell = predict_cell(load_profile("tiny", {**NOISE, "noise_seed": 3}), PLANNED, window_s=WINDOW_S,
+                        slo=parse_slo("ttft_p99=1s"))
+    low, high = cell.intervals.goodput_tok_s_ci_low, cell.intervals.goodput_tok_s_ci_high
+    assert low is not None and low <= cell.slo.goodput_tok_s <= high
+    # every request meets so loose an SLO: goodput is the total, and so is its spread
+    assert cell.slo.goodput_tok_s == pytest.approx(cell.total_tok_s)
+    assert high - low == pytest.approx(cell.intervals.total_tok_s_ci_high - cell.intervals.total_tok_s_ci_low, rel=0.05)

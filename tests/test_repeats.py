@@ -203,3 +203,16 @@ def test_every_workload_repeats(tmp_path, workload):
         assert cell["requests_scheduled"] == sum(c["requests_scheduled"] for d in rounds for c in d["cells"]
                                                  if c["phase"] == "rate")
         assert cell["achieved_rate_rps_ci_low"] <= cell["achieved_rate_rps"] <= cell["achieved_rate_rps_ci_high"]
+
+
+def test_a_prefill_of_several_cold_requests_carries_their_interval(tmp_path):
+    out = tmp_path / "pre"
+    r = llmload("run", "--sim-profile", "tiny", "--contexts", "0", "--concurrency", "1", "--prefill-contexts", "1K",
+                "--prefill-repeats", "4", "--duration", "1s", "--max-tokens", "16", "--out", out)
+    assert r.returncode == 0, r.stdout + r.stderr
+    _, cells = cells_by_key(out)
+    pre = cells[("prefill", 1)]
+    assert pre["ci_method"] == "samples" and pre["ci_batches"] == 4
+    assert pre["prompt_tok_s_ci_low"] <= pre["prompt_tok_s"] <= pre["prompt_tok_s_ci_high"]
+    assert pre["ttft_ms_ci_low"] <= pre["ttft_ms"] <= pre["ttft_ms_ci_high"]
+    assert "cold requests (`--prefill-repeats`)" in (out / "report.md").read_text()

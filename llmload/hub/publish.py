@@ -173,7 +173,7 @@ def _interval_columns(cell) -> dict[str, Any]:
     """The cell's total tok/s interval for its row: a method other than llmload's two is
     stored as none (the column is short, and a submitted document may say anything)."""
     iv = cell.intervals
-    method = iv.ci_method if iv.ci_method in ("batch_means", "repeats") else None
+    method = iv.ci_method if iv.ci_method in ("batch_means", "samples", "repeats") else None
     return {"total_tok_s_ci_low": _float(iv.total_tok_s_ci_low) if method else None,
             "total_tok_s_ci_high": _float(iv.total_tok_s_ci_high) if method else None,
             "ci_method": method, "repeats": iv.repeats if method and isinstance(iv.repeats, int) else None}

@@ -28,7 +28,7 @@ from llmload.core.quantiles import quantile
 from llmload.core.figures.metrics import MAX_ERROR_SAMPLES, WindowFigures, median_prefill, window_figures
 from llmload.core.figures.energy import cell_energy
 from llmload.core.figures.goodput import request_goodput
-from llmload.core.figures.intervals import cell_intervals
+from llmload.core.figures.intervals import cell_intervals, prefill_intervals
 from llmload.core.model.records import SETTLE_TAG, RequestRecord
 from llmload.core.units import format_duration_s
 from llmload.core.figures.traffic import (OPEN_LOOP_TAGS, SESSION_TAG, cached_prompt_ratio, open_loop_figures,
@@ -277,7 +277,7 @@ def prefill_cell(planned: PlannedCell, records: list[RequestRecord], *, source: 
                    error_samples=tuple(dict.fromkeys(r.error for r in failed))[:MAX_ERROR_SAMPLES],
                    server_prompt_tokens=_server_prompt_tokens(samples), cached_tokens=fig.cached_tokens,
                    server_check=prefill_check(samples, text_prompt=text_prompt),
-                   server_timing=server_timing(samples))
+                   server_timing=server_timing(samples), intervals=prefill_intervals(cell, samples))
 
 
 def _status_reason(status: str, fig: WindowFigures, planned: PlannedCell, *, errors: int, median_waiting,

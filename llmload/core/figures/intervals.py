@@ -30,7 +30,7 @@ import numpy as np
 
 from llmload.core.confidence import CONFIDENCE, Interval, spread_interval
 from llmload.core.figures.goodput import request_goodput
-from llmload.core.figures.metrics import window_figures
+from llmload.core.figures.metrics import prefill_figures, window_figures
 from llmload.core.model.cell import CellIntervals, CellResult
 from llmload.core.model.records import RequestRecord
 from llmload.core.quantiles import quantile
@@ -139,11 +139,12 @@ def batch_values(records: Iterable[RequestRecord], t0: float, t1: float, *, batc
         order = np.argsort(sends, kind="stable")
         ordered = [recs[j] for j in order]
         sorted_sends, sorted_ends = sends[order], ends[order]
-        out["goodput_tok_s"] = []
+        good: list[float | None] = []
         for i in range(batches):
             last = int(np.searchsorted(sorted_sends, edges[i + 1], side="right"))
             part = [ordered[j] for j in np.flatnonzero(sorted_ends[:last] >= edges[i])]
-            out["goodput_tok_s"].append(goodput(part, float(edges[i]), float(edges[i + 1])))
+            good.append(goodput(part, float(edges[i]), float(edges[i + 1])))
+        out.update(goodput_tok_s=good)
     return {name: [float(v) for v in vals if v is not None and math.isfinite(v)] for name, vals in out.items()}
 
 
@@ -219,3 +220,18 @@ def cell_intervals(cell: CellResult, records: list[RequestRecord], t0: float | N
         bounds[f"{name}_ci_low"], bounds[f"{name}_ci_high"] = interval.low, interval.high
     return CellIntervals(ci_method="batch_means", ci_confidence=CONFIDENCE, ci_batches=BATCHES, **bounds)
 
+
+def prefill_intervals(cell: CellResult, samples: Sequence[RequestRecord]) -> CellIntervals:
+    """A prefill cell of several cold requests (`--prefill-repeats N`, N ≥ 3): its figures
+    (the samples' medians) ± t(N−1) · s / √N over the samples, each cold request with its own
+    prompt an independent draw ("samples"); none with fewer samples."""
+    figures = [f for f in (prefill_figures(r) for r in samples) if f.samples]
+    found = figure_intervals({"prompt_tok_s": cell.prompt_tok_s, "ttft_ms": cell.ttft_ms},
+                             {"prompt_tok_s": [f.prompt_tok_s for f in figures if f.prompt_tok_s is not None],
+                              "ttft_ms": [f.ttft_ms for f in figures if f.ttft_ms is not None]}, CONFIDENCE)
+    if not found:
+        return CellIntervals()
+    bounds = {}
+    for name, interval in found.items():
+        bounds[f"{name}_ci_low"], bounds[f"{name}_ci_high"] = interval.low, interval.high
+    return CellIntervals(ci_method="samples", ci_confidence=CONFIDENCE, ci_batches=len(figures), **bounds)

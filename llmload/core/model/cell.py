@@ -194,8 +194,9 @@ class CellIntervals:
     None where the figure has none (no figure, or too few values for a spread)."""
 
     ci_method: str | None = None
-    """"batch_means" (sub-windows of the cell's one window) or "repeats" (Student's t over
-    the repeats' values, `llmload.core.figures.repeats`)."""
+    """"batch_means" (sub-windows of the cell's one window), "samples" (a prefill cell's cold
+    requests, `--prefill-repeats`) or "repeats" (Student's t over the repeats' values,
+    `llmload.core.figures.repeats`)."""
     ci_confidence: float | None = None
     ci_batches: int | None = None
     """Batch means: the sub-windows the window was cut into (at most ci_batches − 1 degrees

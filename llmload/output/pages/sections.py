@@ -179,7 +179,12 @@ INTERVALS_BATCH = (
     "Each figure ± the half-width of its {confidence:.0%} confidence interval, from the cell's own "
     "window cut into {batches} sub-windows (batch means). It holds the noise within the window, "
     "not what differs from one run to the next (the state a warm-up left, requests that stay in "
-    "step for the whole window): `llmload run --repeat N` measures that.")
+    "step for the whole window): `llmload run --repeat N` measures that. On a server with stalls "
+    "the TTFT and p99 intervals of one run are too narrow (they covered the truth in 4–27 of 40 "
+    "trials on the noisy simulator, docs/figures.md): judge those by repeats.")
+INTERVALS_SAMPLES = (
+    "A prefill cell's figures are the medians of its {samples} cold requests (`--prefill-repeats`), "
+    "± the half-width of their {confidence:.0%} interval (Student's t over the requests).")
 INTERVALS_REPEATS = (
     "Each figure is the mean over {repeats} repeats of the whole plan, ± the half-width of its "
     "{confidence:.0%} confidence interval (Student's t over the repeats); CV: the figure's "
@@ -220,5 +225,10 @@ def intervals_section(cells: Sequence[CellResult]) -> Section | None:
                            " (within --until-ci)" if c.intervals.until_ci_reached else " (not within --until-ci)")))
         intro = INTERVALS_REPEATS.format(repeats=repeats, confidence=confidence)
     else:
-        intro = INTERVALS_BATCH.format(confidence=confidence, batches=seen[0].intervals.ci_batches)
+        batched = [c for c in seen if c.intervals.ci_method == "batch_means"]
+        sampled = [c for c in seen if c.intervals.ci_method == "samples"]
+        parts = [INTERVALS_BATCH.format(confidence=confidence, batches=batched[0].intervals.ci_batches)] if batched else []
+        if sampled:
+            parts.append(INTERVALS_SAMPLES.format(confidence=confidence, samples=sampled[0].intervals.ci_batches))
+        intro = " ".join(parts)
     return Section(title=INTERVALS_TITLE, intro=intro, table=column_table(seen, columns), note=INTERVALS_NOTE)

@@ -137,13 +137,18 @@ Top level:
     rate_rps and turns (null for the matrix).
   - intervals (`llmload.core.model.cell.CellIntervals`, `llmload.core.figures.intervals`;
     null where a figure has none): ci_method ("batch_means": sub-windows of the cell's
-    window), ci_confidence (0.95), ci_batches (the sub-windows), and for each headline
-    figure its interval: total_tok_s_ci_low, total_tok_s_ci_high, per_request_tok_s_ci_low,
+    window; "samples": a prefill cell's cold requests, --prefill-repeats 3 or more; "repeats":
+    a repeated run's combined cell), ci_confidence (0.95), ci_batches (the sub-windows, or
+    the samples), repeats, until_ci_pct and until_ci_reached (--until-ci), and for each headline
+    figure its interval: prompt_tok_s_ci_low, prompt_tok_s_ci_high, total_tok_s_ci_low, total_tok_s_ci_high, per_request_tok_s_ci_low,
     per_request_tok_s_ci_high, ttft_ms_ci_low, ttft_ms_ci_high, ttft_p99_ms_ci_low,
     ttft_p99_ms_ci_high, tbt_ms_ci_low, tbt_ms_ci_high, tbt_p99_ms_ci_low, tbt_p99_ms_ci_high,
     e2e_ms_ci_low, e2e_ms_ci_high, e2e_p99_ms_ci_low, e2e_p99_ms_ci_high,
     achieved_rate_rps_ci_low, achieved_rate_rps_ci_high, goodput_tok_s_ci_low,
-    goodput_tok_s_ci_high (absent before they came, within version 2).
+    goodput_tok_s_ci_high; and with repeats each figure's coefficient of variation across them:
+    prompt_tok_s_cv, total_tok_s_cv, per_request_tok_s_cv, ttft_ms_cv, ttft_p99_ms_cv, tbt_ms_cv,
+    tbt_p99_ms_cv, e2e_ms_cv, e2e_p99_ms_cv, achieved_rate_rps_cv, goodput_tok_s_cv (all absent
+    before they came, within version 2).
 - energy (optional): {"status": "measured" | "not_measured" | "off", "reason", "gpus",
   "idle_power_w", "source"}.
 """
