@@ -132,6 +132,12 @@ def test_compare_gives_verdicts_and_fails_on_a_regression(tmp_path):
     tbt = next(f for f in doc["decode"][0]["figures"] if f["figure"] == "tbt_ms")
     assert tbt["verdicts"][0] is None and tbt["verdicts"][1]["word"] == "worse"
     assert tbt["verdicts"][1]["low_pct"] > 0
+    page = tmp_path / "c.html"
+    assert llmload("compare", a, slower, "--html", page).returncode == 0
+    from html_check import parse
+    [table] = parse(page.read_text()).find_all("table", **{"class": "compare-decode"})
+    verdicts = [td.all_text() for td in table.find_all("td") if "verdict" in td.attrs.get("class", "")]
+    assert any(v.startswith("worse ") and "%" in v for v in verdicts), verdicts
     r = llmload("compare", a, slower, "--no-html", "--fail-on-regression", "-1")
     assert r.returncode == 2 and "Traceback" not in r.stderr
 

@@ -216,3 +216,17 @@ def test_a_prefill_of_several_cold_requests_carries_their_interval(tmp_path):
     assert pre["prompt_tok_s_ci_low"] <= pre["prompt_tok_s"] <= pre["prompt_tok_s_ci_high"]
     assert pre["ttft_ms_ci_low"] <= pre["ttft_ms"] <= pre["ttft_ms_ci_high"]
     assert "cold requests (`--prefill-repeats`)" in (out / "report.md").read_text()
+
+
+def test_same_prompts_gives_every_round_one_prompt_seed(tmp_path, monkeypatch):
+    seen = []
+    real = repeats.run_matrix
+
+    def spy(scenario, **kw):
+        seen.append(kw["run_id"])
+        return real(scenario, **kw)
+    monkeypatch.setattr(repeats, "run_matrix", spy)
+    r = llmload("run", "--sim-profile", "tiny", "--contexts", "0", "--prefill-contexts", "", "--concurrency", "1",
+                "--duration", "1s", "--max-tokens", "16", "--repeat", "2", "--same-prompts", "--out", tmp_path / "s")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert len(seen) == 2 and seen[0] == seen[1]

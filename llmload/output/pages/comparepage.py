@@ -64,8 +64,7 @@ def render_text(c: Comparison) -> str:
     else:
         out.append("  none")
     ratio_heads = [f"{lab}/{ref}" for lab in labels[1:]]
-    judged = any(v is not None for _, rows, _ in row_sections(c) for row in rows for f in row.figures
-                 for v in f.verdicts)
+    judged = has_verdicts(c)
     verdict_heads = [f"{lab} vs {ref}" for lab in labels[1:]] if judged else []
     for title, rows, _key in row_sections(c):
         if not rows:
@@ -101,6 +100,13 @@ def render_text(c: Comparison) -> str:
         out.append(f"* the ratio differs from 1 by more than the runs' noise (±{c.noise_default_rel:.0%} "
                    "where the runs do not carry their own); the runs carry no intervals, so no verdicts.")
     return "\n".join(out)
+
+
+def has_verdicts(c: Comparison) -> bool:
+    """Whether any figure got a verdict (some cell of two runs carried intervals): else the
+    renderings say nothing of verdicts."""
+    return any(v is not None for _, rows, _ in row_sections(c) for row in rows for f in row.figures
+               for v in f.verdicts)
 
 
 def row_sections(c: Comparison) -> list[tuple[str, tuple[CellRow, ...], str]]:
@@ -140,7 +146,7 @@ def render_html(c: Comparison) -> str:
     }
     return render_template("compare.html.j2", c=c, charts={k: v for k, v in made.items() if v},
                            fmt_value=fmt_value, fmt_ratio=fmt_ratio, status_word=status_word,
-                           without_figures=without_figures, sections=row_sections(c))
+                           without_figures=without_figures, sections=row_sections(c), judged=has_verdicts(c))
 
 
 # --------------------------------------------------------------------------- the command
