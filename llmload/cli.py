@@ -23,6 +23,7 @@ from llmload.commands.publish import publish
 from llmload.commands.run import run
 from llmload.commands.simulator import fit, predict, sim
 from llmload.commands.trace import trace
+from llmload.commands.tune import tune
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -49,6 +50,7 @@ main.add_command(hub)
 main.add_command(hub_token)
 main.add_command(hub_run)
 main.add_command(trace)
+main.add_command(tune)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,0 +1,170 @@
+"""A server started from the user's own command line (`llmload tune`'s settings, issue 42):
+its own process group on a port llmload picked, its output in a log file, ready when its
+OpenAI API answers, and stopped whole.
+
+- `ServedCommand(argv, port=..., log_path=...)`: `start()` runs argv in a new session (its
+  own process group: an engine's workers and helpers are in it too), stdout and stderr to
+  the log file; `wait_ready(timeout_s)` polls `GET /v1/models` until 200, failing at once
+  with `StartFailed` (the log's last lines in its message) when the process exits, and
+  after the timeout with the server stopped.
+- `stop(grace_s)`: SIGTERM to the whole group, SIGKILL to what is left after the grace,
+  then waits until nothing listens on the port. Safe to call twice; an `atexit` hook stops
+  any server still running when llmload exits (Ctrl-C and SIGTERM reach it as exceptions
+  in `llmload`'s commands), so no server outlives the tune.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+import weakref
+from pathlib import Path
+
+POLL_S = 0.25
+LOG_TAIL_LINES = 20
+_live: "weakref.WeakSet[ServedCommand]" = weakref.WeakSet()
+
+
+class StartFailed(RuntimeError):
+    """The server did not come up; the message is one line, then the log's last lines."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def listening(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+class ServedCommand:
+    """One server process group (see the module docstring)."""
+
+    def __init__(self, argv: list[str], *, port: int, log_path: str | os.PathLike[str],
+                 host: str = "127.0.0.1") -> None:
+        self.argv = list(argv)
+        self.host, self.port = host, port
+        self.url = f"http://{host}:{port}"
+        self.log_path = Path(log_path)
+        self._proc: subprocess.Popen | None = None
+        self.started_s: float | None = None
+        """How long the server took to answer, once ready."""
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def start(self) -> "ServedCommand":
+        if self._proc is not None:
+            raise RuntimeError("already started")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            try:
+                self._proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                              start_new_session=True)
+            except OSError as exc:
+                raise StartFailed(f"cannot start {self.argv[0]!r}: {exc.strerror or exc}") from None
+        _live.add(self)
+        return self
+
+    def wait_ready(self, timeout_s: float) -> float:
+        """Seconds until `GET /v1/models` answered 200 (StartFailed if it never did)."""
+        assert self._proc is not None
+        began = time.monotonic()
+        while True:
+            code = self._proc.poll()
+            if code is not None:
+                self.stop()
+                raise StartFailed(f"the server exited with status {code} before it was ready" + self._tail())
+            if self._answers():
+                self.started_s = time.monotonic() - began
+                return self.started_s
+            if time.monotonic() - began > timeout_s:
+                self.stop()
+                raise StartFailed(f"the server was not ready within {timeout_s:g} s (GET {self.url}/v1/models)"
+                                  + self._tail())
+            time.sleep(POLL_S)
+
+    def _answers(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.url}/v1/models", timeout=2.0) as response:
+                return response.status == 200
+        except (urllib.error.URLError, OSError, ValueError):
+            return False
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        try:
+            text = self.log_path.read_bytes()[-16384:].decode("utf-8", "replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def _tail(self) -> str:
+        tail = self.log_tail()
+        return f"; the log ({self.log_path}) ends:\n{tail}" if tail else f"; the log ({self.log_path}) is empty"
+
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def stop(self, grace_s: float = 10.0, port_wait_s: float = 10.0) -> None:
+        """SIGTERM to the group, SIGKILL to what is left after `grace_s`, then wait until
+        the port is free; safe to call twice."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        _live.discard(self)
+        group = proc.pid  # start_new_session: the leader's pid is the group's id
+        _signal_group(group, signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+        deadline = time.monotonic() + grace_s
+        while _group_alive(group) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if _group_alive(group):
+            _signal_group(group, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.wait()
+        deadline = time.monotonic() + port_wait_s
+        while listening(self.host, self.port) and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+    def __enter__(self) -> "ServedCommand":
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+def _signal_group(group: int, signum: int) -> None:
+    try:
+        os.killpg(group, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _group_alive(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+@atexit.register
+def _stop_all() -> None:
+    for served in list(_live):
+        served.stop(grace_s=2.0, port_wait_s=0.0)
