@@ -103,3 +103,14 @@ class LlamaServer:
                 self.proc.wait()
         self._log.close()
         os.unlink(self._log.name)
+
+
+def serve_command(binary: str, model: str, *args: str, threads: int = 1) -> str:
+    """`LlamaServer`'s command line as `llmload tune --serve` takes it: `{port}` for the
+    port, on the engine's cores (`taskset`), fields of `args` left as they are."""
+    import shlex
+    cpus = engine_cpus()
+    pin = ["taskset", "-c", ",".join(map(str, sorted(cpus)))] if cpus is not None else []
+    words = [*pin, binary, "-m", model, "--host", "127.0.0.1", "--port", "{port}", "-t", str(threads), "-tb",
+             str(threads), "--no-webui"]
+    return " ".join(shlex.quote(w) if "{" not in w else w for w in words) + " " + " ".join(args)

@@ -147,3 +147,20 @@ class VllmServer:
             self._log.close()
         if os.path.exists(self._log.name):
             os.unlink(self._log.name)
+
+
+def serve_command(python: str, model: str, *args: str, kv_cache_gib: int = 1) -> str:
+    """`VllmServer`'s command line as `llmload tune --serve` takes it (its environment set by
+    `env`, niced, on the engine's cores): `{port}` for the port, fields of `args` as they are."""
+    import shlex
+    cpus = engine_cpus()
+    env = [f"VLLM_CPU_KVCACHE_SPACE={kv_cache_gib}", "VLLM_NO_USAGE_STATS=1", "DO_NOT_TRACK=1", "HF_HUB_OFFLINE=1",
+           "TRANSFORMERS_OFFLINE=1"]
+    pin = []
+    if cpus is not None:
+        env.append("VLLM_CPU_OMP_THREADS_BIND=" + ",".join(map(str, sorted(cpus))))
+        pin = ["taskset", "-c", ",".join(map(str, sorted(cpus)))]
+    words = ["env", *env, "nice", "-n", "10", *pin, python, "-m", "vllm.entrypoints.openai.api_server", "--model",
+             model, "--served-model-name", MODEL_NAME, "--load-format", "dummy", "--dtype", "bfloat16", "--host",
+             "127.0.0.1", "--port", "{port}"]
+    return " ".join(shlex.quote(w) if "{" not in w else w for w in words) + " " + " ".join(args)

@@ -51,6 +51,24 @@ class Source:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Launch:
+    """How an engine is started from its command line (`llmload tune`): the words that name
+    it, its port flag, the flags whose values the twin models, and how long a start takes.
+
+    `tuned`: (flag, twin profile field) pairs; a flag "--set KEY" is the simulator's
+    `--set KEY=VALUE`. A flag not listed is measured at every value (the twin has no model
+    of it)."""
+
+    programs: tuple[tuple[str, ...], ...]
+    """Each: consecutive words of a command line that name the engine (("vllm", "serve"))."""
+    port_flag: str = "--port"
+    tuned: tuple[tuple[str, str], ...] = ()
+    start_s: float = 60.0
+    """A typical start: the first health checks wait this long before saying "still starting"."""
+    ready: str = "GET /v1/models answers 200"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class EngineCaps:
     name: str
     token_id_prompts: bool
@@ -107,6 +125,8 @@ class EngineCaps:
     null_blocks: int = 0
     """KV blocks of the reported pool that no sequence can use (vLLM V1 keeps one block as
     its null block: a pool of 40 blocks holds 39 blocks of sequences)."""
+    launch: Launch | None = None
+    """How its server is started (`llmload tune`); None: started only by the user."""
 
     @property
     def exact_counts(self) -> bool:
@@ -131,13 +151,21 @@ ENGINES: dict[str, EngineCaps] = {
                    sequence_limit=(_MODELS_LEN,), pool_limit=_VLLM_POOL, block_size=_VLLM_BLOCK,
                    count_limit=_VLLM_SEQS, null_blocks=1,
                    pool_note="unknown (no vllm:cache_config_info on /metrics): every cell runs "
-                             "and queueing marks what did not fit"),
+                             "and queueing marks what did not fit",
+                   launch=Launch(programs=(("vllm", "serve"), ("vllm.entrypoints.openai.api_server",)), start_s=60.0,
+                                 tuned=(("--max-num-seqs", "max_num_seqs"),
+                                        ("--max-num-batched-tokens", "max_num_batched_tokens"),
+                                        ("--num-gpu-blocks-override", "num_gpu_blocks")))),
         EngineCaps(name="llmload-sim", token_id_prompts=True, ignore_eos=True, min_tokens=True,
                    include_usage=True, continuous_usage=True, cache_salt=True,
                    tokenize_path="/tokenize", tokenize_messages=True,
                    generated_counter=("vllm:generation_tokens_total",), prefix_cache_counters=_VLLM_PREFIX,
                    sequence_limit=(_MODELS_LEN,), pool_limit=_VLLM_POOL, block_size=_VLLM_BLOCK,
-                   count_limit=_VLLM_SEQS, null_blocks=1, pool_note=_UNKNOWN_POOL),
+                   count_limit=_VLLM_SEQS, null_blocks=1, pool_note=_UNKNOWN_POOL,
+                   launch=Launch(programs=(("llmload", "sim"),), start_s=2.0,
+                                 tuned=(("--set max_num_seqs", "max_num_seqs"),
+                                        ("--set max_num_batched_tokens", "max_num_batched_tokens"),
+                                        ("--set num_gpu_blocks", "num_gpu_blocks")))),
         EngineCaps(name="sglang", token_id_prompts=True, ignore_eos=True, min_tokens=True,
                    include_usage=True, continuous_usage=True, cache_salt=True,
                    tokenize_path="/tokenize", tokenize_messages=True,
@@ -148,7 +176,10 @@ ENGINES: dict[str, EngineCaps] = {
                                Source("metrics", "sglang:max_total_num_tokens")),
                    block_size=(Source("server_info", "page_size"),),
                    count_limit=(Source("server_info", "max_running_requests"),),
-                   pool_note=_UNKNOWN_POOL),
+                   pool_note=_UNKNOWN_POOL,
+                   launch=Launch(programs=(("sglang.launch_server",), ("sglang", "serve")), start_s=90.0,
+                                 tuned=(("--max-running-requests", "max_num_seqs"),
+                                        ("--chunked-prefill-size", "max_num_batched_tokens")))),
         EngineCaps(name="llama.cpp", token_id_prompts=True, ignore_eos=True, min_tokens=False,
                    include_usage=True, continuous_usage=False, cache_salt=False,
                    tokenize_path="/tokenize", tokenize_key="content",
@@ -163,7 +194,11 @@ ENGINES: dict[str, EngineCaps] = {
                    count_limit=(Source("props", "total_slots"),),
                    pool_note=("none: each slot holds its own n_ctx, unless the server runs with "
                               "--kv-unified (the default when -np is not given), whose shared pool "
-                              "the API does not report: give it with --kv-cache-tokens")),
+                              "the API does not report: give it with --kv-cache-tokens"),
+                   # -c is split among the -np slots (unless --kv-unified): not a pool the
+                   # twin models, so a tune over -c measures every value.
+                   launch=Launch(programs=(("llama-server",),), start_s=10.0,
+                                 tuned=(("-np", "max_num_seqs"), ("--parallel", "max_num_seqs")))),
         EngineCaps(name="tgi", token_id_prompts=False, ignore_eos=False, min_tokens=False,
                    include_usage=True, continuous_usage=False, cache_salt=False,
                    tokenize_path="/tokenize", tokenize_key="inputs", docs=("info", "metrics"),
@@ -226,6 +261,17 @@ def server_truth(objects: dict[str, dict | None]) -> dict[str, int | float | Non
         else:
             out[name] = float(value)
     return out
+
+
+def launched_engine(words: list[str]) -> EngineCaps | None:
+    """The engine a command line starts (one of its `Launch.programs` in it, a path's last
+    part counting as the word), or None."""
+    names = [w.rsplit("/", 1)[-1] for w in words]
+    for caps in ENGINES.values():
+        for prog in caps.launch.programs if caps.launch else ():
+            if any(tuple(names[i:i + len(prog)]) == prog for i in range(len(names))):
+                return caps
+    return None
 
 
 def engine_caps(name: str | None) -> EngineCaps:
