@@ -169,13 +169,17 @@ def test_param_file_the_engines_port_flag_and_repeats(tmp_path):
     --repeat 3 measures the setting three times, its objective the mean with the interval over them."""
     params = tmp_path / "params"
     params.write_text("# the sequence limit\nseqs=4\n")
-    serve = f"{sys.executable} -m llmload sim --profile tiny --set max_num_seqs={{seqs}}"
+    secret = "sk-tune-secret-4f1e"  # the server's key, given to both: never written anywhere
+    serve = f"{sys.executable} -m llmload sim --profile tiny --set max_num_seqs={{seqs}} --api-key {secret}"
     r = llmload("tune", "--serve", serve, "--param-file", params, *WORKLOAD, "--concurrency", "4",
-                "--repeat", "3", "--out", tmp_path / "t")
+                "--repeat", "3", "--api-key", secret, "--out", tmp_path / "t")
     assert r.returncode == 0, r.stdout + r.stderr
     doc = json.loads((tmp_path / "t" / "tune.json").read_text())
     [row] = doc["settings"]
-    assert row["status"] == "measured" and row["command"].endswith("--set max_num_seqs=4")
+    assert row["status"] == "measured" and row["command"].endswith("--set max_num_seqs=4 --api-key ***")
+    assert secret not in r.stdout + r.stderr
+    assert not [p for p in (tmp_path / "t").rglob("*") if p.is_file() and p.suffix != ".parquet"
+                and secret in p.read_text(errors="replace")]
     run = json.loads((tmp_path / "t" / "settings" / "seqs-4" / "run" / "results.json").read_text())
     assert "--port" in run["launch_command"]  # as launched
     [cell] = [c for c in run["cells"] if c["status"] == "valid"]

@@ -53,11 +53,13 @@ class ServedCommand:
     """One server process group (see the module docstring)."""
 
     def __init__(self, argv: list[str], *, port: int, log_path: str | os.PathLike[str],
-                 host: str = "127.0.0.1") -> None:
+                 host: str = "127.0.0.1", api_key: str | None = None) -> None:
         self.argv = list(argv)
         self.host, self.port = host, port
         self.url = f"http://{host}:{port}"
         self.log_path = Path(log_path)
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        """A server started with an API key answers /v1/models only to it."""
         self._proc: subprocess.Popen | None = None
         self.started_s: float | None = None
         """How long the server took to answer, once ready."""
@@ -99,7 +101,8 @@ class ServedCommand:
 
     def _answers(self) -> bool:
         try:
-            with urllib.request.urlopen(f"{self.url}/v1/models", timeout=2.0) as response:
+            request = urllib.request.Request(f"{self.url}/v1/models", headers=self._headers)
+            with urllib.request.urlopen(request, timeout=2.0) as response:
                 return response.status == 200
         except (urllib.error.URLError, OSError, ValueError):
             return False

@@ -94,7 +94,7 @@ def run_tune(scenario: Scenario, *, serve: str, settings: Sequence[Setting], obj
     out = Path(out_dir)
     done = _previous(out) if resume else {}
     rows: dict[int, SettingResult] = {}
-    context = {"serve": serve, "objective": objective, "search": search, "margin": margin,
+    context = {"serve": scrub(shown or serve), "objective": objective, "search": search, "margin": margin,
                "twin_fields": dict(twin or {}), "slo": scenario.slo}
 
     def measure(i: int, predicted: SettingResult | None = None) -> None:
@@ -193,7 +193,7 @@ def _one(scenario: Scenario, serve: str, shown: str, setting: Setting, name: str
     started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     base = {"label": name, "values": dict(setting), "command": scrub(_shown(shown, setting)), "port": port,
             "started_at": started_at}
-    server = ServedCommand(argv, port=port, log_path=here / "server.log")
+    server = ServedCommand(argv, port=port, log_path=here / "server.log", api_key=api_key)
     try:
         server.start()
         ready_s = server.wait_ready(startup_timeout_s)
