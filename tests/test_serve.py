@@ -101,3 +101,37 @@ def test_a_server_that_never_answers_is_stopped_after_the_timeout(tmp_path):
 def test_a_missing_program_is_one_line(tmp_path):
     with pytest.raises(StartFailed, match="cannot start 'no-such-engine-xyz'"):
         ServedCommand(["no-such-engine-xyz"], port=free_port(), log_path=tmp_path / "x.log").start()
+
+
+def test_the_stop_waits_until_the_gpus_memory_is_back(tmp_path, fake_nvml):
+    """Through NVML (the tests' stand-in): memory in use before the start, the server's
+    while it runs; the stop returns once it is back, or says it never came back."""
+    import threading
+
+    from llmload.io.hardware import gpu_memory_used_bytes
+    used = tmp_path / "used"
+    used.write_text("1000000000")  # 1 GB in use by something else before the start
+    fake_nvml("100")
+    os.environ["LLMLOAD_FAKE_NVML_USED_FILE"] = str(used)
+    try:
+        assert gpu_memory_used_bytes() == 1_000_000_000
+        port = free_port()
+        served = ServedCommand(sim_argv(port), port=port, log_path=tmp_path / "log",
+                               memory_used=gpu_memory_used_bytes, memory_wait_s=30).start()
+        served.wait_ready(60)
+        used.write_text("21000000000")  # the engine's 20 GB
+        # the driver lets go 1.5 s after the process is gone
+        threading.Timer(1.5, lambda: used.write_text("1100000000")).start()
+        began = time.monotonic()
+        served.stop()
+        assert served.memory_freed is True and time.monotonic() - began >= 1.4
+        # never back within the wait: said so
+        port = free_port()
+        served = ServedCommand(sim_argv(port), port=port, log_path=tmp_path / "log2",
+                               memory_used=gpu_memory_used_bytes, memory_wait_s=1).start()
+        served.wait_ready(60)
+        used.write_text("21000000000")
+        served.stop()
+        assert served.memory_freed is False
+    finally:
+        del os.environ["LLMLOAD_FAKE_NVML_USED_FILE"]

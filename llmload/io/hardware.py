@@ -47,6 +47,29 @@ def gpu_facts() -> list[dict]:
             pass
 
 
+def gpu_memory_used_bytes() -> int | None:
+    """GPU memory in use over this machine's NVIDIA GPUs (NVML); None without NVML or a GPU."""
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+    except Exception:  # no pynvml, no driver: nothing to read
+        return None
+    try:
+        count = pynvml.nvmlDeviceGetCount()
+        if not count:
+            return None
+        return sum(int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(i)).used)
+                   for i in range(count))
+    except Exception as exc:
+        logger.debug("NVML memory query failed: %s", exc)
+        return None
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
 def _text(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 

@@ -8,7 +8,10 @@ OpenAI API answers, and stopped whole.
   with `StartFailed` (the log's last lines in its message) when the process exits, and
   after the timeout with the server stopped.
 - `stop(grace_s)`: SIGTERM to the whole group, SIGKILL to what is left after the grace,
-  then waits until nothing listens on the port. Safe to call twice; an `atexit` hook stops
+  then waits until nothing listens on the port and, given `memory_used` (the GPUs' memory in
+  use: `llmload.io.hardware.gpu_memory_used_bytes`), until it is back within
+  `MEMORY_SLACK_BYTES` of what it was before the start (at most `memory_wait_s`; a GPU that
+  lets go of an engine's memory late would fail the next setting's start). Safe to call twice; an `atexit` hook stops
   any server still running when llmload exits (Ctrl-C and SIGTERM reach it as exceptions
   in `llmload`'s commands), so no server outlives the tune.
 """
@@ -24,10 +27,12 @@ import time
 import urllib.error
 import urllib.request
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 
 POLL_S = 0.25
 LOG_TAIL_LINES = 20
+MEMORY_SLACK_BYTES = 512 * 2**20
 _live: "weakref.WeakSet[ServedCommand]" = weakref.WeakSet()
 
 
@@ -53,13 +58,18 @@ class ServedCommand:
     """One server process group (see the module docstring)."""
 
     def __init__(self, argv: list[str], *, port: int, log_path: str | os.PathLike[str],
-                 host: str = "127.0.0.1", api_key: str | None = None) -> None:
+                 host: str = "127.0.0.1", api_key: str | None = None,
+                 memory_used: Callable[[], int | None] | None = None, memory_wait_s: float = 120.0) -> None:
         self.argv = list(argv)
         self.host, self.port = host, port
         self.url = f"http://{host}:{port}"
         self.log_path = Path(log_path)
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         """A server started with an API key answers /v1/models only to it."""
+        self._memory_used, self.memory_wait_s = memory_used, memory_wait_s
+        self._memory_before: int | None = None
+        self.memory_freed: bool | None = None
+        """After stop: whether the GPUs' memory came back (None: not watched)."""
         self._proc: subprocess.Popen | None = None
         self.started_s: float | None = None
         """How long the server took to answer, once ready."""
@@ -72,6 +82,7 @@ class ServedCommand:
         if self._proc is not None:
             raise RuntimeError("already started")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._memory_before = self._memory_used() if self._memory_used is not None else None
         with open(self.log_path, "ab") as log:
             try:
                 self._proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
@@ -144,12 +155,27 @@ class ServedCommand:
         deadline = time.monotonic() + port_wait_s
         while listening(self.host, self.port) and time.monotonic() < deadline:
             time.sleep(0.1)
+        if self._memory_before is not None and self._memory_used is not None:
+            self.memory_freed = wait_memory_free(self._memory_used, self._memory_before, self.memory_wait_s)
 
     def __enter__(self) -> "ServedCommand":
         return self.start()
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
+
+
+def wait_memory_free(read: Callable[[], int | None], before: int, timeout_s: float,
+                     poll_s: float = 0.5) -> bool:
+    """Wait until `read()` is within MEMORY_SLACK_BYTES of `before`; whether it got there."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        now = read()
+        if now is None or now <= before + MEMORY_SLACK_BYTES:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(poll_s)
 
 
 def _signal_group(group: int, signum: int) -> None:

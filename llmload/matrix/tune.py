@@ -193,7 +193,9 @@ def _one(scenario: Scenario, serve: str, shown: str, setting: Setting, name: str
     started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     base = {"label": name, "values": dict(setting), "command": scrub(_shown(shown, setting)), "port": port,
             "started_at": started_at}
-    server = ServedCommand(argv, port=port, log_path=here / "server.log", api_key=api_key)
+    from llmload.io.hardware import gpu_memory_used_bytes
+    server = ServedCommand(argv, port=port, log_path=here / "server.log", api_key=api_key,
+                           memory_used=gpu_memory_used_bytes)
     try:
         server.start()
         ready_s = server.wait_ready(startup_timeout_s)
@@ -217,6 +219,9 @@ def _one(scenario: Scenario, serve: str, shown: str, setting: Setting, name: str
         return SettingResult(**base, status="failed", ready_s=ready_s, message=scrub(f"{exc}\n{tail}".strip()))
     finally:
         server.stop(grace_s=stop_grace_s)
+        if server.memory_freed is False:
+            echo(f"    the GPUs' memory was not back {server.memory_wait_s:g} s after the server stopped: "
+                 "the next setting's start may fail for it")
     from llmload.output.rundir.resultsfile import load_results
     cells = load_results(results_dir).cells
     value = objective_pick(objective, cells, scenario.slo)[0]
@@ -224,8 +229,8 @@ def _one(scenario: Scenario, serve: str, shown: str, setting: Setting, name: str
     total, per_user = tradeoff_point(cells, scenario.slo)
     note = None if value is not None else why_none(objective, cells, scenario.slo)
     echo(f"    {objective}: {_fmt(value, objective)}" + (f" ({note})" if note else ""))
-    return SettingResult(**base, status="measured", objective=value, message=note, objective_ci_low=low, objective_ci_high=high,
-                         total_tok_s=total, per_request_tok_s=per_user, ready_s=ready_s, results_dir=results_dir)
+    return SettingResult(**base, status="measured", objective=value, message=note, objective_ci_low=low,
+                         objective_ci_high=high, total_tok_s=total, per_request_tok_s=per_user, ready_s=ready_s, results_dir=results_dir)
 
 
 def _shown(serve: str, setting: Setting) -> str:

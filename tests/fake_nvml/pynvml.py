@@ -2,7 +2,9 @@
 test process by the `fake_nvml` fixture): NVML replaced at its import boundary. Configured by the environment of the process that imports it:
 LLMLOAD_FAKE_NVML = "none" (nvmlInit fails: no driver), or "W1,W2,..." (one GPU per value,
 each drawing that constant power in watts), with LLMLOAD_FAKE_NVML_COUNTER=1 for GPUs that
-have the total-energy counter (it counts W × elapsed wall time since nvmlInit)."""
+have the total-energy counter (it counts W × elapsed wall time since nvmlInit), and
+LLMLOAD_FAKE_NVML_USED_FILE: a file holding each GPU's memory in use, in bytes (read at each
+call; 0 without it)."""
 
 import os
 import time
@@ -47,8 +49,12 @@ def nvmlDeviceGetName(h):
 
 
 def nvmlDeviceGetMemoryInfo(h):
+    path = os.environ.get("LLMLOAD_FAKE_NVML_USED_FILE")
+    in_use = int(open(path).read().strip() or 0) if path and os.path.exists(path) else 0
+
     class Info:
         total = 24 * 2**30
+        used = in_use
     return Info()
 
 
