@@ -46,6 +46,9 @@ OTHER_DOCUMENTS = {
     # a submitted document checked for size and range before it is parsed into a Results
     "llmload/hub/limits.py": {"phase", "concurrency", "rate_rps"},
     "llmload/hub/submit.py": {"records_file"},  # matching uploaded records files before parsing
+    # tune.json's rows (a setting's status and its best cell's figures), not cells
+    "llmload/output/pages/tunepage.py": {"status", "total_tok_s", "per_request_tok_s"},
+    "llmload/output/pages/charts/tune.py": {"status", "total_tok_s", "per_request_tok_s"},
 }
 
 

@@ -45,6 +45,9 @@ def test_every_setting_is_started_measured_and_stopped(tuned):
     # each measured setting is an ordinary results directory
     report = llmload("report", rows["seqs-16"]["results_dir"])
     assert report.returncode == 0, report.stderr
+    compare = llmload("compare", rows["seqs-2"]["results_dir"], rows["seqs-16"]["results_dir"], "--json")
+    assert compare.returncode == 0, compare.stderr
+    assert len(json.loads(compare.stdout)["runs"]) == 2
 
 
 def test_resume_keeps_the_measured_settings(tuned, tmp_path):
@@ -221,3 +224,12 @@ def test_pareto_loosened_and_within():
     assert within("min-ttft-p99", 109.0, 100.0, 0.1) and not within("min-ttft-p99", 111.0, 100.0, 0.1)
     assert gap_pct("min-ttft-p99", 130.0, 100.0) == pytest.approx(30.0)
     assert gap_pct("max-tok-s", 75.0, 100.0) == pytest.approx(25.0)
+
+
+def test_the_startup_wait_follows_the_engines_typical_start():
+    from llmload.core.capacity.engines import launched_engine
+    waits = {words: launched_engine(words.split()).launch.startup_timeout_s()
+             for words in ("vllm serve m", "python -m sglang.launch_server", "llama-server -m m", "llmload sim")}
+    assert waits == {"vllm serve m": 600.0, "python -m sglang.launch_server": 900.0, "llama-server -m m": 300.0,
+                     "llmload sim": 300.0}
+    assert launched_engine("./my-server --port 1".split()) is None

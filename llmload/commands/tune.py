@@ -29,8 +29,9 @@ from llmload.commands.run import SCENARIO_OPTIONS, _interrupt_on_signals, _Signa
               default="max-tok-s", show_default=True, help="What the best setting has most (or least) of.")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Tune directory.")
 @click.option("--resume", is_flag=True, help="Keep the settings OUT already measured; run the rest.")
-@click.option("--startup-timeout", type=click.FloatRange(1, 7200), default=300.0, show_default=True,
-              help="Seconds a server may take to answer GET /v1/models.")
+@click.option("--startup-timeout", type=click.FloatRange(1, 7200), metavar="S",
+              help="Seconds a server may take to answer GET /v1/models (default: 10 times the engine's "
+                   "typical start, at least 300; vLLM 600, SGLang 900).")
 @click.option("--contexts", help="Decode contexts, as for llmload run.")
 @click.option("--prefill-contexts", help="Prefill contexts (empty: none).")
 @click.option("--concurrency", help="Simultaneous requests.")
@@ -68,6 +69,9 @@ def tune(scenario_file, serve, params, param_file, search, margin, objective, ou
         except ValueError as exc:
             raise TuneError(f"--serve: {exc}") from None
         launch = caps.launch if caps else None
+        if startup_timeout is None:
+            from llmload.core.capacity.engines import MIN_STARTUP_S
+            startup_timeout = launch.startup_timeout_s() if launch else MIN_STARTUP_S
         shown, serve = serve, with_port(serve, launch)
         check_template(serve, names)
         grid = settings(parsed)

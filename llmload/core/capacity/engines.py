@@ -50,6 +50,11 @@ class Source:
         return f"{DOC_PATHS.get(self.doc, self.doc)} {self.path}"
 
 
+STARTUP_FACTOR = 10.0
+MIN_STARTUP_S = 300.0
+"""A server without an engine row (or a quick one) gets 5 minutes to answer."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Launch:
     """How an engine is started from its command line (`llmload tune`): the words that name
@@ -64,8 +69,12 @@ class Launch:
     port_flag: str = "--port"
     tuned: tuple[tuple[str, str], ...] = ()
     start_s: float = 60.0
-    """A typical start: the first health checks wait this long before saying "still starting"."""
-    ready: str = "GET /v1/models answers 200"
+    """A typical start with a small model; `llmload tune` waits `STARTUP_FACTOR` times as long
+    (at least `MIN_STARTUP_S`) for its readiness (`GET /v1/models` answering 200) unless
+    --startup-timeout says otherwise."""
+
+    def startup_timeout_s(self) -> float:
+        return max(MIN_STARTUP_S, STARTUP_FACTOR * self.start_s)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
