@@ -9,6 +9,7 @@ import click
 
 from llmload.commands.common import Refused, echo
 from llmload.commands.run import SCENARIO_OPTIONS, _interrupt_on_signals, _Signalled, workload_checked, workload_options
+from llmload.core.tuning import OBJECTIVES
 
 
 @click.command()
@@ -25,7 +26,7 @@ from llmload.commands.run import SCENARIO_OPTIONS, _interrupt_on_signals, _Signa
                    "them, and measure only what the prediction cannot rule out.")
 @click.option("--margin", type=click.FloatRange(0, 100), default=10.0, show_default=True, metavar="PCT",
               help="--search twin: a prediction within PCT%% of the best (or of the SLO) is measured.")
-@click.option("--objective", type=click.Choice(["max-tok-s", "max-users", "max-rate", "min-ttft-p99", "min-e2e-p99"]),
+@click.option("--objective", type=click.Choice(list(OBJECTIVES)),
               default="max-tok-s", show_default=True, help="What the best setting has most (or least) of.")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Tune directory.")
 @click.option("--resume", is_flag=True, help="Keep the settings OUT already measured; run the rest.")
@@ -52,8 +53,8 @@ def tune(scenario_file, serve, params, param_file, search, margin, objective, ou
     stop it, and name the best measured setting (OUT/tune.json, OUT/tune.md)."""
     from llmload.core.redact import remember_secrets
     from llmload.core.scenario import ScenarioError, load_scenario, resolve
-    from llmload.core.capacity.engines import launched_engine
-    from llmload.core.tuning import TuneError, check_template, fields_of, parse_param, settings, twin_fields, with_port
+    from llmload.core.capacity.engines import ENGINES, launched_engine
+    from llmload.core.tuning import TuneError, check_template, parse_param, settings, twin_fields, with_port
     from llmload.matrix.tune import run_tune
     remember_secrets(api_key=api_key)
     try:
@@ -62,7 +63,6 @@ def tune(scenario_file, serve, params, param_file, search, margin, objective, ou
             raise TuneError("give the parameters: --param NAME=VALUES (or --param-file FILE)")
         parsed = [parse_param(p) for p in specs]
         names = [n for n, _ in parsed]
-        fields_of(serve)
         import shlex
         try:
             caps = launched_engine(shlex.split(serve))
@@ -77,9 +77,10 @@ def tune(scenario_file, serve, params, param_file, search, margin, objective, ou
         grid = settings(parsed)
         twin = twin_fields(serve, names, launch)
         if search == "twin" and not twin:
+            engines = ", ".join(" ".join(c.launch.programs[0]) for c in ENGINES.values() if c.launch)
             raise TuneError("--search twin needs a parameter the twin models (" + (
                 ", ".join(f for f, _ in launch.tuned) + f" of {caps.name}" if launch else
-                "a command line of vllm serve, sglang.launch_server, llama-server or llmload sim") + ")")
+                f"a command line of {engines}") + ")")
         file_values = load_scenario(scenario_file) if scenario_file else {}
         cli_values = {SCENARIO_OPTIONS[k]: v for k, v in options.items() if v is not None}
         scenario = workload_checked(resolve(None, file_values, cli_values))

@@ -208,10 +208,9 @@ def objective_value(objective: str, cells, slo=None) -> float | None:
     return objective_pick(objective, cells, slo)[0]
 
 
-def objective_interval(objective: str, cells, slo=None) -> tuple[float | None, float | None]:
-    """The interval of the cell that gives the objective (with repeats or sub-windows), or
-    (None, None)."""
-    _, cell, key = objective_pick(objective, cells, slo)
+def objective_interval(cell, key: str | None) -> tuple[float | None, float | None]:
+    """The interval (with repeats or sub-windows) of the figure `key` of the cell that gives
+    the objective (`objective_pick`'s cell and key), or (None, None)."""
     if cell is None or key is None:
         return None, None
     return getattr(cell.intervals, f"{key}_ci_low"), getattr(cell.intervals, f"{key}_ci_high")
@@ -240,11 +239,6 @@ def ranked(objective: str, values: dict[str, float | None]) -> list[str]:
 
 
 # --------------------------------------------------------------------------- search twin
-
-
-def better(objective: str, a: float, b: float) -> bool:
-    """Whether `a` is better than `b` by the objective."""
-    return a > b if OBJECTIVES[objective][1] == "max" else a < b
 
 
 def within(objective: str, value: float, best: float, margin: float) -> bool:

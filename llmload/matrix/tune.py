@@ -35,7 +35,7 @@ from pathlib import Path
 
 from llmload.core.redact import scrub
 from llmload.core.scenario import Scenario
-from llmload.core.tuning import (OBJECTIVES, Setting, better, first_settings, gap_pct, label, loosened, nearest,
+from llmload.core.tuning import (OBJECTIVES, Setting, first_settings, gap_pct, label, loosened, nearest,
                                  objective_interval, objective_pick, pareto, ranked, render, tradeoff_point, why_none,
                                  within)
 from llmload.io.serve import ServedCommand, StartFailed, free_port
@@ -119,9 +119,8 @@ def run_tune(scenario: Scenario, *, serve: str, settings: Sequence[Setting], obj
         for i in range(len(settings)):
             measure(i)
     final = _with_front(_ordered(rows, settings), scenario)
-    _write(out, final, context)
     from llmload.output.pages.tunepage import page_lines
-    for line in page_lines(_doc(final, context)):
+    for line in page_lines(_write(out, final, context)):
         echo(line)
     return final
 
@@ -144,17 +143,15 @@ def _twin_search(settings: Sequence[Setting], twin: list[tuple[str, str]], objec
             guesses[i] = _guess(settings[i], j, rows, field_of, predict, scenario, objective, slo)
         known = [r.objective for r in rows.values() if r.status == "measured" and r.objective is not None]
         known += [g.predicted for g in guesses.values() if g.predicted is not None]
-        best = None
-        for v in known:
-            best = v if best is None or better(objective, v, best) else best
+        best = (max if OBJECTIVES[objective][1] == "max" else min)(known, default=None)
         open_ = [i for i, g in guesses.items()
                  if g.twin_from is None or (g.predicted is not None and best is not None
                                             and within(objective, g.predicted, best, margin))]
         if not open_:
             break
-        sign = -1.0 if OBJECTIVES[objective][1] == "max" else 1.0
-        i = min(open_, key=lambda k: (guesses[k].twin_from is not None,
-                                      sign * (guesses[k].predicted or 0.0), k))
+        # Settings no twin predicts first (in grid order), then the best prediction.
+        unpredicted = [k for k in open_ if guesses[k].twin_from is None]
+        i = unpredicted[0] if unpredicted else ranked(objective, {k: guesses[k].predicted for k in open_})[0]
         measure(i, guesses[i])
     for i, g in guesses.items():
         rows[i] = replace(g, status="ruled_out", message=_why_out(g, best, objective, margin, scenario))
@@ -224,8 +221,8 @@ def _one(scenario: Scenario, serve: str, shown: str, setting: Setting, name: str
                  "the next setting's start may fail for it")
     from llmload.output.rundir.resultsfile import load_results
     cells = load_results(results_dir).cells
-    value = objective_pick(objective, cells, scenario.slo)[0]
-    low, high = objective_interval(objective, cells, scenario.slo)
+    value, cell, key = objective_pick(objective, cells, scenario.slo)
+    low, high = objective_interval(cell, key)
     total, per_user = tradeoff_point(cells, scenario.slo)
     note = None if value is not None else why_none(objective, cells, scenario.slo)
     echo(f"    {objective}: {_fmt(value, objective)}" + (f" ({note})" if note else ""))
@@ -276,12 +273,14 @@ def _doc(rows: Sequence[SettingResult], context: Mapping) -> dict:
             "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
-def _write(out: Path, rows: Sequence[SettingResult], context: Mapping) -> None:
+def _write(out: Path, rows: Sequence[SettingResult], context: Mapping) -> dict:
+    """tune.json and its pages; returns the document written."""
     from llmload.output.pages.tunepage import write_pages
     out.mkdir(parents=True, exist_ok=True)
     doc = _doc(rows, context)
     (out / TUNE_FILE).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
     write_pages(out, doc)
+    return doc
 
 
 def _previous(out: Path) -> dict[str, SettingResult]:

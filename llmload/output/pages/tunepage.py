@@ -51,15 +51,16 @@ def table_rows(doc: Mapping) -> list[dict[str, str]]:
     return out
 
 
-def page_lines(doc: Mapping) -> list[str]:
-    """tune.md (and the terminal): the table, the front, then the answer."""
+def page_lines(doc: Mapping, rows: list[dict[str, str]] | None = None) -> list[str]:
+    """tune.md (and the terminal): the table, the front, then the answer (`rows`: the
+    table's, when the caller has them)."""
     search = doc.get("search", "grid")
     slo = ", meeting the SLO" if doc.get("slo") else ""
     lines = ["", f"Tune: {doc['objective']} ({doc['objective_means']}{slo}); search {search}: "
                  f"{doc['measured']} of {len(doc['settings'])} settings measured", "",
              "| setting | status | objective | twin predicted | total tok/s | per-request tok/s | Pareto | "
              "server ready | note |", "|---|---|---|---|---|---|---|---|---|"]
-    for t in table_rows(doc):
+    for t in rows if rows is not None else table_rows(doc):
         lines.append(f"| {t['setting']} | {t['status']} | {t['objective']} | {t['predicted']} | {t['total']} | "
                      f"{t['per_user']} | {t['front']} | {t['ready']} | {t['note']} |")
     front = [r["label"] for r in doc["settings"] if r.get("pareto")]
@@ -71,8 +72,10 @@ def page_lines(doc: Mapping) -> list[str]:
 
 def write_pages(out: Path, doc: Mapping) -> None:
     from llmload.output.pages.charts.tune import tradeoff_chart
-    (out / TUNE_PAGE).write_text("\n".join(page_lines(doc)[1:]) + "\n", encoding="utf-8")
+    rows = table_rows(doc)
+    lines = page_lines(doc, rows)
+    (out / TUNE_PAGE).write_text("\n".join(lines[1:]) + "\n", encoding="utf-8")
     chart = tradeoff_chart(doc["settings"])
-    html = render_template("tune.html.j2", doc=doc, rows=table_rows(doc), heading=page_lines(doc)[1],
+    html = render_template("tune.html.j2", doc=doc, rows=rows, heading=lines[1],
                            chart=chart, chart_svg=Markup(chart.svg) if chart else None)
     (out / TUNE_HTML).write_text(html, encoding="utf-8")
