@@ -135,3 +135,19 @@ def test_the_stop_waits_until_the_gpus_memory_is_back(tmp_path, fake_nvml):
         assert served.memory_freed is False
     finally:
         del os.environ["LLMLOAD_FAKE_NVML_USED_FILE"]
+
+
+def test_the_servers_log_never_holds_a_secret(tmp_path):
+    """An engine may print its own --api-key: the log gets it scrubbed."""
+    from llmload.core.redact import remember_secrets
+    secret = "sk-served-log-secret-91c2"
+    remember_secrets(api_key=secret)
+    port = free_port()
+    argv = ["sh", "-c", f"echo 'non-default args: api_key={secret}'; exec " + " ".join(sim_argv(port))]
+    served = ServedCommand(argv, port=port, log_path=tmp_path / "server.log").start()
+    try:
+        served.wait_ready(60)
+    finally:
+        served.stop()
+    log = (tmp_path / "server.log").read_text()
+    assert "non-default args: api_key=***" in log and secret not in log and "listening on" in log

@@ -4,7 +4,7 @@ OpenAI API answers, and stopped whole.
 
 - `ServedCommand(argv, port=..., log_path=...)`: `start()` runs argv in a new session (its
   own process group: an engine's workers and helpers are in it too), stdout and stderr to
-  the log file; `wait_ready(timeout_s)` polls `GET /v1/models` until 200, failing at once
+  the log file through the secret scrubber; `wait_ready(timeout_s)` polls `GET /v1/models` until 200, failing at once
   with `StartFailed` (the log's last lines in its message) when the process exits, and
   after the timeout with the server stopped.
 - `stop(grace_s)`: SIGTERM to the whole group, SIGKILL to what is left after the grace,
@@ -23,6 +23,7 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -71,6 +72,7 @@ class ServedCommand:
         self.memory_freed: bool | None = None
         """After stop: whether the GPUs' memory came back (None: not watched)."""
         self._proc: subprocess.Popen | None = None
+        self._copier: threading.Thread | None = None
         self.started_s: float | None = None
         """How long the server took to answer, once ready."""
 
@@ -83,12 +85,16 @@ class ServedCommand:
             raise RuntimeError("already started")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._memory_before = self._memory_used() if self._memory_used is not None else None
-        with open(self.log_path, "ab") as log:
-            try:
-                self._proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                              start_new_session=True)
-            except OSError as exc:
-                raise StartFailed(f"cannot start {self.argv[0]!r}: {exc.strerror or exc}") from None
+        try:
+            self._proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                          stderr=subprocess.STDOUT, start_new_session=True)
+        except OSError as exc:
+            raise StartFailed(f"cannot start {self.argv[0]!r}: {exc.strerror or exc}") from None
+        # The server's output reaches its log through the secret scrubber (an engine may print
+        # its own --api-key among its arguments), line by line.
+        self._copier = threading.Thread(target=_copy_scrubbed, args=(self._proc.stdout, self.log_path),
+                                        name="served-log", daemon=True)
+        self._copier.start()
         _live.add(self)
         return self
 
@@ -152,6 +158,8 @@ class ServedCommand:
             _signal_group(group, signal.SIGKILL)
         if proc.poll() is None:
             proc.wait()
+        if self._copier is not None:
+            self._copier.join(timeout=5.0)  # the log's last lines in place before anyone reads them
         deadline = time.monotonic() + port_wait_s
         while listening(self.host, self.port) and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -163,6 +171,14 @@ class ServedCommand:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
+
+
+def _copy_scrubbed(pipe, log_path: Path) -> None:
+    from llmload.core.redact import scrub
+    with pipe, open(log_path, "ab") as log:
+        for line in iter(pipe.readline, b""):
+            log.write(scrub(line.decode("utf-8", "replace")).encode("utf-8"))
+            log.flush()
 
 
 def wait_memory_free(read: Callable[[], int | None], before: int, timeout_s: float,
