@@ -20,11 +20,17 @@ def board(tmp_path_factory):
     """A repeated run of tiny (3 repeats) and copies of it: one faster by half its interval's
     half-width (the intervals overlap), one twice as fast, and one whose cells carry no interval."""
     base = tmp_path_factory.mktemp("hub-intervals")
+    # tiny with per-step jitter: without it three rounds of whole tokens in a short window can
+    # agree to the token, an interval of zero width (no spread to rank by)
+    (base / "profile").mkdir()
+    profile = base / "profile" / "tiny.json"
+    profile.write_text(json.dumps({"base": "tiny", "step_cv": 0.2}))
     run = base / "run"
-    r = llmload("run", "--sim-profile", "tiny", "--contexts", "256", "--prefill-contexts", "", "--concurrency", "2",
-                "--duration", "1s", "--max-tokens", "32", "--repeat", "3", "--out", run)
+    r = llmload("run", "--sim-profile", profile, "--contexts", "256", "--prefill-contexts", "", "--concurrency", "2",
+                "--duration", "2s", "--max-tokens", "32", "--repeat", "3", "--out", run)
     assert r.returncode == 0, r.stdout + r.stderr
     cell = json.loads((run / "results.json").read_text())["cells"][0]
+    assert cell["total_tok_s_ci_low"] < cell["total_tok_s"] < cell["total_tok_s_ci_high"], cell
     within = 1 + 0.5 * (cell["total_tok_s_ci_high"] - cell["total_tok_s"]) / cell["total_tok_s"]
     runs = {"base": run,
             "close": variant(run, base / "close", scale=within, hardware={"name": "box B"}),

@@ -15,6 +15,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import NamedTuple
 
@@ -32,6 +33,10 @@ ATTACK_S = 8.0
 """How long each attack runs while the visitor is measured."""
 MEMORY_GROWTH_MB = 400
 """How much the hub's resident memory (process and workers) may grow under one attack."""
+WORKERS = 2
+"""The hub's worker processes (`--workers`)."""
+WORKER_QUESTION_MB = 350
+"""What the calculator's largest question may take of one worker (docs/hub.md)."""
 
 
 class Hub(NamedTuple):
@@ -61,7 +66,7 @@ def hub(tmp_path_factory):
     assert published.returncode == 0, published.stderr
     big_id = published.stdout.splitlines()[1].split()[0]
     token = llmload("hub-token", "add", "mallory", "--db", url).stdout.strip()
-    proc = start_llmload("hub", "--db", url, "--bind", "127.0.0.1:0", "--accept-runs", "--workers", "2",
+    proc = start_llmload("hub", "--db", url, "--bind", "127.0.0.1:0", "--accept-runs", "--workers", str(WORKERS),
                          "--max-checks-per-hour", "1000000")
     try:
         line = proc.stdout.readline()
@@ -214,6 +219,17 @@ def test_the_calculators_costliest_questions_abandoned(hub):
             except OSError:
                 pass  # gave up: the client is gone
         return "asked"
+    # Each worker's heap first grows to what the costliest questions take (the twin holds its
+    # prompts: docs/hub.md, "What a prediction may cost", some 350 MB of a worker), then the
+    # attack must not grow the hub further than any other attack does.
+    before = memory_mb(hub.pid)
+    for q in questions:
+        with ThreadPoolExecutor(WORKERS) as pool:
+            answered = list(pool.map(lambda _: get(hub.base + q, timeout=120)[0], range(WORKERS)))
+        assert set(answered) <= {200, 422}, answered  # answered, or refused past the CPU budget
+    warmed = memory_mb(hub.pid) - before
+    print(f"each worker asked the costliest questions once: memory +{warmed:.0f} MB")
+    assert warmed < WORKERS * WORKER_QUESTION_MB
     held_up(hub, attack, threads=4)
     status, body = get(f"{hub.base}/api/calculator?profile=rtx3090-r1-qwen14b-awq&workload=rate&context=1K"
                        "&rate=1000&max_tokens=8192&window=120s", timeout=5)
