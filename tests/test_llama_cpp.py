@@ -17,7 +17,8 @@ import pytest
 
 from llmload.core.capacity.plan import plan_matrix
 from llmload.io.client import StreamingClient
-from llmload.core.capacity.engines import engine_caps, request_body
+from llmload.core.capacity.engines import engine_caps
+from llmload.core.capacity.protocols import ENDPOINT_PATHS, request_body
 from llmload.core.figures.servercheck import server_stream_rate_tok_s
 from llmload.core.traffic.prompts import PromptBuilder
 from llmload.io.probe import build_prompts, http_json, probe_server, prompt_counter
@@ -103,6 +104,33 @@ def test_every_completed_request_counts_the_servers_tokens(server, endpoint):
         assert rec.prompt_tokens == n_prompt  # exact on both endpoints (chat: the template counted)
         ours = (rec.output_tokens - 1) / (rec.chunk_times_s[-1] - rec.chunk_times_s[0])
         assert ours == pytest.approx(server_stream_rate_tok_s(rec), rel=0.03)
+    client.close()
+
+
+@pytest.mark.parametrize("endpoint, source", [("responses", "timings_per_token"), ("messages", "chunks")])
+def test_the_responses_and_messages_endpoints_count_the_servers_tokens(server, endpoint, source):
+    """/v1/responses takes llama.cpp's own fields (ignore_eos, timings_per_token: exact
+    counts); /v1/messages rebuilds the body from Anthropic's fields (no ignore_eos: the
+    answer may stop early; no per-token count: one token per text delta, which undercounts
+    where the random-weight model's byte tokens end inside a UTF-8 character and two come in
+    one delta, 36 deltas for 40 tokens seen: the usage says how many, and the cell counts
+    the request as a usage mismatch)."""
+    info = probe_server(server.url)
+    caps = engine_caps(info.engine)
+    prompts = build_prompts(info, endpoint=endpoint)
+    client = StreamingClient(server.url)
+    for i, n_prompt in enumerate((200, 700)):
+        body = request_body(caps, endpoint=endpoint, model=info.model, prompt=prompts.prompt(f"{endpoint}{i}", n_prompt),
+                            max_tokens=120)
+        rec = client.stream(ENDPOINT_PATHS[endpoint], body, user_id="u", count_key=caps.count_key)
+        assert rec.status == "ok", rec.error
+        assert rec.token_source == source and rec.finish_reason is not None
+        assert rec.prompt_tokens == n_prompt  # the chat template counted, as on chat
+        if endpoint == "responses":
+            assert rec.output_tokens == rec.completion_tokens == rec.server_output_tokens == 120
+        else:
+            assert 0 < rec.output_tokens <= rec.completion_tokens <= 120
+            assert (rec.finish_reason == "max_tokens") is (rec.completion_tokens == 120)
     client.close()
 
 

@@ -62,6 +62,17 @@ def test_headless_run_prints_the_llm_table_and_writes_its_csv(sim, tmp_path):
     assert f"output_tokens,{tokens}" in rows
 
 
+@pytest.mark.parametrize("endpoint", ["responses", "messages"])
+def test_headless_run_on_the_typed_endpoints(sim, endpoint):
+    """`--llm-endpoint` takes every protocol: the requests go to its path, and the LLM table
+    counts the tokens of its events."""
+    p = locust("--headless", "-u", "2", "-r", "2", "-t", "4s", "--host", sim.url, *SHORT, "--llm-endpoint", endpoint)
+    out, _ = p.communicate(timeout=90)
+    assert p.returncode == 0, out[-3000:]
+    assert f"/v1/{endpoint}" in out and "TTFT (ms)" in out
+    assert table_tokens(out) > 500
+
+
 def test_distributed_run_merges_the_workers_figures(sim):
     master, workers = distributed("-u", "4", "-r", "4", "-t", "6s", "--host", sim.url, *SHORT)
     try:

@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from llmload.core.capacity.engines import engine_caps, request_body
+from llmload.core.capacity.engines import engine_caps
+from llmload.core.capacity.protocols import request_body
 from llmload.core.figures.live import LiveStats, format_table
 from llmload.io.probe import metric_sum, parse_prometheus
 from llmload.core.traffic.prompts import NONCE_TOKENS, PromptBuilder

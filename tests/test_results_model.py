@@ -35,6 +35,7 @@ OTHER_DOCUMENTS = {
     "llmload/core/figures/live.py": {"ttft_ms", "tbt_ms", "output_tokens"},  # the live stats' JSON
     "llmload/loadgen/webui.py": {"output_tokens"},  # the live stats, for the web UI
     "llmload/wire/stream.py": {"prompt_tokens", "cached_tokens"},  # the server's usage object
+    "llmload/wire/protocols.py": {"status", "reason", "output_tokens", "cached_tokens"},  # Responses and Messages events
     "llmload/io/probe.py": {"prompt_tokens"},  # the server's usage object (prompt fitting)
     "llmload/matrix/server.py": {"preemptions"},  # the embedded simulator's /metrics reading
     "llmload/output/pages/sections.py": {"status", "reason", "idle_power_w"},  # the run's energy note

@@ -25,7 +25,8 @@ import gevent
 import pytest
 
 from llmload.core.clock import now
-from llmload.core.capacity.engines import ENGINES, request_body
+from llmload.core.capacity.engines import ENGINES
+from llmload.core.capacity.protocols import request_body
 from llmload.core.traffic.prompts import PromptBuilder
 from llmload.io.answertext import answer_text
 from llmload.io.probe import build_prompts, probe_server

@@ -10,6 +10,7 @@ from typing import Iterator
 
 import click
 
+from llmload.core.capacity.protocols import ENDPOINT_PATHS
 from llmload.commands.common import Refused, echo
 
 SCENARIO_OPTIONS = {
@@ -71,7 +72,8 @@ def workload_options(command):
 @click.argument("scenario_file", required=False, type=click.Path(dir_okay=False))
 @click.option("--host", help="Server base URL; none = start the embedded simulator.")
 @click.option("--model", help="Model to test (default: the server's only model).")
-@click.option("--endpoint", type=click.Choice(["completions", "chat"]))
+@click.option("--endpoint", type=click.Choice(list(ENDPOINT_PATHS)),
+              help="The protocol: completions, chat, responses (OpenAI Responses) or messages (Anthropic).")
 @click.option("--contexts", help="Decode contexts, e.g. 0,16K,32K,48K.")
 @click.option("--prefill-contexts", help="Prefill contexts, e.g. 8K,16K (empty: no prefill test).")
 @click.option("--concurrency", help="Simultaneous requests, e.g. 1,2,4,8.")
@@ -89,7 +91,7 @@ def workload_options(command):
 @click.option("--master-bind", callback=lambda ctx, param, value: _check_bind(value),
               help="HOST:PORT for workers started elsewhere to connect to.")
 @click.option("--expect-workers", type=int, help="Workers started elsewhere to wait for.")
-@click.option("--api-key", envvar="OPENAI_API_KEY", show_envvar=True,
+@click.option("--api-key", envvar=["OPENAI_API_KEY", "ANTHROPIC_API_KEY"], show_envvar=True,
               help="API key (never written to results or logs).")
 @click.option("--sim-profile", help="Simulator profile when no --host is given.")
 @click.option("--launch-command", help="How the server was started, for the report.")

@@ -54,7 +54,9 @@ class Scenario:
     model: str | None = None
     """Served model name; None = the server's first model."""
     endpoint: str = "completions"
-    """"completions" (/v1/completions) or "chat" (/v1/chat/completions)."""
+    """The protocol spoken (`llmload.core.capacity.protocols.PROTOCOLS`): "completions"
+    (/v1/completions), "chat" (/v1/chat/completions), "responses" (/v1/responses) or
+    "messages" (Anthropic, /v1/messages)."""
     contexts: tuple[int, ...] = (0, 16 * K, 32 * K, 48 * K)
     """Decode contexts C in tokens."""
     prefill_contexts: tuple[int, ...] = (8 * K, 16 * K, 32 * K, 48 * K)

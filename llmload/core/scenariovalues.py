@@ -12,13 +12,14 @@ from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
+from llmload.core.capacity.protocols import PROTOCOLS
 from llmload.core.units import parse_duration, parse_int_list, parse_pairs, parse_token_list, parse_tokens
 from llmload.core.traffic.dataset import parse_dataset_spec
 from llmload.core.traffic.lengths import parse_lengths
 from llmload.core.traffic.traceshape import parse_sample
 from llmload.core.traffic.workloads import ARRIVALS, OVER_CONTEXT, WORKLOADS, parse_think_time
 
-ENDPOINTS = ("completions", "chat")
+ENDPOINTS = tuple(PROTOCOLS)
 _TRUE = {"true", "yes", "on", "1"}
 _FALSE = {"false", "no", "off", "0"}
 

@@ -37,7 +37,8 @@ class KeptSSE(SSEDecoder):
 
 def answer_text(payloads: list[bytes]) -> str:
     """The answer text of the first choice (a chat delta's "content", a completion's "text";
-    a reasoning model's thinking is not part of it), joined as it arrived. Events that are
+    a Responses output_text delta, a Messages text delta; a reasoning model's thinking is
+    not part of it), joined as it arrived. Events that are
     not JSON objects ([DONE], a malformed one) add nothing."""
     parts: list[str] = []
     for payload in payloads:
@@ -46,6 +47,9 @@ def answer_text(payloads: list[bytes]) -> str:
         try:
             obj = json.loads(payload)
         except ValueError:
+            continue
+        if isinstance(obj, dict) and (text := _typed_answer(obj)) is not None:
+            parts.append(text)
             continue
         choices = obj.get("choices") if isinstance(obj, dict) else None
         for choice in choices if isinstance(choices, list) else ():
@@ -58,3 +62,14 @@ def answer_text(payloads: list[bytes]) -> str:
                 if isinstance(text, str):
                     parts.append(text)
     return "".join(parts)
+
+
+def _typed_answer(obj: dict) -> str | None:
+    """A Responses or Messages event's answer text (`llmload.wire.protocols`), or None."""
+    kind = obj.get("type")
+    if kind == "response.output_text.delta" and isinstance(obj.get("delta"), str):
+        return obj["delta"]
+    delta = obj.get("delta")
+    if kind == "content_block_delta" and isinstance(delta, dict) and isinstance(delta.get("text"), str):
+        return delta["text"]
+    return None

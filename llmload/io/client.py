@@ -6,7 +6,8 @@ makes TTFT late and collapses inter-token gaps to zero (../shared/reference/locu
 This client reads the gevent socket directly; each read's time is the kernel's receive
 stamp on plain TCP where the OS gives one (`llmload.io.plainsocket`), else `clock.now()`
 taken as soon as the read returns, before any parsing. The bytes then go through the
-sans-I/O layers (`chunked` -> `sse` -> `stream.TokenTimeline`); a failed answer is read and
+sans-I/O layers (`chunked` -> `sse` -> the path's protocol's reader, `wire.protocols.
+TIMELINES`); a failed answer is read and
 told by `llmload.io.failures`. A record says which stamps it has (`stamp_source`) and, per
 token-carrying chunk, whether its read held several token-carrying events.
 
@@ -17,13 +18,14 @@ Rules:
   connection, which aborts it on vLLM; the record says "cancelled", not "error".
 - A non-2xx answer, an in-stream `{"error": ...}`, or a stream that ends without
   `[DONE]` or a finish reason is an error, with one line of text.
-- API keys travel in the Authorization header only and are never put in records.
+- API keys travel in headers only (Authorization; Messages' x-api-key too), never in records.
 - The answer's text is kept only when asked (`stream_answer`, `llmload.io.answertext`).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 
 import gevent
 from gevent import socket
@@ -31,14 +33,17 @@ from gevent import socket
 from llmload.wire.chunked import ChunkedDecoder, ChunkedError
 from llmload.core.clock import now
 from llmload.core.capacity.engines import server_truth
+from llmload.core.capacity.protocols import PROTOCOL_AT, path_headers
 from llmload.io.answertext import KeptSSE, answer_text
+from llmload.io.readcounters import COUNTERS, DELAY_BINS_PER_S, ReadCounters  # noqa: F401 - the monitor's
 from llmload.io.endpoint import Endpoint, connect_to
 from llmload.io.failures import describe_failure, read_error_body, retry_after_s
 from llmload.io.plainsocket import READ_SIZE, PlainSocket, active_streams, open_streams, read_wait_bin, queued_bytes, queued_events  # noqa: F401 - the monitor's
 from llmload.wire.httphead import ResponseHeadParser
 from llmload.core.model.records import RequestRecord
 from llmload.wire.sse import SSEDecoder
-from llmload.wire.stream import TokenTimeline, error_message_from_body
+from llmload.wire.protocols import TIMELINES
+from llmload.wire.stream import error_message_from_body
 
 logger = logging.getLogger(__name__)
 
@@ -47,32 +52,6 @@ FIRST_WRITE_BYTES = 16384
 body holds the loop 50-150 µs, and the 16th of a burst went out 2 ms after the first."""
 AFTER_DONE_TIMEOUT_S = 2.0
 """How long to wait for the end of the HTTP body after `[DONE]` before dropping the connection."""
-
-DELAY_BINS_PER_S = 10000.0
-"""Read delays are counted in bins of 1 / this seconds (0.1 ms: `clientload.READ_DELAY_BIN_MS`)."""
-
-
-class ReadCounters:
-    """Process-wide counts of the streaming hot path, read by the load monitor
-    (`loadgen.monitor.LoadMonitor`): reads that carried events, the events and bytes they
-    carried; of them the kernel-stamped reads (`stamped`), their delays (`delays`: bin
-    int(delay × DELAY_BINS_PER_S) -> reads) and, for those that held several token-carrying
-    events, their token-event counts and how they waited on the client (`merged`: (token
-    events, `plainsocket.read_wait_bin`) -> reads). The monitor takes the two
-    histograms away each interval (a fresh dict in their place)."""
-
-    __slots__ = ("reads", "events", "bytes", "stamped", "delays", "merged")
-
-    def __init__(self) -> None:
-        self.reads = 0
-        self.events = 0
-        self.bytes = 0
-        self.stamped = 0
-        self.delays: dict[int, int] = {}
-        self.merged: dict[tuple[int, int], int] = {}
-
-
-COUNTERS = ReadCounters()
 
 
 class _Deadline(Exception):
@@ -93,6 +72,7 @@ class StreamingClient:
             headers["Authorization"] = f"Bearer {api_key}"
         headers.update(extra_headers or {})
         self._header_lines = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+        self._path_headers = path_headers(api_key, os.environ.get("ANTHROPIC_VERSION"))  # Anthropic's
         self._sock: socket.socket | None = None
 
     def close(self) -> None:
@@ -127,14 +107,14 @@ class StreamingClient:
 
         count_key names the cumulative token count the server puts on every chunk
         (`engines.EngineCaps.count_key`)."""
-        return self._stream(path, body, _StreamReader(count_key), user_id, tag, deadline_s)
+        return self._stream(path, body, _StreamReader(count_key, path=path), user_id, tag, deadline_s)
 
     def stream_answer(self, path: str, body: bytes, *, user_id: str, tag: str = "",
                       deadline_s: float | None = None,
                       count_key: str = "completion_tokens") -> tuple[RequestRecord, str]:
         """`stream`, and the answer text that came (all of it, or what came before the
         request ended: an error or the deadline)."""
-        reader = _StreamReader(count_key, keep_text=True)
+        reader = _StreamReader(count_key, keep_text=True, path=path)
         record = self._stream(path, body, reader, user_id, tag, deadline_s)
         return record, answer_text(reader.kept or [])
 
@@ -161,7 +141,7 @@ class StreamingClient:
         return reader.record(user_id=user_id, tag=tag)
 
     def _exchange(self, path: str, body: bytes, reader: "_StreamReader") -> None:
-        request = (f"POST {self.endpoint.prefix}{path} HTTP/1.1\r\n{self._header_lines}"
+        request = (f"POST {self.endpoint.prefix}{path} HTTP/1.1\r\n{self._header_lines}{self._path_headers.get(path, '')}"
                    f"Content-Length: {len(body)}\r\n\r\n").encode("latin-1") + body
         for attempt in (0, 1):
             reused = self._sock is not None
@@ -195,7 +175,8 @@ class StreamingClient:
 class _StreamReader:
     """State of one response while it is read; builds the RequestRecord at the end."""
 
-    def __init__(self, count_key: str = "completion_tokens", *, keep_text: bool = False) -> None:
+    def __init__(self, count_key: str = "completion_tokens", *, keep_text: bool = False,
+                 path: str = "/v1/completions") -> None:
         self.kept: list[bytes] | None = [] if keep_text else None
         """The event payloads, where the text is kept."""
         self.send_s = now()
@@ -205,7 +186,7 @@ class _StreamReader:
         self.status = "ok"
         self.error: str | None = None
         self.keep_alive: bool | None = None
-        self.timeline = TokenTimeline(count_key)
+        self.timeline = TIMELINES[PROTOCOL_AT[path].name if path in PROTOCOL_AT else "completions"](count_key)
         self.token_source = "chunks"
         self.retry_after_s: float | None = None
         self.stamp_source = "user"

@@ -17,6 +17,7 @@ from typing import Callable, Iterable
 from llmload.io.endpoint import Endpoint
 from llmload.core.capacity.serverlimits import find_limits
 from llmload.core.capacity.engines import DOC_PATHS, EngineCaps, engine_caps
+from llmload.core.capacity.protocols import ENDPOINT_PATHS, PROTOCOLS
 from llmload.wire.prometheus import metric_sum, parse_prometheus
 from llmload.core.traffic.prompts import FILLER_TEXT, PromptBuilder
 from llmload.core.traffic.textfit import fit_text
@@ -244,7 +245,7 @@ def build_prompts(info: ServerInfo, *, endpoint: str, api_key: str | None = None
         return PromptBuilder(pool_ids=pool, tokens_per_word=per_word)
     count = prompt_counter(info, endpoint, api_key)
     counted = count(FILLER_TEXT) if count is not None else None
-    if counted is None and endpoint == "chat" and caps.tokenize_path:
+    if counted is None and PROTOCOLS[endpoint].templated and caps.tokenize_path:
         logger.warning("cannot count the chat template's tokens on %s: chat prompts may be longer than asked",
                        info.engine)
     # Tokens around the text (template, BOS): the server's count of the filler less its words'.
@@ -265,7 +266,8 @@ def build_prompts(info: ServerInfo, *, endpoint: str, api_key: str | None = None
 
 def prompt_counter(info: ServerInfo, endpoint: str, api_key: str | None) -> Callable[[str], int | None] | None:
     """The server's count of the prompt of a request to `endpoint` whose text is `text`, as
-    the request would be counted; None where the server cannot count. Chat: its tokenizer
+    the request would be counted; None where the server cannot count. Chat (Responses and
+    Messages alike: the same rendered message): its tokenizer
     applies the template (vLLM /tokenize with messages), or its template endpoint renders
     the prompt that its tokenizer then counts (llama.cpp /apply-template, then /tokenize
     with special tokens added and parsed). Completions: its tokenizer counts the text."""
@@ -283,7 +285,7 @@ def prompt_counter(info: ServerInfo, endpoint: str, api_key: str | None) -> Call
             return None
         return _token_count(*_post(info, path, {caps.tokenize_key: obj["prompt"], **fields}, api_key))
 
-    if endpoint != "chat":
+    if not PROTOCOLS[endpoint].templated:
         return lambda text: _token_count(*_post(info, path, {caps.tokenize_key: text, "model": info.model,
                                                              **fields}, api_key))
     if caps.apply_template_path:
@@ -323,12 +325,10 @@ def _calibrate_by_usage(info: ServerInfo, endpoint: str, api_key: str | None) ->
     counts = []
     for n_words in CALIBRATION_WORDS:
         text = PromptBuilder().text("calibration", n_words)
-        body: dict = {"model": info.model, "max_tokens": 1, "stream": False}
-        if endpoint == "chat":
-            body["messages"] = [{"role": "user", "content": text}]
-        else:
-            body["prompt"] = text
-        path = "/v1/chat/completions" if endpoint == "chat" else "/v1/completions"
+        chat = PROTOCOLS[endpoint].templated  # a templated protocol's prompt is counted as chat's
+        body: dict = {"model": info.model, "max_tokens": 1, "stream": False,
+                      **({"messages": [{"role": "user", "content": text}]} if chat else {"prompt": text})}
+        path = ENDPOINT_PATHS["chat" if chat else "completions"]
         status, obj = _post(info, path, body, api_key)
         usage = obj.get("usage") if status == 200 and isinstance(obj, dict) else None
         if not isinstance(usage, dict) or not isinstance(usage.get("prompt_tokens"), int):

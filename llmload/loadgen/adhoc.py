@@ -11,7 +11,8 @@ import logging
 
 import gevent.lock
 
-from llmload.core.capacity.engines import ENDPOINT_PATHS, engine_caps, request_body
+from llmload.core.capacity.engines import engine_caps
+from llmload.core.capacity.protocols import ENDPOINT_PATHS, request_body
 from llmload.core.traffic.prompts import PromptBuilder
 from llmload.core.traffic.workloads import parse_think_time
 from llmload.loadgen.sessions import CHAT_PATH, SessionPlan

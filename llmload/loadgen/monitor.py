@@ -75,7 +75,7 @@ class LoadMonitor:
 
     Every MONITOR_INTERVAL_S: CPU %, loop lag (how late its own wake-up came), and the
     streaming client's coalescing, kernel-stamped reads (their delays, and the reads that
-    held several events: taken from the hot path's counters, `client.ReadCounters`) and
+    held several events: taken from the hot path's counters, `io.readcounters.ReadCounters`) and
     receive-queue depths, turned into an added-delay estimate (`llmload.core.capacity.clientload`)."""
 
     def __init__(self) -> None:

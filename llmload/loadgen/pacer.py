@@ -39,7 +39,8 @@ from locust.exception import StopUser
 from locust.runners import WorkerRunner
 
 from llmload.core.clock import now
-from llmload.core.capacity.engines import engine_caps, request_body
+from llmload.core.capacity.engines import engine_caps
+from llmload.core.capacity.protocols import request_body
 from llmload.core.traffic.lengths import drawn_lengths
 from llmload.core.model.records import RequestRecord
 from llmload.core.traffic.trace import MOONCAKE_BLOCK_TOKENS

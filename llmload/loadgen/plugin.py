@@ -19,7 +19,7 @@ import os
 import gevent
 from locust.runners import MasterRunner, WorkerRunner
 
-from llmload.core.capacity.engines import ENDPOINT_PATHS
+from llmload.core.capacity.protocols import ENDPOINT_PATHS
 from llmload.core.figures.livehistory import LiveHistory
 from llmload.core.traffic.workloads import ARRIVALS
 from llmload.core.redact import install_log_filter, remember_secrets, scrub

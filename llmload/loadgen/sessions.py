@@ -34,7 +34,8 @@ from typing import NamedTuple
 import gevent
 
 from llmload.core.clock import now
-from llmload.core.capacity.engines import engine_caps, request_body
+from llmload.core.capacity.engines import engine_caps
+from llmload.core.capacity.protocols import request_body
 from llmload.core.traffic.lengths import drawn_lengths
 from llmload.core.model.records import RequestRecord
 from llmload.core.traffic.workloads import ThinkTime, parse_think_time, think_seed

@@ -25,7 +25,8 @@ from locust import User, constant, task
 
 from llmload.io.client import StreamingClient
 from llmload.core.clock import now
-from llmload.core.capacity.engines import engine_caps, request_body
+from llmload.core.capacity.engines import engine_caps
+from llmload.core.capacity.protocols import request_body
 from llmload.core.model.records import SETTLE_TAG
 from llmload.loadgen.backoff import backoff_s
 from llmload.loadgen.messages import CellSpec

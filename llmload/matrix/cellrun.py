@@ -18,7 +18,7 @@ from dataclasses import replace
 
 import gevent
 
-from llmload.core.capacity.engines import ENDPOINT_PATHS
+from llmload.core.capacity.protocols import ENDPOINT_PATHS
 from llmload.core.capacity.plan import PlannedCell
 from llmload.core.clock import now
 from llmload.core.model.cellfacts import CellFacts

@@ -14,6 +14,7 @@ import time
 from dataclasses import replace
 from typing import Callable
 
+from llmload.core.capacity.protocols import caps_on
 from llmload.core.capacity.plan import PlannedCell
 from llmload.core.model.document import results_to_dict
 from llmload.core.model.results import DEFINITIONS, Results, new_results, utc_now_iso
@@ -251,8 +252,8 @@ def _meta(ctx: RunContext, plan: list[PlannedCell], prompts) -> Results:
     info, sc = ctx.info, ctx.scenario
     server = info.to_dict()
     server["token_ids_prompts"] = bool(prompts.pool_ids)
-    # Only an engine that accepts ignore_eos decodes exactly max_tokens every time.
-    server["fixed_output_length"] = info.caps.ignore_eos
+    # Only an engine that accepts ignore_eos (on this endpoint) decodes exactly max_tokens every time.
+    server["fixed_output_length"] = caps_on(info.caps, sc.endpoint).ignore_eos
     server.update(sc.server_info or {})
     hardware = host_facts()
     if sc.server_hardware:

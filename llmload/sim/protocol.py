@@ -64,6 +64,8 @@ class GenerationRequest:
     stream: bool
     include_usage: bool
     continuous_usage: bool
+    api: str = ""
+    """"responses" or "messages" where the request came in that way (`llmload.sim.apis`)."""
 
 
 def _dumps(obj: Any) -> bytes:

@@ -42,7 +42,7 @@ import gevent.monkey
 from gevent.pywsgi import WSGIHandler, WSGIServer
 
 import llmload
-from llmload.sim import protocol
+from llmload.sim import apis, protocol
 from llmload.sim.launcher import WATCH_PARENT_ENV
 from llmload.sim.engine import Engine, EngineRequest, Frontend, SeqOutput, block_hashes
 from llmload.sim.profiles import Profile, ProfileError, load_profile, parse_overrides
@@ -285,6 +285,8 @@ class SimApp:
         self._routes: dict[str, tuple[str, Callable[..., Any]]] = {
             "/v1/completions": ("POST", self._completions),
             "/v1/chat/completions": ("POST", self._chat_completions),
+            "/v1/responses": ("POST", functools.partial(self._generate, chat=True, api="responses")),
+            "/v1/messages": ("POST", functools.partial(self._generate, chat=True, api="messages")),
             "/v1/models": ("GET", self._models),
             "/version": ("GET", self._version),
             "/health": ("GET", self._health),
@@ -351,11 +353,14 @@ class SimApp:
     def _chat_completions(self, environ: dict, start_response: Callable) -> Any:
         return self._generate(environ, start_response, chat=True)
 
-    def _generate(self, environ: dict, start_response: Callable, *, chat: bool) -> Any:
+    def _generate(self, environ: dict, start_response: Callable, *, chat: bool, api: str = "") -> Any:
         arrival_s = _clock()
         body = protocol.parse_json(read_error_body(environ))
-        request = protocol.parse_generation(body, chat=chat, profile=self.profile,
-                                            tokenizer=self.tokenizer)
+        if api:
+            request = apis.parse_typed(body, api=api, profile=self.profile, tokenizer=self.tokenizer)
+        else:
+            request = protocol.parse_generation(body, chat=chat, profile=self.profile,
+                                                tokenizer=self.tokenizer)
         stream = self._new_stream(request)
         ready_s = self.frontend.ready_time_s(arrival_s, len(request.prompt_ids))
         sock = environ.get(SOCKET_KEY)
@@ -378,10 +383,15 @@ class SimApp:
     def _sse(self, stream: SimStream, ready_s: float, sock: socket.socket | None,
              write: Callable[[bytes], None], chunked: bool) -> Iterator[bytes]:
         write(b"")  # the status line and headers go out now, before any token, as on vLLM
-        encoder = StreamEncoder(stream.request, request_id=stream.request_id,
-                                created=protocol.now_created(),
-                                model=self.profile.served_model_name,
-                                reasoning_field=self.profile.reasoning_field)
+        api = stream.request.api
+        if api:
+            encoder = apis.ENCODERS[api](stream.request, request_id=stream.request_id,
+                                         created=protocol.now_created(), model=self.profile.served_model_name)
+        else:
+            encoder = StreamEncoder(stream.request, request_id=stream.request_id,
+                                    created=protocol.now_created(),
+                                    model=self.profile.served_model_name,
+                                    reasoning_field=self.profile.reasoning_field)
         if sock is not None:
             stream.fd = sock.fileno()
             stream.render = self._renderer(encoder, chunked)
@@ -391,6 +401,10 @@ class SimApp:
             if stream.render is None:
                 yield from self._sse_events(stream, encoder)
             elif not self._flush_until_done(stream, sock):
+                return
+            if api:
+                yield encoder.closing(finish_reason=stream.finish_reason, num_completion=stream.num_output,
+                                      cached_tokens=self._cached_tokens(stream))
                 return
             if stream.request.include_usage:
                 yield encoder.usage_event(self._cached_tokens(stream))
@@ -405,8 +419,10 @@ class SimApp:
             if stream.request.chat and output.first_index == 0:
                 events.append(encoder.role_event())
             reasoning, text = self._texts(stream, output)
-            events.append(encoder.token_event(
-                text, output.num_tokens, stream.finish_reason if output.finished else None, reasoning))
+            event = encoder.token_event(
+                text, output.num_tokens, stream.finish_reason if output.finished else None, reasoning)
+            if event:  # a typed API's output without text (the EOS token) has no event
+                events.append(event)
             if not chunked:
                 return events
             # The response uses chunked transfer encoding (pywsgi chose it): frame each event.
@@ -460,7 +476,9 @@ class SimApp:
         finally:
             self._close(stream, watcher)
         answer = "".join(text for _, text in texts)
-        if stream.request.chat:
+        if stream.request.api:
+            build = functools.partial(apis.typed_body, stream.request.api)
+        elif stream.request.chat:
             build = functools.partial(protocol.chat_body, reasoning="".join(r for r, _ in texts),
                                       reasoning_field=self.profile.reasoning_field)
         else:

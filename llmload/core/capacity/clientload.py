@@ -34,7 +34,7 @@ user-stamped reads (`stamp_source` "mixed") is judged by its kernel-stamped ones
 
 **User-space stamps** (TLS, or no kernel stamp): the process cannot time bytes it has not
 read yet. What it can see, every monitor interval (`loadgen.monitor.LoadMonitor`):
-- coalescing: events per read (`client.COUNTERS`), and so bytes per event and the rate of
+- coalescing: events per read (`io.readcounters.COUNTERS`), and so bytes per event and the rate of
   events that arrived (read, plus the growth of the unread backlog); with S streams (those
   read from in the interval: `io.plainsocket.active_streams`),
   one stream's gap between events is S / that rate;
@@ -78,7 +78,7 @@ MIN_AGE_SAMPLES, in a window without queue depths: no coalescing estimate either
 queue growth under kernel stamps)."""
 READ_DELAY_BIN_MS = 0.1
 """Resolution of the read-delay histogram: bin b holds delays in [b, b + 1) × this (the hot
-path's `client.DELAY_BINS_PER_S`)."""
+path's `io.readcounters.DELAY_BINS_PER_S`)."""
 READ_LATE_MS = 0.5
 """Reads of several token events that waited on the client this long or longer are counted
 in the estimate's source text ("late"); their errors are in the estimate however small."""
@@ -151,7 +151,7 @@ def _counter(pairs) -> Counter:
 
 def stamp_errors(merged: dict[tuple[int, int], int], *, gap_ms: float) -> tuple[Counter, int, int, int]:
     """From the hot path's reads that held several token events ((token events, wait bin) ->
-    reads, `client.ReadCounters.merged`, the bin from `io.plainsocket.read_wait_bin`) and one
+    reads, `io.readcounters.ReadCounters.merged`, the bin from `io.plainsocket.read_wait_bin`) and one
     stream's gap between events: the histogram of estimated stamp errors of their older
     events (the module doc: how long the read waited on the client's other work, but at
     most j gaps for the j-th older), the reads that held several token events, those of

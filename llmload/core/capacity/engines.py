@@ -8,7 +8,6 @@ engine reports it, and a row says where each figure comes from so the report can
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 #: Probe documents by name -> the GET path that returns them (`probe.fetch_docs`).
@@ -136,6 +135,9 @@ class EngineCaps:
     its null block: a pool of 40 blocks holds 39 blocks of sequences)."""
     launch: Launch | None = None
     """How its server is started (`llmload tune`); None: started only by the user."""
+    endpoint_drops: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    """(endpoint, the capabilities above it does not have there): the fields that endpoint
+    ignores on this engine (`protocols.caps_on`)."""
 
     @property
     def exact_counts(self) -> bool:
@@ -159,6 +161,7 @@ ENGINES: dict[str, EngineCaps] = {
                    generated_counter=("vllm:generation_tokens_total",), prefix_cache_counters=_VLLM_PREFIX,
                    sequence_limit=(_MODELS_LEN,), pool_limit=_VLLM_POOL, block_size=_VLLM_BLOCK,
                    count_limit=_VLLM_SEQS, null_blocks=1,
+                   endpoint_drops=(("messages", ("ignore_eos", "min_tokens")), ("responses", ("min_tokens",))),
                    pool_note="unknown (no vllm:cache_config_info on /metrics): every cell runs "
                              "and queueing marks what did not fit",
                    launch=Launch(programs=(("vllm", "serve"), ("vllm.entrypoints.openai.api_server",)), start_s=60.0,
@@ -201,6 +204,7 @@ ENGINES: dict[str, EngineCaps] = {
                    sequence_limit=(Source("props", "default_generation_settings.n_ctx"),
                                    Source("slots", "n_ctx"), Source("models", "meta.n_ctx")),
                    count_limit=(Source("props", "total_slots"),),
+                   endpoint_drops=(("messages", ("ignore_eos", "stream_fields", "cold_fields", "server_timings")),),
                    pool_note=("none: each slot holds its own n_ctx, unless the server runs with "
                               "--kv-unified (the default when -np is not given), whose shared pool "
                               "the API does not report: give it with --kv-cache-tokens"),
@@ -236,8 +240,6 @@ ENGINES: dict[str, EngineCaps] = {
                    pool_note=_UNKNOWN_POOL),
     )
 }
-
-ENDPOINT_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 
 #: The server's own per-request account, wherever a stream carries it: (record field, the
 #: stream's object, its key). llama.cpp puts `timings` on its chunks (every chunk with
@@ -286,45 +288,3 @@ def launched_engine(words: list[str]) -> EngineCaps | None:
 def engine_caps(name: str | None) -> EngineCaps:
     """Capabilities of a named engine; unknown names get the conservative "openai" row."""
     return ENGINES.get((name or "").lower(), ENGINES["openai"])
-
-
-def request_body(caps: EngineCaps, *, endpoint: str, model: str, prompt: list[int] | str | None = None,
-                 max_tokens: int, fixed_output: bool = True, temperature: float | None = 0.0,
-                 cold: bool = False, extra: dict | None = None,
-                 messages: list[dict[str, str]] | None = None) -> bytes:
-    """The JSON body of one streamed request, with only the fields `caps` accepts.
-
-    The prompt is `prompt` (on the chat endpoint: one user message of it), or, on the chat
-    endpoint only, `messages` ({"role", "content"} each: a whole conversation) instead.
-    fixed_output asks for exactly max_tokens tokens (ignore_eos, and min_tokens where
-    supported), so every request decodes as long as asked (measurement.md). cold adds the
-    engine's fields that keep any cache from serving the prompt (a cold prefill).
-    """
-    if (prompt is None) == (messages is None):
-        raise ValueError("a request has a prompt or messages, one of the two")
-    body: dict = {"model": model, "max_tokens": max_tokens, "stream": True}
-    if messages is not None:
-        if endpoint != "chat":
-            raise ValueError(f"messages are sent to the chat endpoint, not {endpoint}")
-        body["messages"] = messages
-    elif endpoint == "chat":
-        text = prompt if isinstance(prompt, str) else " ".join(map(str, prompt))
-        body["messages"] = [{"role": "user", "content": text}]
-    else:
-        body["prompt"] = prompt
-    if temperature is not None:
-        body["temperature"] = temperature
-    if caps.include_usage:
-        body["stream_options"] = {"include_usage": True}
-        if caps.continuous_usage:
-            body["stream_options"]["continuous_usage_stats"] = True
-    body.update(caps.stream_fields)
-    if fixed_output and caps.ignore_eos:
-        body["ignore_eos"] = True
-    if fixed_output and caps.min_tokens:
-        body["min_tokens"] = max_tokens
-    if cold:
-        body.update(caps.cold_fields)
-    if extra:
-        body.update(extra)
-    return json.dumps(body, separators=(",", ":")).encode()

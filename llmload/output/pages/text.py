@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
+from llmload.core.capacity.protocols import ENDPOINT_TITLES
 from llmload.core.model.cell import CellResult
 from llmload.core.model.results import Results
 from llmload.core.capacity.seqlimit import is_learned
@@ -260,6 +261,7 @@ def render_run(results: Results, cells: Sequence[CellResult], workload: str | No
         [
             ("Served model", server.get("model") or config.get("model")),
             ("Revision", server.get("revision")),
+            ("Endpoint", _endpoint(config.get("endpoint"))),
             ("Workload", workload) if workload else ("Decode test", "Fixed duration"),
             ("Prefill mode", None if workload else _prefill_mode(results, cells)),
             ("Time per measurement", format_duration_s(duration_s) if duration_s else None),
@@ -269,10 +271,15 @@ def render_run(results: Results, cells: Sequence[CellResult], workload: str | No
     )
 
 
+def _endpoint(name: object) -> str | None:
+    """The protocol spoken and where: "messages (/v1/messages, Anthropic Messages)"."""
+    return f"{name} ({ENDPOINT_TITLES[name]})" if name in ENDPOINT_TITLES else None
+
+
 def _output_length(server: Mapping[str, Any]) -> str | None:
     fixed = server.get("fixed_output_length")
     if fixed is None:
         return None
-    return ("fixed (ignore_eos, min_tokens)" if fixed else
-            "not fixed: the server takes no ignore_eos, so requests may stop early "
+    return ("fixed (ignore_eos)" if fixed else
+            "not fixed: the server takes no ignore_eos on this endpoint, so requests may stop early "
             "(completed requests and output tokens show what it did)")

@@ -1,0 +1,137 @@
+"""The streaming protocols a run can speak, as data: where each one is posted, where its
+prompt and its output limit go, and what an engine drops from it.
+
+Four protocols stream generated tokens: OpenAI completions and chat, OpenAI Responses
+(`/v1/responses`) and Anthropic Messages (`/v1/messages`). The last three send the prompt
+as one user message rendered by the model's chat template, so their prompts are counted as
+chat prompts are (`Protocol.templated`). How each one's stream is read is in
+`llmload.wire.protocols` (chosen by the same path).
+
+What an engine drops is a row of its `EngineCaps.endpoint_drops`: vLLM 0.32 builds its
+Messages request from fields of its own (no ignore_eos, min_tokens or stream_options) and
+its Responses request has no min_tokens; llama.cpp rebuilds a Messages body from a list of
+Anthropic fields (no ignore_eos, no timings_per_token). `caps_on` is the engine's row as
+that endpoint sees it, so every check that reads a capability (a fixed output length, a
+per-chunk count) reads the endpoint's.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+
+from llmload.core.capacity.engines import EngineCaps
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Protocol:
+    name: str
+    path: str
+    prompt_field: str
+    """Where the prompt goes: "prompt" (text or token ids), "messages", or "input"."""
+    max_field: str = "max_tokens"
+    """The output limit's field."""
+    templated: bool = True
+    """The prompt is one user message, rendered by the model's chat template."""
+    stream_options: bool = True
+    """Takes OpenAI's stream_options (a final usage chunk, a count on every chunk)."""
+    headers: tuple[tuple[str, str], ...] = ()
+    """Headers every request to it carries besides the API key's."""
+    key_header: str | None = None
+    """A header that carries the API key besides `Authorization: Bearer` (Anthropic's)."""
+    title: str = ""
+    """Whose protocol it is, where its name does not say."""
+
+
+ANTHROPIC_VERSION = "2023-06-01"
+"""The `anthropic-version` header's value unless ANTHROPIC_VERSION (the environment) says
+otherwise."""
+
+PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (
+    Protocol(name="completions", path="/v1/completions", prompt_field="prompt", templated=False),
+    Protocol(name="chat", path="/v1/chat/completions", prompt_field="messages"),
+    Protocol(name="responses", path="/v1/responses", prompt_field="input", max_field="max_output_tokens",
+             stream_options=False, title="OpenAI Responses"),
+    Protocol(name="messages", path="/v1/messages", prompt_field="messages", stream_options=False,
+             headers=(("anthropic-version", ANTHROPIC_VERSION),), key_header="x-api-key", title="Anthropic Messages"),
+)}
+
+ENDPOINT_PATHS = {name: p.path for name, p in PROTOCOLS.items()}
+ENDPOINT_TITLES = {name: f"{p.path}, {p.title}" if p.title else p.path for name, p in PROTOCOLS.items()}
+"""How a report names each protocol, after its name."""
+PROTOCOL_AT = {p.path: p for p in PROTOCOLS.values()}
+"""The protocol posted to each path."""
+
+
+def protocol_headers(protocol: Protocol, api_key: str | None, *,
+                     version: str | None = None) -> tuple[tuple[str, str], ...]:
+    """The headers of a request to `protocol` besides the connection's: its own (Anthropic's
+    `anthropic-version`, `version` where given) and the API key in its key header."""
+    headers = dict(protocol.headers)
+    if version and "anthropic-version" in headers:
+        headers["anthropic-version"] = version
+    if api_key and protocol.key_header:
+        headers[protocol.key_header] = api_key
+    return tuple(headers.items())
+
+
+def path_headers(api_key: str | None, version: str | None = None) -> dict[str, str]:
+    """Per path, the header lines (`Name: value\r\n` each) its requests carry besides the
+    connection's (`protocol_headers`); a path not in it carries none."""
+    return {p.path: "".join(f"{k}: {v}\r\n" for k, v in protocol_headers(p, api_key, version=version))
+            for p in PROTOCOLS.values() if p.headers or p.key_header}
+
+#: A capability's value once an endpoint drops it, by its type in EngineCaps.
+_DROPPED = {bool: False, tuple: (), str: None}
+
+
+def caps_on(caps: EngineCaps, endpoint: str) -> EngineCaps:
+    """The engine's capabilities as `endpoint` sees them: what it drops there turned off, and
+    without stream_options no usage chunk nor a count on every chunk."""
+    dropped = set(dict(caps.endpoint_drops).get(endpoint, ()))
+    if not PROTOCOLS[endpoint].stream_options:
+        dropped |= {"include_usage", "continuous_usage"}
+    if not dropped:
+        return caps
+    return replace(caps, endpoint_drops=(), **{name: _DROPPED[type(getattr(caps, name))] for name in dropped})
+
+
+def request_body(caps: EngineCaps, *, endpoint: str, model: str, prompt: list[int] | str | None = None,
+                 max_tokens: int, fixed_output: bool = True, temperature: float | None = 0.0,
+                 cold: bool = False, extra: dict | None = None,
+                 messages: list[dict[str, str]] | None = None) -> bytes:
+    """The JSON body of one streamed request, with only the fields `caps` accepts on `endpoint`.
+
+    The prompt is `prompt` (on a templated endpoint: one user message of it), or, on a
+    templated endpoint only, `messages` ({"role", "content"} each: a whole conversation)
+    instead. fixed_output asks for exactly max_tokens tokens (ignore_eos, and min_tokens where
+    supported), so every request decodes as long as asked (measurement.md). cold adds the
+    engine's fields that keep any cache from serving the prompt (a cold prefill).
+    """
+    if (prompt is None) == (messages is None):
+        raise ValueError("a request has a prompt or messages, one of the two")
+    protocol = PROTOCOLS[endpoint]
+    caps = caps_on(caps, endpoint)
+    body: dict = {"model": model, protocol.max_field: max_tokens, "stream": True}
+    if messages is not None:
+        if not protocol.templated:
+            raise ValueError(f"messages are sent to a chat endpoint, not {endpoint}")
+    elif protocol.templated:
+        messages = [{"role": "user", "content": prompt if isinstance(prompt, str) else " ".join(map(str, prompt))}]
+    body[protocol.prompt_field] = prompt if messages is None else messages
+    if temperature is not None:
+        body["temperature"] = temperature
+    if caps.include_usage:
+        body["stream_options"] = {"include_usage": True}
+        if caps.continuous_usage:
+            body["stream_options"]["continuous_usage_stats"] = True
+    body.update(caps.stream_fields)
+    if fixed_output and caps.ignore_eos:
+        body["ignore_eos"] = True
+    if fixed_output and caps.min_tokens:
+        body["min_tokens"] = max_tokens
+    if cold:
+        body.update(caps.cold_fields)
+    if extra:
+        body.update(extra)
+    return json.dumps(body, separators=(",", ":")).encode()
