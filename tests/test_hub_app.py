@@ -190,7 +190,7 @@ def test_the_leaderboard_filters_by_hardware_and_engine_version(hub):
     assert 'href="/api/leaderboard?model=tiny&amp;context=256&amp;hardware=H100+80GB"' in page.get_data(as_text=True)
     empty = ok(client, "/leaderboard?model=tiny&context=256&version=9.9").get_data(as_text=True)
     assert "with engine version 9.9" in empty and '<option selected>9.9</option>' in empty
-    assert 'href="/leaderboard?model=tiny&amp;context=256">Any hardware and engine version' in empty
+    assert 'href="/leaderboard?model=tiny&amp;context=256">Any hardware, engine version and endpoint' in empty
 
 
 def test_each_leaderboard_row_links_its_hardware_and_shows_its_launch_command_and_tier(hub):

@@ -182,3 +182,31 @@ def test_a_run_on_each_typed_endpoint_of_the_simulator(endpoint, tmp_path):
     assert decode["server_prompt_tokens"] == 256 and prefill["server_prompt_tokens"] == 512
     assert decode["output_tokens"] > 0 and decode["total_tok_s"] > 0
     assert endpoint in (out / "report.md").read_text()
+
+
+def test_the_hubs_leaderboard_filters_by_endpoint(tmp_path):
+    """Runs of one model on two endpoints: the leaderboard ranks both, or one endpoint's when
+    asked (the store, the API and the page's filter); an endpoint that is none is a 400."""
+    from llmload.hub.app import create_app
+    from llmload.hub.store import open_store
+    url, ids = f"sqlite:///{tmp_path / 'hub.sqlite'}", {}
+    for endpoint in ("chat", "messages"):
+        out = tmp_path / endpoint
+        r = llmload("run", "--sim-profile", "tiny", "--endpoint", endpoint, "--contexts", "256", "--concurrency", "1",
+                    "--prefill-contexts", "", "--duration", "1s", "--max-tokens", "16", "--out", out)
+        assert r.returncode == 0, r.stdout + r.stderr
+        published = llmload("publish", out, "--db", url)
+        assert published.returncode == 0, published.stderr
+        ids[endpoint] = published.stdout.split()[0]
+    with open_store(url) as store:
+        assert {row.run.id for row in store.leaderboard("tiny", 256)} == set(ids.values())
+        assert [row.run.id for row in store.leaderboard("tiny", 256, endpoint="messages")] == [ids["messages"]]
+        assert store.leaderboard_choices("tiny", 256)[2] == ["chat", "messages"]
+        client = create_app(store).test_client()
+        rows = client.get("/api/leaderboard?model=tiny&context=256&endpoint=chat").get_json()
+        page = client.get("/leaderboard?model=tiny&context=256&endpoint=messages").get_data(as_text=True)
+        bad = client.get("/api/leaderboard?model=tiny&context=256&endpoint=grpc")
+    assert [row["id"] for row in rows] == [ids["chat"]]
+    assert "<option selected>messages</option>" in page and "the messages endpoint only" in page
+    assert ids["messages"] in page and ids["chat"] not in page
+    assert bad.status_code == 400 and "endpoint" in bad.get_data(as_text=True)

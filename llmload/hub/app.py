@@ -6,7 +6,7 @@ Routes (GET and HEAD only: a POST or any other method is a 405, and the store is
     /, /runs            runs, filtered by model, engine, version, hardware, provenance, since, until
     /runs/<id>          the run's report.html (its Page by `llmload.output.pages.html`) under the hub's bar
                         (its tier; links to /runs/<id>/results.json and each uploaded records file)
-    /leaderboard        ?model=M&context=C[&concurrency=N][&hardware=H][&version=V]: runs ranked by total tok/s
+    /leaderboard        ?model=M&context=C[&concurrency=N][&hardware=H][&version=V][&endpoint=E]: runs ranked
     /models, /hardware  what the store holds, with counts and links
     /compare            ?a=ID&b=ID: the compare page (`llmload.output.pages.comparepage.render_html`)
     /calculator         ?run=ID|profile=NAME&context=C&users=N[&slo=...]: the twin's prediction (NAME:
@@ -177,18 +177,19 @@ def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None,
         if context is None:
             raise QueryError("context is missing: give a context in tokens (e.g. 16384 or 16K)")
         concurrency = count(request.args, "concurrency")
-        hardware, version = board_filter(request.args)
-        board = reads.leaderboard(model, context, concurrency, hardware=hardware, engine_version=version)
+        hardware, version, endpoint = board_filter(request.args)
+        board = reads.leaderboard(model, context, concurrency, hardware=hardware, engine_version=version,
+                                  endpoint=endpoint)
         return dict(model=model, context=context, concurrency=concurrency, hardware=hardware, version=version,
-                    board=board)
+                    endpoint=endpoint, board=board)
 
     @app.get("/leaderboard")
     def leaderboard_page():
         models = reads.models()
         if not request.args:
             return page("leaderboard.html", "Leaderboard", models=models, model=None, context=None,
-                        concurrency=None, hardware=None, version=None, board=None, contexts=[], columns=[],
-                        choices=([], []), cell_at=views.cell_at)
+                        concurrency=None, hardware=None, version=None, endpoint=None, board=None, contexts=[],
+                        columns=[], choices=([], [], []), cell_at=views.cell_at)
         q = board_query()
         return page("leaderboard.html", "Leaderboard", models=models, contexts=reads.contexts(q["model"]),
                     columns=views.concurrencies(q["board"]), cell_at=views.cell_at,

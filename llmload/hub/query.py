@@ -10,6 +10,7 @@ import re
 from collections.abc import Mapping
 from datetime import date, datetime
 
+from llmload.core.scenariovalues import ENDPOINTS
 from llmload.core.units import parse_tokens
 from llmload.hub.store import RunFilter
 
@@ -99,7 +100,11 @@ def run_filter(args: Mapping[str, str]) -> RunFilter:
                      provenance=provenance, since=_day(args, "since"), until=_day(args, "until"))
 
 
-def board_filter(args: Mapping[str, str]) -> tuple[str | None, str | None]:
+def board_filter(args: Mapping[str, str]) -> tuple[str | None, str | None, str | None]:
     """The leaderboard's optional filters: `hardware` (a run's hardware name, as /hardware
-    lists it) and `version` (its engine's version); each one line of text, else None."""
-    return text(args, "hardware"), text(args, "version")
+    lists it), `version` (its engine's version), each one line of text, and `endpoint` (one
+    of ENDPOINTS); else None."""
+    endpoint = text(args, "endpoint")
+    if endpoint is not None and endpoint not in ENDPOINTS:
+        raise QueryError(f"endpoint: {endpoint[:40]!r} is none of {', '.join(ENDPOINTS)}")
+    return text(args, "hardware"), text(args, "version"), endpoint

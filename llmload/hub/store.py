@@ -31,6 +31,8 @@ LISTS_KEPT = 256
 """Lists and leaderboards kept (`Store._cached`), least recently used dropped first."""
 
 _SUMMARY_COLUMNS = [schema.runs.c[f.name] for f in fields(RunSummary)]
+_ENDPOINT = schema.runs.c.results_json[("config", "endpoint")].as_string()
+"""A run's endpoint (its results' config.endpoint: completions, chat, responses, messages)."""
 
 
 def _summary(row: Any) -> RunSummary:
@@ -161,15 +163,16 @@ class Store:
         return rows[0][0] if rows else None
 
     def leaderboard(self, model: str, context: int, concurrency: int | None = None, *,
-                    hardware: str | None = None, engine_version: str | None = None) -> list[LeaderRow]:
+                    hardware: str | None = None, engine_version: str | None = None,
+                    endpoint: str | None = None) -> list[LeaderRow]:
         """For a model (served name or model root) and a decode context: one row per run that
-        measured a total tok/s there (at `concurrency`, when given; on `hardware` and with
-        that `engine_version`, when given), best first."""
-        return self._cached(("leaderboard", model, context, concurrency, hardware, engine_version),
-                            lambda: self._leaderboard(model, context, concurrency, hardware, engine_version))
+        measured a total tok/s there (at `concurrency`, when given; on `hardware`, with that
+        `engine_version` and on that `endpoint`, when given), best first."""
+        return self._cached(("leaderboard", model, context, concurrency, hardware, engine_version, endpoint),
+                            lambda: self._leaderboard(model, context, concurrency, hardware, engine_version, endpoint))
 
     def _leaderboard(self, model: str, context: int, concurrency: int | None, hardware: str | None,
-                     engine_version: str | None) -> list[LeaderRow]:
+                     engine_version: str | None, endpoint: str | None) -> list[LeaderRow]:
         c, r = schema.cells.c, schema.runs.c
         query = (sa.select(*_SUMMARY_COLUMNS, r.results_json["launch_command"].as_string().label("launch"),
                            c.concurrency, c.status.label("cell_status"), c.total_tok_s, c.per_request_tok_s,
@@ -179,7 +182,7 @@ class Store:
                  .where(_model_is(model), _listed(), c.phase == "decode", c.context_tokens == context,
                         c.total_tok_s.is_not(None))
                  .order_by(r.id, c.concurrency))
-        for column, value in ((r.hardware, hardware), (r.engine_version, engine_version)):
+        for column, value in ((r.hardware, hardware), (r.engine_version, engine_version), (_ENDPOINT, endpoint)):
             if value is not None:
                 query = query.where(column == value)
         by_run: dict[str, tuple[RunSummary, str | None, list[LeaderCell]]] = {}
@@ -204,14 +207,14 @@ class Store:
         board.sort(key=lambda row: (-row.total_tok_s, row.run.id))
         return ranked_with_ties(board)
 
-    def leaderboard_choices(self, model: str, context: int) -> tuple[list[str], list[tuple[str, list[str]]]]:
+    def leaderboard_choices(self, model: str, context: int) -> tuple[list[str], list[tuple[str, list[str]]], list[str]]:
         """What the leaderboard of a model at a decode context can be filtered by: the
-        hardware names, and each engine version with its engines, of its runs; sorted."""
+        hardware names, each engine version with its engines, and the endpoints of its runs; sorted."""
         return self._cached(("choices", model, context), lambda: self._leaderboard_choices(model, context))
 
-    def _leaderboard_choices(self, model: str, context: int) -> tuple[list[str], list[tuple[str, list[str]]]]:
+    def _leaderboard_choices(self, model: str, context: int) -> tuple[list[str], list[tuple[str, list[str]]], list[str]]:
         c, r = schema.cells.c, schema.runs.c
-        query = (sa.select(r.hardware, r.engine, r.engine_version).distinct()
+        query = (sa.select(r.hardware, r.engine, r.engine_version, _ENDPOINT.label("endpoint")).distinct()
                  .join(schema.cells, c.run_id == r.id)
                  .where(_model_is(model), _listed(), c.phase == "decode", c.context_tokens == context,
                         c.total_tok_s.is_not(None)))
@@ -221,7 +224,8 @@ class Store:
             if row.engine_version is not None:
                 versions.setdefault(row.engine_version, set()).update([row.engine] if row.engine else [])
         return (sorted({row.hardware for row in rows if row.hardware is not None}),
-                [(version, sorted(engines)) for version, engines in sorted(versions.items())])
+                [(version, sorted(engines)) for version, engines in sorted(versions.items())],
+                sorted({row.endpoint for row in rows if row.endpoint is not None}))
 
     def models(self) -> list[ModelEntry]:
         """Each (served name, model root) published, with its number of runs, most first."""
