@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_visitors_and_submitters_on_postgresql(postgres):  # noqa: F811
     url = postgres.new_database()
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "hub_load.py"), "--db", url, "--runs", "200",
-                           "--users", "8", "--time", "20s"], capture_output=True, text=True, timeout=600)
+                           "--users", "16", "--time", "20s"], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     table = done.stdout.split("route", 1)[1].splitlines()[1:]
     rows = {line[:40].strip(): line[40:].split() for line in table if line.strip()}

@@ -210,3 +210,38 @@ def test_the_hubs_leaderboard_filters_by_endpoint(tmp_path):
     assert "<option selected>messages</option>" in page and "the messages endpoint only" in page
     assert ids["messages"] in page and ids["chat"] not in page
     assert bad.status_code == 400 and "endpoint" in bad.get_data(as_text=True)
+
+
+def test_a_conversations_system_message_goes_where_the_protocol_puts_it():
+    conversation = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"},
+                    {"role": "assistant", "content": "hello"}, {"role": "user", "content": "again"}]
+    caps = engine_caps("vllm")
+    messages = json.loads(request_body(caps, endpoint="messages", model="m", messages=conversation, max_tokens=4))
+    responses = json.loads(request_body(caps, endpoint="responses", model="m", messages=conversation, max_tokens=4))
+    assert messages["system"] == "be brief" and messages["messages"] == conversation[1:]
+    assert responses["input"] == conversation and "system" not in responses
+
+
+@pytest.mark.parametrize("endpoint", ["responses", "messages"])
+def test_chat_sessions_on_the_typed_endpoints(endpoint, tmp_path):
+    """Sessions resend each conversation, the answers as they came (read from the protocol's
+    text deltas), so the shared system prompt and every earlier turn are served from the
+    prefix cache."""
+    out = tmp_path / endpoint
+    r = llmload("run", "--sim-profile", "tiny", "--workload", "sessions", "--endpoint", endpoint,
+                "--system-prompt-tokens", "512", "--concurrency", "2", "--turns", "3", "--turn-tokens", "32",
+                "--think-time", "0", "--duration", "3s", "--max-tokens", "16", "--out", out)
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["config"]["endpoint"] == endpoint
+    [cell] = doc["cells"]
+    assert cell["status"] in ("valid", "client_bound"), cell["reason"]
+    assert cell["cached_prompt_ratio"] > 0.5 and cell["usage_mismatches"] == 0
+
+
+def test_a_system_message_alone_gets_a_user_turn_on_messages():
+    """A session's warm-up sends its system prompt alone: Messages keeps the system apart and
+    needs a message, so one short user turn goes with it (the system prefix is what is warmed)."""
+    body = json.loads(request_body(engine_caps("vllm"), endpoint="messages", model="m",
+                                   messages=[{"role": "system", "content": "be brief"}], max_tokens=1))
+    assert body["system"] == "be brief" and body["messages"] == [{"role": "user", "content": "."}]

@@ -126,7 +126,7 @@ def test_seed_header_sections():
         "Engine: vllm · Version: 0.32.0 · Quantization: AWQ · Backend: cuda · "
         "Build: vllm/vllm-openai:v0.32.0-x86_64",
         "## Run",
-        "Served model: bench · Revision: main · Decode test: Fixed duration · "
+        "Served model: bench · Revision: main · Endpoint: completions (/v1/completions) · Decode test: Fixed duration · "
         "Prefill mode: Measured during decode warm-up · Time per measurement: 30 s · "
         "Max output: 8,192 tokens",
         "## Launch command",

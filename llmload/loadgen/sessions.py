@@ -103,7 +103,7 @@ def cell_plan(cell: CellSpec, text: Callable[[str, int], str]) -> SessionPlan:
         script = drawn
 
     def body(messages: Messages, max_tokens: int) -> bytes:
-        return request_body(caps, endpoint="chat", model=cell.model, messages=messages, max_tokens=max_tokens,
+        return request_body(caps, endpoint=cell.endpoint, model=cell.model, messages=messages, max_tokens=max_tokens,
                             fixed_output=cell.fixed_output, temperature=cell.temperature)
 
     return SessionPlan(path=cell.path or CHAT_PATH, system=text(f"{cell.run_id}/{cell.id}/system",

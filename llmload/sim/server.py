@@ -403,8 +403,10 @@ class SimApp:
             elif not self._flush_until_done(stream, sock):
                 return
             if api:
+                # vLLM's Responses always says its cached tokens; its Messages only with the details flag
+                cached = (stream.cached_tokens or 0) if api == "responses" else self._cached_tokens(stream)
                 yield encoder.closing(finish_reason=stream.finish_reason, num_completion=stream.num_output,
-                                      cached_tokens=self._cached_tokens(stream))
+                                      cached_tokens=cached)
                 return
             if stream.request.include_usage:
                 yield encoder.usage_event(self._cached_tokens(stream))

@@ -40,17 +40,9 @@ class _TypedTimeline(TokenTimeline):
     __slots__ = ()
 
     def _scan(self, payload: bytes) -> int:
-        if payload[:1] != b"{":
-            stripped = payload.strip()
-            if stripped == b"[DONE]":
-                self.done = True
-            elif stripped:
-                self.error = self.error or f"unexpected event data: {payload[:120]!r}"
-            return 0
-        obj = _loads(payload)
+        obj = _loads(payload) if payload[:1] == b"{" else None
         if type(obj) is not dict:
-            self.error = self.error or f"{'malformed' if obj is None else 'unexpected'} event data: {payload[:120]!r}"
-            return 0
+            return self._not_an_object(payload, obj)
         if "error" in obj and obj.get("type") != "error":
             self.error = _error_message(obj) or "error event"
             return 0

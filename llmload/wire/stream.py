@@ -167,17 +167,9 @@ class TokenTimeline:
     def _scan(self, payload: bytes) -> int:
         """Tokens carried by one chunk: parsed in full (`_loads`), read field by field for the
         common chunk (choices, no finish, no error); the rest by `_facts`."""
-        if payload[:1] != b"{":
-            stripped = payload.strip()
-            if stripped == _DONE:
-                self.done = True
-            elif stripped:
-                self.error = self.error or f"unexpected event data: {payload[:120]!r}"
-            return 0
-        obj = _loads(payload)
+        obj = _loads(payload) if payload[:1] == b"{" else None
         if type(obj) is not dict:
-            self.error = self.error or f"{'malformed' if obj is None else 'unexpected'} event data: {payload[:120]!r}"
-            return 0
+            return self._not_an_object(payload, obj)
         choices = obj.get("choices")
         if type(choices) is not list or len(choices) != 1 or "error" in obj or obj.get("object") == "error":
             return self._facts(obj)
@@ -199,6 +191,17 @@ class TokenTimeline:
                 answer = _has_text(choice, ANSWER_FIELDS)
                 self._phase(answer, not answer and _has_text(choice, REASONING_FIELDS), tokens)
         return tokens
+
+    def _not_an_object(self, payload: bytes, obj: object) -> int:
+        """An event whose data is no JSON object: `[DONE]` ends the stream, an empty one
+        tells nothing, anything else fails the request."""
+        stripped = payload.strip()
+        if stripped == _DONE:
+            self.done = True
+        elif stripped:
+            kind = "unexpected" if payload[:1] != b"{" or obj is not None else "malformed"
+            self.error = self.error or f"{kind} event data: {payload[:120]!r}"
+        return 0
 
     def _phase(self, answer: bool, reasoning: bool, tokens: int) -> None:
         """Which phase a token-carrying chunk's tokens belong to (the class docstring)."""

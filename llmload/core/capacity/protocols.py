@@ -41,6 +41,9 @@ class Protocol:
     """A header that carries the API key besides `Authorization: Bearer` (Anthropic's)."""
     title: str = ""
     """Whose protocol it is, where its name does not say."""
+    system_field: str | None = None
+    """Where a conversation's system message goes, when not among the messages (Anthropic's
+    top-level `system`)."""
 
 
 ANTHROPIC_VERSION = "2023-06-01"
@@ -53,7 +56,7 @@ PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (
     Protocol(name="responses", path="/v1/responses", prompt_field="input", max_field="max_output_tokens",
              stream_options=False, title="OpenAI Responses"),
     Protocol(name="messages", path="/v1/messages", prompt_field="messages", stream_options=False,
-             headers=(("anthropic-version", ANTHROPIC_VERSION),), key_header="x-api-key", title="Anthropic Messages"),
+             headers=(("anthropic-version", ANTHROPIC_VERSION),), key_header="x-api-key", title="Anthropic Messages", system_field="system"),
 )}
 
 ENDPOINT_PATHS = {name: p.path for name, p in PROTOCOLS.items()}
@@ -81,6 +84,10 @@ def path_headers(api_key: str | None, version: str | None = None) -> dict[str, s
     return {p.path: "".join(f"{k}: {v}\r\n" for k, v in protocol_headers(p, api_key, version=version))
             for p in PROTOCOLS.values() if p.headers or p.key_header}
 
+WARM_UP_TURN = {"role": "user", "content": "."}
+"""The user turn of a conversation sent with its system message alone where the protocol
+keeps the system apart and needs a message (Messages)."""
+
 #: A capability's value once an endpoint drops it, by its type in EngineCaps.
 _DROPPED = {bool: False, tuple: (), str: None}
 
@@ -104,7 +111,7 @@ def request_body(caps: EngineCaps, *, endpoint: str, model: str, prompt: list[in
 
     The prompt is `prompt` (on a templated endpoint: one user message of it), or, on a
     templated endpoint only, `messages` ({"role", "content"} each: a whole conversation)
-    instead. fixed_output asks for exactly max_tokens tokens (ignore_eos, and min_tokens where
+    instead (a leading system message in the protocol's `system_field` where it has one). fixed_output asks for exactly max_tokens tokens (ignore_eos, and min_tokens where
     supported), so every request decodes as long as asked (measurement.md). cold adds the
     engine's fields that keep any cache from serving the prompt (a cold prefill).
     """
@@ -118,6 +125,9 @@ def request_body(caps: EngineCaps, *, endpoint: str, model: str, prompt: list[in
             raise ValueError(f"messages are sent to a chat endpoint, not {endpoint}")
     elif protocol.templated:
         messages = [{"role": "user", "content": prompt if isinstance(prompt, str) else " ".join(map(str, prompt))}]
+    if messages is not None and protocol.system_field and messages and messages[0].get("role") == "system":
+        # a conversation of its system message alone (a session's warm-up) needs a user turn there
+        body[protocol.system_field], messages = messages[0]["content"], messages[1:] or [WARM_UP_TURN]
     body[protocol.prompt_field] = prompt if messages is None else messages
     if temperature is not None:
         body["temperature"] = temperature

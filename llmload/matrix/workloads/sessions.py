@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
+from llmload.core.capacity.protocols import PROTOCOLS
 from llmload.core.capacity.plan import PlannedCell, plan_sessions
 from llmload.core.figures.slosearch import SearchLevel, slo_search
 from llmload.core.model.cell import CellResult
@@ -91,6 +92,6 @@ def summary(c: CellResult) -> str:
 RUNNER = Runner(
     name="sessions", plan=plan, search=search, summary=summary,
     fitted_prompts=False, drawn_lengths=True, fit=fit, refuse=refuse, message=message,
-    check=lambda sc: sc if sc.endpoint == "chat" else replace(sc, endpoint="chat"),
+    check=lambda sc: sc if PROTOCOLS[sc.endpoint].templated else replace(sc, endpoint="chat"),
     facts=lambda ctx, planned, msg: {"think_time_s": parse_think_time(ctx.scenario.think_time).mean_s},
 )
