@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 
 from html_check import parse
+from llmload.core.model.document import results_from_dict
+from llmload.core.model.origin import without_origin
 from llmload.hub.app import create_app
 from llmload.hub.store import open_store
 from llmload.output.rundir.resultsfile import load_results
@@ -127,11 +129,13 @@ def test_a_run_page_is_its_report(hub, sim_run):
     from llmload.hub.security import strict_styles
     from llmload.output.pages.report import render_html
     without_bar = re.sub(r'\n<nav class="hub-bar".*?</nav>', "", page, count=1, flags=re.S)
-    report = render_html(load_results(sim_run)).replace("</head>", BAR_CSS + "</head>", 1)
-    assert without_bar == strict_styles(report)[0]  # today's report.html, its style attributes made classes
+    # the run as published: its report.html without the server's address (llmload.core.model.origin)
+    published = without_origin(json.loads((sim_run / "results.json").read_text()))
+    report = render_html(results_from_dict(published)).replace("</head>", BAR_CSS + "</head>", 1)
+    assert without_bar == strict_styles(report)[0]  # report.html, its style attributes made classes
     assert 'style="' not in page  # tests/test_hub_hostile.py: the classes are the same declarations
     doc = ok(client, f"/api/runs/{ids['sim']}").get_json()
-    assert doc == json.loads((sim_run / "results.json").read_text())
+    assert doc == published and load_results(sim_run).server["base_url"] not in page
 
 
 def test_the_leaderboard_ranks_runs_best_first(hub):

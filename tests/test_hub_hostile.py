@@ -297,12 +297,14 @@ def test_a_report_page_keeps_every_style_as_a_class_its_policy_allows(hub, sim_r
     !important, as an inline style beats the page's rules), in one `<style>` element whose
     hash, like every other `<style>` element's, the page's policy lists."""
     from html_check import parse
+    from llmload.core.model.document import results_from_dict
+    from llmload.core.model.origin import without_origin
     from llmload.output.pages.report import render_html
-    from llmload.output.rundir.resultsfile import load_results
     app, rid, _secret, _folder = hub
     r = app.test_client().get(f"/runs/{rid}")
     page = r.get_data(as_text=True)
-    original = render_html(load_results(sim_run))
+    # the report of the run as published (without the server's address: llmload.core.model.origin)
+    original = render_html(results_from_dict(without_origin(json.loads((sim_run / "results.json").read_text()))))
     listed = set(re.findall(r"'sha256-[^']+'", r.headers["Content-Security-Policy"]))
     assert listed == style_hashes(page) and len(listed) >= 2
     rules = dict(re.findall(r"^\.(hs-[0-9a-f]{12}) \{ (.*) \}$", page, re.M))

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from llmload.core.model.document import results_to_dict
+from llmload.core.model.document import results_from_dict, results_to_dict
+from llmload.core.model.origin import without_origin
 from llmload.hub import schema
 from llmload.hub.database import StoreError, head_revision
 from llmload.hub.publish import run_id
@@ -65,8 +66,12 @@ def db(tmp_path) -> str:
 def test_a_simulated_run_is_stored_whole_and_read_back(sim_run, db):
     r = llmload("publish", sim_run, "--db", db)
     assert r.returncode == 0, r.stderr
-    results = load_results(sim_run)
-    rid = run_id(results_to_dict(results))
+    written = load_results(sim_run)
+    # as it leaves the machine: the server's address left out (llmload.core.model.origin)
+    published = without_origin(results_to_dict(written))
+    assert written.config["host"] and published["config"]["host"] is None and published["server"]["base_url"] is None
+    results = results_from_dict(published)
+    rid = run_id(published)
     assert len(rid) == 16 and int(rid, 16) >= 0
     assert r.stdout == f"{rid}  tiny  {results.hardware['cpu']}  complete  (published)\n"
     with open_store(db) as store:
@@ -76,7 +81,7 @@ def test_a_simulated_run_is_stored_whole_and_read_back(sim_run, db):
         assert (run.status, run.provenance, run.workload) == ("complete", "simulated", "matrix")
         assert (run.publisher, run.source_dir) == (None, None)  # not without --with-origin
         assert (run.max_tokens, run.duration_s, run.started_at) == (16, 1.0, results.started_at)
-        assert store.run(rid) == results  # the document as written (already scrubbed)
+        assert store.run(rid) == results  # the document as published (already scrubbed)
         assert store.run("0" * 16) is None and store.summary(rid) == run
         assert store.contexts("tiny") == [0, 256]
         with store.engine.connect() as c:
@@ -88,15 +93,19 @@ def test_a_simulated_run_is_stored_whole_and_read_back(sim_run, db):
 
 def test_publishing_is_idempotent_across_copies(sim_run, db, tmp_path):
     first = llmload("publish", sim_run, "--db", db, "--with-origin")
-    again = llmload("publish", sim_run, "--db", db)
+    again = llmload("publish", sim_run, "--db", db, "--with-origin")
     copy = tmp_path / "copied"
     shutil.copytree(sim_run, copy)
-    copied = llmload("publish", copy, "--db", db)
+    copied = llmload("publish", copy, "--db", db, "--with-origin")
     rid = first.stdout.split()[0]
     assert "(published)" in first.stdout
     assert again.stdout.split()[0] == copied.stdout.split()[0] == rid
     assert "(already published)" in again.stdout and "(already published)" in copied.stdout
     assert stored_ids(db) == [rid]
+    # without its origin the document differs (no server address): another run, stored once too
+    plain, plain_copy = llmload("publish", sim_run, "--db", db), llmload("publish", copy, "--db", db)
+    assert plain.stdout.split()[0] == plain_copy.stdout.split()[0] != rid
+    assert stored_ids(db) == sorted([rid, plain.stdout.split()[0]])
     with open_store(db) as store:  # the first publication's origin stays
         run = store.summary(rid)
         assert (run.publisher, run.source_dir) == (socket.gethostname(), str(sim_run.absolute()))

@@ -253,10 +253,12 @@ def test_a_llama_cpp_run_is_published_and_ranked(matrix, tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     decode = [c for c in doc["cells"] if c["phase"] == "decode" and c["total_tok_s"]]
     best = max(decode, key=lambda c: c["total_tok_s"])
+    model = doc["server"]["model"]  # llama.cpp names its model by its file's path
     with open_store(url) as store:
         [run] = store.runs()
-        assert run.engine == "llama.cpp"
-        rows = store.leaderboard(doc["server"]["model"], best["context_tokens"], concurrency=best["concurrency"])
+        assert run.engine == "llama.cpp" and model.startswith("/")
+        assert run.model == model.rsplit("/", 1)[1]  # published by its file's name (llmload.core.model.origin)
+        rows = store.leaderboard(run.model, best["context_tokens"], concurrency=best["concurrency"])
     assert [row.total_tok_s for row in rows] == [pytest.approx(best["total_tok_s"])]
 
 

@@ -13,9 +13,10 @@ from llmload.commands.common import Refused, echo, store_failed
               help="The store: sqlite:///ABSOLUTE/PATH or postgresql://USER:PASSWORD@HOST:PORT/DB "
                    "[env var: LLMLOAD_DB; default: sqlite in $XDG_DATA_HOME/llmload/hub.sqlite].")
 @click.option("--with-origin", is_flag=True,
-              help="Also store where each run comes from: this machine's host name and the results "
-                   "directory's absolute path (the hub shows them to every visitor; by default "
-                   "neither is stored).")
+              help="Also store where each run comes from: this machine's host name, the results "
+                   "directory's absolute path, the server's address and the paths of the files the run "
+                   "read (the hub shows them to every visitor; by default none is stored: files by "
+                   "their names).")
 @click.option("--to", "hub_url", metavar="URL",
               help="Submit to the hub at URL (started with --accept-runs) over HTTP instead of a store; "
                    "the token from LLMLOAD_HUB_TOKEN or --token-file.")
@@ -38,7 +39,7 @@ def publish(run_dirs: tuple[str, ...], db_url: str | None, with_origin: bool, hu
     url = db_url or default_url()
     SCRUBBER.add_known_from_url(url)  # the password, wherever a message might quote it
     try:
-        runs = [read_run(d) for d in run_dirs]
+        runs = [read_run(d, with_origin=with_origin) for d in run_dirs]
     except PublishError as exc:
         raise Refused(str(exc)) from None
     if hub_url is not None:

@@ -115,7 +115,10 @@ def compare(results_dirs, as_json, html_path, no_html, confidence, fail_pct) -> 
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="File to write (default: standard output).")
 @click.option("--allow-missing", is_flag=True,
               help="Export what is there when some cells' records files are missing (else refused).")
-def export(results_dir: str, fmt: str, output: str | None, allow_missing: bool) -> None:
+@click.option("--with-origin", is_flag=True,
+              help="Keep the server's address and the paths of the files the run read in the rows' text "
+                   "(by default: 'the server', file names only).")
+def export(results_dir: str, fmt: str, output: str | None, allow_missing: bool, with_origin: bool) -> None:
     """Every request of every cell of RESULTS_DIR, one row each (from RESULTS_DIR/records/)."""
     import io
 
@@ -125,7 +128,7 @@ def export(results_dir: str, fmt: str, output: str | None, allow_missing: bool) 
     try:
         # Built in memory first: a refused export leaves no file, and no half of one.
         buffer = io.BytesIO()
-        n = export_records(results_dir, fmt, buffer, allow_missing=allow_missing)
+        n = export_records(results_dir, fmt, buffer, allow_missing=allow_missing, with_origin=with_origin)
     except (RecordsError, ResultsError) as exc:
         raise Refused(str(exc)) from None
     try:

@@ -17,7 +17,9 @@ stored in one transaction (`publish`).
   so a new run.
 - Where it came from (`publisher`: this host's name; `source_dir`: the results directory's
   absolute path) is stored only with `with_origin` (`llmload publish --with-origin`): the
-  hub shows the runs table to every visitor.
+  hub shows the runs table to every visitor. Without it the document itself says nothing of
+  where the run ran either (`read_run`: `llmload.core.model.origin.without_origin`, the
+  server's address left out, files by their names); a hub's submissions always so.
 """
 
 from __future__ import annotations
@@ -30,13 +32,14 @@ import os
 import socket
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from llmload.core.redact import scrub
-from llmload.core.model.document import results_to_dict
+from llmload.core.model.document import results_from_dict, results_to_dict
+from llmload.core.model.origin import origin_replacer, without_origin
 from llmload.core.model.results import Results, utc_now_iso
 from llmload.hub import schema
 from llmload.hub.database import StoreError, first_line
@@ -63,6 +66,9 @@ class RunToPublish:
     """As stored: scrubbed, a missing status read as interrupted."""
     document: Mapping[str, Any]
     id: str
+    rewrite: Callable[[str], str] | None = None
+    """What makes the run's other files (its records) say nothing of where it ran, as its
+    document does (`origin.origin_replacer`); None: they are sent as they are."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -83,8 +89,10 @@ def run_id(document: Mapping[str, Any]) -> str:
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:ID_HEX]
 
 
-def read_run(run_dir: str | os.PathLike[str]) -> RunToPublish:
-    """A results directory (or its results.json) read for publishing. Raises PublishError."""
+def read_run(run_dir: str | os.PathLike[str], *, with_origin: bool = False) -> RunToPublish:
+    """A results directory (or its results.json) read for publishing: as it leaves the
+    machine (`llmload.core.model.origin.without_origin`: no server address, files by their
+    names), or whole `with_origin`. Raises PublishError."""
     folder = Path(run_dir).absolute()
     if folder.name == RESULTS_FILE and folder.is_file():
         folder = folder.parent
@@ -113,8 +121,11 @@ def read_run(run_dir: str | os.PathLike[str]) -> RunToPublish:
     finally:
         if fd is not None:
             os.close(fd)
-    document = results_to_dict(results)
-    return RunToPublish(folder=folder, results=results, document=document, id=run_id(document))
+    document, rewrite = results_to_dict(results), None
+    if not with_origin:
+        document, rewrite = without_origin(document), origin_replacer(document)
+        results = results_from_dict(document, source=str(folder / RESULTS_FILE))
+    return RunToPublish(folder=folder, results=results, document=document, id=run_id(document), rewrite=rewrite)
 
 
 def _text(value: Any) -> str | None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llmload.hub.publish import RunToPublish
-from llmload.output.rundir.records import RECORDS_DIR
+from llmload.output.rundir.records import RECORDS_DIR, records_rewritten
 
 TOKEN_ENV = "LLMLOAD_HUB_TOKEN"
 TIMEOUT_S = 120.0
@@ -69,7 +69,10 @@ def send_run(url: str, token: str, run: RunToPublish, *, with_records: bool = Fa
             if cell.records_file:
                 path = run.folder / RECORDS_DIR / Path(cell.records_file).name
                 try:
-                    files.append(("records", (path.name, path.read_bytes(), "application/vnd.apache.parquet")))
+                    data = path.read_bytes()
+                    if run.rewrite is not None:  # the records say nothing of where the run ran either
+                        data = records_rewritten(data, run.rewrite)
+                    files.append(("records", (path.name, data, "application/vnd.apache.parquet")))
                 except OSError as exc:
                     raise RemoteError(0, f"{path}: {exc.strerror or exc}") from None
     endpoint = url.rstrip("/") + "/api/runs" + ("?dry_run=1" if dry_run else "")

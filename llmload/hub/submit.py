@@ -28,11 +28,13 @@ from pathlib import Path, PurePosixPath
 
 import sqlalchemy as sa
 
+from llmload.core.model.origin import origin_replacer
 from llmload.hub import schema
 from llmload.hub.database import HUB_BUSY_S
 from llmload.hub.publish import PublishError, publish, read_run
 from llmload.hub.limits import RecordsBudget, Refused, check_document, check_records
 from llmload.hub.store import Store, open_store
+from llmload.output.rundir.records import records_rewritten
 from llmload.output.rundir.resultsfile import RESULTS_FILE
 
 RECORDS_NAME = re.compile(r"^(?:records/)?([A-Za-z0-9][A-Za-z0-9_.-]{0,150}\.parquet)$")
@@ -114,6 +116,9 @@ def accept(store: Store, *, submitter: str, results: bytes, records: Sequence[tu
             run = read_run(folder)
         except PublishError as exc:
             raise SubmitError(400, _quiet(str(exc), folder)) from None
+    rewrite = origin_replacer(document)  # a foreign uploader's records say nothing of where it ran either
+    if rewrite is not None:
+        records = [(raw, records_rewritten(data, rewrite)) for raw, data in records]
     tier = "approved" if auto_approve else "pending"
     if dry_run:
         return Submitted(id=run.id, new=store.summary(run.id) is None, tier=tier, dry_run=True)

@@ -11,7 +11,8 @@ naming the files, unless `allow_missing` (the cell is then kept as written, or l
 of the export, and the caller says so).
 
 `export_records(dir, fmt, out)` writes the per-request table (`llmload.output.rundir.records.export_table`)
-as csv, parquet or jsonl. In csv, the list columns (LIST_COLUMNS) are JSON
+as csv, parquet or jsonl, saying nothing of where the run ran unless asked
+(`llmload.core.model.origin`). In csv, the list columns (LIST_COLUMNS) are JSON
 arrays in one field; times keep full float64 precision in every format (shortest repr).
 """
 
@@ -24,9 +25,11 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from llmload.core.figures.cells import assemble_cell
+from llmload.core.model.document import results_to_dict
+from llmload.core.model.origin import origin_replacer
 from llmload.core.model.results import Results
 from llmload.output.rundir.records import (RECORDS_DIR, RecordsError, cell_files, export_table, read_cell,
-                                        records_provenance)
+                                        records_provenance, table_rewritten)
 from llmload.output.rundir.resultsfile import load_results
 
 EXPORT_FORMATS = ("csv", "parquet", "jsonl")
@@ -80,9 +83,11 @@ def recompute(results_dir: str | os.PathLike[str], *, allow_missing: bool = Fals
 
 
 def export_records(results_dir: str | os.PathLike[str], fmt: str, out: BinaryIO, *,
-                   allow_missing: bool = False) -> int:
-    """Write the per-request table to `out` in `fmt`; returns the number of rows. Raises
-    RecordsError (before writing anything) when records files results.json names are
+                   allow_missing: bool = False, with_origin: bool = False) -> int:
+    """Write the per-request table to `out` in `fmt`; returns the number of rows. Its text
+    (an error's message) says nothing of where the run ran (`origin.without_origin`'s rule:
+    the server's address as `the server`, paths by their last part) unless `with_origin`.
+    Raises RecordsError (before writing anything) when records files results.json names are
     missing and not allow_missing; ResultsError for an unreadable results.json."""
     import pyarrow.parquet as pq
 
@@ -103,6 +108,8 @@ def export_records(results_dir: str | os.PathLike[str], fmt: str, out: BinaryIO,
     else:
         _check_missing(results_dir, load_results(results_dir), allow_missing, "their requests would be left out")
         table = export_table(results_dir)
+    if not with_origin:
+        table = _without_origin(table, load_results(results_dir))
     if fmt == "parquet":
         pq.write_table(table, out, compression="zstd")
         return table.num_rows
@@ -167,3 +174,9 @@ def read_export(path: str | os.PathLike[str], fmt: str) -> list[dict[str, Any]]:
                     row[k] = v
             rows.append(row)
     return rows
+
+
+def _without_origin(table: Any, results: Results) -> Any:
+    """The table's text with the run's origin (`origin.origin_of`) replaced."""
+    rewrite = origin_replacer(results_to_dict(results))
+    return table if rewrite is None else table_rewritten(table, rewrite)

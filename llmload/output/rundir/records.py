@@ -21,13 +21,14 @@ scrubbed again here before writing, as everything written is.
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
 from array import array
 from dataclasses import fields
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -204,3 +205,23 @@ def export_table(out_dir: str | os.PathLike[str]) -> pa.Table:
     if not tables:
         return schema.empty_table()
     return pa.concat_tables(tables)
+
+
+def table_rewritten(table: pa.Table, rewrite: Callable[[str], str]) -> pa.Table:
+    """The table with `rewrite` applied to every text: its string columns and the values of
+    its schema metadata (a records file's planned cell and facts)."""
+    for i, field in enumerate(table.schema):
+        if pa.types.is_string(field.type) or pa.types.is_large_string(field.type):
+            column = [None if v is None else rewrite(v) for v in table.column(i).to_pylist()]
+            table = table.set_column(i, field, pa.array(column, type=field.type))
+    meta = table.schema.metadata
+    if meta:
+        table = table.replace_schema_metadata({k: rewrite(v.decode()).encode() for k, v in meta.items()})
+    return table
+
+
+def records_rewritten(data: bytes, rewrite: Callable[[str], str]) -> bytes:
+    """A records file's bytes with `rewrite` applied to every text (`table_rewritten`)."""
+    sink = io.BytesIO()
+    pq.write_table(table_rewritten(pq.read_table(io.BytesIO(data)), rewrite), sink, compression="zstd")
+    return sink.getvalue()
