@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 
 from llmload.wire.sse import SSEDecoder
+from llmload.wire.protocols import typed_answer
 from llmload.wire.stream import ANSWER_FIELDS
 
 
@@ -48,7 +49,7 @@ def answer_text(payloads: list[bytes]) -> str:
             obj = json.loads(payload)
         except ValueError:
             continue
-        if isinstance(obj, dict) and (text := _typed_answer(obj)) is not None:
+        if isinstance(obj, dict) and (text := typed_answer(obj)) is not None:
             parts.append(text)
             continue
         choices = obj.get("choices") if isinstance(obj, dict) else None
@@ -62,14 +63,3 @@ def answer_text(payloads: list[bytes]) -> str:
                 if isinstance(text, str):
                     parts.append(text)
     return "".join(parts)
-
-
-def _typed_answer(obj: dict) -> str | None:
-    """A Responses or Messages event's answer text (`llmload.wire.protocols`), or None."""
-    kind = obj.get("type")
-    if kind == "response.output_text.delta" and isinstance(obj.get("delta"), str):
-        return obj["delta"]
-    delta = obj.get("delta")
-    if kind == "content_block_delta" and isinstance(delta, dict) and isinstance(delta.get("text"), str):
-        return delta["text"]
-    return None

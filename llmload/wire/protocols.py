@@ -153,6 +153,17 @@ class MessagesTimeline(_TypedTimeline):
             self.completion_tokens = usage["output_tokens"]
 
 
+def typed_answer(obj: dict) -> str | None:
+    """The answer text of one Responses or Messages event (an output_text delta, a text
+    delta), or None: what a caller that resends the answer keeps (`io.answertext`)."""
+    kind, delta = obj.get("type"), obj.get("delta")
+    if kind == "response.output_text.delta" and isinstance(delta, str):
+        return delta
+    if kind == "content_block_delta" and isinstance(delta, dict) and isinstance(delta.get("text"), str):
+        return delta["text"]
+    return None
+
+
 TIMELINES: dict[str, type[TokenTimeline]] = {"completions": TokenTimeline, "chat": TokenTimeline,
                                              "responses": ResponsesTimeline, "messages": MessagesTimeline}
 """The reader of each protocol's stream, by its name."""

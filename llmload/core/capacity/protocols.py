@@ -56,7 +56,8 @@ PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (
     Protocol(name="responses", path="/v1/responses", prompt_field="input", max_field="max_output_tokens",
              stream_options=False, title="OpenAI Responses"),
     Protocol(name="messages", path="/v1/messages", prompt_field="messages", stream_options=False,
-             headers=(("anthropic-version", ANTHROPIC_VERSION),), key_header="x-api-key", title="Anthropic Messages", system_field="system"),
+             headers=(("anthropic-version", ANTHROPIC_VERSION),), key_header="x-api-key", title="Anthropic Messages",
+             system_field="system"),
 )}
 
 ENDPOINT_PATHS = {name: p.path for name, p in PROTOCOLS.items()}
@@ -83,6 +84,7 @@ def path_headers(api_key: str | None, version: str | None = None) -> dict[str, s
     connection's (`protocol_headers`); a path not in it carries none."""
     return {p.path: "".join(f"{k}: {v}\r\n" for k, v in protocol_headers(p, api_key, version=version))
             for p in PROTOCOLS.values() if p.headers or p.key_header}
+
 
 WARM_UP_TURN = {"role": "user", "content": "."}
 """The user turn of a conversation sent with its system message alone where the protocol
@@ -111,7 +113,8 @@ def request_body(caps: EngineCaps, *, endpoint: str, model: str, prompt: list[in
 
     The prompt is `prompt` (on a templated endpoint: one user message of it), or, on a
     templated endpoint only, `messages` ({"role", "content"} each: a whole conversation)
-    instead (a leading system message in the protocol's `system_field` where it has one). fixed_output asks for exactly max_tokens tokens (ignore_eos, and min_tokens where
+    instead (a leading system message in the protocol's `system_field` where it has one).
+    fixed_output asks for exactly max_tokens tokens (ignore_eos, and min_tokens where
     supported), so every request decodes as long as asked (measurement.md). cold adds the
     engine's fields that keep any cache from serving the prompt (a cold prefill).
     """

@@ -12,7 +12,7 @@ holds it), and one rule for every field:
   a reason, a note) it reads `the server`.
 - **Paths of the machine** are kept by their last part: the files a run read (a dataset's
   file, a trace, a simulator profile given by its path: FILE_FIELDS, whole values, relative
-  paths too) and every absolute path (`/...`, `~/...`) in the fields that name the server's
+  paths too; a dataset's by `parse_dataset_spec`) and every absolute path (`/...`, `~/...`) in the fields that name the server's
   command and model (COMMAND_FIELDS: the launch command, the served model when the server
   names it by its path). Each such path is replaced by its last part wherever the document's
   text holds it, so a plan's reason that quotes a dataset's path says its file name.
@@ -28,11 +28,12 @@ from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
+from llmload.core.traffic.dataset import parse_dataset_spec
+
 ADDRESS_FIELDS = (("config", "host"), ("server", "base_url"))
 """The server's address: left out."""
-FILE_FIELDS = (("config", "dataset"), ("config", "trace"), ("config", "sim_profile"), ("sim_profile",),
-               ("server", "sim_profile"))
-"""Files a run read, by path (a dataset as KIND:PATH): kept by their last part."""
+FILE_FIELDS = (("config", "trace"), ("config", "sim_profile"), ("sim_profile",), ("server", "sim_profile"))
+"""Files a run read, by path: kept by their last part (and `config.dataset`'s, KIND:PATH)."""
 COMMAND_FIELDS = (("launch_command",), ("config", "launch_command"), ("config", "model"), ("server", "model"),
                   ("server", "models"), ("server", "model_root"))
 """Text naming the server's command and model: its absolute paths kept by their last part."""
@@ -41,7 +42,6 @@ SERVER_WORDS = "the server"
 
 _ABSOLUTE = re.compile(r"(?<![^\s=\"'])~?/[^\s'\"=,;()<>]+")
 """An absolute path as a word of a command line: at its start, after a space, `=` or a quote."""
-_DATASET = re.compile(r"^(sharegpt|jsonl):(.+)$")
 
 
 def _at(doc: Any, path: tuple[str, ...]) -> Any:
@@ -64,15 +64,18 @@ def _last_part(path: str) -> str:
     return os.path.basename(os.path.normpath(path)) or path
 
 
-def _file(value: str) -> dict[str, str]:
-    """{the path as written: its last part} for a file field's value."""
-    if value.startswith("hf:"):
-        return {}  # a Hugging Face dataset's name, not a path of the machine
-    m = _DATASET.match(value)
-    path = m.group(2) if m else value
-    if m is None and "/" not in path and os.sep not in path:
-        return {}
+def _file(path: str) -> dict[str, str]:
+    """{the path as written: its last part}, or {} where it is its last part (a name)."""
     return {path: _last_part(path)} if _last_part(path) != path else {}
+
+
+def _dataset(spec: str) -> dict[str, str]:
+    """`_file` of a dataset's file (KIND:PATH); a Hugging Face dataset's name is no path."""
+    try:
+        kind, source, _ = parse_dataset_spec(spec)
+    except ValueError:
+        return {}
+    return {} if kind == "hf" else _file(source)
 
 
 def _address(url: str) -> dict[str, str]:
@@ -98,6 +101,8 @@ def origin_of(doc: dict[str, Any]) -> dict[str, str]:
     for path in FILE_FIELDS:
         for text in _strings(_at(doc, path)):
             found.update(_file(text))
+    for text in _strings(_at(doc, ("config", "dataset"))):
+        found.update(_dataset(text))
     for path in COMMAND_FIELDS:
         for text in _strings(_at(doc, path)):
             found.update({p: _last_part(p) for p in _ABSOLUTE.findall(text) if _last_part(p) != p})
