@@ -7,11 +7,16 @@ tokens <0x00>..<0xFF>, and one word piece (with every prefix on the way, so the 
 reach it) for each word of llmload's filler text: every filler word is exactly one token.
 With `--pieces N` each word piece is cut into pieces of N characters instead, so a word is
 one to several tokens (a tokenizer that is not one token per word, for the tests of text
-prompts fitted to the server's count). Its random output is full of partial
-UTF-8 (byte tokens), so the server merges tokens into one chunk and sends empty-content
-chunks: exactly what a benchmark must count right.
+prompts fitted to the server's count). With `--rerank` the model is a reranker shaped like
+Qwen3-Reranker: the `qwen3` architecture (llama's, plus per-head q/k norms) with rank pooling
+and a two-label ("yes", "no") classifier head `cls.output.weight`, and an EOS token after
+each text, so `llama-server --rerank` scores `<s> query </s> document </s>` as P(yes) of its
+last token. (The `llama` architecture loads no classifier head, and llama.cpp reads a
+head-less rank score right only for the first sequence of a batch.) Its random output is
+full of partial UTF-8 (byte tokens), so the server merges tokens into one chunk and sends
+empty-content chunks: exactly what a benchmark must count right.
 
-    python scripts/make_gguf_model.py [OUT.gguf] [--hidden 384 --layers 4 --pieces 3 ...]
+    python scripts/make_gguf_model.py [OUT.gguf] [--hidden 384 --layers 4 --pieces 3 --rerank ...]
 
 Without OUT the model goes to the cache ($LLMLOAD_CACHE or ~/.cache/llmload/models/) under
 a name made of its shape; an existing file is reused. Prints the path.
@@ -61,12 +66,12 @@ def vocabulary(piece_chars: int = 0) -> tuple[list[str], list[float], list[int]]
 
 
 def write_model(path: Path, *, hidden: int, layers: int, heads: int, ffn: int, context: int,
-                pieces: int = 0, seed: int = 0) -> None:
+                pieces: int = 0, rerank: bool = False, seed: int = 0) -> None:
     import gguf
     pieces, scores, types = vocabulary(pieces)
     rng = np.random.default_rng(seed)
     tmp = path.with_suffix(".tmp")
-    w = gguf.GGUFWriter(str(tmp), "llama")
+    w = gguf.GGUFWriter(str(tmp), "qwen3" if rerank else "llama")
     w.add_name("llmload-tiny-random")
     w.add_context_length(context)
     w.add_embedding_length(hidden)
@@ -86,7 +91,10 @@ def write_model(path: Path, *, hidden: int, layers: int, heads: int, ffn: int, c
     w.add_bos_token_id(1)
     w.add_eos_token_id(2)
     w.add_add_bos_token(True)
-    w.add_add_eos_token(False)
+    w.add_add_eos_token(rerank)
+    if rerank:
+        w.add_pooling_type(gguf.PoolingType.RANK)
+        w.add_classifier_output_labels(["yes", "no"])
     w.add_chat_template(CHAT_TEMPLATE)
 
     def weight(*shape: int, scale: float = 0.08) -> np.ndarray:
@@ -96,6 +104,9 @@ def write_model(path: Path, *, hidden: int, layers: int, heads: int, ffn: int, c
     w.add_tensor("token_embd.weight", weight(vocab, hidden, scale=1.0))
     for i in range(layers):
         w.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(hidden, dtype=np.float32))
+        if rerank:
+            w.add_tensor(f"blk.{i}.attn_q_norm.weight", np.ones(hidden // heads, dtype=np.float32))
+            w.add_tensor(f"blk.{i}.attn_k_norm.weight", np.ones(hidden // heads, dtype=np.float32))
         for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
             w.add_tensor(f"blk.{i}.{name}.weight", weight(hidden, hidden))
         w.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(hidden, dtype=np.float32))
@@ -104,6 +115,9 @@ def write_model(path: Path, *, hidden: int, layers: int, heads: int, ffn: int, c
         w.add_tensor(f"blk.{i}.ffn_down.weight", weight(hidden, ffn))
     w.add_tensor("output_norm.weight", np.ones(hidden, dtype=np.float32))
     w.add_tensor("output.weight", weight(vocab, hidden, scale=1.0))
+    if rerank:
+        # logits of about unit spread (the hidden state is RMS-normed), so P(yes) is not all 0 or 1
+        w.add_tensor("cls.output.weight", weight(2, hidden, scale=hidden ** -0.5))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -111,10 +125,12 @@ def write_model(path: Path, *, hidden: int, layers: int, heads: int, ffn: int, c
     os.replace(tmp, path)
 
 
-def default_path(hidden: int, layers: int, heads: int, ffn: int, context: int, pieces: int = 0) -> Path:
+def default_path(hidden: int, layers: int, heads: int, ffn: int, context: int, pieces: int = 0,
+                 rerank: bool = False) -> Path:
     cache = Path(os.environ.get("LLMLOAD_CACHE") or Path.home() / ".cache" / "llmload")
     cut = f"-p{pieces}" if pieces else ""
-    return cache / "models" / f"tiny-random-h{hidden}-l{layers}-a{heads}-f{ffn}-c{context}{cut}.gguf"
+    kind = "-rerank" if rerank else ""
+    return cache / "models" / f"tiny-random-h{hidden}-l{layers}-a{heads}-f{ffn}-c{context}{cut}{kind}.gguf"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -127,9 +143,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--context", type=int, default=4096, help="training context (caps each slot's n_ctx)")
     parser.add_argument("--pieces", type=int, default=0,
                         help="cut each word piece into pieces of this many characters (0: a piece per word)")
+    parser.add_argument("--rerank", action="store_true",
+                        help="a reranker (qwen3 architecture, rank pooling, yes/no head) for llama-server --rerank")
     args = parser.parse_args(argv)
     shape = dict(hidden=args.hidden, layers=args.layers, heads=args.heads, ffn=args.ffn, context=args.context,
-                 pieces=args.pieces)
+                 pieces=args.pieces, rerank=args.rerank)
     path = Path(args.out) if args.out else default_path(**shape)
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -10,7 +10,7 @@ from typing import Iterator
 
 import click
 
-from llmload.core.capacity.protocols import ENDPOINT_PATHS
+from llmload.core.capacity.protocols import ENDPOINT_PATHS, PROTOCOLS
 from llmload.commands.common import Refused, echo
 
 SCENARIO_OPTIONS = {
@@ -27,6 +27,7 @@ SCENARIO_OPTIONS = {
     "over_context": "over_context", "sample": "sample", "length_scale": "length_scale",
     "max_prompt_tokens": "max_prompt_tokens", "prompt_tokens": "prompt_tokens", "output_tokens": "output_tokens",
     "seed": "seed", "dataset": "dataset", "output_length": "output_length",
+    "batch_size": "batch_size", "documents": "documents",
     "repeat": "repeat", "repeat_cooldown": "repeat_cooldown_s", "same_prompts": "same_prompts", "until_ci": "until_ci",
 }
 
@@ -73,7 +74,10 @@ def workload_options(command):
 @click.option("--host", help="Server base URL; none = start the embedded simulator.")
 @click.option("--model", help="Model to test (default: the server's only model).")
 @click.option("--endpoint", type=click.Choice(list(ENDPOINT_PATHS)),
-              help="The protocol: completions, chat, responses (OpenAI Responses) or messages (Anthropic).")
+              help="The protocol: completions, chat, responses (OpenAI Responses), messages (Anthropic); "
+              "embeddings or rerank (a pooling model: input length × concurrency).")
+@click.option("--batch-size", metavar="B", help="Embeddings: inputs per request (default 1).")
+@click.option("--documents", metavar="N", help="Rerank: documents per request (default 8).")
 @click.option("--contexts", help="Decode contexts, e.g. 0,16K,32K,48K.")
 @click.option("--prefill-contexts", help="Prefill contexts, e.g. 8K,16K (empty: no prefill test).")
 @click.option("--concurrency", help="Simultaneous requests, e.g. 1,2,4,8.")
@@ -187,6 +191,8 @@ def workload_checked(scenario):
     runs)."""
     from llmload.matrix.workloads import RUNNERS, runner_of
     runner = runner_of(scenario)
+    if (scenario.batch_size or scenario.documents) and not PROTOCOLS[scenario.endpoint].pooling:
+        raise ValueError("--batch-size and --documents are for --endpoint embeddings and rerank")
     drawn = " and ".join(r.name for r in RUNNERS.values() if r.drawn_lengths)
     if (scenario.prompt_tokens or scenario.output_tokens) and not runner.drawn_lengths:
         raise ValueError(f"--prompt-tokens and --output-tokens are for --workload {drawn} (the matrix "

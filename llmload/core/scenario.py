@@ -95,7 +95,12 @@ class Scenario:
     """After the matrix, bisect N between the last level meeting the SLO and the first failing
     one, per context, as extra cells (rate workload: the rate, per context)."""
     workload: str = "matrix"
-    """"matrix" (the speed-test matrix), "sessions", "rate" or "replay" (`llmload.core.traffic.workloads`)."""
+    """"matrix" (the speed-test matrix), "sessions", "rate" or "replay" (`llmload.core.traffic.workloads`);
+    "pooling" for the embeddings and rerank endpoints (their matrix: input length × concurrency)."""
+    batch_size: int | None = None
+    """Embeddings: inputs per request (None: 1)."""
+    documents: int | None = None
+    """Rerank: documents per request, each of the context's tokens (None: 8)."""
     system_prompt_tokens: tuple[int, ...] = (1024,)
     """Sessions: the shared system prompt's tokens S, one cell row per value."""
     turns: int = 4

@@ -304,6 +304,8 @@ PARSERS: dict[str, Callable[[Any], Any]] = {
     "sample": lambda v: _sample(v),
     "length_scale": _positive_number,
     "max_prompt_tokens": _optional_tokens,
+    "batch_size": lambda v: None if v is None or v == "" else _int_at_least(1, 4096)(v),
+    "documents": lambda v: None if v is None or v == "" else _int_at_least(1, 4096)(v),
 }
 
 

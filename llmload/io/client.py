@@ -19,6 +19,8 @@ Rules:
 - A non-2xx answer, an in-stream `{"error": ...}`, or a stream that ends without
   `[DONE]` or a finish reason is an error, with one line of text.
 - API keys travel in headers only (Authorization; Messages' x-api-key too), never in records.
+- An embeddings or rerank answer is no stream: its body is read whole and given to its
+  reader (`wire.pooling`); the record has no chunks, its end is the body's last byte.
 - The answer's text is kept only when asked (`stream_answer`, `llmload.io.answertext`).
 """
 
@@ -213,6 +215,12 @@ class _StreamReader:
             self.end_s = now()
             self.fail(error_message_from_body(body, status), end=False)
             return
+        if self.timeline.whole_body:  # a pooling answer: one JSON body
+            body = read_error_body(recv, rest, chunked, length)
+            self.end_s = now()
+            self.timeline.answer(body)
+            self._settle()
+            return
         self._read_events(sock, rest, t, chunked, length, delay)
 
     def _read_events(self, sock, data: bytes, t: float, chunked: bool, length: int | None,
@@ -324,7 +332,7 @@ class _StreamReader:
             completion_tokens=tl.completion_tokens, cached_tokens=cached,
             token_source=self.token_source, http_status=self.http_status, error=self.error,
             retry_after_s=self.retry_after_s, first_answer_s=tl.first_answer_s,
-            reasoning_tokens=tl.reasoning_tokens, **server_truth({"timings": timings, "metrics": tl.metrics}))
+            reasoning_tokens=tl.reasoning_tokens, inputs=tl.inputs, **server_truth({"timings": timings, "metrics": tl.metrics}))
 
 
 def _int(value) -> int | None:

@@ -15,7 +15,7 @@ from llmload.wire.chunked import ChunkedDecoder
 
 
 def read_error_body(recv, data: bytes, chunked: bool, length: int | None) -> bytes:
-    """The whole (small) body of an error response."""
+    """The whole body of a response (an error's, a pooling answer's)."""
     if chunked:
         dechunk = ChunkedDecoder()
         out = [dechunk.feed(data)]

@@ -113,6 +113,8 @@ class CellSpec(_Message):
     tokens) per turn (`llmload.loadgen.sessions`)."""
     seq_limit: int = 0
     """Rate: the server's per-sequence tokens, drawn lengths' ceiling (0: unknown)."""
+    inputs: int = 1
+    """Pooling (embeddings, rerank): inputs (rerank: documents) per request."""
     window_s: float = 0.0
     """Rate and replay: the window's length t1 − t0 (a rate cell's arrivals are drawn over it
     before the window starts, so their bodies can be built ahead)."""

@@ -181,6 +181,11 @@ def _paced_cell(user: LLMUser, client, cell: CellSpec) -> None:
     run_paced_cell(user, cell)
 
 
+def _pooling_cell(user: LLMUser, client, cell: CellSpec) -> None:
+    from llmload.loadgen.pooling import run_pooling_cell
+    run_pooling_cell(user, client, cell)
+
+
 def _adhoc_rate(user: LLMUser, setup: dict) -> None:
     from llmload.loadgen.pacer import run_adhoc_rate
     run_adhoc_rate(user)
@@ -191,7 +196,7 @@ def _adhoc_session(user: LLMUser, setup: dict) -> None:
     run_adhoc_session(user, user._client(setup["base_url"], setup["options"]["timeout_s"]), setup["session"])
 
 
-CELL_STEPS = {"session": _session_cell, "rate": _paced_cell, "replay": _paced_cell}
+CELL_STEPS = {"session": _session_cell, "rate": _paced_cell, "replay": _paced_cell, "pooling": _pooling_cell}
 """How a user takes part in a cell of each phase beyond the matrix's (by `CellSpec.kind`)."""
 ADHOC_STEPS = {"rate": _adhoc_rate, "sessions": _adhoc_session}
 """... and in plain Locust (`--llm-workload`), by workload."""

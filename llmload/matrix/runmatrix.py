@@ -21,9 +21,10 @@ from llmload.core.model.results import DEFINITIONS, Results, new_results, utc_no
 from llmload.core.scenario import Scenario
 from llmload.core.capacity.seqlimit import is_learned
 from llmload.io.hardware import host_facts
+from llmload.io.endpointcheck import EndpointRefused, check_endpoint
 from llmload.io.probe import ServerInfo, build_prompts, probe_server
 from llmload.matrix.console import echo_plan, echo_prompts, echo_server
-from llmload.matrix.context import RunContext
+from llmload.matrix.context import PlanRefused, RunContext
 from llmload.matrix.driver import LocustDriver
 from llmload.matrix.loop import plan_for, run_plan, run_slo_search, run_window_s
 from llmload.matrix.server import server_for
@@ -71,6 +72,10 @@ def _run_matrix(scenario: Scenario, *, api_key: str | None, run_dir, master_bind
                             launch_command=scenario.launch_command)
         info = learned_before(info, run_dir.previous if run_dir is not None else None)
         echo_server(info, echo)
+        try:
+            check_endpoint(info, scenario.endpoint, api_key)
+        except EndpointRefused as exc:  # a model that cannot answer it: bad input, before the plan
+            raise PlanRefused(str(exc)) from None
         # Its trace, dataset or conversations fitted to the server (PlanRefused where none fits).
         ctx = RunContext(scenario=scenario, info=info, echo=echo, api_key=api_key,
                          **({"run_id": run_id} if run_id else {}), **runner.fit(scenario, info, api_key, echo, read))

@@ -31,6 +31,7 @@ lookups. A mid-stream error body of OpenAI's shape (`{"error": ...}`, as llama.c
 
 from __future__ import annotations
 
+from llmload.wire.pooling import PoolingTimeline
 from llmload.wire.stream import TokenTimeline, _error_message, _loads
 
 
@@ -165,5 +166,6 @@ def typed_answer(obj: dict) -> str | None:
 
 
 TIMELINES: dict[str, type[TokenTimeline]] = {"completions": TokenTimeline, "chat": TokenTimeline,
-                                             "responses": ResponsesTimeline, "messages": MessagesTimeline}
-"""The reader of each protocol's stream, by its name."""
+                                             "responses": ResponsesTimeline, "messages": MessagesTimeline,
+                                             "embeddings": PoolingTimeline, "rerank": PoolingTimeline}
+"""The reader of each protocol's stream (a pooling protocol's one answer), by its name."""

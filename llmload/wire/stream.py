@@ -97,6 +97,11 @@ class TokenTimeline:
         "reasoning_tokens", "_answered", "_thinking", "_answer_pending",
     )
 
+    whole_body = False
+    """A stream of events (a pooling protocol's reader reads one whole body: `wire.pooling`)."""
+    inputs = None
+    """Inputs answered: a pooling answer's (`wire.pooling`); none in a stream."""
+
     def __init__(self, count_key: str = "completion_tokens") -> None:
         self.chunk_times_s = array("d")
         self.chunk_tokens = array("I")

@@ -48,7 +48,7 @@ from llmload.core.traffic.workloads import first_turn_over, session_prompt_token
 #: Seconds assumed per cell for warm-up when estimating how long a plan takes.
 WARMUP_ESTIMATE_S = 5.0
 
-PHASES = ("prefill", "decode", "session", "rate", "replay")
+PHASES = ("prefill", "decode", "session", "rate", "replay", "pooling")
 """The matrix's phases, then the other workloads' (`llmload.core.traffic.workloads`)."""
 PLAN_STATUSES = ("run", "queued", "over_capacity", "exceeds_context")
 RUN_STATUSES = ("run", "queued")

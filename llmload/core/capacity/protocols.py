@@ -1,11 +1,16 @@
-"""The streaming protocols a run can speak, as data: where each one is posted, where its
-prompt and its output limit go, and what an engine drops from it.
+"""The protocols a run can speak, as data: where each one is posted, where its prompt and
+its output limit go, and what an engine drops from it.
 
 Four protocols stream generated tokens: OpenAI completions and chat, OpenAI Responses
 (`/v1/responses`) and Anthropic Messages (`/v1/messages`). The last three send the prompt
 as one user message rendered by the model's chat template, so their prompts are counted as
 chat prompts are (`Protocol.templated`). How each one's stream is read is in
 `llmload.wire.protocols` (chosen by the same path).
+
+Two answer once, not streamed (`Protocol.pooling`): embeddings (`/v1/embeddings`, a list of
+inputs) and rerank (`/v1/rerank`, a query and a list of documents), served by pooling
+models. Their requests are built by `pooling_body`, their answers read by
+`llmload.wire.pooling`, and they run the pooling workload (`llmload.core.traffic.workloads`).
 
 What an engine drops is a row of its `EngineCaps.endpoint_drops`: vLLM 0.32 builds its
 Messages request from fields of its own (no ignore_eos, min_tokens or stream_options) and
@@ -44,6 +49,11 @@ class Protocol:
     system_field: str | None = None
     """Where a conversation's system message goes, when not among the messages (Anthropic's
     top-level `system`)."""
+    pooling: bool = False
+    """Answers once with the inputs' embeddings or scores and a usage (no stream, no output
+    tokens): `prompt_field` holds a list of inputs."""
+    query_field: str | None = None
+    """Where a rerank request's query goes."""
 
 
 ANTHROPIC_VERSION = "2023-06-01"
@@ -58,8 +68,17 @@ PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (
     Protocol(name="messages", path="/v1/messages", prompt_field="messages", stream_options=False,
              headers=(("anthropic-version", ANTHROPIC_VERSION),), key_header="x-api-key", title="Anthropic Messages",
              system_field="system"),
+    Protocol(name="embeddings", path="/v1/embeddings", prompt_field="input", max_field="", templated=False,
+             stream_options=False, pooling=True, title="OpenAI embeddings"),
+    Protocol(name="rerank", path="/v1/rerank", prompt_field="documents", max_field="", templated=False,
+             stream_options=False, pooling=True, query_field="query", title="rerank (Jina and Cohere's shape)"),
 )}
 
+STREAMING_ENDPOINTS = tuple(name for name, p in PROTOCOLS.items() if not p.pooling)
+"""The protocols that stream tokens (the matrix, rates, sessions, replay and tune run on them)."""
+POOLING_ENDPOINTS = tuple(name for name, p in PROTOCOLS.items() if p.pooling)
+RERANK_QUERY = "Which of these passages says the most about the subject?"
+"""The query of every rerank request (its tokens are counted in each pair by the server)."""
 ENDPOINT_PATHS = {name: p.path for name, p in PROTOCOLS.items()}
 ENDPOINT_TITLES = {name: f"{p.path}, {p.title}" if p.title else p.path for name, p in PROTOCOLS.items()}
 """How a report names each protocol, after its name."""
@@ -105,6 +124,18 @@ def caps_on(caps: EngineCaps, endpoint: str) -> EngineCaps:
     return replace(caps, endpoint_drops=(), **{name: _DROPPED[type(getattr(caps, name))] for name in dropped})
 
 
+def pooling_body(*, endpoint: str, model: str, inputs: list[str] | list[list[int]], query: str = RERANK_QUERY) -> bytes:
+    """The JSON body of one embeddings or rerank request: its inputs (rerank: documents) in
+    the protocol's prompt field, and rerank's query."""
+    protocol = PROTOCOLS[endpoint]
+    if not protocol.pooling:
+        raise ValueError(f"{endpoint} streams: its requests are built by request_body")
+    body: dict = {"model": model, protocol.prompt_field: inputs}
+    if protocol.query_field:
+        body[protocol.query_field] = query
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
 def request_body(caps: EngineCaps, *, endpoint: str, model: str, prompt: list[int] | str | None = None,
                  max_tokens: int, fixed_output: bool = True, temperature: float | None = 0.0,
                  cold: bool = False, extra: dict | None = None,
@@ -121,6 +152,10 @@ def request_body(caps: EngineCaps, *, endpoint: str, model: str, prompt: list[in
     if (prompt is None) == (messages is None):
         raise ValueError("a request has a prompt or messages, one of the two")
     protocol = PROTOCOLS[endpoint]
+    if protocol.pooling:  # one input (plain Locust's request on a pooling endpoint)
+        if messages is not None:
+            raise ValueError(f"messages are sent to a chat endpoint, not {endpoint}")
+        return pooling_body(endpoint=endpoint, model=model, inputs=[prompt])
     caps = caps_on(caps, endpoint)
     body: dict = {"model": model, protocol.max_field: max_tokens, "stream": True}
     if messages is not None:

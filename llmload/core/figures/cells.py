@@ -29,6 +29,7 @@ from llmload.core.figures.metrics import MAX_ERROR_SAMPLES, WindowFigures, media
 from llmload.core.figures.energy import cell_energy
 from llmload.core.figures.goodput import request_goodput
 from llmload.core.figures.intervals import cell_intervals, prefill_intervals
+from llmload.core.figures.pooling import pooling_cell
 from llmload.core.model.records import SETTLE_TAG, RequestRecord
 from llmload.core.units import format_duration_s
 from llmload.core.figures.traffic import (OPEN_LOOP_TAGS, SESSION_TAG, cached_prompt_ratio, open_loop_figures,
@@ -67,10 +68,14 @@ def assemble_cell(planned: PlannedCell, records: list[RequestRecord], facts: Cel
         cell = open_loop_cell(planned, records, facts)
     elif planned.phase == "session":
         cell = session_cell(planned, records, facts)
+    elif planned.phase == "pooling":
+        cell = pooling_cell(planned, records, facts, inputs_per_request=facts.inputs_per_request,
+                            base=not_run_cell(planned))
     else:
         cell = decode_cell(planned, records, facts)
     # A session's and a trace's prompts differ by design: no one planned length to hold them to.
-    note = (None if planned.phase in ("session", "replay") else
+    # A pooling request's prompt is several inputs (rerank: each paired with the query).
+    note = (None if planned.phase in ("session", "replay", "pooling") else
             _prompt_length_note(planned, cell.server_prompt_tokens, exact=facts.exact_prompt_length))
     return replace(cell, prompt_length_note=note,
                    slo=replace(cell.slo, slo_search=True) if facts.slo_search else cell.slo,

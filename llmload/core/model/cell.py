@@ -188,6 +188,23 @@ class CellTraffic:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class CellPooling:
+    """An embeddings or rerank cell's figures (`llmload.core.figures.pooling`): the requests
+    that completed inside the window, by the server's counts."""
+
+    inputs_per_request: int | None = None
+    """Inputs (rerank: documents) each request carried."""
+    requests_per_s: float | None = None
+    inputs_per_s: float | None = None
+    input_tok_s: float | None = None
+    """Prompt tokens of those requests by the server's usage, per second of window."""
+    latency_ms: float | None = None
+    """Send to the answer's last byte: median, p90, p99."""
+    latency_p90_ms: float | None = None
+    latency_p99_ms: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CellIntervals:
     """The confidence interval of each headline figure (`llmload.core.figures.intervals`):
     `<figure>_ci_low`, `<figure>_ci_high` at `ci_confidence`, and with repeats `<figure>_cv`;
@@ -245,7 +262,7 @@ class CellIntervals:
 
 CELL_GROUPS = {"server_load": ServerLoad, "client_load": ClientLoad, "server_timing": ServerTiming,
                "slo": CellSlo, "energy": CellEnergy, "traffic": CellTraffic,
-               "intervals": CellIntervals}
+               "pooling": CellPooling, "intervals": CellIntervals}
 """The CellResult fields that are groups: a results.json cell holds their fields flat."""
 
 
@@ -300,6 +317,7 @@ class CellResult:
     slo: CellSlo = CellSlo()
     energy: CellEnergy = CellEnergy()
     traffic: CellTraffic = CellTraffic()
+    pooling: CellPooling = CellPooling()
     intervals: CellIntervals = CellIntervals()
     records_file: str | None = None
     timing: CellTiming | None = None

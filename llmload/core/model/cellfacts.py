@@ -148,6 +148,8 @@ class CellFacts:
     """Rate cells: the prompt lengths' distribution (`llmload.core.traffic.lengths`), where drawn."""
     output_lengths: str | None = None
     """Rate cells: the output lengths' distribution, where drawn."""
+    inputs_per_request: int | None = None
+    """Pooling cells: inputs (rerank: documents) per request."""
 
     def to_json(self) -> str:
         d = asdict(self)

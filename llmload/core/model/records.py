@@ -30,8 +30,9 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
-#: How the per-chunk token counts were obtained, best first (see measurement.md).
-TOKEN_SOURCES = ("continuous_usage", "timings_per_token", "chunks")
+#: How the per-chunk token counts were obtained, best first (see measurement.md); "none":
+#: no token was streamed (an embeddings or rerank answer).
+TOKEN_SOURCES = ("continuous_usage", "timings_per_token", "chunks", "none")
 
 #: Request outcomes. "cancelled" = closed by llmload at the end of a window (or of an
 #: open-loop cell's drain: still running, unfinished), not a failure; "not_sent" = an
@@ -126,6 +127,9 @@ class RequestRecord:
     asked_output_tokens: int | None = None
     """Rate and replay: the output tokens it asked for (max_tokens); sessions, where drawn
     (`--output-tokens DIST`)."""
+    inputs: int | None = None
+    """Embeddings and rerank: the inputs (rerank: documents) the server's answer has a result
+    for; None for a streamed request, or an answer that did not come."""
 
     @property
     def first_token_s(self) -> float | None:

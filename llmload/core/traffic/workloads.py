@@ -27,9 +27,9 @@ import random
 import re
 from dataclasses import dataclass
 
-WORKLOADS = ("matrix", "sessions", "rate", "replay")
+WORKLOADS = ("matrix", "sessions", "rate", "replay", "pooling")
 WORKLOAD_PHASES = {"matrix": ("prefill", "decode"), "sessions": ("session",), "rate": ("rate",),
-                   "replay": ("replay",)}
+                   "replay": ("replay",), "pooling": ("pooling",)}
 """The phases of each workload's cells."""
 OPEN_LOOP_PHASES = ("rate", "replay")
 """Phases whose requests go on a schedule, not from a fixed number of users (N is 0): one

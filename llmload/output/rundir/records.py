@@ -79,6 +79,7 @@ RECORD_COLUMNS: dict[str, pa.DataType] = {
     "turn": pa.int64(),
     "asked_prompt_tokens": pa.int64(),
     "asked_output_tokens": pa.int64(),
+    "inputs": pa.int64(),
 }
 RECORD_SCHEMA = pa.schema([pa.field(name, t) for name, t in RECORD_COLUMNS.items()])
 #: Cell identity columns the export puts before the record columns.

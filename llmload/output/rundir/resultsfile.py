@@ -135,6 +135,13 @@ Top level:
     session cell, context_tokens is the shared system prompt S and concurrency the users; for
     a rate cell, concurrency is 0 and the plan's rate_rps names the rate; plan entries carry
     rate_rps and turns (null for the matrix).
+  - embeddings and rerank (phase "pooling", `llmload.core.model.cell.CellPooling`,
+    `llmload.core.figures.pooling`; null for every other phase): inputs_per_request (inputs,
+    rerank: documents, per request), requests_per_s, inputs_per_s and input_tok_s (the
+    requests completed inside the window, their inputs and their prompt tokens by the server's
+    usage, per second), latency_ms, latency_p90_ms, latency_p99_ms (send to the answer's last
+    byte). A pooling cell's context_tokens is the length of one input, its
+    server_prompt_tokens the server's count of one input (rerank: of one pair with the query).
   - intervals (`llmload.core.model.cell.CellIntervals`, `llmload.core.figures.intervals`;
     null where a figure has none): ci_method ("batch_means": sub-windows of the cell's
     window; "samples": a prefill cell's cold requests, --prefill-repeats 3 or more; "repeats":

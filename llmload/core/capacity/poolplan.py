@@ -1,0 +1,44 @@
+"""The plan of a pooling run (embeddings, rerank): input length × concurrency. Pure.
+
+A pooling request holds its sequences' KV only while they are computed, and nothing is
+decoded, so the KV pool does not decide which cells run; what does is the length of one
+input (rerank: one document, its pair with the query a little longer):
+- exceeds_context: an input of C tokens is over the per-sequence limit (max model length,
+  llama.cpp's per-slot n_ctx). llama.cpp also pools an input (mean, cls) only within one
+  physical batch (n_ubatch, 512 unless -ub says), which its API does not report: a longer
+  input fails there with the server's "input (N tokens) is too large to process";
+- queued: N > the sequence-count limit, the rest wait in the server's queue;
+- run: otherwise.
+The cells are by C ascending, then N ascending, phase "pooling"; context 0 is the shortest
+input (min_prompt_tokens).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from llmload.core.capacity.plan import PlannedCell
+
+
+def plan_pooling(*, contexts: Sequence[int], concurrency: Sequence[int], max_model_len: int | None,
+                 max_sequences: int | None = None, min_prompt_tokens: int = 1) -> list[PlannedCell]:
+    """Every pooling cell with its status (see the module docstring)."""
+    if any(c < 0 for c in contexts):
+        raise ValueError(f"input lengths must not be negative: {sorted(contexts)}")
+    if any(n < 1 for n in concurrency):
+        raise ValueError(f"concurrency levels must be at least 1: {sorted(concurrency)}")
+    out = []
+    for c in sorted(set(contexts)):
+        tokens = c if c > 0 else min_prompt_tokens
+        if max_model_len is not None and tokens > max_model_len:
+            status, reason = "exceeds_context", f"an input of {tokens:,} tokens > max model length {max_model_len:,}"
+        else:
+            status, reason = "run", f"an input of {tokens:,} tokens fits"
+        for n in sorted(set(concurrency)):
+            cell_status, cell_reason = status, reason
+            if status == "run" and max_sequences and n > max_sequences:
+                cell_status = "queued"
+                cell_reason = f"{n} > {max_sequences} sequences at once: {n - max_sequences} wait (expected saturated)"
+            out.append(PlannedCell(phase="pooling", context_tokens=c, concurrency=n, status=cell_status,
+                                   reason=cell_reason, prompt_tokens=tokens, max_tokens=0))
+    return out

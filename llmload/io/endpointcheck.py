@@ -1,0 +1,61 @@
+"""Whether the server serves the endpoint a run speaks, asked before the plan.
+
+One small request (a one-word input; a streaming protocol's with max_tokens 1, not
+streamed) to the run's endpoint: where the server answers that it has no such endpoint
+(404, 405, 501) or that its model does not support it (a 400 that says so), the run is
+refused with one line that says what to start the server with or which endpoint to ask
+for. What the engines answer (read on the servers of the test suite): vLLM 0.32 serving a
+pooling model answers 404 {"detail":"Not Found"} on chat and completions; llama.cpp
+answers 501 "This server does not support embeddings/reranking. Start it with
+`--embeddings`/`--reranking`". Any other failure (a busy or slow server) is left to the
+run, whose requests will say it.
+"""
+
+from __future__ import annotations
+
+import json
+
+from llmload.core.capacity.protocols import ENDPOINT_PATHS, PROTOCOLS, pooling_body, request_body
+from llmload.io.probe import ProbeError, ServerInfo, http_json
+
+NOT_SERVED = (404, 405, 501)
+"""Statuses that say the endpoint is not there."""
+HINT_POOLING = ("embeddings and rerank need a pooling model: vLLM `--runner pooling` (rerank: a classifier "
+                "or cross-encoder), llama.cpp `--embeddings` (rerank: `--reranking` and a reranking model)")
+HINT_STREAMING = ("if the model is an embedding or rerank model, ask for --endpoint embeddings or rerank")
+
+
+class EndpointRefused(ProbeError):
+    """The server does not serve the run's endpoint: bad input, refused before the plan."""
+
+
+def check_endpoint(info: ServerInfo, endpoint: str, api_key: str | None) -> None:
+    """Raise EndpointRefused (one line) where the server says it does not serve `endpoint`."""
+    protocol = PROTOCOLS[endpoint]
+    if protocol.pooling:
+        body = json.loads(pooling_body(endpoint=endpoint, model=info.model, inputs=["hello"]))
+    else:
+        body = json.loads(request_body(info.caps, endpoint=endpoint, model=info.model, prompt="hello",
+                                       max_tokens=1, fixed_output=False))
+        body["stream"] = False
+        body.pop("stream_options", None)
+    path = ENDPOINT_PATHS[endpoint]
+    try:
+        status, answer = http_json(f"{info.base_url}{path}", api_key=api_key, body=body)
+    except (OSError, ValueError):  # not reachable now: the run's requests will say so
+        return
+    message = _message(answer)
+    if status in NOT_SERVED or (status == 400 and "support" in message.lower()):
+        hint = HINT_POOLING if protocol.pooling else HINT_STREAMING
+        raise EndpointRefused(f"{info.model} does not serve --endpoint {endpoint} ({path}: HTTP {status}"
+                         f"{': ' + message if message else ''}); {hint}")
+
+
+def _message(answer: object) -> str:
+    """The one line an error body says (OpenAI's error.message, FastAPI's detail, or text)."""
+    if isinstance(answer, dict):
+        err = answer.get("error")
+        text = err.get("message") if isinstance(err, dict) else err or answer.get("detail") or answer.get("message")
+    else:
+        text = answer
+    return str(text or "").strip().splitlines()[0][:200] if text else ""

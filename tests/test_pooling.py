@@ -1,0 +1,149 @@
+"""Embeddings and rerank, the parts without a server: the answers' reader on bodies recorded
+from vLLM 0.32 and llama.cpp, the request bodies, the plan, the figures and the status, and
+the options a pooling run refuses (one line, exit 2)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from llmload.cli import main
+from llmload.core.capacity.poolplan import plan_pooling
+from llmload.core.capacity.protocols import POOLING_ENDPOINTS, PROTOCOLS, STREAMING_ENDPOINTS, pooling_body, request_body
+from llmload.core.capacity.engines import engine_caps
+from llmload.core.figures.cells import assemble_cell
+from llmload.core.figures.pooling import pooling_figures
+from llmload.core.model.cellfacts import CellFacts
+from llmload.core.model.records import RequestRecord
+from llmload.wire.protocols import TIMELINES
+
+ANSWERS = json.loads((Path(__file__).parent / "fixtures" / "pooling_answers.json").read_text())
+
+
+def read(endpoint: str, body) -> object:
+    timeline = TIMELINES[endpoint]()
+    assert timeline.whole_body
+    timeline.answer(json.dumps(body).encode())
+    return timeline
+
+
+@pytest.mark.parametrize("name, endpoint, inputs, prompt_tokens", [
+    ("vllm embeddings", "embeddings", 2, 42),
+    ("vllm rerank", "rerank", 2, 61),  # top_n 2 of 3 documents: the answer has 2 results
+    ("llama.cpp embeddings", "embeddings", 3, 25),
+    ("llama.cpp rerank", "rerank", 4, 96),
+])
+def test_answers_of_the_real_servers_are_read(name, endpoint, inputs, prompt_tokens):
+    tl = read(endpoint, ANSWERS[name]["body"])
+    assert (tl.inputs, tl.prompt_tokens, tl.error, tl.done) == (inputs, prompt_tokens, None, True)
+    assert tl.finish() == "none" and not tl.chunk_times_s
+
+
+@pytest.mark.parametrize("name", ["vllm too long", "llama.cpp over the physical batch", "llama.cpp rerank not enabled"])
+def test_error_bodies_fail_with_their_message(name):
+    tl = read("embeddings", ANSWERS[name]["body"])
+    assert tl.error == ANSWERS[name]["body"]["error"]["message"][:500]
+
+
+def test_answers_that_are_not_pooling_answers_fail():
+    assert "no JSON object" in read("embeddings", [1, 2]).error
+    assert "no data or results list" in read("rerank", {"usage": {"prompt_tokens": 3}}).error
+    tl = read("rerank", {"results": [{"index": 0}], "usage": {"total_tokens": 7}})  # total only: it is the count
+    assert (tl.inputs, tl.prompt_tokens, tl.error) == (1, 7, None)
+
+
+def test_request_bodies():
+    assert set(POOLING_ENDPOINTS) == {"embeddings", "rerank"} and "chat" in STREAMING_ENDPOINTS
+    emb = json.loads(pooling_body(endpoint="embeddings", model="m", inputs=["a b", "c"]))
+    assert emb == {"model": "m", "input": ["a b", "c"]}
+    rr = json.loads(pooling_body(endpoint="rerank", model="m", inputs=["a", "b"], query="q"))
+    assert rr == {"model": "m", "documents": ["a", "b"], "query": "q"}
+    # plain Locust's one-prompt request on a pooling endpoint: one input, nothing of a stream
+    one = json.loads(request_body(engine_caps("vllm"), endpoint="embeddings", model="m", prompt="x", max_tokens=9))
+    assert one == {"model": "m", "input": ["x"]}
+    with pytest.raises(ValueError):
+        pooling_body(endpoint="chat", model="m", inputs=["x"])
+    assert PROTOCOLS["rerank"].path == "/v1/rerank" and PROTOCOLS["embeddings"].path == "/v1/embeddings"
+
+
+def test_plan_by_input_length():
+    plan = plan_pooling(contexts=[512, 0, 8192, 600], concurrency=[4, 1], max_model_len=600, max_sequences=2)
+    got = {(c.context_tokens, c.concurrency): (c.status, c.prompt_tokens) for c in plan}
+    assert [(c.context_tokens, c.concurrency) for c in plan] == [(0, 1), (0, 4), (512, 1), (512, 4), (600, 1),
+                                                                 (600, 4), (8192, 1), (8192, 4)]
+    assert got[(0, 1)] == ("run", 1) and got[(512, 1)] == ("run", 512)
+    assert got[(512, 4)][0] == "queued"  # 4 > 2 sequences at once
+    assert got[(600, 1)][0] == "run" and got[(8192, 4)][0] == "exceeds_context"
+    reasons = {(c.context_tokens, c.concurrency): c.reason for c in plan}
+    assert reasons[(8192, 1)] == "an input of 8,192 tokens > max model length 600"
+    assert all(c.phase == "pooling" and c.max_tokens == 0 for c in plan)
+
+
+def answer(send, end, *, tokens=100, inputs=4, status="ok", tag="pooling", error=None):
+    return RequestRecord(user_id="u", tag=tag, send_s=send, first_byte_s=end if status == "ok" else None, end_s=end,
+                         status=status, finish_reason="stop" if status == "ok" else None,
+                         prompt_tokens=tokens if status == "ok" else None, token_source="none",
+                         inputs=inputs if status == "ok" else None, error=error)
+
+
+def test_figures_count_the_answers_completed_inside_the_window():
+    recs = [answer(9.5, 10.2),  # sent before t0, completed inside: counts
+            answer(10.2, 10.4, tokens=120), answer(10.4, 10.5), answer(10.5, 11.0),
+            answer(11.0, 12.5, status="cancelled"),  # cut at the end: not completed
+            answer(9.0, 9.5)]  # before the window
+    fig = pooling_figures(recs, 10.0, 12.0, inputs_per_request=4)
+    assert fig.requests_per_s == pytest.approx(4 / 2.0)
+    assert fig.inputs_per_s == pytest.approx(16 / 2.0)
+    assert fig.input_tok_s == pytest.approx(420 / 2.0)
+    # latencies 0.7, 0.2, 0.1, 0.5 s: median 0.35 s
+    assert fig.latency_ms == pytest.approx(350.0) and fig.latency_p99_ms == pytest.approx(694.0)  # 0.5 + 0.97 × 0.2 s
+    assert fig.inputs_per_request == 4
+    none = pooling_figures([answer(9.0, 9.5)], 10.0, 12.0, inputs_per_request=4)
+    assert none.requests_per_s is None and none.latency_ms is None
+    uncounted = [answer(10.1, 10.3), RequestRecord(user_id="u", tag="pooling", send_s=10.3, end_s=10.5,
+                                                   finish_reason="stop", inputs=4, token_source="none")]
+    assert pooling_figures(uncounted, 10.0, 12.0, inputs_per_request=4).input_tok_s is None  # never made up
+
+
+def cell_of(records, **facts):
+    from llmload.core.capacity.plan import PlannedCell
+    planned = PlannedCell(phase="pooling", context_tokens=25, concurrency=1, status="run", reason="",
+                          prompt_tokens=25, max_tokens=0)
+    return assemble_cell(planned, records, CellFacts(t0_s=10.0, t1_s=12.0, inputs_per_request=4, **facts))
+
+
+def test_status_of_a_pooling_cell():
+    steady = [answer(10.0 + i * 0.25, 10.25 + i * 0.25) for i in range(8)]
+    ok = cell_of(steady)
+    assert ok.status == "valid" and ok.reason is None and ok.pooling.requests_per_s == pytest.approx(4.0)
+    assert ok.server_prompt_tokens == 25  # 100 tokens over 4 inputs, the server's count of one input
+    assert ok.prompt_length_note is None and ok.token_source == "none" and ok.completed_requests == 8
+    failed = cell_of(steady + [answer(11.0, 11.1, status="error", error="HTTP 500: boom")])
+    assert failed.status == "errors" and failed.error_samples == ("HTTP 500: boom",)
+    warm = cell_of(steady + [answer(9.0, 9.5, status="error", tag="warmup", error="too large")])
+    assert warm.status == "errors" and "warm-up: too large" in warm.error_samples
+    assert cell_of([]).status == "errors"
+    queued = cell_of(steady, waiting_samples=((10.5, 2.0), (11.0, 3.0), (11.5, 2.0)))
+    assert queued.status == "saturated" and queued.server_load.median_waiting == 2.0
+    gaps = [answer(10.0, 10.1), answer(11.0, 11.1)]  # one user in flight a tenth of the window
+    assert cell_of(gaps).status == "saturated"
+
+
+def test_options_a_pooling_run_refuses():
+    runner = CliRunner()
+    for args, words in [
+        (["--endpoint", "rerank", "--batch-size", "4"], "--batch-size is for --endpoint embeddings"),
+        (["--endpoint", "embeddings", "--documents", "4"], "--documents is for --endpoint rerank"),
+        (["--endpoint", "chat", "--documents", "4"], "--batch-size and --documents are for --endpoint embeddings"),
+        (["--endpoint", "embeddings", "--workload", "rate"], "--workload rate is for the endpoints that stream"),
+        (["--endpoint", "embeddings", "--slo", "ttft_p99=1s"], "has no TTFT or TBT"),
+        (["--endpoint", "embeddings", "--batch-size", "0"], "--batch-size: invalid integer"),
+    ]:
+        result = runner.invoke(main, ["run", *args])
+        assert result.exit_code == 2, (args, result.output)
+        assert words in result.output and "Traceback" not in result.output
+        errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
+        assert len(errors) == 1 and words in errors[0], result.output
