@@ -73,6 +73,19 @@ def test_headless_run_on_the_typed_endpoints(sim, endpoint):
     assert table_tokens(out) > 500
 
 
+@pytest.mark.parametrize("endpoint", ["embeddings", "rerank"])
+def test_headless_run_on_the_pooling_endpoints(sim, endpoint):
+    """On an embeddings or rerank endpoint the LLM table has the answers' latency, their
+    inputs and input tokens, and no token times."""
+    p = locust("--headless", "-u", "2", "-r", "2", "-t", "4s", "--host", sim.url, *SHORT, "--llm-endpoint", endpoint)
+    out, _ = p.communicate(timeout=90)
+    assert p.returncode == 0, out[-3000:]
+    assert f"/v1/{endpoint}" in out and "latency (ms)" in out and "TTFT (ms)" not in out
+    m = re.search(r"inputs ([\d,]+) \(.*\) · input tokens ([\d,]+)", out)
+    assert m and int(m.group(1).replace(",", "")) > 10, out[-3000:]
+    assert int(m.group(2).replace(",", "")) >= 64 * int(m.group(1).replace(",", ""))  # 64 tokens an input
+
+
 def test_distributed_run_merges_the_workers_figures(sim):
     master, workers = distributed("-u", "4", "-r", "4", "-t", "6s", "--host", sim.url, *SHORT)
     try:

@@ -127,7 +127,7 @@ def test_status_of_a_pooling_cell():
     assert warm.status == "errors" and "warm-up: too large" in warm.error_samples
     assert cell_of([]).status == "errors"
     queued = cell_of(steady, waiting_samples=((10.5, 2.0), (11.0, 3.0), (11.5, 2.0)))
-    assert queued.status == "saturated" and queued.server_load.median_waiting == 2.0
+    assert queued.status == "valid" and queued.server_load.median_waiting == 2.0  # inputs wait by design
     gaps = [answer(10.0, 10.1), answer(11.0, 11.1)]  # one user in flight a tenth of the window
     assert cell_of(gaps).status == "saturated"
 
@@ -140,6 +140,7 @@ def test_options_a_pooling_run_refuses():
         (["--endpoint", "chat", "--documents", "4"], "--batch-size and --documents are for --endpoint embeddings"),
         (["--endpoint", "embeddings", "--workload", "rate"], "--workload rate is for the endpoints that stream"),
         (["--endpoint", "embeddings", "--slo", "ttft_p99=1s"], "has no TTFT or TBT"),
+        (["--endpoint", "rerank", "--repeat", "3"], "--repeat and --until-ci are for the endpoints that stream"),
         (["--endpoint", "embeddings", "--batch-size", "0"], "--batch-size: invalid integer"),
     ]:
         result = runner.invoke(main, ["run", *args])
@@ -147,3 +148,20 @@ def test_options_a_pooling_run_refuses():
         assert words in result.output and "Traceback" not in result.output
         errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
         assert len(errors) == 1 and words in errors[0], result.output
+
+
+def test_the_live_table_of_a_pooling_run():
+    from llmload.core.figures.live import LiveStats, format_table
+    a, b = LiveStats(), LiveStats()
+    for i in range(10):
+        a.add(answer(10.0 + i, 10.1 + i, tokens=200, inputs=2))
+    b.add(answer(20.0, 20.3, tokens=100, inputs=1))
+    b.add(answer(21.0, 21.2, status="error", error="boom"))
+    a.merge(LiveStats.from_dict(b.to_dict()))  # as a worker's report reaches the master
+    rows = a.rows(25.0)
+    assert [r["figure"] for r in rows] == ["latency (ms)"] and rows[0]["count"] == 11
+    s = a.summary(25.0, users=2)
+    assert (s["inputs"], s["input_tokens"], s["requests"], s["failures"]) == (21, 2100, 12, 1)
+    assert s["inputs_per_s_mean"] == pytest.approx(21 / 11.2)
+    table = format_table(a, 25.0, users=2)
+    assert "TTFT" not in table and "inputs 21" in table and "input tokens 2,100" in table

@@ -32,13 +32,14 @@ JSON_MODULE = "llmload/core/model/document.py"
 
 #: Keys named like a cell's that these modules read from other documents, not from a cell.
 OTHER_DOCUMENTS = {
-    "llmload/core/figures/live.py": {"ttft_ms", "tbt_ms", "output_tokens"},  # the live stats' JSON
+    "llmload/core/figures/live.py": {"ttft_ms", "tbt_ms", "latency_ms", "output_tokens"},  # the live stats' JSON
     "llmload/loadgen/webui.py": {"output_tokens"},  # the live stats, for the web UI
     "llmload/wire/stream.py": {"prompt_tokens", "cached_tokens"},  # the server's usage object
     "llmload/wire/protocols.py": {"status", "reason", "output_tokens", "cached_tokens"},  # Responses and Messages events
     "llmload/io/probe.py": {"prompt_tokens"},  # the server's usage object (prompt fitting)
     "llmload/matrix/server.py": {"preemptions"},  # the embedded simulator's /metrics reading
     "llmload/output/pages/sections.py": {"status", "reason", "idle_power_w"},  # the run's energy note
+    "llmload/output/pages/workloads/pooling.py": {"concurrency"},  # the run's config
     "llmload/output/pages/workloads/sessions.py": {"concurrency", "turns", "prompt_tokens",
                                                    "output_tokens"},  # the run's config
     "llmload/output/pages/workloads/rate.py": {"arrivals", "prompt_tokens", "output_tokens"},  # the run's config

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from llmload.core.capacity.protocols import ENDPOINT_PATHS
+from llmload.core.capacity.protocols import STREAMING_ENDPOINTS
 from llmload.commands.common import Refused, echo
 from llmload.commands.run import SCENARIO_OPTIONS, _interrupt_on_signals, _Signalled, workload_checked, workload_options
 from llmload.core.tuning import OBJECTIVES
@@ -39,7 +39,7 @@ from llmload.core.tuning import OBJECTIVES
 @click.option("--concurrency", help="Simultaneous requests.")
 @click.option("--duration", help="Window per cell.")
 @click.option("--max-tokens", help="Output tokens per request.")
-@click.option("--endpoint", type=click.Choice(list(ENDPOINT_PATHS)),
+@click.option("--endpoint", type=click.Choice(list(STREAMING_ENDPOINTS)),
               help="The protocol: completions, chat, responses (OpenAI Responses) or messages (Anthropic).")
 @click.option("--model", help="Model to test (default: the server's only model).")
 @click.option("--slo", help="Service-level objective the best setting must meet, as for llmload run.")

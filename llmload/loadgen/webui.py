@@ -35,10 +35,15 @@ def ui_rows(stats: LiveStats, users: int) -> list[dict]:
     t = now()
     rows = [{k: _fmt(v) for k, v in row.items()} for row in stats.rows(t)]
     s = stats.summary(t, users=users)
-    extra = [("output tok/s (mean)", s["output_tok_s_mean"]),
-             ("output tok/s (last 10 s, finished requests)", s["output_tok_s_recent"]),
-             ("output tokens", s["output_tokens"]), ("requests", s["requests"]),
-             ("failed requests", s["failures"]), ("requests in flight (users)", s["in_flight"])]
+    if "inputs" in s:  # embeddings or rerank: no output tokens
+        extra = [("inputs/s (mean)", s["inputs_per_s_mean"]), ("input tok/s (mean)", s["input_tok_s_mean"]),
+                 ("inputs", s["inputs"]), ("input tokens", s["input_tokens"])]
+    else:
+        extra = [("output tok/s (mean)", s["output_tok_s_mean"]),
+                 ("output tok/s (last 10 s, finished requests)", s["output_tok_s_recent"]),
+                 ("output tokens", s["output_tokens"])]
+    extra += [("requests", s["requests"]), ("failed requests", s["failures"]),
+              ("requests in flight (users)", s["in_flight"])]
     rows += [{"figure": name, "p50": _fmt(value), "p90": "", "p99": "", "count": ""} for name, value in extra]
     for row in rows:
         row["safe_name"] = row["figure"]

@@ -46,6 +46,7 @@ PHASES: dict[str, PhaseWords] = {
     "session": PhaseWords(label="Chat sessions", word="session", place="S {ctx} × {n} users"),
     "rate": PhaseWords(label="Open-loop arrivals", word="rate", place="{ctx} at {rate}", at_once="{rate}"),
     "replay": PhaseWords(label="Trace replay", word="replay", place="up to {ctx}", at_once="{active} on average"),
+    "pooling": PhaseWords(label="Embeddings and rerank", word="pooling", place="{ctx} × {n}"),
 }
 """Each phase's words, in page order (a phase this llmload does not know is named as decode)."""
 PHASE_ORDER = {phase: i for i, phase in enumerate(PHASES)}

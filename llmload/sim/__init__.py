@@ -13,6 +13,8 @@ Modules, from pure to I/O:
 - `virtual`   — drives the engine in virtual time (calibration, unit tests).
 - `calibration` — the seed page's figures and its procedure, replayed in virtual time.
 - `protocol`  — request validation and vLLM-shaped response bodies and SSE chunks.
+- `pooling`   — the embeddings and rerank endpoints: validation and answers (each input a
+                prefill in the engine).
 - `server`    — the gevent HTTP server that drives the engine in real time.
 - `launcher`  — `SimProcess`, runs the server as a child process (tests, `llmload run`).
 

@@ -24,6 +24,12 @@ time, `llmload.sim.virtual` in virtual time) adds requests, calls `step()`, wait
 - The step that finishes a prefill yields 1 token; a decode step yields `tokens_per_chunk`.
   Outputs belong to the end of the step: a driver must not deliver them before
   `duration_s` has passed.
+- Pooling (an embeddings input or a rerank pair, `EngineRequest.pooling`): a prefill and
+  nothing more, scheduled and costed as any prefill; the step that ends it yields the one
+  output (the pooled result, not a generated token: generation_tokens does not count it).
+  It neither reads nor fills the prefix cache, but its prompt is counted as queried (with
+  no hit), as vLLM 0.32's metrics count a pooling model's requests
+  (vllm:prefix_cache_queries_total = vllm:prompt_tokens_total, hits 0).
 - Noise, only if the profile asks for it (`llmload.sim.noise`): the step time is multiplied
   by a seeded draw of mean 1, and a stall may follow the step (`stall_s`: a driver delivers
   the step's outputs, then waits that long before the next step). With the defaults nothing
@@ -55,6 +61,8 @@ class EngineRequest:
     block_hashes: Sequence[int] | None = None
     """`block_hashes(prompt_ids, block_size, cache_salt)`, if the driver computed them
     already (the server does, outside its scheduler loop, to keep steps on time)."""
+    pooling: bool = False
+    """A pooling input (module docstring): prefill only, num_output_tokens 1, no prefix cache."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -167,7 +175,7 @@ class _Seq:
     __slots__ = (
         "request_id", "prompt", "num_prompt", "salt", "target", "num_output",
         "num_computed", "blocks", "hashes", "num_registered", "num_cached_tokens",
-        "prompt_counted",
+        "prompt_counted", "pooling",
     )
 
     def __init__(self, request: EngineRequest) -> None:
@@ -183,6 +191,7 @@ class _Seq:
         self.num_registered = 0
         self.num_cached_tokens: int | None = None
         self.prompt_counted = False
+        self.pooling = request.pooling
 
 
 def block_hashes(prompt: Sequence[int], block_size: int, salt: str | None) -> list[int]:
@@ -221,6 +230,8 @@ class Engine:
             raise ValueError(f"duplicate request id {request.request_id!r}")
         if request.num_output_tokens < 1 or not request.prompt_ids:
             raise ValueError("a request needs a prompt and at least one output token")
+        if request.pooling and request.num_output_tokens != 1:
+            raise ValueError("a pooling request has exactly one output (its pooled result)")
         # The last output token is never fed back: its KV is never written.
         blocks = -(-(len(request.prompt_ids) + request.num_output_tokens - 1) // self._bs)
         if blocks > self._pool.num_blocks:
@@ -312,7 +323,7 @@ class Engine:
             budget -= count
 
     def _prefix_hit(self, seq: _Seq) -> list[int]:
-        if not self.profile.enable_prefix_caching:
+        if not self.profile.enable_prefix_caching or seq.pooling:
             return []
         if seq.hashes is None:
             seq.hashes = block_hashes(seq.prompt, self._bs, seq.salt)
@@ -402,7 +413,7 @@ class Engine:
     def _register_blocks(self, seq: _Seq) -> None:
         hashes = seq.hashes
         if hashes is None or seq.num_registered >= len(hashes) \
-                or not self.profile.enable_prefix_caching:
+                or not self.profile.enable_prefix_caching or seq.pooling:
             return  # the common decode case: every prompt block is registered already
         full = min(seq.num_computed // self._bs, len(hashes))
         for index in range(seq.num_registered, full):
@@ -413,7 +424,8 @@ class Engine:
         first = seq.num_output
         count = 1 if first == 0 else min(self._k, seq.target - first)
         seq.num_output = first + count
-        self._generation_tokens += count
+        if not seq.pooling:
+            self._generation_tokens += count
         if not seq.prompt_counted:
             seq.prompt_counted = True
             self._prompt_tokens += seq.num_prompt

@@ -65,7 +65,8 @@ class GenerationRequest:
     include_usage: bool
     continuous_usage: bool
     api: str = ""
-    """"responses" or "messages" where the request came in that way (`llmload.sim.apis`)."""
+    """"responses" or "messages" where the request came in that way (`llmload.sim.apis`);
+    "pooling" for one input of an embeddings or rerank request (`llmload.sim.pooling`)."""
 
 
 def _dumps(obj: Any) -> bytes:
@@ -102,7 +103,7 @@ def parse_generation(body: Mapping[str, Any], *, chat: bool, profile: Profile,
     n = body.get("n", 1)
     if n not in (None, 1):
         raise bad_request("The simulator supports n=1 only.", "n")
-    prompt_ids = _chat_prompt(body, tokenizer) if chat else _completion_prompt(body, tokenizer)
+    prompt_ids = chat_prompt(body, tokenizer) if chat else _completion_prompt(body, tokenizer)
     ignore_eos = _get_bool(body, "ignore_eos", False)
     min_tokens = _get_int(body, "min_tokens", 0)
     cache_salt = _cache_salt(body)
@@ -171,7 +172,8 @@ def _completion_prompt(body: Mapping[str, Any], tokenizer: Tokenizer) -> list[in
     raise bad_request("prompt must be a string or a list of token ids", "prompt")
 
 
-def _chat_prompt(body: Mapping[str, Any], tokenizer: Tokenizer) -> list[int]:
+def chat_prompt(body: Mapping[str, Any], tokenizer: Tokenizer) -> list[int]:
+    """The token ids of a body's `messages` through the chat template."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise bad_request("messages must be a non-empty list", "messages")
@@ -366,7 +368,7 @@ def version_body(profile: Profile, llmload_version: str) -> bytes:
 def tokenize(body: Mapping[str, Any], *, profile: Profile, tokenizer: Tokenizer) -> bytes:
     check_model(body, profile)
     if "messages" in body:
-        tokens = _chat_prompt(body, tokenizer)
+        tokens = chat_prompt(body, tokenizer)
     elif isinstance(body.get("prompt"), str):
         tokens = tokenizer.encode(body["prompt"])
     else:

@@ -42,10 +42,10 @@ import gevent.monkey
 from gevent.pywsgi import WSGIHandler, WSGIServer
 
 import llmload
-from llmload.sim import apis, protocol
+from llmload.sim import apis, pooling, protocol
 from llmload.sim.launcher import WATCH_PARENT_ENV
 from llmload.sim.engine import Engine, EngineRequest, Frontend, SeqOutput, block_hashes
-from llmload.sim.profiles import Profile, ProfileError, load_profile, parse_overrides
+from llmload.sim.profiles import ENDPOINTS, Profile, ProfileError, describe, load_profile, parse_overrides
 from llmload.sim.protocol import ApiError, GenerationRequest, StreamEncoder
 from llmload.sim.tokenizer import OutputModel, Tokenizer
 
@@ -227,7 +227,7 @@ class Scheduler:
             self.engine.add(EngineRequest(
                 request_id=stream.request_id, prompt_ids=request.prompt_ids,
                 num_output_tokens=stream.num_output, cache_salt=request.cache_salt,
-                block_hashes=stream.hashes))
+                block_hashes=stream.hashes, pooling=request.api == pooling.POOLING_API))
             stream.submitted = True
             self._streams[stream.request_id] = stream
 
@@ -271,7 +271,10 @@ class Scheduler:
 
 
 class SimApp:
-    """The WSGI application: routes, validation, and the generation endpoints."""
+    """The WSGI application: routes, validation, and the generation and pooling endpoints.
+
+    Only the endpoints of `Profile.endpoints` are routed; any other path is a 404.
+    """
 
     def __init__(self, profile: Profile, *, api_key: str | None = None) -> None:
         self.profile = profile
@@ -282,11 +285,19 @@ class SimApp:
                                         eos_max_tokens=profile.eos_max_tokens)
         self.frontend = Frontend(profile)
         self.scheduler = Scheduler(Engine(profile))
+        served = {
+            "completions": {"/v1/completions": self._completions},
+            "chat": {"/v1/chat/completions": self._chat_completions},
+            "responses": {"/v1/responses": functools.partial(self._generate, chat=True, api="responses")},
+            "messages": {"/v1/messages": functools.partial(self._generate, chat=True, api="messages")},
+            "embeddings": dict.fromkeys(pooling.EMBEDDINGS_PATHS,
+                                        functools.partial(self._pool, kind="embeddings")),
+            "rerank": dict.fromkeys(pooling.RERANK_PATHS, functools.partial(self._pool, kind="rerank")),
+        }
         self._routes: dict[str, tuple[str, Callable[..., Any]]] = {
-            "/v1/completions": ("POST", self._completions),
-            "/v1/chat/completions": ("POST", self._chat_completions),
-            "/v1/responses": ("POST", functools.partial(self._generate, chat=True, api="responses")),
-            "/v1/messages": ("POST", functools.partial(self._generate, chat=True, api="messages")),
+            path: ("POST", handler)
+            for endpoint in profile.endpoints for path, handler in served[endpoint].items()}
+        self._routes |= {
             "/v1/models": ("GET", self._models),
             "/version": ("GET", self._version),
             "/health": ("GET", self._health),
@@ -369,6 +380,37 @@ class SimApp:
             chunked = environ.get("SERVER_PROTOCOL") != "HTTP/1.0"
             return self._sse(stream, ready_s, sock, write, chunked)
         return self._complete(stream, ready_s, sock, start_response)
+
+    def _pool(self, environ: dict, start_response: Callable, *, kind: str) -> list[bytes]:
+        """An embeddings or rerank request: each input a prefill in the engine, all submitted
+        at once; the answer goes when the last one's prefill ends."""
+        arrival_s = _clock()
+        body = protocol.parse_json(read_error_body(environ))
+        parse = pooling.parse_embeddings if kind == "embeddings" else pooling.parse_rerank
+        request = parse(body, profile=self.profile, tokenizer=self.tokenizer)
+        request_id = pooling.new_id(kind)
+        streams = [SimStream(f"{request_id}-{i}", pooling.engine_input(ids), 0, 1, "stop", None)
+                   for i, ids in enumerate(request.prompts)]
+        ready_s = self.frontend.ready_time_s(arrival_s, request.num_tokens)
+        watcher = self._watch(environ.get(SOCKET_KEY), *streams)
+        try:
+            for stream in streams:
+                self.scheduler.submit(stream, ready_s)
+            for stream in streams:
+                if not stream.take():
+                    return []  # the client is gone; nobody reads a body
+        finally:
+            for stream in streams:
+                self._close(stream, None)
+            if watcher is not None:
+                watcher.kill()
+        model = self.profile.served_model_name
+        if kind == "embeddings":
+            answer = pooling.embeddings_body(request, request_id=request_id, model=model,
+                                             dimensions=self.profile.embedding_dimensions)
+        else:
+            answer = pooling.rerank_body(request, request_id=request_id, model=model)
+        return _respond(start_response, 200, answer)
 
     def _new_stream(self, request: GenerationRequest) -> SimStream:
         seed = self.output_model.seed(request.prompt_ids)
@@ -519,19 +561,20 @@ class SimApp:
             return None
         return stream.cached_tokens or 0
 
-    def _watch(self, sock: socket.socket | None, stream: SimStream) -> gevent.Greenlet | None:
+    def _watch(self, sock: socket.socket | None, *streams: SimStream) -> gevent.Greenlet | None:
         if sock is None:
             return None
-        return gevent.spawn(self._watch_socket, sock, stream)
+        return gevent.spawn(self._watch_socket, sock, streams)
 
-    def _watch_socket(self, sock: socket.socket, stream: SimStream) -> None:
+    def _watch_socket(self, sock: socket.socket, streams: tuple[SimStream, ...]) -> None:
         # A client sends nothing while its response streams: EOF here means it went away.
         try:
             data = sock.recv(1, socket.MSG_PEEK)
         except OSError:
             data = b""
         if not data:
-            self.scheduler.abort(stream)
+            for stream in streams:
+                self.scheduler.abort(stream)
 
     def _close(self, stream: SimStream, watcher: gevent.Greenlet | None) -> None:
         if watcher is not None:
@@ -601,6 +644,7 @@ def serve(profile: Profile, *, host: str = "127.0.0.1", port: int = 8000,
     watcher = gevent.spawn(_stop_when_parent_goes, stop) if os.environ.get(WATCH_PARENT_ENV) == "1" else None
     print(f"llmload sim listening on {url} (profile {profile.name})", flush=True)
     logger.info("profile %s: %s", profile.name, profile.description)
+    logger.info("%s", describe(profile))
     try:
         if on_ready is not None:
             on_ready(url)
@@ -623,7 +667,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000, help="0 picks a free port")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
-                        metavar="KEY=VALUE", help="override a profile field (repeatable)")
+                        metavar="KEY=VALUE",
+                        help="override a profile field (repeatable); endpoints=LIST picks what the server "
+                             f"serves, of {','.join(ENDPOINTS)} (default: all)")
     parser.add_argument("--api-key", default=None,
                         help="require 'Authorization: Bearer KEY' on /v1/* (like vllm serve)")
     parser.add_argument("--log-level", default="WARNING")

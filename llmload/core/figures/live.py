@@ -24,12 +24,17 @@ RATE_WINDOW_S = 10
 
 
 class LiveStats:
-    __slots__ = ("ttft_ms", "tbt_ms", "requests", "failures", "output_tokens", "tokens_by_s",
-                 "first_s", "last_s")
+    __slots__ = ("ttft_ms", "tbt_ms", "latency_ms", "inputs", "input_tokens", "requests", "failures",
+                 "output_tokens", "tokens_by_s", "first_s", "last_s")
 
     def __init__(self) -> None:
         self.ttft_ms = Histogram()
         self.tbt_ms = Histogram()
+        self.latency_ms = Histogram()
+        """Embeddings and rerank: send to the answer's last byte (no token is streamed)."""
+        self.inputs = 0
+        self.input_tokens = 0
+        """Embeddings and rerank: the inputs answered and their prompt tokens (server's usage)."""
         self.requests = 0
         self.failures = 0
         self.output_tokens = 0
@@ -42,6 +47,10 @@ class LiveStats:
         self.requests += 1
         if rec.status == "error":
             self.failures += 1
+        if rec.inputs is not None:  # a pooling answer
+            self.latency_ms.add((rec.end_s - rec.send_s) * 1000.0)
+            self.inputs += rec.inputs
+            self.input_tokens += rec.prompt_tokens or 0
         if rec.ttft_s is not None:
             self.ttft_ms.add(rec.ttft_s * 1000.0)
         gaps = tbt_samples_s(rec)
@@ -65,6 +74,9 @@ class LiveStats:
     def merge(self, other: "LiveStats") -> None:
         self.ttft_ms.merge(other.ttft_ms)
         self.tbt_ms.merge(other.tbt_ms)
+        self.latency_ms.merge(other.latency_ms)
+        self.inputs += other.inputs
+        self.input_tokens += other.input_tokens
         self.requests += other.requests
         self.failures += other.failures
         self.output_tokens += other.output_tokens
@@ -74,6 +86,7 @@ class LiveStats:
 
     def to_dict(self) -> dict[str, Any]:
         return {"ttft_ms": self.ttft_ms.to_dict(), "tbt_ms": self.tbt_ms.to_dict(),
+                "latency_ms": self.latency_ms.to_dict(), "inputs": self.inputs, "input_tokens": self.input_tokens,
                 "requests": self.requests, "failures": self.failures,
                 "output_tokens": self.output_tokens,
                 "tokens_by_s": {str(k): v for k, v in self.tokens_by_s.items()},
@@ -84,6 +97,9 @@ class LiveStats:
         s = cls()
         s.ttft_ms = Histogram.from_dict(d["ttft_ms"])
         s.tbt_ms = Histogram.from_dict(d["tbt_ms"])
+        if "latency_ms" in d:
+            s.latency_ms = Histogram.from_dict(d["latency_ms"])
+        s.inputs, s.input_tokens = int(d.get("inputs", 0)), int(d.get("input_tokens", 0))
         s.requests, s.failures = int(d["requests"]), int(d["failures"])
         s.output_tokens = int(d["output_tokens"])
         s.tokens_by_s = {int(k): int(v) for k, v in d["tokens_by_s"].items()}
@@ -104,10 +120,12 @@ class LiveStats:
         return self.output_tokens / (self.last_s - self.first_s)
 
     def rows(self, now_s: float) -> list[dict[str, Any]]:
-        """The LLM table: one row per figure, for the UI tab, the console and the CSV."""
+        """The LLM table: one row per figure, for the UI tab, the console and the CSV (an
+        embeddings or rerank run's: its answers' latency, no token times)."""
+        figures = (("latency (ms)", self.latency_ms),) if self.latency_ms.count and not self.ttft_ms.count else (
+            ("TTFT (ms)", self.ttft_ms), ("time between tokens (ms)", self.tbt_ms))
         return [{"figure": figure, "p50": h.percentile(50), "p90": h.percentile(90),
-                 "p99": h.percentile(99), "count": h.count}
-                for figure, h in (("TTFT (ms)", self.ttft_ms), ("time between tokens (ms)", self.tbt_ms))]
+                 "p99": h.percentile(99), "count": h.count} for figure, h in figures]
 
     def summary(self, now_s: float, *, users: int = 0) -> dict[str, Any]:
         """Totals; `users` = Locust users now, each with one request in flight (closed loop)."""
@@ -115,7 +133,16 @@ class LiveStats:
                 "output_tokens": self.output_tokens,
                 "output_tok_s_recent": self.recent_tok_s(now_s),
                 "output_tok_s_mean": self.mean_tok_s(),
-                "in_flight": users}
+                "in_flight": users, **self._pooling()}
+
+    def _pooling(self) -> dict[str, Any]:
+        """Embeddings and rerank: inputs and input tokens answered, and per second (mean)."""
+        if not self.inputs:
+            return {}
+        span = self.last_s - self.first_s if self.first_s is not None and self.last_s is not None else 0.0
+        return {"inputs": self.inputs, "input_tokens": self.input_tokens,
+                "inputs_per_s_mean": self.inputs / span if span > 0 else None,
+                "input_tok_s_mean": self.input_tokens / span if span > 0 else None}
 
 
 def _sum_by(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -135,4 +162,7 @@ def format_table(stats: LiveStats, now_s: float, *, users: int = 0) -> str:
     lines.append(f"requests {s['requests']:,} (failed {s['failures']:,}) · output tokens "
                  f"{s['output_tokens']:,} · output tok/s {f(s['output_tok_s_mean'])} (mean), "
                  f"{f(s['output_tok_s_recent'])} (last {RATE_WINDOW_S} s) · in flight {s['in_flight']}")
+    if "inputs" in s:
+        lines.append(f"inputs {s['inputs']:,} ({f(s['inputs_per_s_mean'])}/s mean) · input tokens "
+                     f"{s['input_tokens']:,} ({f(s['input_tok_s_mean'])}/s mean)")
     return "\n".join(lines)

@@ -40,6 +40,9 @@ def check(sc: Scenario) -> Scenario:
         raise ValueError("--documents is for --endpoint rerank (embeddings' inputs per request are --batch-size)")
     if sc.slo or sc.slo_search:
         raise ValueError(f"--slo is for the endpoints that stream; --endpoint {sc.endpoint} has no TTFT or TBT")
+    if sc.repeat > 1 or sc.until_ci is not None:
+        raise ValueError(f"--repeat and --until-ci are for the endpoints that stream: the intervals of "
+                         f"--endpoint {sc.endpoint}'s figures are not built")
     return replace(sc, workload="pooling")
 
 

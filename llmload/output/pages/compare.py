@@ -67,9 +67,14 @@ OPEN_LOOP_FIGURES: tuple[CompareFigure, ...] = (
     ("requests_unfinished", "requests unfinished", False, lambda c: c.requests_unfinished),
     ("requests_not_sent", "requests not sent", False, lambda c: c.requests_not_sent),
 )
+POOLING_FIGURES: tuple[CompareFigure, ...] = (
+    ("inputs_per_s", "inputs/s", True, lambda c: c.inputs_per_s),
+    ("latency_ms", "latency", False, lambda c: c.latency_ms),
+    ("latency_p99_ms", "latency p99", False, lambda c: c.latency_p99_ms),
+)
 #: The figures compared for each phase's cells.
 PHASE_FIGURES = {"decode": DECODE_FIGURES, "prefill": PREFILL_FIGURES, "session": SESSION_FIGURES,
-                 "rate": OPEN_LOOP_FIGURES, "replay": OPEN_LOOP_FIGURES}
+                 "rate": OPEN_LOOP_FIGURES, "replay": OPEN_LOOP_FIGURES, "pooling": POOLING_FIGURES}
 class CompareError(ValueError):
     """Runs that cannot be compared (fewer than two); the message is one line."""
 

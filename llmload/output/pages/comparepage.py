@@ -24,7 +24,8 @@ from llmload.output.formats import (
 _FORMATS = {"total_tok_s": fmt_rate, "per_request_tok_s": fmt_rate,
             "prompt_tok_s": fmt_rate, "ttft_ms": fmt_ms, "tbt_ms": fmt_tbt_ms,
             "ttft_p99_ms": fmt_ms, "tbt_p99_ms": fmt_tbt_ms, "e2e_p99_ms": fmt_ms, "goodput_tok_s": fmt_rate,
-            "achieved_rate_rps": fmt_rps, "cached_prompt_ratio": fmt_share}
+            "achieved_rate_rps": fmt_rps, "cached_prompt_ratio": fmt_share,
+            "latency_ms": fmt_tbt_ms, "latency_p99_ms": fmt_tbt_ms}
 
 
 # --------------------------------------------------------------------------- text

@@ -2,7 +2,8 @@
 values raw (numbers, empty where missing) under results.json's cell keys, snake_case, the
 headline figures' intervals among them; a run
 beyond the matrix adds its traffic figures, lists ";"-joined (`join_csv_list`, read back with
-`split_csv_list`). The rows go into the page (`Page.measurements`); writing them is
+`split_csv_list`), and a workload's own figures after them (`WorkloadPart.csv_columns`: a
+pooling run's `CellPooling`). The rows go into the page (`Page.measurements`); writing them is
 `llmload.output.pages.csvfile`'s.
 """
 
@@ -64,13 +65,14 @@ def split_csv_list(text: Any) -> tuple[float | None, ...]:
     return tuple(None if part.strip() == "" else float(part) for part in str(text).split(LIST_SEPARATOR))
 
 
-def _csv_columns(traffic: bool) -> list[str]:
-    return CSV_COLUMNS + TRAFFIC_CSV_COLUMNS if traffic else CSV_COLUMNS
+def _csv_columns(traffic: bool, extra: Sequence[str]) -> list[str]:
+    return CSV_COLUMNS + (TRAFFIC_CSV_COLUMNS if traffic else []) + [c for c in extra if c not in CSV_COLUMNS]
 
 
 _TRAFFIC_INT_COLUMNS = ["in_flight_cap", "cap_waits", "turns", "context_reached_tokens", "trace_requests",
                         "requests_scheduled", "requests_completed", "requests_failed", "requests_unfinished",
                         "requests_not_sent", "requests_skipped"]
+_EXTRA_INT_COLUMNS = ["inputs_per_request"]
 
 
 def _csv_row(results: Results, cell: CellResult, columns: list[str], traffic: bool) -> dict[str, Any]:
@@ -89,10 +91,13 @@ def _csv_row(results: Results, cell: CellResult, columns: list[str], traffic: bo
     return row
 
 
-def measurements(results: Results, cells: Sequence[CellResult], *, traffic: bool) -> Measurements:
+def measurements(results: Results, cells: Sequence[CellResult], *, traffic: bool,
+                 extra: Sequence[str] = ()) -> Measurements:
     """The page's cells (`cells`, in page order) as measurements.csv's rows; `traffic`: with
-    the traffic figures (a workload beyond the matrix, `WorkloadPart.traffic_columns`)."""
-    columns = _csv_columns(traffic)
+    the traffic figures (a workload beyond the matrix, `WorkloadPart.traffic_columns`);
+    `extra`: the workload's own cell keys after them (`WorkloadPart.csv_columns`)."""
+    columns = _csv_columns(traffic, extra)
     rows = [_csv_row(results, c, columns, traffic) for c in cells]
+    ints = _INT_COLUMNS + [k for k in _TRAFFIC_INT_COLUMNS + _EXTRA_INT_COLUMNS if k in columns]
     return Measurements(columns=tuple(columns), rows=tuple(tuple(row.get(k) for k in columns) for row in rows),
-                        whole=tuple(_INT_COLUMNS + [k for k in _TRAFFIC_INT_COLUMNS if k in columns]))
+                        whole=tuple(ints))

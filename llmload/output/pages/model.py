@@ -63,7 +63,7 @@ class WorkloadView:
     """The workload's part of the page: its tables (as sections) and notes."""
 
     workload: str
-    """"sessions", "rate" or "replay"."""
+    """"sessions", "rate", "replay" or "pooling"."""
     phase: str
     """Its cells' phase ("session"): the points its charts are drawn from."""
     title: str
@@ -163,6 +163,14 @@ class Point:
     output_tokens_hist: tuple[Any, ...] = ()
     ttft_by_prompt_tokens: tuple[Any, ...] = ()
     ttft_by_prompt_ms: tuple[Any, ...] = ()
+    requests_per_s: Any = None
+    """Embeddings and rerank (`CellPooling`): requests, inputs and input tokens per second,
+    latency (send to the answer's last byte) p50, p90, p99."""
+    inputs_per_s: Any = None
+    input_tok_s: Any = None
+    latency_ms: Any = None
+    latency_p90_ms: Any = None
+    latency_p99_ms: Any = None
     noise_rel: Any = None
     """The cell's relative noise per figure where its results carry one (`noise_rel`)."""
     intervals: tuple[tuple[str, float, float], ...] = ()
@@ -185,7 +193,7 @@ class Page:
     provenance: str
     """"measured", "simulated" or "predicted"."""
     workload: str
-    """"matrix", "sessions", "rate" or "replay"."""
+    """"matrix", "sessions", "rate", "replay" or "pooling"."""
     settings: tuple[tuple[str, str], ...]
     """The run's settings, server and hardware as (dotted key, text): what a comparison lists
     where runs differ (`llmload.output.pages.points.settings`)."""
@@ -204,14 +212,16 @@ class Page:
     sections: tuple[Section, ...]
     """Sections after the decode matrix: capacity under SLO, energy per token, reasoning,
     the server's own timing, where they have something to say."""
-    all_measurements: Table
+    all_measurements: Table | None
+    """None for a workload whose requests stream nothing (embeddings, rerank): its own table
+    lists each cell."""
     errors: tuple[str, ...]
     """Items of "Errors", one per cell with failed requests."""
     checks: tuple[CheckItem, ...]
     """Items of "Checks against the server's own figures"."""
 
     workload_view: WorkloadView | None = None
-    """The tables of a workload beyond the matrix (sessions, rate, replay); None for the matrix."""
+    """The tables of a workload beyond the matrix (sessions, rate, replay, pooling); None for the matrix."""
     answer: str | None = None
     """The SLO's answer in one line (`llmload.output.pages.answer`); None without an SLO."""
     slo_bounds: tuple[SloBound, ...] = ()

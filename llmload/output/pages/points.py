@@ -25,7 +25,7 @@ SETTING_IGNORED = frozenset({"config.name", "config.description"})
 
 def point(cell: CellResult) -> Point:
     """A page cell's raw figures."""
-    load, traffic = cell.server_load, cell.traffic
+    load, traffic, pool = cell.server_load, cell.traffic, cell.pooling
     return Point(
         phase=cell.phase, context_tokens=cell.context_tokens, concurrency=cell.concurrency,
         status=cell.status, status_word=status_label(cell), rate_rps=cell_rate(cell),
@@ -44,6 +44,8 @@ def point(cell: CellResult) -> Point:
         prompt_tokens_edges=tuple(traffic.prompt_tokens_edges), prompt_tokens_hist=tuple(traffic.prompt_tokens_hist),
         output_tokens_edges=tuple(traffic.output_tokens_edges), output_tokens_hist=tuple(traffic.output_tokens_hist),
         ttft_by_prompt_tokens=tuple(traffic.ttft_by_prompt_tokens), ttft_by_prompt_ms=tuple(traffic.ttft_by_prompt_ms),
+        requests_per_s=pool.requests_per_s, inputs_per_s=pool.inputs_per_s, input_tok_s=pool.input_tok_s,
+        latency_ms=pool.latency_ms, latency_p90_ms=pool.latency_p90_ms, latency_p99_ms=pool.latency_p99_ms,
         noise_rel=cell.extra.get("noise_rel"),
         intervals=cell_intervals(cell),
         ci_dof=(cell.intervals.repeats or cell.intervals.ci_batches or 1) - 1 or None,

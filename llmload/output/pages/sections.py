@@ -23,7 +23,7 @@ from llmload.output.pages.workloads.part import WorkloadPart, capacity_row
 
 def page_sections(results: Results, cells: Sequence[CellResult], part: WorkloadPart) -> tuple[Section, ...]:
     """The sections that have something to say, in page order (`part`: the run's workload's)."""
-    found = (capacity_section(results, cells, part), energy_section(results, cells),
+    found = (capacity_section(results, cells, part), energy_section(results, cells) if part.streams else None,
              reasoning_section(cells), server_timing_section(cells), intervals_section(cells))
     return tuple(s for s in found if s is not None)
 

@@ -253,8 +253,9 @@ def _prefill_mode(results: Results, cells: Sequence[CellResult]) -> str:
     return mode + (f" (median of {repeats})" if repeats > 1 else "")
 
 
-def render_run(results: Results, cells: Sequence[CellResult], workload: str | None) -> str:
-    """The Run section; `workload`: the workload's title (None for the matrix)."""
+def render_run(results: Results, cells: Sequence[CellResult], workload: str | None, *, streams: bool = True) -> str:
+    """The Run section; `workload`: the workload's title (None for the matrix); `streams`:
+    whether its requests stream tokens (without, no max output or output length)."""
     server, config = results.server, results.config
     duration_s, max_tokens = config.get("duration_s"), config.get("max_tokens")
     return _join(
@@ -265,8 +266,8 @@ def render_run(results: Results, cells: Sequence[CellResult], workload: str | No
             ("Workload", workload) if workload else ("Decode test", "Fixed duration"),
             ("Prefill mode", None if workload else _prefill_mode(results, cells)),
             ("Time per measurement", format_duration_s(duration_s) if duration_s else None),
-            ("Max output", f"{max_tokens:,} tokens" if max_tokens else None),
-            ("Output length", _output_length(server)),
+            ("Max output", f"{max_tokens:,} tokens" if max_tokens and streams else None),
+            ("Output length", _output_length(server) if streams else None),
         ]
     )
 

@@ -24,6 +24,10 @@ from typing import Any, Mapping
 PROFILE_DIR = Path(__file__).resolve().parent
 """Where the built-in profiles live."""
 
+#: The endpoints a simulated server can serve (`Profile.endpoints`): the four generation APIs
+#: (/v1/completions, /v1/chat/completions, /v1/responses, /v1/messages) and the two pooling
+#: ones (/v1/embeddings; /rerank, /v1/rerank and /v2/rerank).
+ENDPOINTS = ("completions", "chat", "responses", "messages", "embeddings", "rerank")
 #: The delta fields a simulated reasoning model may put its thinking in (`Profile.reasoning_field`).
 REASONING_FIELDS = ("reasoning", "reasoning_content")
 MAX_STEP_CV = 2.0
@@ -52,6 +56,13 @@ class Profile:
     """The model name clients send (`id` in /v1/models)."""
     engine_version: str = "0.32.0"
     """What /version reports as the vLLM version."""
+    endpoints: tuple[str, ...] = ENDPOINTS
+    """The endpoints the server serves (names of `ENDPOINTS`); any other answers 404
+    {"detail":"Not Found"}, as vLLM does for an endpoint its model has no task for (a
+    generation endpoint of an embedding model). A JSON list, or with --set a comma-separated
+    list."""
+    embedding_dimensions: int = 16
+    """Length of each vector /v1/embeddings returns (kept small: the answer stays cheap)."""
 
     max_model_len: int = 4096
     """Longest prompt + output, in tokens."""
@@ -265,11 +276,20 @@ def _to_str(value: object) -> str:
     return value
 
 
-_CONVERTERS = {"bool": _to_bool, "int": _to_int, "float": _to_float, "str": _to_str}
+def _to_names(value: object) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [part.strip() for part in value.split(",") if part.strip()]
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise TypeError(value)
+    return tuple(value)
+
+
+_CONVERTERS = {"bool": _to_bool, "int": _to_int, "float": _to_float, "str": _to_str,
+               "tuple[str, ...]": _to_names}
 
 _AT_LEAST_ONE = (
     "max_model_len", "block_size", "num_gpu_blocks", "max_num_seqs",
-    "max_num_batched_tokens", "tokens_per_chunk", "eos_min_tokens",
+    "max_num_batched_tokens", "tokens_per_chunk", "eos_min_tokens", "embedding_dimensions",
 )
 _NOT_NEGATIVE = (
     "gpu_memory_utilization", "step_base_ms", "step_per_seq_ms", "step_per_kv_token_us",
@@ -304,4 +324,13 @@ def validate(profile: Profile) -> Profile:
                            f"{', '.join(REASONING_FIELDS)}, got {profile.reasoning_field!r}")
     if not profile.served_model_name:
         raise ProfileError(f"profile {profile.name}: served_model_name must not be empty")
+    unknown = [e for e in profile.endpoints if e not in ENDPOINTS]
+    if unknown or not profile.endpoints:
+        raise ProfileError(f"profile {profile.name}: endpoints must be a non-empty list of "
+                           f"{', '.join(ENDPOINTS)}, got {', '.join(profile.endpoints) or 'none'}")
     return profile
+
+
+def describe(profile: Profile) -> str:
+    """One line for a profile listing: its name, served model name and endpoints."""
+    return f"{profile.name}: serves {profile.served_model_name!r} on {', '.join(profile.endpoints)}"

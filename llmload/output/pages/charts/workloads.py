@@ -2,7 +2,9 @@
 by turn (one line per cell) and the prefix cache's share of the prompt per cell; for
 open-loop arrivals, the load curve: latency against the achieved rate, one line per context,
 with the SLO's bound as a horizontal line; for rate and replay cells whose lengths vary,
-TTFT against prompt length and histograms of the lengths sent. Rules: `llmload.output.pages.charts.kit`.
+TTFT against prompt length and histograms of the lengths sent; for embeddings and rerank,
+latency and inputs/s against N (`llmload.output.pages.charts.pooling`). Rules:
+`llmload.output.pages.charts.kit`.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from llmload.output.pages.charts.kit import (
     series_style,
 )
 from llmload.output.formats import cell_place
+from llmload.output.pages.charts.pooling import pooling_inputs_chart, pooling_latency_chart
 
 #: The load curve's panels: (title, the figure, the SLO kind whose bound is drawn on it).
 LOAD_PANELS: tuple[tuple[str, CellFigure, str | None], ...] = (
@@ -226,10 +229,11 @@ def ttft_by_prompt_chart(cells: Sequence[Point]) -> Chart | None:
 def workload_charts(cells: Sequence[Point], slo: Sequence[SloBound] = (),
                     keys: Sequence[str] = ()) -> dict[str, Chart]:
     """The workload's charts (`keys`: ttft_by_turn, cache_ratio, load_curve, ttft_by_prompt,
-    lengths; `WorkloadView.charts`) its points (`cells`: the workload's phase's) have something
-    for, by key, in that order."""
+    lengths, pooling_latency, pooling_inputs; `WorkloadView.charts`) its points (`cells`: the
+    workload's phase's) have something for, by key, in that order."""
     draw = {"ttft_by_turn": ttft_by_turn_chart, "cache_ratio": cache_ratio_chart,
             "load_curve": lambda cells: load_curve_chart(cells, slo), "ttft_by_prompt": ttft_by_prompt_chart,
-            "lengths": lengths_chart}
+            "lengths": lengths_chart, "pooling_latency": pooling_latency_chart,
+            "pooling_inputs": pooling_inputs_chart}
     made = {key: draw[key](cells) for key in keys}
     return {k: v for k, v in made.items() if v is not None}

@@ -1,6 +1,6 @@
 """Each workload's part of the page, one module each: `matrix` (its capacity under an SLO
-and its answer; the rest of the page is the matrix's), `sessions`, `rate`, `replay` (their
-tables, notes, capacity, answer and charts). `PARTS` finds a run's part by its workload
+and its answer; the rest of the page is the matrix's), `sessions`, `rate`, `replay`, `pooling`
+(embeddings and rerank) (their tables, notes, capacity, answer and charts). `PARTS` finds a run's part by its workload
 (`part_of`), once; the page's builder hands it to what asks it (`workload_view`,
 `llmload.output.pages.answer`, the capacity section, the title, measurements.csv) and never
 names a workload. What a part holds: `llmload.output.pages.workloads.part.WorkloadPart`.
@@ -20,10 +20,11 @@ from llmload.core.model.results import Results
 from llmload.core.units import format_duration_s
 from llmload.output.formats import phase_cells, workload_of
 from llmload.output.pages.model import WorkloadView
-from llmload.output.pages.workloads import matrix, rate, replay, sessions
+from llmload.output.pages.workloads import matrix, pooling, rate, replay, sessions
 from llmload.output.pages.workloads.part import WorkloadPart, reason_notes
 
-PARTS: dict[str, WorkloadPart] = {p.name: p for p in (matrix.PART, sessions.PART, rate.PART, replay.PART)}
+PARTS: dict[str, WorkloadPart] = {p.name: p for p in (matrix.PART, sessions.PART, rate.PART, replay.PART,
+                                                      pooling.PART)}
 """Each workload's part of the page, by workload."""
 
 

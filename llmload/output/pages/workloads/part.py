@@ -1,6 +1,6 @@
 """What a workload's page module gives the page (`WorkloadPart`), and the table helpers the
 workload modules share. Each workload is one module here (`matrix`, `sessions`, `rate`,
-`replay`) holding its `PART`; `llmload.output.pages.workloads` finds a run's part by its
+`replay`, `pooling`) holding its `PART`; `llmload.output.pages.workloads` finds a run's part by its
 workload, and the page's builder asks the part, never the workload's name.
 """
 
@@ -76,6 +76,13 @@ class WorkloadPart:
     """The SLO's answer from its cells; None: it gives none."""
     traffic_columns: bool = True
     """Whether measurements.csv carries the traffic figures (`CellTraffic`) for it."""
+    csv_columns: tuple[str, ...] = ()
+    """results.json cell keys measurements.csv carries for it after the others (a pooling
+    run's `CellPooling` figures)."""
+    streams: bool = True
+    """Whether its requests stream tokens. One that does not (embeddings, rerank) has none
+    of what only a stream has on the page: the Run line's output length, All measurements
+    (its token and TTFT columns; its own table lists each cell) and energy per output token."""
     charts: tuple[str, ...] = ()
     """The keys of its charts (`llmload.output.pages.charts.workloads.workload_charts`), in page order."""
 

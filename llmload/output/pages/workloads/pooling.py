@@ -1,0 +1,143 @@
+"""Embeddings' and rerank's part of the page (`--endpoint embeddings|rerank`): one table per
+figure (`CellPooling`: requests/s, inputs/s, input tok/s, latency p50 and p99), laid out as
+the speed test matrix is, rows input length and columns simultaneous requests N, each cell
+coloured by its status; then the status of each cell with its counts; latency and inputs/s
+against N drawn. No stream, so no TTFT, TBT or token rate, and no SLO.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import fields
+from typing import Any
+
+from llmload.core.capacity.protocols import ENDPOINT_PATHS, PROTOCOLS
+from llmload.core.model.cell import CellPooling, CellResult
+from llmload.core.model.results import Results
+from llmload.output.formats import (
+    MISSING,
+    fmt_active,
+    fmt_context,
+    fmt_count,
+    fmt_rate,
+    fmt_seconds,
+    fmt_tbt_ms,
+    fmt_whole_rate,
+    status_label,
+)
+from llmload.output.pages.model import Section, Table
+from llmload.output.pages.tables import QUALIFIED_STATUSES, Column, make_table
+from llmload.output.pages.workloads.part import Slo, WorkloadPart, fmt_list, fmt_tokens, status_table
+
+RERANK_DOCUMENTS = 8
+"""Rerank's documents per request without --documents (the run's default,
+`llmload.matrix.workloads.pooling.DEFAULT_DOCUMENTS`, a layer this one does not import)."""
+
+
+def _rerank(config: Mapping[str, Any]) -> bool:
+    protocol = PROTOCOLS.get(str(config.get("endpoint")))
+    return bool(protocol and protocol.query_field)
+
+
+def title(config: Mapping[str, Any]) -> str:
+    """"Embeddings (/v1/embeddings)", "Rerank (/v1/rerank)"."""
+    name = "rerank" if _rerank(config) else "embeddings"
+    return f"{name.capitalize()} ({ENDPOINT_PATHS[name]})"
+
+
+def parameters(config: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    inputs = (("documents per request", config.get("documents") or RERANK_DOCUMENTS) if _rerank(config)
+              else ("inputs per request", config.get("batch_size") or 1))
+    return [("input lengths", fmt_list(config.get("contexts"), fmt_tokens) + " tokens"),
+            ("concurrency", fmt_list(config.get("concurrency"))), inputs]
+
+
+PoolingFigure = Callable[[CellPooling], Any]
+
+#: The figure tables: (title, the figure, its format).
+FIGURES: tuple[tuple[str, PoolingFigure, Callable[[Any], str]], ...] = (
+    ("Requests/s", lambda p: p.requests_per_s, fmt_rate),
+    ("Inputs/s", lambda p: p.inputs_per_s, fmt_rate),
+    ("Input tok/s (server's count)", lambda p: p.input_tok_s, fmt_whole_rate),
+    ("Latency p50 (send to last byte)", lambda p: p.latency_ms, fmt_tbt_ms),
+    ("Latency p99 (send to last byte)", lambda p: p.latency_p99_ms, fmt_tbt_ms),
+)
+POOLING_INTRO = ("Rows: input length (tokens of each input; rerank: of each document); columns: "
+                 "simultaneous requests N.")
+POOLING_NOTE = (
+    "Over the requests that completed inside the window: requests/s, and inputs/s (the inputs, "
+    "or documents, they carried), per second of the window; input tok/s, their prompt tokens by "
+    "the server's usage count per second; latency, from send to the answer's last byte. A cell "
+    "that did not run, or whose figure is qualified, says its status.")
+
+
+def grid_text(cell: CellResult | None, value: Any, render: Callable[[Any], str]) -> str:
+    """A cell of a figure table: the figure; "Saturated: 52.1" where it is qualified; the
+    status alone where the cell has no figure to show (not run, exceeds context, errors)."""
+    if cell is None:
+        return MISSING
+    if cell.status == "valid":
+        return render(value)
+    if cell.status in QUALIFIED_STATUSES and value is not None:
+        return f"{status_label(cell)}: {render(value)}"
+    return status_label(cell)
+
+
+def figure_table(cells: Sequence[CellResult], figure: PoolingFigure, render: Callable[[Any], str]) -> Table:
+    """Rows input length, columns N: each cell's figure, coloured by its status."""
+    by_key = {(c.context_tokens, c.concurrency): c for c in cells}
+    contexts = sorted({c.context_tokens for c in cells})
+    levels = sorted({c.concurrency for c in cells})
+
+    def text(cell: CellResult | None) -> str:
+        return grid_text(cell, figure(cell.pooling) if cell else None, render)
+    rows = [[fmt_context(ctx)] + [text(by_key.get((ctx, n))) for n in levels] for ctx in contexts]
+    statuses = [[None] + [by_key[(ctx, n)].status if (ctx, n) in by_key else None for n in levels]
+                for ctx in contexts]
+    return make_table(["input length"] + [str(n) for n in levels], rows, statuses)
+
+
+def _requests(cell: CellResult) -> str:
+    if cell.completed_requests is None and cell.requests_sent is None:
+        return MISSING
+    return f"{fmt_count(cell.completed_requests)} of {fmt_count(cell.requests_sent)}"
+
+
+STATUS_COLUMNS: list[Column] = [
+    ("input length", lambda c: fmt_context(c.context_tokens)),
+    ("N", lambda c: str(c.concurrency)),
+    ("status", status_label),
+    ("inputs per request", lambda c: fmt_count(c.pooling.inputs_per_request)),
+    ("tokens per input (server's count)", lambda c: fmt_count(c.server_prompt_tokens)),
+    ("latency p90", lambda c: fmt_tbt_ms(c.pooling.latency_p90_ms)),
+    ("average in flight", lambda c: fmt_active(c.avg_active)),
+    ("completed of sent", _requests),
+    ("errors", lambda c: fmt_count(c.errors)),
+    ("measured for", lambda c: fmt_seconds(c.measured_s)),
+]
+STATUS_NOTE = (
+    "Completed of sent: the requests that completed inside the window, of those sent in it. "
+    "Tokens per input: the server's prompt count of one input (rerank: one document paired "
+    "with the query), on average. Average in flight: requests sent and not yet answered, "
+    "averaged over the window.")
+
+
+def sections(results: Results, cells: Sequence[CellResult], slo: Slo | None) -> tuple[list[Section], list[str]]:
+    out = [Section(title=name, intro=POOLING_INTRO if i == 0 else None,
+                   table=figure_table(cells, figure, render), note=POOLING_NOTE if i == 0 else None)
+           for i, (name, figure, render) in enumerate(FIGURES)]
+    out.append(Section(title="Status of each cell", intro=None, table=status_table(cells, STATUS_COLUMNS),
+                       note=STATUS_NOTE))
+    return out, []
+
+
+PART = WorkloadPart(
+    name="pooling",
+    title=title,
+    parameters=parameters,
+    sections=sections,
+    traffic_columns=False,
+    csv_columns=tuple(f.name for f in fields(CellPooling)),
+    streams=False,
+    charts=("pooling_latency", "pooling_inputs"),
+)
