@@ -32,7 +32,7 @@ def pooled(ctx: int, n: int, rps: float, inputs_s: float, tok_s: float, p50: flo
                                           latency_p99_ms=p99), **values)
 
 
-REASON = "an input of 8,192 tokens > the 4,096 tokens the server pools in one batch (max_num_batched_tokens)"
+REASON = "an input of 8,192 tokens > max model length 4,096"
 
 
 def pooling_run(endpoint="embeddings", **config):
@@ -158,11 +158,11 @@ def test_rerank_run_names_its_endpoint_and_documents():
 def test_a_qualified_cell_shows_its_status_beside_its_figure():
     results = pooling_run()
     cells = list(results.cells)
-    cells[1] = replace(cells[1], status="saturated", reason="the server kept 2 request(s) waiting")
+    cells[1] = replace(cells[1], status="saturated", reason="3.20 requests in flight on average, fewer than 4")
     md = render_markdown(replace(results, cells=tuple(cells)))
     assert md_table(md, "Requests/s")[1] == ["512", "52.1", "Saturated: 150.4"]
     assert md_table(md, "Latency p99 (send to last byte)")[1] == ["512", "23.6 ms", "Saturated: 41.3 ms"]
-    assert "- 512 × 4: Saturated — the server kept 2 request(s) waiting" in md
+    assert "- 512 × 4: Saturated — 3.20 requests in flight on average, fewer than 4" in md
 
 
 def test_compare_matches_pooling_cells_by_their_figures():
@@ -176,3 +176,11 @@ def test_compare_matches_pooling_cells_by_their_figures():
     assert ["pooling 512 × 1", "status", "Valid", "Valid"] in rows
     assert ["inputs/s", "208.4", "104.2", "0.50 *"] in rows
     assert ["latency p99", "23.6 ms", "23.6 ms", "1.00"] in rows
+
+
+def test_compare_refuses_runs_of_different_endpoints():
+    import pytest
+    from llmload.output.pages.compare import CompareError
+    from llmload.output.pages.report import compare_runs
+    with pytest.raises(CompareError, match=r"different endpoints \(A is embeddings, B is rerank\)"):
+        compare_runs([pooling_run(), pooling_run(endpoint="rerank")], ["a", "b"])

@@ -275,10 +275,16 @@ def _key(cell: Point) -> CellKey:
 
 
 def _same_workload(pages: Sequence[Page]) -> None:
+    """Runs of one workload, and of a pooling endpoint one endpoint (an embedding's latency is
+    not a rerank's); the four streaming endpoints give the same figures and compare."""
     workloads = [p.workload for p in pages]
     if len(set(workloads)) > 1:
         which = ", ".join(f"{_run_label(i)} is {w}" for i, w in enumerate(workloads))
         raise CompareError(f"cannot compare runs of different workloads ({which})")
+    endpoints = [dict(p.settings).get("config.endpoint") for p in pages]
+    if workloads[0] == "pooling" and len(set(endpoints)) > 1:
+        which = ", ".join(f"{_run_label(i)} is {e}" for i, e in enumerate(endpoints))
+        raise CompareError(f"cannot compare runs of different endpoints ({which})")
 
 
 def compare(pages: Sequence[Page], paths: list[str], *, confidence: float = CONFIDENCE) -> Comparison:
