@@ -165,3 +165,63 @@ def test_the_live_table_of_a_pooling_run():
     assert s["inputs_per_s_mean"] == pytest.approx(21 / 11.2)
     table = format_table(a, 25.0, users=2)
     assert "TTFT" not in table and "inputs 21" in table and "input tokens 2,100" in table
+
+
+@pytest.fixture(scope="module")
+def sim_run(sims, tmp_path_factory):
+    """An embeddings run against the tiny simulator, from the command line."""
+    from tests_helpers import llmload
+    out = tmp_path_factory.mktemp("pool") / "run"
+    done = llmload("run", "--host", sims().url, "--endpoint", "embeddings", "--contexts", "64,256,1M",
+                   "--concurrency", "1,2", "--batch-size", "3", "--duration", "2s", "--out", str(out))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return out, done
+
+
+def test_an_embeddings_run_on_the_simulator_end_to_end(sim_run):
+    from llmload.output.rundir.records import read_cell
+    out, done = sim_run
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["config"]["workload"] == "pooling" and doc["config"]["batch_size"] == 3
+    cells = {(c["context_tokens"], c["concurrency"]): c for c in doc["cells"]}
+    assert cells[(1 << 20, 1)]["status"] == "exceeds_context"
+    for context in (64, 256):
+        for n in (1, 2):
+            c = cells[(context, n)]
+            assert c["status"] in ("valid", "client_bound"), c
+            assert c["server_prompt_tokens"] == context and c["inputs_per_request"] == 3
+            planned, records, facts = read_cell(out / c["records_file"])
+            done_in_window = [r for r in records if r.tag == "pooling" and r.status == "ok"
+                              and facts.t0_s <= r.end_s <= facts.t1_s]
+            assert all(r.inputs == 3 and r.prompt_tokens == 3 * context for r in done_in_window)
+            assert c["completed_requests"] == len(done_in_window) > 0
+            assert c["requests_per_s"] == pytest.approx(len(done_in_window) / (facts.t1_s - facts.t0_s))
+    assert "pooling 64 × 1" in done.stdout and "Inputs/s" in done.stdout
+    page = (out / "report.md").read_text()
+    assert page.startswith("# Embeddings (/v1/embeddings)") and "## Latency p99 (send to last byte)" in page
+
+
+def test_recompute_and_export_of_a_pooling_run(sim_run, tmp_path):
+    import pandas as pd
+    from tests_helpers import llmload
+    out, _ = sim_run
+    before = json.loads((out / "results.json").read_text())["cells"]
+    again = llmload("report", str(out), "--recompute")
+    assert again.returncode == 0, again.stderr
+    after = json.loads((out / "results.json").read_text())["cells"]
+    keys = ("status", "requests_per_s", "inputs_per_s", "input_tok_s", "latency_ms", "latency_p99_ms")
+    assert [{k: c[k] for k in keys} for c in after] == [{k: c[k] for k in keys} for c in before]
+    exported = llmload("export", str(out), "--format", "csv", "--output", str(tmp_path / "r.csv"))
+    assert exported.returncode == 0, exported.stderr
+    table = pd.read_csv(tmp_path / "r.csv")
+    assert set(table["phase"]) == {"pooling"} and set(table["inputs"].dropna()) == {3}
+
+
+def test_a_server_that_does_not_serve_the_endpoint_is_refused_before_the_plan(sims, tmp_path):
+    from tests_helpers import llmload
+    chat_only = sims(endpoints="completions,chat")
+    done = llmload("run", "--host", chat_only.url, "--endpoint", "rerank", "--contexts", "64", "--concurrency", "1",
+                   "--out", str(tmp_path / "r"))
+    assert done.returncode == 2 and "Plan:" not in done.stdout
+    assert "does not serve --endpoint rerank (/v1/rerank: HTTP 404: Not Found)" in done.stderr
+    assert not (tmp_path / "r" / "results.json").exists()
