@@ -16,9 +16,22 @@ head-less rank score right only for the first sequence of a batch.) Its random o
 full of partial UTF-8 (byte tokens), so the server merges tokens into one chunk and sends
 empty-content chunks: exactly what a benchmark must count right.
 
-    python scripts/make_gguf_model.py [OUT.gguf] [--hidden 384 --layers 4 --pieces 3 --rerank ...]
+With `--mmproj` the script writes, instead of a model, a multimodal projector for the models
+of that `--hidden` size, for `llama-server -m MODEL --mmproj PROJ`: a random-weight
+LLaVA-1.5-style CLIP (`clip.projector_type = "mlp"`: a one-layer ViT on 56x56 images in
+14x14 patches, then a two-layer MLP onto the text model's embeddings). The server then takes
+chat messages with image parts (`{"type": "image_url", "image_url": {"url": "data:..."}}`)
+and resizes every image to 56x56, so each image is (56/14)^2 = 16 prompt tokens whatever its
+size. This projector has no begin/end-of-image tokens, but llama.cpp tokenizes the text after
+an image on its own, with the SentencePiece space prefix (3 byte tokens here): an image at
+the end of a message adds 19 tokens to the prompt, each further image right after it 16.
+`/apply-template` renders an image as a `<__media_...__>` marker text that `/tokenize`
+counts as text (44 tokens here), not as the image's tokens.
 
-Without OUT the model goes to the cache ($LLMLOAD_CACHE or ~/.cache/llmload/models/) under
+    python scripts/make_gguf_model.py [OUT.gguf] [--hidden 384 --layers 4 --pieces 3 --rerank ...]
+    python scripts/make_gguf_model.py [OUT.gguf] --mmproj [--hidden 384]
+
+Without OUT the file goes to the cache ($LLMLOAD_CACHE or ~/.cache/llmload/models/) under
 a name made of its shape; an existing file is reused. Prints the path.
 """
 
@@ -125,12 +138,72 @@ def write_model(path: Path, *, hidden: int, layers: int, heads: int, ffn: int, c
     os.replace(tmp, path)
 
 
+IMAGE_SIZE = 56
+PATCH_SIZE = 14
+
+
+def write_mmproj(path: Path, *, hidden: int, seed: int = 0) -> None:
+    """A LLaVA-1.5-style CLIP projector whose output has the text model's `hidden` size."""
+    import gguf
+    embd, ffn, proj = 64, 128, 128
+    rng = np.random.default_rng(seed)
+    tmp = path.with_suffix(".tmp")
+    w = gguf.GGUFWriter(str(tmp), "clip")
+    w.add_name("llmload-tiny-random-mmproj")
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+    w.add_clip_projector_type("mlp")
+    w.add_clip_has_vision_encoder(True)
+    w.add_vision_embedding_length(embd)
+    w.add_vision_feed_forward_length(ffn)
+    w.add_vision_block_count(1)
+    w.add_vision_head_count(2)
+    w.add_vision_attention_layernorm_eps(1e-6)
+    w.add_vision_projection_dim(hidden)
+    w.add_vision_image_size(IMAGE_SIZE)
+    w.add_vision_patch_size(PATCH_SIZE)
+    w.add_vision_image_mean([0.5, 0.5, 0.5])
+    w.add_vision_image_std([0.5, 0.5, 0.5])
+    w.add_vision_use_gelu(True)
+
+    def weight(*shape: int) -> np.ndarray:
+        return (rng.standard_normal(shape) * 0.05).astype(np.float16)
+
+    def const(size: int, value: float = 0.0) -> np.ndarray:
+        return np.full(size, value, dtype=np.float32)
+
+    w.add_tensor("v.patch_embd.weight", weight(embd, 3, PATCH_SIZE, PATCH_SIZE))
+    w.add_tensor("v.patch_embd.bias", const(embd))
+    w.add_tensor("v.position_embd.weight", weight((IMAGE_SIZE // PATCH_SIZE) ** 2, embd))
+    for name in ("attn_q", "attn_k", "attn_v", "attn_out"):
+        w.add_tensor(f"v.blk.0.{name}.weight", weight(embd, embd))
+        w.add_tensor(f"v.blk.0.{name}.bias", const(embd))
+    for name in ("ln1", "ln2"):
+        w.add_tensor(f"v.blk.0.{name}.weight", const(embd, 1.0))
+        w.add_tensor(f"v.blk.0.{name}.bias", const(embd))
+    w.add_tensor("v.blk.0.ffn_up.weight", weight(ffn, embd))
+    w.add_tensor("v.blk.0.ffn_up.bias", const(ffn))
+    w.add_tensor("v.blk.0.ffn_down.weight", weight(embd, ffn))
+    w.add_tensor("v.blk.0.ffn_down.bias", const(embd))
+    w.add_tensor("mm.0.weight", weight(proj, embd))
+    w.add_tensor("mm.0.bias", const(proj))
+    w.add_tensor("mm.2.weight", weight(hidden, proj))
+    w.add_tensor("mm.2.bias", const(hidden))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    os.replace(tmp, path)
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("LLMLOAD_CACHE") or Path.home() / ".cache" / "llmload") / "models"
+
+
 def default_path(hidden: int, layers: int, heads: int, ffn: int, context: int, pieces: int = 0,
                  rerank: bool = False) -> Path:
-    cache = Path(os.environ.get("LLMLOAD_CACHE") or Path.home() / ".cache" / "llmload")
     cut = f"-p{pieces}" if pieces else ""
     kind = "-rerank" if rerank else ""
-    return cache / "models" / f"tiny-random-h{hidden}-l{layers}-a{heads}-f{ffn}-c{context}{cut}{kind}.gguf"
+    return cache_dir() / f"tiny-random-h{hidden}-l{layers}-a{heads}-f{ffn}-c{context}{cut}{kind}.gguf"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -145,13 +218,22 @@ def main(argv: list[str] | None = None) -> int:
                         help="cut each word piece into pieces of this many characters (0: a piece per word)")
     parser.add_argument("--rerank", action="store_true",
                         help="a reranker (qwen3 architecture, rank pooling, yes/no head) for llama-server --rerank")
+    parser.add_argument("--mmproj", action="store_true",
+                        help="instead of a model, an image projector for the models of this --hidden "
+                             "(llama-server --mmproj)")
     args = parser.parse_args(argv)
     shape = dict(hidden=args.hidden, layers=args.layers, heads=args.heads, ffn=args.ffn, context=args.context,
                  pieces=args.pieces, rerank=args.rerank)
-    path = Path(args.out) if args.out else default_path(**shape)
+    if args.mmproj:
+        path = Path(args.out) if args.out else cache_dir() / f"tiny-random-h{args.hidden}-mmproj.gguf"
+    else:
+        path = Path(args.out) if args.out else default_path(**shape)
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_model(path, **shape)
+        if args.mmproj:
+            write_mmproj(path, hidden=args.hidden)
+        else:
+            write_model(path, **shape)
     print(path)
     return 0
 

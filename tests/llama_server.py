@@ -3,8 +3,9 @@
 `llama_server_binary()` returns the cached binary, building it with the project's own
 scripts/build_llama_server.sh when it is missing (about 10 minutes on 2 cores, once per
 machine); None where no C++ compiler exists (the callers skip, loudly). `tiny_model()`
-writes (once) the project's own random-weight GGUF model. `LlamaServer` runs one server on
-a free port (port 0: it prints the port it bound) and stops it afterwards.
+writes (once) the project's own random-weight GGUF model, `tiny_mmproj()` its image
+projector (`--mmproj`). `LlamaServer` runs one server on a free port (port 0: it prints the
+port it bound) and stops it afterwards.
 """
 
 from __future__ import annotations
@@ -57,6 +58,11 @@ def tiny_model(*args: str) -> str:
     done = subprocess.run([sys.executable, str(MODEL_SCRIPT), *args], capture_output=True, text=True, check=True,
                           timeout=300)
     return done.stdout.strip().splitlines()[-1]
+
+
+def tiny_mmproj() -> str:
+    """The image projector's path (`llama-server --mmproj`) for `tiny_model()`'s models."""
+    return tiny_model("--mmproj")
 
 
 class LlamaServer:

@@ -129,7 +129,7 @@ def test_status_of_a_pooling_cell():
     queued = cell_of(steady, waiting_samples=((10.5, 2.0), (11.0, 3.0), (11.5, 2.0)))
     assert queued.status == "valid" and queued.server_load.median_waiting == 2.0  # inputs wait by design
     gaps = [answer(10.0, 10.1), answer(11.0, 11.1)]  # one user in flight a tenth of the window
-    assert cell_of(gaps).status == "saturated"
+    assert cell_of(gaps).status == "client_bound" and "between an answer and the next request" in cell_of(gaps).reason
 
 
 def test_options_a_pooling_run_refuses():

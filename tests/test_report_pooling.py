@@ -158,11 +158,11 @@ def test_rerank_run_names_its_endpoint_and_documents():
 def test_a_qualified_cell_shows_its_status_beside_its_figure():
     results = pooling_run()
     cells = list(results.cells)
-    cells[1] = replace(cells[1], status="saturated", reason="3.20 requests in flight on average, fewer than 4")
+    cells[1] = replace(cells[1], status="client_bound", reason="3.20 requests in flight on average, fewer than 4")
     md = render_markdown(replace(results, cells=tuple(cells)))
-    assert md_table(md, "Requests/s")[1] == ["512", "52.1", "Saturated: 150.4"]
-    assert md_table(md, "Latency p99 (send to last byte)")[1] == ["512", "23.6 ms", "Saturated: 41.3 ms"]
-    assert "- 512 × 4: Saturated — 3.20 requests in flight on average, fewer than 4" in md
+    assert md_table(md, "Requests/s")[1] == ["512", "52.1", "Client bound: 150.4"]
+    assert md_table(md, "Latency p99 (send to last byte)")[1] == ["512", "23.6 ms", "Client bound: 41.3 ms"]
+    assert "- 512 × 4: Client bound — 3.20 requests in flight on average, fewer than 4" in md
 
 
 def test_compare_matches_pooling_cells_by_their_figures():

@@ -111,7 +111,7 @@ def test_unknown_key_names_the_valid_ones(tmp_path):
         ("duration: 0s\n", "'duration'"),
         ("concurrency: []\n", "'concurrency'"),
         ("concurrency: 0\n", "'concurrency'"),
-        ("endpoint: embeddings\n", "'endpoint'"),
+        ("endpoint: speech\n", "'endpoint'"),
         ("warmup: maybe\n", "'warmup'"),
         ("host: localhost:8000\n", "'host'"),
         ("max_tokens: 0\n", "'max_tokens'"),
@@ -152,7 +152,7 @@ def test_to_dict_round_trip_and_no_secret_field():
 def test_direct_construction_validates():
     assert Scenario(contexts=["16K"]).contexts == (16 * K,)
     with pytest.raises(ScenarioError, match="'endpoint'"):
-        Scenario(endpoint="embeddings")
+        Scenario(endpoint="speech")
 
 
 def test_server_hardware_and_info_from_the_command_line_or_a_file(tmp_path):

@@ -28,6 +28,7 @@ SCENARIO_OPTIONS = {
     "max_prompt_tokens": "max_prompt_tokens", "prompt_tokens": "prompt_tokens", "output_tokens": "output_tokens",
     "seed": "seed", "dataset": "dataset", "output_length": "output_length",
     "batch_size": "batch_size", "documents": "documents",
+    "images": "images", "image_size": "image_size", "image_dir": "image_dir",
     "repeat": "repeat", "repeat_cooldown": "repeat_cooldown_s", "same_prompts": "same_prompts", "until_ci": "until_ci",
 }
 
@@ -78,6 +79,9 @@ def workload_options(command):
               "embeddings or rerank (a pooling model: input length × concurrency).")
 @click.option("--batch-size", metavar="B", help="Embeddings: inputs per request (default 1).")
 @click.option("--documents", metavar="N", help="Rerank: documents per request (default 8).")
+@click.option("--images", metavar="K", help="Images in each request's message (chat; default 0).")
+@click.option("--image-size", metavar="WxH", help="Synthetic images' size in pixels (default 512x512).")
+@click.option("--image-dir", metavar="DIR", help="Send this folder's images in place of synthetic ones.")
 @click.option("--contexts", help="Decode contexts, e.g. 0,16K,32K,48K.")
 @click.option("--prefill-contexts", help="Prefill contexts, e.g. 8K,16K (empty: no prefill test).")
 @click.option("--concurrency", help="Simultaneous requests, e.g. 1,2,4,8.")
@@ -193,6 +197,16 @@ def workload_checked(scenario):
     runner = runner_of(scenario)
     if (scenario.batch_size or scenario.documents) and not PROTOCOLS[scenario.endpoint].pooling:
         raise ValueError("--batch-size and --documents are for --endpoint embeddings and rerank")
+    if scenario.image_dir and not scenario.images:
+        raise ValueError("--image-dir gives the images of --images K: give K")
+    if scenario.images:
+        if scenario.endpoint != "chat":
+            raise ValueError("--images go in chat messages: use --endpoint chat")
+        if not runner.takes_images:
+            raise ValueError(f"--images is for the speed test matrix, not --workload {scenario.workload}")
+        if scenario.image_dir:
+            from llmload.core.traffic.images import folder_images
+            folder_images(scenario.image_dir)  # ImageError (one line) before anything runs
     drawn = " and ".join(r.name for r in RUNNERS.values() if r.drawn_lengths)
     if (scenario.prompt_tokens or scenario.output_tokens) and not runner.drawn_lengths:
         raise ValueError(f"--prompt-tokens and --output-tokens are for --workload {drawn} (the matrix "

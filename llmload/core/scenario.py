@@ -101,6 +101,12 @@ class Scenario:
     """Embeddings: inputs per request (None: 1)."""
     documents: int | None = None
     """Rerank: documents per request, each of the context's tokens (None: 8)."""
+    images: int = 0
+    """Images in each request's user message (chat; `llmload.core.traffic.images`)."""
+    image_size: str = "512x512"
+    """A synthetic image's WIDTHxHEIGHT in pixels."""
+    image_dir: str | None = None
+    """A folder whose images are sent in place of synthetic ones."""
     system_prompt_tokens: tuple[int, ...] = (1024,)
     """Sessions: the shared system prompt's tokens S, one cell row per value."""
     turns: int = 4

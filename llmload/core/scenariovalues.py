@@ -257,6 +257,12 @@ def _rates(value: Any) -> tuple[float, ...]:
     return tuple(out)
 
 
+def _image_size(value: Any) -> str:
+    from llmload.core.traffic.images import parse_size
+    w, h = parse_size(_text(value))
+    return f"{w}x{h}"
+
+
 PARSERS: dict[str, Callable[[Any], Any]] = {
     "name": _nonempty_text,
     "description": lambda v: "" if v is None else _text(v),
@@ -306,7 +312,11 @@ PARSERS: dict[str, Callable[[Any], Any]] = {
     "max_prompt_tokens": _optional_tokens,
     "batch_size": lambda v: None if v is None or v == "" else _int_at_least(1, 4096)(v),
     "documents": lambda v: None if v is None or v == "" else _int_at_least(1, 4096)(v),
+    "images": _int_at_least(0, 64),
+    "image_size": _image_size,
+    "image_dir": _optional_text,
 }
+
 
 
 def _until_ci(value: Any) -> float:

@@ -44,14 +44,14 @@ def check_endpoint(info: ServerInfo, endpoint: str, api_key: str | None) -> None
         status, answer = http_json(f"{info.base_url}{path}", api_key=api_key, body=body)
     except (OSError, ValueError):  # not reachable now: the run's requests will say so
         return
-    message = _message(answer)
+    message = error_line(answer)
     if status in NOT_SERVED or (status == 400 and "support" in message.lower()):
         hint = HINT_POOLING if protocol.pooling else HINT_STREAMING
         raise EndpointRefused(f"{info.model} does not serve --endpoint {endpoint} ({path}: HTTP {status}"
                          f"{': ' + message if message else ''}); {hint}")
 
 
-def _message(answer: object) -> str:
+def error_line(answer: object) -> str:
     """The one line an error body says (OpenAI's error.message, FastAPI's detail, or text)."""
     if isinstance(answer, dict):
         err = answer.get("error")

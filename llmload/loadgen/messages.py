@@ -115,6 +115,11 @@ class CellSpec(_Message):
     """Rate: the server's per-sequence tokens, drawn lengths' ceiling (0: unknown)."""
     inputs: int = 1
     """Pooling (embeddings, rerank): inputs (rerank: documents) per request."""
+    images: int = 0
+    """Images in each request's user message (`llmload.core.traffic.images`); then
+    prompt_tokens is the text's part."""
+    image_size: str = ""
+    image_dir: str = ""
     window_s: float = 0.0
     """Rate and replay: the window's length t1 − t0 (a rate cell's arrivals are drawn over it
     before the window starts, so their bodies can be built ahead)."""

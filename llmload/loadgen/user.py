@@ -28,6 +28,7 @@ from llmload.core.clock import now
 from llmload.core.capacity.engines import engine_caps
 from llmload.core.capacity.protocols import request_body
 from llmload.core.model.records import SETTLE_TAG
+from llmload.core.traffic.images import image_urls
 from llmload.loadgen.backoff import backoff_s
 from llmload.loadgen.messages import CellSpec
 from llmload.loadgen.state import state_of
@@ -160,10 +161,14 @@ class LLMUser(User):
 
     def _body(self, cell: CellSpec, key: str, max_tokens: int, *, cold: bool = False,
               prompt: list[int] | str | None = None) -> bytes:
+        """The cell's request keyed `key` (its prompt and, with --images, its images: the same
+        key, the same ones), or one of `prompt` alone (the settle request)."""
+        images = image_urls(key, cell.images, size=cell.image_size, folder=cell.image_dir or None) \
+            if cell.images and prompt is None else ()
         prompt = self.cells.prompt_for(cell, key) if prompt is None else prompt
         return request_body(engine_caps(cell.engine), endpoint=cell.endpoint, model=cell.model,
                             prompt=prompt, max_tokens=max_tokens, fixed_output=cell.fixed_output,
-                            temperature=cell.temperature, cold=cold)
+                            temperature=cell.temperature, cold=cold, images=images)
 
 
 # ------------------------------------------------------------------------ the workloads' users

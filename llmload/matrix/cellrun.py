@@ -24,7 +24,7 @@ from llmload.core.clock import now
 from llmload.core.model.cellfacts import CellFacts
 from llmload.core.model.records import RequestRecord
 from llmload.loadgen.messages import CellSpec, Collect, Go
-from llmload.matrix.context import RunContext, WorkerLost
+from llmload.matrix.context import RunContext, WorkerLost, text_tokens
 from llmload.matrix.driver import WAIT_NOTE_EVERY_S, LocustDriver
 from llmload.matrix.server import poll_server_load
 from llmload.matrix.workloads import runner_for
@@ -42,18 +42,19 @@ def cell_message(ctx: RunContext, planned: PlannedCell, cell_id: str, prompts, *
     """The cell as its users get it (its workload's fields from its runner, `Runner.message`);
     `pacers` is the number of pacing users of an open-loop cell (one per process)."""
     sc = ctx.scenario
-    fit = prompts.fit_for(planned.prompt_tokens)
+    text = text_tokens(ctx, planned.prompt_tokens)  # with images, the text is what they leave
+    fit = prompts.fit_for(text)
     spec = CellSpec(
         id=cell_id, run_id=ctx.run_id, kind=planned.phase,
         name=planned.name,
-        context=planned.context_tokens, prompt_tokens=planned.prompt_tokens,
+        context=planned.context_tokens, prompt_tokens=text,
         concurrency=planned.concurrency, max_tokens=planned.max_tokens,
         endpoint=sc.endpoint, path=ENDPOINT_PATHS[sc.endpoint], model=ctx.info.model,
         engine=ctx.info.engine, base_url=ctx.info.base_url, timeout_s=sc.request_timeout_s,
         warmup=sc.warmup, repeats=sc.prefill_repeats, fixed_output=True, temperature=0.0,
         pool_ids=tuple(prompts.pool_ids), tokens_per_word=prompts.tokens_per_word,
         overhead_tokens=prompts.overhead_tokens, text_words=fit.words if fit else 0,
-        text_tail=fit.tail if fit else -1)
+        text_tail=fit.tail if fit else -1, images=sc.images, image_size=sc.image_size, image_dir=sc.image_dir or "")
     return runner_for(planned.phase).message(ctx, planned, spec, pacers)
 
 

@@ -48,7 +48,15 @@ class RunContext:
     conversations: tuple = ()
     """Sessions with --dataset: the conversations to hold, each (user message, its tokens, the
     answer's tokens) per turn (`llmload.matrix.datasetfit.fit_conversations`)."""
+    image_tokens: int = 0
+    """With --images: the tokens a request's images add to a chat prompt, by the server's
+    count (`llmload.io.imageprobe`); the text of a prompt is its context less them."""
     dataset_fit: object | None = None
     """Rate with --dataset: the `llmload.core.traffic.trace.TraceFit` the entries above come from."""
     trace_fit: object | None = None
     """Replay: the `llmload.core.traffic.trace.TraceFit` the requests above come from."""
+
+
+def text_tokens(ctx: RunContext, prompt_tokens: int) -> int:
+    """The text's part of a prompt of `prompt_tokens`: all of it, or what its images leave."""
+    return max(prompt_tokens - ctx.image_tokens, 1) if ctx.image_tokens else prompt_tokens

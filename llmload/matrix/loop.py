@@ -36,7 +36,8 @@ MAX_DEAD_CELLS = 2
 """Stop the run after this many consecutive cells in which every request failed."""
 
 
-def plan_for(sc: Scenario, info: ServerInfo, *, trace=(), dataset=(), conversations=()) -> list[PlannedCell]:
+def plan_for(sc: Scenario, info: ServerInfo, *, trace=(), dataset=(), conversations=(),
+             image_tokens: int = 0) -> list[PlannedCell]:
     """The scenario's plan from the server's limits, its workload's (`Runner.plan`; `trace`
     is the replay's, `dataset` a rate run's fitted dataset requests, `conversations` a
     sessions run's). A single cell's plan (the SLO search's) is the plan of a scenario with
@@ -44,7 +45,8 @@ def plan_for(sc: Scenario, info: ServerInfo, *, trace=(), dataset=(), conversati
     limits = dict(kv_cache_tokens=info.kv_cache_tokens, block_size=info.block_size,
                   max_model_len=info.max_model_len, max_sequences=info.max_sequences,
                   max_sequences_source=info.max_sequences_source if info.max_sequences else None)
-    return runner_of(sc).plan(sc, info, limits, trace=trace, dataset=dataset, conversations=conversations)
+    return runner_of(sc).plan(sc, info, limits, trace=trace, dataset=dataset, conversations=conversations,
+                              image_tokens=image_tokens)
 
 
 def run_plan(ctx: RunContext, driver: LocustDriver, prompts, plan: list[PlannedCell], writer,
@@ -155,7 +157,7 @@ def _learn_limit(ctx: RunContext, writer, plan: list[PlannedCell], planned: Plan
     if learned is None:
         return None
     ctx.info = replace(ctx.info, max_sequences=learned.max_sequences, max_sequences_source=learned.source)
-    replanned = plan_for(ctx.scenario, ctx.info, trace=ctx.trace, dataset=ctx.dataset,
+    replanned = plan_for(ctx.scenario, ctx.info, trace=ctx.trace, dataset=ctx.dataset, image_tokens=ctx.image_tokens,
                          conversations=ctx.conversations)
     server = {**writer.results.server, "max_sequences": learned.max_sequences,
               "max_sequences_source": learned.source}
@@ -217,7 +219,8 @@ def run_slo_search(ctx: RunContext, driver: LocustDriver, prompts, writer) -> No
         return cell
 
     def measure(one: Scenario, line: str) -> CellResult:
-        [planned, *_] = plan_for(one, info, trace=ctx.trace, dataset=ctx.dataset, conversations=ctx.conversations)
+        [planned, *_] = plan_for(one, info, trace=ctx.trace, dataset=ctx.dataset, conversations=ctx.conversations,
+                                 image_tokens=ctx.image_tokens)
         ctx.echo(f"[SLO search] {line}")
         return measured(planned)
 

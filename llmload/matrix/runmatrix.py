@@ -22,9 +22,10 @@ from llmload.core.scenario import Scenario
 from llmload.core.capacity.seqlimit import is_learned
 from llmload.io.hardware import host_facts
 from llmload.io.endpointcheck import EndpointRefused, check_endpoint
+from llmload.io.imageprobe import image_tokens
 from llmload.io.probe import ServerInfo, build_prompts, probe_server
 from llmload.matrix.console import echo_plan, echo_prompts, echo_server
-from llmload.matrix.context import PlanRefused, RunContext
+from llmload.matrix.context import PlanRefused, RunContext, text_tokens
 from llmload.matrix.driver import LocustDriver
 from llmload.matrix.loop import plan_for, run_plan, run_slo_search, run_window_s
 from llmload.matrix.server import server_for
@@ -78,14 +79,16 @@ def _run_matrix(scenario: Scenario, *, api_key: str | None, run_dir, master_bind
             raise PlanRefused(str(exc)) from None
         # Its trace, dataset or conversations fitted to the server (PlanRefused where none fits).
         ctx = RunContext(scenario=scenario, info=info, echo=echo, api_key=api_key,
-                         **({"run_id": run_id} if run_id else {}), **runner.fit(scenario, info, api_key, echo, read))
-        plan = plan_for(scenario, info, trace=ctx.trace, dataset=ctx.dataset, conversations=ctx.conversations)
+                         **({"run_id": run_id} if run_id else {}), **runner.fit(scenario, info, api_key, echo, read),
+                         image_tokens=_image_tokens(scenario, info, api_key, echo))
+        plan = plan_for(scenario, info, trace=ctx.trace, dataset=ctx.dataset, conversations=ctx.conversations,
+                        image_tokens=ctx.image_tokens)
         runner.refuse(plan)
         # Text prompts are fitted to the server's count once per length; an over-capacity
         # cell can run later (a learned sequence limit re-plans it queued): its length too.
         # A session's and a trace's prompts vary in length: sized from the tokens per word.
         prompts = build_prompts(info, endpoint=scenario.endpoint, api_key=api_key,
-                                prompt_tokens=[c.prompt_tokens for c in plan
+                                prompt_tokens=[text_tokens(ctx, c.prompt_tokens) for c in plan
                                                if c.status != "exceeds_context" and c.context_tokens
                                                and runner.fitted_prompts])
         echo_prompts(prompts, echo)
@@ -259,6 +262,8 @@ def _meta(ctx: RunContext, plan: list[PlannedCell], prompts) -> Results:
     server["token_ids_prompts"] = bool(prompts.pool_ids)
     # Only an engine that accepts ignore_eos (on this endpoint) decodes exactly max_tokens every time.
     server["fixed_output_length"] = caps_on(info.caps, sc.endpoint).ignore_eos
+    if ctx.image_tokens:
+        server["image_tokens"] = ctx.image_tokens
     server.update(sc.server_info or {})
     hardware = host_facts()
     if sc.server_hardware:
@@ -274,6 +279,24 @@ def _meta(ctx: RunContext, plan: list[PlannedCell], prompts) -> Results:
     return new_results(provenance="simulated" if info.simulated else "measured", started_at=None,
                        sim_profile=info.sim_profile, config=sc.to_dict(), server=server, hardware=hardware,
                        launch_command=sc.launch_command, plan=plan, definitions=DEFINITIONS)
+
+
+def _image_tokens(sc, info: ServerInfo, api_key: str | None, echo: Callable[[str], None]) -> int:
+    """With --images: the tokens a request's images add to a chat prompt, asked of the
+    server; a context too short for them and a word of text is refused (PlanRefused)."""
+    if not sc.images:
+        return 0
+    try:
+        tokens = image_tokens(info, api_key, count=sc.images, size=sc.image_size, folder=sc.image_dir)
+    except EndpointRefused as exc:
+        raise PlanRefused(str(exc)) from None
+    what = f"images from {sc.image_dir}" if sc.image_dir else f"synthetic {sc.image_size} JPEG"
+    echo(f"Images: {sc.images} per request ({what}), {tokens:,} tokens in all by the server's count")
+    short = [c for c in sc.contexts + sc.prefill_contexts if 0 < c <= tokens]
+    if short:
+        raise PlanRefused(f"--contexts {', '.join(map(str, sorted(set(short))))}: not above the {sc.images} images' "
+                          f"{tokens:,} tokens; give longer contexts (or 0: the images and a word)")
+    return tokens
 
 
 def _facts_line(facts: dict) -> str:

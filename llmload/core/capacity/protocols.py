@@ -139,7 +139,7 @@ def pooling_body(*, endpoint: str, model: str, inputs: list[str] | list[list[int
 def request_body(caps: EngineCaps, *, endpoint: str, model: str, prompt: list[int] | str | None = None,
                  max_tokens: int, fixed_output: bool = True, temperature: float | None = 0.0,
                  cold: bool = False, extra: dict | None = None,
-                 messages: list[dict[str, str]] | None = None) -> bytes:
+                 messages: list[dict[str, str]] | None = None, images: list[str] | tuple = ()) -> bytes:
     """The JSON body of one streamed request, with only the fields `caps` accepts on `endpoint`.
 
     The prompt is `prompt` (on a templated endpoint: one user message of it), or, on a
@@ -147,7 +147,8 @@ def request_body(caps: EngineCaps, *, endpoint: str, model: str, prompt: list[in
     instead (a leading system message in the protocol's `system_field` where it has one).
     fixed_output asks for exactly max_tokens tokens (ignore_eos, and min_tokens where
     supported), so every request decodes as long as asked (measurement.md). cold adds the
-    engine's fields that keep any cache from serving the prompt (a cold prefill).
+    engine's fields that keep any cache from serving the prompt (a cold prefill). `images`
+    (data URLs) go after the prompt's text as OpenAI's image_url parts (chat).
     """
     if (prompt is None) == (messages is None):
         raise ValueError("a request has a prompt or messages, one of the two")
@@ -162,7 +163,11 @@ def request_body(caps: EngineCaps, *, endpoint: str, model: str, prompt: list[in
         if not protocol.templated:
             raise ValueError(f"messages are sent to a chat endpoint, not {endpoint}")
     elif protocol.templated:
-        messages = [{"role": "user", "content": prompt if isinstance(prompt, str) else " ".join(map(str, prompt))}]
+        text = prompt if isinstance(prompt, str) else " ".join(map(str, prompt))
+        # with images (data URLs, `core.traffic.images`): the text, then one image_url part each
+        content = [{"type": "text", "text": text}, *({"type": "image_url", "image_url": {"url": u}}
+                                                     for u in images)] if images else text
+        messages = [{"role": "user", "content": content}]
     if messages is not None and protocol.system_field and messages and messages[0].get("role") == "system":
         # a conversation of its system message alone (a session's warm-up) needs a user turn there
         body[protocol.system_field], messages = messages[0]["content"], messages[1:] or [WARM_UP_TURN]

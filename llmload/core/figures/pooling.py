@@ -15,10 +15,12 @@ The requests in flight, sent, attempted and failed are the decode window's
 
 Status, first matching rule wins:
 1. "errors" — a request failed (warm-ups included), or none completed inside the window;
-2. "client_bound" — the load generator was overloaded or late (`status.combined_client_load`);
-3. "saturated" — fewer than VALID_FRACTION × N requests were in flight on average (the load
-   was not N at once);
-4. "valid" — otherwise. A server that queues inputs is no reason for another status: each
+2. "client_bound" — the load generator was overloaded or late (`status.combined_client_load`),
+   or fewer than VALID_FRACTION × N requests were in flight on average: a request is in
+   flight from its send to its answer, queued in the server or not, so what is missing is
+   the load generator's own time between an answer and the next request (building it),
+   which matters where answers take milliseconds;
+3. "valid" — otherwise. A server that queues inputs is no reason for another status: each
    input is its own sequence to vLLM and llama.cpp (the waiting gauge counts inputs), a
    batch of several waits by design, and its wait is part of the latency measured; the
    cell keeps the gauge's median and maximum (`server_load`)
@@ -82,7 +84,8 @@ def pooling_cell(planned: PlannedCell, records: list[RequestRecord], facts: Cell
     elif load.overloaded or load.late:
         status, reason = "client_bound", "the load generator could not keep up: the figures are not the server's"
     elif fig.avg_active is not None and fig.avg_active < VALID_FRACTION * n:
-        status, reason = "saturated", f"{fig.avg_active:.2f} requests in flight on average, fewer than {n}"
+        status, reason = "client_bound", (f"{fig.avg_active:.2f} requests in flight on average, fewer than {n}: "
+                                          "llmload's own time between an answer and the next request")
     else:
         status, reason = "valid", None
     # the server's count of one input (rerank: one pair with the query), on average

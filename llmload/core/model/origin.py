@@ -32,8 +32,9 @@ from llmload.core.traffic.dataset import parse_dataset_spec
 
 ADDRESS_FIELDS = (("config", "host"), ("server", "base_url"))
 """The server's address: left out."""
-FILE_FIELDS = (("config", "trace"), ("config", "sim_profile"), ("sim_profile",), ("server", "sim_profile"))
-"""Files a run read, by path: kept by their last part (and `config.dataset`'s, KIND:PATH)."""
+FILE_FIELDS = (("config", "trace"), ("config", "sim_profile"), ("sim_profile",), ("server", "sim_profile"),
+               ("config", "image_dir"))
+"""Files and folders a run read, by path: kept by their last part (and `config.dataset`'s, KIND:PATH)."""
 COMMAND_FIELDS = (("launch_command",), ("config", "launch_command"), ("config", "model"), ("server", "model"),
                   ("server", "models"), ("server", "model_root"))
 """Text naming the server's command and model: its absolute paths kept by their last part."""

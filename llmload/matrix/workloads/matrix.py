@@ -26,11 +26,13 @@ def standalone(cell: PlannedCell) -> PlannedCell:
     return replace(cell, prefill_source="standalone")
 
 
-def plan(sc: Scenario, info: ServerInfo, limits: dict, **inputs) -> list[PlannedCell]:
+def plan(sc: Scenario, info: ServerInfo, limits: dict, *, image_tokens: int = 0, **inputs) -> list[PlannedCell]:
     """Without a cold warm-up to borrow (or with several samples wanted) prefill cells run
-    on their own."""
+    on their own. With images, a prompt is at least its images' tokens and one of text (the
+    shortest, context 0)."""
     cells = plan_matrix(contexts=list(sc.contexts), prefill_contexts=list(sc.prefill_contexts),
-                        concurrency=list(sc.concurrency), max_tokens=sc.max_tokens, **limits)
+                        concurrency=list(sc.concurrency), max_tokens=sc.max_tokens,
+                        **limits, **({"min_prompt_tokens": 1 + image_tokens} if image_tokens else {}))
     return cells if sc.warmup and sc.prefill_repeats <= 1 else [standalone(c) for c in cells]
 
 
@@ -60,4 +62,4 @@ def summary(c: CellResult) -> str:
             + (f" — {c.reason}" if c.reason else ""))
 
 
-RUNNER = Runner(name="matrix", plan=plan, search=search, summary=summary)
+RUNNER = Runner(name="matrix", plan=plan, search=search, summary=summary, takes_images=True)

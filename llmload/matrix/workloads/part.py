@@ -53,6 +53,8 @@ class Runner:
     trace vary their lengths: sized from the tokens per word)."""
     drawn_lengths: bool = False
     """It takes --prompt-tokens, --output-tokens and --dataset."""
+    takes_images: bool = False
+    """It takes --images (its prompts' context counts the images' tokens)."""
     read: Callable[[Scenario], tuple] = lambda sc: ()
     """What it reads before the server is started (a replay's trace; a bad file is refused first)."""
     fit: Callable[[Scenario, ServerInfo, str | None, Callable[[str], None], tuple], dict[str, Any]] = _no_inputs

@@ -263,6 +263,7 @@ def render_run(results: Results, cells: Sequence[CellResult], workload: str | No
             ("Served model", server.get("model") or config.get("model")),
             ("Revision", server.get("revision")),
             ("Endpoint", _endpoint(config.get("endpoint"))),
+            ("Images", _images(config, server)),
             ("Workload", workload) if workload else ("Decode test", "Fixed duration"),
             ("Prefill mode", None if workload else _prefill_mode(results, cells)),
             ("Time per measurement", format_duration_s(duration_s) if duration_s else None),
@@ -275,6 +276,18 @@ def render_run(results: Results, cells: Sequence[CellResult], workload: str | No
 def _endpoint(name: object) -> str | None:
     """The protocol spoken and where: "messages (/v1/messages, Anthropic Messages)"."""
     return f"{name} ({ENDPOINT_TITLES[name]})" if name in ENDPOINT_TITLES else None
+
+
+def _images(config: Mapping[str, Any], server: Mapping[str, Any]) -> str | None:
+    """"2 per request (synthetic 512x512 JPEG), 188 tokens in all by the server's count; the
+    contexts count them"."""
+    k = config.get("images")
+    if not k:
+        return None
+    what = f"from {config['image_dir']}" if config.get("image_dir") else f"synthetic {config.get('image_size')} JPEG"
+    tokens = server.get("image_tokens")
+    each = f", {tokens:,} tokens in all by the server's count; the contexts count them" if tokens else ""
+    return f"{k} per request ({what}){each}"
 
 
 def _output_length(server: Mapping[str, Any]) -> str | None:

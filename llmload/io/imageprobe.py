@@ -1,0 +1,43 @@
+"""How many tokens a request's images add to a chat prompt, asked of the server before the plan.
+
+Two chat requests, not streamed, max_tokens 1: the same short text alone and with the run's
+K images (synthetic ones of --image-size, or the folder's): the difference of their
+usage.prompt_tokens is the images' tokens with whatever the server puts around them (vLLM:
+the model's processor, e.g. Idefics3's tiles; llama.cpp: the projector's fixed count, and
+the text after an image tokenized anew: 19 tokens for the first of the test suite's images,
+16 for a second beside it, so K images are asked together, not one times K). The
+server's count of the chat template's text is not used: llama.cpp's /apply-template renders
+an image as a placeholder text that /tokenize counts as text. A server that refuses the
+image (a model without vision) is refused with one line before the plan. Folder images of
+other sizes may cost otherwise: each request's own count is its record's prompt_tokens.
+"""
+
+from __future__ import annotations
+
+import json
+
+from llmload.core.capacity.protocols import ENDPOINT_PATHS, request_body
+from llmload.core.traffic.images import image_urls
+from llmload.io.endpointcheck import EndpointRefused, error_line
+from llmload.io.probe import ServerInfo, http_json
+
+PROBE_TEXT = "Describe the picture."
+
+
+def image_tokens(info: ServerInfo, api_key: str | None, *, count: int, size: str, folder: str | None) -> int:
+    """Tokens of `count` images in a chat prompt by the server's count; EndpointRefused where
+    the server takes no image or gives no usage."""
+    counts = []
+    for urls in ([], image_urls("llmload-image-probe", count, size=size, folder=folder)):
+        body = json.loads(request_body(info.caps, endpoint="chat", model=info.model, prompt=PROBE_TEXT, max_tokens=1,
+                                       fixed_output=False, images=urls))
+        body["stream"] = False
+        body.pop("stream_options", None)
+        status, answer = http_json(f"{info.base_url}{ENDPOINT_PATHS['chat']}", api_key=api_key, body=body)
+        usage = answer.get("usage") if status == 200 and isinstance(answer, dict) else None
+        if not isinstance(usage, dict) or not isinstance(usage.get("prompt_tokens"), int):
+            said = f"HTTP {status}: {error_line(answer)}" if status != 200 else "no usage in its answer"
+            raise EndpointRefused(f"{info.model} takes no image in a chat message ({said}); --images needs a "
+                                  "vision model (llama.cpp: --mmproj)")
+        counts.append(usage["prompt_tokens"])
+    return counts[1] - counts[0]

@@ -1,0 +1,90 @@
+"""Images in chat (`--images K`): the synthetic images and a folder's, the request's parts,
+the options refused (one line, exit 2), and a run on the simulator whose contexts count the
+images' tokens by the server's count."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+
+import pytest
+from PIL import Image
+
+from llmload.core.capacity.engines import engine_caps
+from llmload.core.capacity.protocols import request_body
+from llmload.core.traffic.images import ImageError, folder_images, image_urls, parse_size, synthetic_jpeg
+from tests_helpers import llmload
+
+
+def decoded(url: str) -> Image.Image:
+    head, data = url.split(",", 1)
+    assert head in ("data:image/jpeg;base64", "data:image/png;base64")
+    return Image.open(io.BytesIO(base64.b64decode(data)))
+
+
+def test_sizes():
+    assert parse_size("512x512") == (512, 512) and parse_size(" 900 X 500 ") == (900, 500)
+    for bad in ("512", "0x10", "10x10", "9000x512", "axb"):
+        with pytest.raises(ImageError):
+            parse_size(bad)
+
+
+def test_synthetic_images_are_seeded_by_their_key():
+    a, b = synthetic_jpeg("user1", 320, 200), synthetic_jpeg("user1", 320, 200)
+    assert a == b and synthetic_jpeg("user2", 320, 200) != a
+    assert Image.open(io.BytesIO(a)).size == (320, 200)
+    urls = image_urls("r/c1/u1", 3, size="100x60")
+    assert len(set(urls)) == 3 and all(decoded(u).size == (100, 60) for u in urls)
+    assert image_urls("r/c1/u1", 3, size="100x60") == urls  # a user's own images, again: warm
+    assert image_urls("r/c1/u2", 3, size="100x60") != urls and image_urls("k", 0) == []
+
+
+def test_a_folders_images(tmp_path):
+    for i, (name, fmt) in enumerate([("a.png", "PNG"), ("b.jpg", "JPEG"), ("c.webp", "WEBP")]):
+        Image.new("RGB", (20 + i, 20), (i * 60, 0, 0)).save(tmp_path / name, format=fmt)
+    (tmp_path / "notes.txt").write_text("not an image")
+    files = folder_images(str(tmp_path))
+    assert [m for m, _ in files] == ["image/png", "image/jpeg", "image/webp"]
+    urls = image_urls("key", 4, folder=str(tmp_path))
+    sizes = [decoded(u).size[0] if u.startswith("data:image/png") or u.startswith("data:image/jpeg") else None
+             for u in urls]
+    assert len(urls) == 4 and len(set(urls)) == 3  # in name order from the key's place, round again
+    assert sizes.count(None) == 1
+    with pytest.raises(ImageError, match="no image file"):
+        folder_images(str(tmp_path / ".."))  # holds folders only
+    with pytest.raises(ImageError, match="no such folder"):
+        folder_images(str(tmp_path / "missing"))
+
+
+def test_a_chat_request_with_images():
+    urls = image_urls("k", 2, size="64x64")
+    body = json.loads(request_body(engine_caps("vllm"), endpoint="chat", model="m", prompt="look", max_tokens=8,
+                                   images=urls))
+    (message,) = body["messages"]
+    assert message["role"] == "user" and message["content"] == [
+        {"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": urls[0]}},
+        {"type": "image_url", "image_url": {"url": urls[1]}}]
+    plain = json.loads(request_body(engine_caps("vllm"), endpoint="chat", model="m", prompt="look", max_tokens=8))
+    assert plain["messages"][0]["content"] == "look"
+
+
+def test_options_refused_before_anything_runs(tmp_path):
+    for args, words in [
+        (["--images", "2"], "--images go in chat messages: use --endpoint chat"),
+        (["--endpoint", "chat", "--image-dir", str(tmp_path)], "--image-dir gives the images of --images K"),
+        (["--endpoint", "chat", "--images", "1", "--workload", "rate"], "--images is for the speed test matrix"),
+        (["--endpoint", "chat", "--images", "1", "--image-size", "12x12"], "each side from 16"),
+        (["--endpoint", "chat", "--images", "1", "--image-dir", str(tmp_path / "none")], "no such folder"),
+        (["--endpoint", "chat", "--images", "65"], "images"),
+    ]:
+        done = llmload("run", *args)
+        assert done.returncode == 2, (args, done.stdout, done.stderr)
+        errors = [line for line in done.stderr.splitlines() if line.startswith("Error:")]
+        assert len(errors) == 1 and words in errors[0], (args, done.stderr)
+
+
+def test_a_published_runs_image_folder_is_its_name_only():
+    from llmload.core.model.origin import without_origin
+    doc = {"config": {"images": 2, "image_dir": "/home/alice/secret-project/pictures"}, "cells": []}
+    assert without_origin(doc)["config"]["image_dir"] == "pictures"
