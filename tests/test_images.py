@@ -88,3 +88,29 @@ def test_a_published_runs_image_folder_is_its_name_only():
     from llmload.core.model.origin import without_origin
     doc = {"config": {"images": 2, "image_dir": "/home/alice/secret-project/pictures"}, "cells": []}
     assert without_origin(doc)["config"]["image_dir"] == "pictures"
+
+
+def test_a_run_with_images_on_the_simulator(sims, tmp_path):
+    """The simulator counts an image as InternVL's tiles of 448 pixels, 256 tokens each, and
+    2 markers: 258 tokens for an image of 448 × 448."""
+    out = tmp_path / "run"
+    done = llmload("run", "--host", sims().url, "--endpoint", "chat", "--images", "2", "--image-size", "448x448",
+                   "--contexts", "0,2K", "--prefill-contexts", "2K", "--concurrency", "1,2", "--max-tokens", "32",
+                   "--duration", "2s", "--out", str(out))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "Images: 2 per request (synthetic 448x448 JPEG), 516 tokens in all by the server's count" in done.stdout
+    doc = json.loads((out / "results.json").read_text())
+    cells = {(c["phase"], c["context_tokens"], c["concurrency"]): c for c in doc["cells"]}
+    assert cells[("prefill", 2048, 1)]["server_prompt_tokens"] == 2048
+    assert cells[("decode", 2048, 2)]["server_prompt_tokens"] == 2048
+    assert cells[("decode", 2048, 2)]["prompt_length_note"] is None
+    assert cells[("decode", 0, 1)]["server_prompt_tokens"] > 516
+    # a decode cell's users send their own images again: served from the prefix cache
+    assert cells[("decode", 2048, 1)]["warmup_cache_hit"] is True
+
+
+def test_contexts_shorter_than_the_images_are_refused(sims, tmp_path):
+    done = llmload("run", "--host", sims().url, "--endpoint", "chat", "--images", "2", "--image-size", "448x448",
+                   "--contexts", "512", "--prefill-contexts", "", "--concurrency", "1", "--out", str(tmp_path / "r"))
+    assert done.returncode == 2 and "Plan:" not in done.stdout
+    assert "--contexts 512: not above the 2 images' 516 tokens" in done.stderr

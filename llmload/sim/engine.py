@@ -20,7 +20,16 @@ time, `llmload.sim.virtual` in virtual time) adds requests, calls `step()`, wait
   + step_per_kv_token_us / 1000 × KV tokens of the decoding sequences + prefill cost, where a
   prefill chunk of c tokens at position p costs prefill_per_token_us × c / 1000
   + prefill_quadratic_ns × ((p + c)² − p²) / 1e6. Over the chunks of a cold prompt of C
-  tokens the prefill cost telescopes to a·C + b·C².
+  tokens the prefill cost telescopes to a·C + b·C². A step with images adds their
+  vision-encoder cost (next rule).
+- Images (`EngineRequest.images`, `llmload.sim.images`): their tokens are prompt tokens,
+  scheduled, cached and costed as any. On top, the vision encoder: the step whose chunk first
+  reaches an image's tokens, from its first token not served from the prefix cache, costs
+  image_encoder_per_tile_ms × the image's tiles more, once per image (again after a
+  preemption, whose recompute encodes it again); an image wholly in the prefix-cache hit
+  costs nothing. As vLLM V1 schedules an encoder input: the whole image is encoded in the
+  step whose chunk takes any of its tokens (its encoder cache then serves the later chunks).
+  vLLM's encoder budget per step (max_num_encoder_input_tokens) is not modelled.
 - The step that finishes a prefill yields 1 token; a decode step yields `tokens_per_chunk`.
   Outputs belong to the end of the step: a driver must not deliver them before
   `duration_s` has passed.
@@ -49,6 +58,15 @@ from llmload.sim.profiles import Profile
 _HASH_SEED = "llmload-sim-prefix"
 
 
+@dataclass(frozen=True, slots=True)
+class ImageSpan:
+    """One image's tokens in a prompt: `num_tokens` from position `start`, of `tiles` tiles."""
+
+    start: int
+    num_tokens: int
+    tiles: int
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EngineRequest:
     """A request as the engine sees it: token ids in, a known number of tokens out."""
@@ -63,6 +81,8 @@ class EngineRequest:
     already (the server does, outside its scheduler loop, to keep steps on time)."""
     pooling: bool = False
     """A pooling input (module docstring): prefill only, num_output_tokens 1, no prefix cache."""
+    images: Sequence[ImageSpan] = ()
+    """Where the prompt's images lie, in prompt order (their vision-encoder cost)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -175,7 +195,7 @@ class _Seq:
     __slots__ = (
         "request_id", "prompt", "num_prompt", "salt", "target", "num_output",
         "num_computed", "blocks", "hashes", "num_registered", "num_cached_tokens",
-        "prompt_counted", "pooling",
+        "prompt_counted", "pooling", "images", "num_encoded",
     )
 
     def __init__(self, request: EngineRequest) -> None:
@@ -192,6 +212,9 @@ class _Seq:
         self.num_cached_tokens: int | None = None
         self.prompt_counted = False
         self.pooling = request.pooling
+        self.images = request.images
+        self.num_encoded = 0
+        """Images (in prompt order) whose encoder cost is paid since the last (re)start."""
 
 
 def block_hashes(prompt: Sequence[int], block_size: int, salt: str | None) -> list[int]:
@@ -351,6 +374,7 @@ class Engine:
     def _preempt(self, seq: _Seq) -> None:
         self._free(seq)
         seq.num_computed = 0
+        seq.num_encoded = 0
         self._waiting.appendleft(seq)
         self._preemptions += 1
 
@@ -374,6 +398,8 @@ class Engine:
             else:
                 prefill_tokens += count
                 prefill_ms += self._prefill_ms(start, count)
+            if seq.images:
+                prefill_ms += self._encoder_ms(seq, start, start + count)
             seq.num_computed = start + count
             self._register_blocks(seq)
             if seq.num_computed == seq.num_prompt + seq.num_output:
@@ -409,6 +435,17 @@ class Engine:
             self.profile.prefill_per_token_us * count / 1e3
             + self.profile.prefill_quadratic_ns * (end * end - start * start) / 1e6
         )
+
+    def _encoder_ms(self, seq: _Seq, start: int, end: int) -> float:
+        """Vision-encoder time of the images that the chunk [start, end) reaches first."""
+        tiles = 0
+        images = seq.images
+        while seq.num_encoded < len(images) and images[seq.num_encoded].start < end:
+            image = images[seq.num_encoded]
+            if image.start + image.num_tokens > start:  # not wholly in the prefix-cache hit
+                tiles += image.tiles
+            seq.num_encoded += 1
+        return self.profile.image_encoder_per_tile_ms * tiles
 
     def _register_blocks(self, seq: _Seq) -> None:
         hashes = seq.hashes

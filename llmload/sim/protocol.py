@@ -1,7 +1,8 @@
 """vLLM's OpenAI-compatible protocol, as the simulator speaks it: pure, no I/O.
 
 Requests in: `parse_generation` validates a /v1/completions or /v1/chat/completions body
-and returns a `GenerationRequest`, or raises `ApiError` carrying vLLM's status and body.
+and returns a `GenerationRequest`, or raises `ApiError` carrying vLLM's status and body; a
+chat's messages may hold images (`llmload.sim.images`), which /tokenize counts the same way.
 Responses out: `StreamEncoder` writes SSE events byte-exact to vLLM's (compact JSON, the
 key order of vLLM's pydantic models); the other functions build the JSON bodies of the
 non-streaming responses, the errors, /v1/models, /version, /tokenize and /metrics.
@@ -20,9 +21,10 @@ import json
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping
 
-from llmload.sim.engine import EngineStats
+from llmload.sim import images as image_parts
+from llmload.sim.engine import EngineStats, ImageSpan
 from llmload.sim.profiles import Profile
 from llmload.sim.tokenizer import Tokenizer
 
@@ -67,6 +69,8 @@ class GenerationRequest:
     api: str = ""
     """"responses" or "messages" where the request came in that way (`llmload.sim.apis`);
     "pooling" for one input of an embeddings or rerank request (`llmload.sim.pooling`)."""
+    images: tuple[ImageSpan, ...] = ()
+    """Where the chat's images lie in `prompt_ids` (`llmload.sim.images`)."""
 
 
 def _dumps(obj: Any) -> bytes:
@@ -103,7 +107,11 @@ def parse_generation(body: Mapping[str, Any], *, chat: bool, profile: Profile,
     n = body.get("n", 1)
     if n not in (None, 1):
         raise bad_request("The simulator supports n=1 only.", "n")
-    prompt_ids = chat_prompt(body, tokenizer) if chat else _completion_prompt(body, tokenizer)
+    images: tuple[ImageSpan, ...] = ()
+    if chat:
+        prompt_ids, images = render_chat(body, tokenizer, profile)
+    else:
+        prompt_ids = _completion_prompt(body, tokenizer)
     ignore_eos = _get_bool(body, "ignore_eos", False)
     min_tokens = _get_int(body, "min_tokens", 0)
     cache_salt = _cache_salt(body)
@@ -119,6 +127,7 @@ def parse_generation(body: Mapping[str, Any], *, chat: bool, profile: Profile,
         include_usage=bool(options.get("include_usage")),
         continuous_usage=bool(options.get("include_usage"))
         and bool(options.get("continuous_usage_stats")),
+        images=images,
     )
 
 
@@ -172,38 +181,36 @@ def _completion_prompt(body: Mapping[str, Any], tokenizer: Tokenizer) -> list[in
     raise bad_request("prompt must be a string or a list of token ids", "prompt")
 
 
-def chat_prompt(body: Mapping[str, Any], tokenizer: Tokenizer) -> list[int]:
-    """The token ids of a body's `messages` through the chat template."""
+def chat_prompt(body: Mapping[str, Any], tokenizer: Tokenizer,
+                profile: Profile | None = None) -> list[int]:
+    """The token ids of a body's `messages` through the chat template (`render_chat`)."""
+    return render_chat(body, tokenizer, profile)[0]
+
+
+def render_chat(body: Mapping[str, Any], tokenizer: Tokenizer,
+                profile: Profile | None = None) -> tuple[list[int], tuple[ImageSpan, ...]]:
+    """The token ids of a body's `messages` through the chat template, and where its images
+    lie. Image parts need the `profile` (its image rule, `llmload.sim.images`); without one
+    they are a 400."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise bad_request("messages must be a non-empty list", "messages")
     add_generation_prompt = _get_bool(body, "add_generation_prompt", True)
-    return tokenizer.apply_chat_template(_message_pairs(messages),
-                                         add_generation_prompt=add_generation_prompt)
-
-
-def _message_pairs(messages: Sequence[Any]) -> list[tuple[str, str]]:
-    pairs = []
-    for message in messages:
-        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
-            raise bad_request("each message must be an object with a string 'role'", "messages")
-        pairs.append((message["role"], _content_text(message.get("content"))))
-    return pairs
-
-
-def _content_text(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        texts = []
-        for part in content:
-            if not isinstance(part, dict) or part.get("type") != "text":
-                raise bad_request("The simulator accepts text content parts only.", "messages")
-            texts.append(str(part.get("text", "")))
-        return "\n".join(texts)
-    raise bad_request("message content must be a string or a list of parts", "messages")
+    contents = []
+    images: list[image_parts.ImagePart] = []
+    try:
+        for message in messages:
+            if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+                raise bad_request("each message must be an object with a string 'role'", "messages")
+            segments, found = image_parts.content_segments(
+                message.get("content"), profile=profile, tokenizer=tokenizer, first_index=len(images))
+            contents.append((message["role"], segments))
+            images += found
+    except image_parts.ImageError as exc:
+        raise bad_request(str(exc), exc.param) from None
+    ids, starts = tokenizer.render_chat(contents, add_generation_prompt=add_generation_prompt)
+    return ids, tuple(ImageSpan(start, len(image.ids), image.tiles)
+                      for start, image in zip(starts, images))
 
 
 def _max_tokens(body: Mapping[str, Any], *, chat: bool, profile: Profile, num_prompt: int) -> int:
@@ -368,7 +375,7 @@ def version_body(profile: Profile, llmload_version: str) -> bytes:
 def tokenize(body: Mapping[str, Any], *, profile: Profile, tokenizer: Tokenizer) -> bytes:
     check_model(body, profile)
     if "messages" in body:
-        tokens = chat_prompt(body, tokenizer)
+        tokens = chat_prompt(body, tokenizer, profile)
     elif isinstance(body.get("prompt"), str):
         tokens = tokenizer.encode(body["prompt"])
     else:

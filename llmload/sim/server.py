@@ -227,7 +227,8 @@ class Scheduler:
             self.engine.add(EngineRequest(
                 request_id=stream.request_id, prompt_ids=request.prompt_ids,
                 num_output_tokens=stream.num_output, cache_salt=request.cache_salt,
-                block_hashes=stream.hashes, pooling=request.api == pooling.POOLING_API))
+                block_hashes=stream.hashes, pooling=request.api == pooling.POOLING_API,
+                images=request.images))
             stream.submitted = True
             self._streams[stream.request_id] = stream
 

@@ -15,8 +15,9 @@ Rules (clients may rely on them; tests do):
   words round-trips exactly; other words come back as the vocabulary word they hash to.
 - Chat template: each message contributes its role token (`<|system|>`, `<|user|>`, …;
   an unknown role gives `<|other|>`) followed by its content's tokens (text parts joined
-  by newlines); the prompt ends with `<|assistant|>` (the generation prompt, unless
-  add_generation_prompt is false). No BOS is added to any prompt.
+  by newlines; an image's tokens where its part is, `llmload.sim.images`); the prompt ends
+  with `<|assistant|>` (the generation prompt, unless add_generation_prompt is false). No
+  BOS is added to any prompt.
 - Output: the model's output is a deterministic function of the prompt (`OutputModel`):
   the same prompt always yields the same tokens and the same natural stopping point.
 """
@@ -105,13 +106,27 @@ class Tokenizer:
     def apply_chat_template(self, messages: Sequence[tuple[str, str]], *,
                             add_generation_prompt: bool = True) -> list[int]:
         """Token ids of a chat: role token + content tokens per message, then `<|assistant|>`."""
+        return self.render_chat([(role, (content,)) for role, content in messages],
+                                add_generation_prompt=add_generation_prompt)[0]
+
+    def render_chat(self, messages: Sequence[tuple[str, Sequence[str | Sequence[int]]]], *,
+                    add_generation_prompt: bool = True) -> tuple[list[int], list[int]]:
+        """The chat template over contents given as segments, each a text (encoded) or a run
+        of token ids placed as they are (an image's): the prompt's ids, and the position where
+        each run of ids starts."""
         ids: list[int] = []
-        for role, content in messages:
+        starts: list[int] = []
+        for role, segments in messages:
             ids.append(ROLE_IDS.get(role, OTHER_ROLE_ID))
-            ids.extend(self.encode(content))
+            for segment in segments:
+                if isinstance(segment, str):
+                    ids.extend(self.encode(segment))
+                else:
+                    starts.append(len(ids))
+                    ids.extend(segment)
         if add_generation_prompt:
             ids.append(GENERATION_PROMPT_ID)
-        return ids
+        return ids, starts
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -88,6 +88,26 @@ class Profile:
     """Tokens each decode step yields per sequence, sent as one SSE chunk (>1 mimics
     speculative decoding; the step that ends the prefill always yields one)."""
 
+    vision: bool = True
+    """The model takes images in chat messages (`image_url` parts with data: URLs, a
+    vision-language model's input; `llmload.sim.images`); False: a text-only model, whose
+    answer to an image part is vLLM's 400 "<served_model_name> is not a multimodal model"."""
+    image_tile_px: int = 448
+    """An image of W × H pixels is ⌈W / image_tile_px⌉ × ⌈H / image_tile_px⌉ tiles. 448 and
+    the 256 tokens below are InternVL2's tile and its tokens per tile; its processor picks
+    the grid of the nearest aspect ratio and adds a thumbnail tile, simplified here to the
+    ceiling grid."""
+    image_tile_tokens: int = 256
+    """Prompt tokens per tile."""
+    image_marker_tokens: int = 2
+    """Prompt tokens around each image's tiles: its start and end markers (InternVL2's <img>
+    and </img>)."""
+    image_encoder_per_tile_ms: float = 2.0
+    """Vision-encoder time per tile, added to the step whose prefill reaches the image's first
+    token not served from the prefix cache (`llmload.sim.engine`). 2 ms is an estimate, not a
+    measurement: a ViT of 300M parameters over a tile's 1,024 patches is about 0.6 TFLOP, at
+    about 300 TFLOP/s."""
+
     think_tokens: int = 0
     """A reasoning model's think phase: the first think_tokens generated tokens of a chat
     answer stream as reasoning deltas (vLLM's --reasoning-parser), the rest as "content";
@@ -98,7 +118,8 @@ class Profile:
 
     step_base_ms: float = 2.0
     """Step time = step_base_ms + step_per_seq_ms × scheduled sequences
-    + step_per_kv_token_us × KV tokens of the decoding sequences + prefill cost."""
+    + step_per_kv_token_us × KV tokens of the decoding sequences + prefill cost
+    (+ image_encoder_per_tile_ms per tile of the images the step's prefill reaches)."""
     step_per_seq_ms: float = 0.02
     step_per_kv_token_us: float = 0.01
     prefill_per_token_us: float = 10.0
@@ -290,13 +311,15 @@ _CONVERTERS = {"bool": _to_bool, "int": _to_int, "float": _to_float, "str": _to_
 _AT_LEAST_ONE = (
     "max_model_len", "block_size", "num_gpu_blocks", "max_num_seqs",
     "max_num_batched_tokens", "tokens_per_chunk", "eos_min_tokens", "embedding_dimensions",
+    "image_tile_px", "image_tile_tokens",
 )
 _NOT_NEGATIVE = (
     "gpu_memory_utilization", "step_base_ms", "step_per_seq_ms", "step_per_kv_token_us",
     "prefill_per_token_us", "prefill_quadratic_ns", "frontend_base_ms",
     "frontend_per_token_us", "frontend_quadratic_ns", "frontend_per_request_ms",
     "frontend_latency_per_token_us", "engine_wakeup_ms", "word_piece_chars",
-    "step_cv", "stall_rate_per_s", "stall_ms", "noise_seed",
+    "step_cv", "stall_rate_per_s", "stall_ms", "noise_seed", "image_marker_tokens",
+    "image_encoder_per_tile_ms",
 )
 
 
