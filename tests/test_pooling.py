@@ -138,7 +138,9 @@ def test_options_a_pooling_run_refuses():
         (["--endpoint", "rerank", "--batch-size", "4"], "--batch-size is for --endpoint embeddings"),
         (["--endpoint", "embeddings", "--documents", "4"], "--documents is for --endpoint rerank"),
         (["--endpoint", "chat", "--documents", "4"], "--batch-size and --documents are for --endpoint embeddings"),
-        (["--endpoint", "embeddings", "--workload", "rate"], "--workload rate is for the endpoints that stream"),
+        (["--endpoint", "embeddings", "--workload", "sessions"], "or arrivals on a schedule (rate, replay), not --workload sessions"),
+        (["--endpoint", "rerank", "--workload", "rate", "--documents", "3"], "arrivals on a schedule send one input a request"),
+        (["--endpoint", "embeddings", "--workload", "rate", "--slo", "ttft_p99=1s"], "has no TTFT or TBT"),
         (["--endpoint", "embeddings", "--slo", "ttft_p99=1s"], "has no TTFT or TBT"),
         (["--endpoint", "rerank", "--repeat", "3"], "--repeat and --until-ci are for the endpoints that stream"),
         (["--endpoint", "embeddings", "--batch-size", "0"], "--batch-size: invalid integer"),
@@ -225,3 +227,22 @@ def test_a_server_that_does_not_serve_the_endpoint_is_refused_before_the_plan(si
     assert done.returncode == 2 and "Plan:" not in done.stdout
     assert "does not serve --endpoint rerank (/v1/rerank: HTTP 404: Not Found)" in done.stderr
     assert not (tmp_path / "r" / "results.json").exists()
+
+
+def test_embeddings_on_a_schedule(sims, tmp_path):
+    """--workload rate on an embeddings endpoint: one input a request, every scheduled request
+    accounted for, the answers' inputs and tokens, and no token times."""
+    from tests_helpers import llmload
+    out = tmp_path / "run"
+    done = llmload("run", "--host", sims().url, "--endpoint", "embeddings", "--workload", "rate", "--rates", "20",
+                   "--contexts", "128", "--duration", "2s", "--out", str(out))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    (cell,) = json.loads((out / "results.json").read_text())["cells"]
+    assert cell["phase"] == "rate" and cell["status"] in ("valid", "client_bound"), cell["reason"]
+    assert cell["requests_scheduled"] == cell["requests_completed"] + cell["requests_failed"] + \
+        cell["requests_unfinished"] + cell["requests_not_sent"]
+    assert cell["ttft_ms"] is None and cell["ttft_p99_ms"] is None and cell["e2e_ms"] > 0
+    assert cell["inputs_per_request"] == 1 and cell["server_prompt_tokens"] == 128
+    assert cell["input_tok_s"] == pytest.approx(128 * cell["inputs_per_s"])
+    page = (out / "report.md").read_text()
+    assert "| inputs/s | input tok/s |" in page and "TTFT p50" not in page and "Max output" not in page

@@ -18,7 +18,7 @@ from dataclasses import replace
 
 import gevent
 
-from llmload.core.capacity.protocols import ENDPOINT_PATHS
+from llmload.core.capacity.protocols import ENDPOINT_PATHS, PROTOCOLS
 from llmload.core.capacity.plan import PlannedCell
 from llmload.core.clock import now
 from llmload.core.model.cellfacts import CellFacts
@@ -80,8 +80,10 @@ class CellMeasurer:
         self._wait_ready(cell_id, n, timeout_s)
         ready = now()
         users = self.driver.worker_users()
+        pooling = PROTOCOLS[self.ctx.scenario.endpoint].pooling  # its answers' inputs are figures
         facts = replace(CellFacts(exact_prompt_length=self.prompts.exact_for(planned.prompt_tokens),
-                                  slo=self.ctx.scenario.slo, text_prompt=not self.prompts.pool_ids),
+                                  slo=self.ctx.scenario.slo, text_prompt=not self.prompts.pool_ids,
+                                  inputs_per_request=msg.inputs if pooling else None),
                         **runner.facts(self.ctx, planned, msg))
         if planned.phase != "prefill":  # a prefill cell's cold requests have no window
             facts = self._window(cell_id, users, facts, runner.window_s(self.ctx))

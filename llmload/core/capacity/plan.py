@@ -288,7 +288,7 @@ def plan_rates(*, contexts: Sequence[int], rates: Sequence[float], max_tokens: i
     per request (drawn, or a dataset's): the context and M given are their means."""
     if any(not r > 0 for r in rates):
         raise ValueError(f"rates must be above 0 requests/s: {sorted(rates)}")
-    _check_inputs(contexts, [1], max_tokens)
+    _check_inputs(contexts, [1], max(max_tokens, 1))  # 0: an embeddings or rerank answer
     out = []
     for c in sorted(set(contexts)):
         prompt = c if c > 0 else min_prompt_tokens

@@ -20,7 +20,7 @@ from dataclasses import replace
 
 from llmload.core.capacity.plan import PlannedCell
 from llmload.core.model.cellfacts import CellFacts
-from llmload.core.model.cell import CellEnergy, CellResult, CellTiming, CellTraffic, ServerLoad
+from llmload.core.model.cell import CellEnergy, CellPooling, CellResult, CellTiming, CellTraffic, ServerLoad
 from llmload.core.figures.status import (FREEZE_SHARE_BOUND, LATENESS_BOUND_MS, CellClientLoad, classify_cell, classify_open_loop,
                                      combined_client_load, freeze_text, longest_stall, stall_bound_s)
 from llmload.core.capacity.clientload import ADDED_DELAY_BOUND_MS
@@ -29,7 +29,7 @@ from llmload.core.figures.metrics import MAX_ERROR_SAMPLES, WindowFigures, media
 from llmload.core.figures.energy import cell_energy
 from llmload.core.figures.goodput import request_goodput
 from llmload.core.figures.intervals import cell_intervals, prefill_intervals
-from llmload.core.figures.pooling import pooling_cell
+from llmload.core.figures.pooling import pooling_cell, pooling_figures
 from llmload.core.model.records import SETTLE_TAG, RequestRecord
 from llmload.core.units import format_duration_s
 from llmload.core.figures.traffic import (OPEN_LOOP_TAGS, SESSION_TAG, cached_prompt_ratio, open_loop_figures,
@@ -245,7 +245,8 @@ def open_loop_cell(planned: PlannedCell, records: list[RequestRecord], facts: Ce
         server_check=_decode_check(requests, facts), server_timing=server_timing(requests), slo=fig.slo,
         energy=(cell_energy(facts.power, output_tokens=win.output_tokens, idle_power_w=facts.idle_power_w)
                 if facts.power is not None else CellEnergy()),
-        traffic=traffic)
+        traffic=traffic, pooling=(pooling_figures(requests, t0, t1, inputs_per_request=facts.inputs_per_request)
+                                  if facts.inputs_per_request else CellPooling()))
     if not facts.intervals:
         return cell
     return replace(cell, intervals=cell_intervals(cell, requests, t0, t1, open_loop=True, slo=facts.slo))

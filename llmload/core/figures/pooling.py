@@ -45,9 +45,10 @@ TAG = "pooling"
 
 
 def pooling_figures(records: list[RequestRecord], t0: float, t1: float, *, inputs_per_request: int | None) -> CellPooling:
-    """The cell's pooling figures over [t0, t1] (module docstring)."""
+    """The pooling figures of `records` over [t0, t1] (module docstring): a pooling cell's
+    measured requests, or an open-loop cell's on a pooling endpoint."""
     window_s = t1 - t0
-    done = [r for r in records if r.status == "ok" and r.tag == TAG and t0 <= r.end_s <= t1]
+    done = [r for r in records if r.status == "ok" and r.inputs is not None and t0 <= r.end_s <= t1]
     if not done:
         return CellPooling(inputs_per_request=inputs_per_request)
     p50, p90, p99 = _percentiles_ms(np.asarray([r.end_s - r.send_s for r in done]))

@@ -260,7 +260,7 @@ def open_loop_figures(requests: Sequence[RequestRecord], t0: float, t1: float, *
     e2e, e2e_bounds = _censored_ms(
         "e2e", [r.end_s - r.send_s for r in requests if r.status == "ok" and r.finish_reason is not None],
         [r.end_s - r.send_s for r in unfinished])
-    firsts = [(r, token_chunks(r)[0]) for r in requests]
+    firsts = [(r, token_chunks(r)[0]) for r in requests if r.token_source != "none"]  # none: embeddings
     ttft, ttft_bounds = _censored_ms(
         "ttft", [float(times[0]) - r.send_s for r, times in firsts if times.size],
         [r.end_s - r.send_s for r, times in firsts if not times.size and r.status == "cancelled"])

@@ -20,7 +20,7 @@ BY_PHASE: dict[str, Runner] = {phase: r for r in RUNNERS.values() for phase in r
 def runner_of(sc: Scenario) -> Runner:
     """The scenario's workload's runner (an embeddings or rerank endpoint's is the pooling run,
     whatever the workload: its `check` refuses another)."""
-    if PROTOCOLS[sc.endpoint].pooling:
+    if PROTOCOLS[sc.endpoint].pooling and sc.workload in ("matrix", "pooling"):
         return RUNNERS["pooling"]
     return RUNNERS[sc.workload]
 

@@ -28,12 +28,9 @@ def inputs_per_request(sc: Scenario) -> int:
 
 
 def check(sc: Scenario) -> Scenario:
-    """A pooling endpoint runs its own matrix; options of the other workloads are refused."""
+    """A pooling endpoint's matrix; the options of the streaming endpoints are refused."""
     if not PROTOCOLS[sc.endpoint].pooling:
         raise ValueError(f"--workload pooling is for --endpoint embeddings or rerank, not {sc.endpoint}")
-    if sc.workload not in ("matrix", "pooling"):
-        raise ValueError(f"--endpoint {sc.endpoint} runs input length × concurrency; --workload {sc.workload} "
-                         "is for the endpoints that stream (completions, chat, responses, messages)")
     if sc.batch_size is not None and sc.endpoint != "embeddings":
         raise ValueError("--batch-size is for --endpoint embeddings (rerank's inputs per request are --documents)")
     if sc.documents is not None and sc.endpoint != "rerank":
@@ -66,5 +63,4 @@ def title(c: CellResult) -> str:
 
 RUNNER = Runner(name="pooling", plan=plan, search=lambda sc, cells, measure, max_cells: None, summary=summary,
                 check=check,
-                message=lambda ctx, planned, spec, pacers: replace(spec, inputs=inputs_per_request(ctx.scenario)),
-                facts=lambda ctx, planned, msg: {"inputs_per_request": msg.inputs})
+                message=lambda ctx, planned, spec, pacers: replace(spec, inputs=inputs_per_request(ctx.scenario)))

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
+from llmload.core.capacity.protocols import PROTOCOLS
 from llmload.core.capacity.plan import PlannedCell, plan_rates
 from llmload.core.figures.slosearch import RateLevel, rate_search
 from llmload.core.model.cell import CellResult
@@ -44,6 +45,8 @@ def fit(sc: Scenario, info: ServerInfo, api_key: str | None, echo: Callable[[str
 
 def plan(sc: Scenario, info: ServerInfo, limits: dict, *, dataset=(), **inputs) -> list[PlannedCell]:
     contexts, max_tokens, varied = rate_lengths(sc, dataset)
+    if PROTOCOLS[sc.endpoint].pooling:
+        max_tokens = 0  # an embeddings or rerank answer holds no output token
     return plan_rates(contexts=contexts, rates=list(sc.rates), max_tokens=max_tokens,
                       max_model_len=info.max_model_len, varied=varied)
 

@@ -46,7 +46,7 @@ def parameters(config: Mapping[str, Any]) -> list[tuple[str, Any]]:
                 else ("contexts", fmt_list(config.get("contexts"), fmt_tokens)))
         outputs = config.get("output_tokens") or config.get("max_tokens")
     return [("rates", fmt_list(config.get("rates"), lambda r: f"{r:g}") + " req/s"), rows,
-            ("output tokens", outputs),
+            ("output tokens", None if pooling_endpoint(config) else outputs),
             ("seed", config.get("seed") if drawn else None),
             ("in-flight cap", config.get("max_in_flight"))]
 
@@ -106,15 +106,32 @@ RATE_CAPACITY_NOTE = (
     "failing rate failed on.")
 
 
+POOLING_COLUMNS: list[Column] = [
+    *(col for col in RATE_COLUMNS if not col[0].startswith(("TTFT", "TBT", "total tok/s"))),
+    ("inputs/s", lambda c: fmt_rate(c.pooling.inputs_per_s)),
+    ("input tok/s", lambda c: fmt_rate(c.pooling.input_tok_s)),
+]
+"""The same on an embeddings or rerank endpoint: no token times; the inputs answered
+(completed inside the window) and their tokens by the server's count."""
+
+
+def pooling_endpoint(config: Mapping[str, Any]) -> bool:
+    from llmload.core.capacity.protocols import PROTOCOLS
+    protocol = PROTOCOLS.get(str(config.get("endpoint")))
+    return protocol is not None and protocol.pooling
+
+
 def sections(results: Results, cells: Sequence[CellResult], slo: Slo | None) -> tuple[list[Section], list[str]]:
-    columns = present(cells, RATE_COLUMNS + ([GOODPUT_COLUMN] if slo else []), COUNTS_OPTIONAL)
+    pooling = pooling_endpoint(results.config)
+    columns = present(cells, (POOLING_COLUMNS if pooling else RATE_COLUMNS) + ([GOODPUT_COLUMN] if slo else []),
+                      COUNTS_OPTIONAL)
     out = [Section(title="Open-loop arrivals (one row per context × rate)", intro=None,
                    table=status_table(cells, columns), note=RATE_NOTE)]
     if slo and cells:
         out.append(Section(title="Highest rate under SLO", intro=f"SLO: {describe_slo(slo)}.",
                            table=make_table(RATE_CAPACITY_COLUMNS, rate_capacity_rows(cells, slo)),
                            note=RATE_CAPACITY_NOTE))
-    if (lengths := lengths_section(cells, results.config.get("max_tokens"))) is not None:
+    if not pooling and (lengths := lengths_section(cells, results.config.get("max_tokens"))) is not None:
         out.append(lengths)
     return out, []
 
