@@ -25,7 +25,9 @@ def test_llmload_sim_serves_until_stopped():
 
 def test_sim_lists_profiles():
     r = llmload("sim", "--list-profiles")
-    assert r.returncode == 0 and {"tiny", "rtx3090-r1-qwen14b-awq"} <= set(r.stdout.split())
+    names = {line.split(":")[0] for line in r.stdout.splitlines()}
+    assert r.returncode == 0 and {"tiny", "rtx3090-r1-qwen14b-awq"} <= names
+    assert "tiny: serves 'tiny' on completions, chat, responses, messages, embeddings, rerank" in r.stdout
 
 
 def test_sim_bad_input_is_one_line():

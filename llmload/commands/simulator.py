@@ -178,11 +178,11 @@ WORKLOAD_NEEDS = {"matrix": (("contexts", "concurrency"), "the matrix")}
 @click.option("--list-profiles", is_flag=True, help="List the built-in profiles and exit.")
 def sim(profile, host, port, overrides, api_key, list_profiles) -> None:
     """Serve a simulated vLLM server until stopped (Ctrl-C)."""
-    from llmload.sim.profiles import list_profiles as names, load_profile, parse_overrides
+    from llmload.sim.profiles import describe, list_profiles as names, load_profile, parse_overrides
     from llmload.sim.server import serve
     if list_profiles:
         for name in names():
-            click.echo(name)
+            click.echo(describe(load_profile(name)))
         return
     try:
         prof = load_profile(profile, parse_overrides(list(overrides)) or None)
