@@ -109,6 +109,17 @@ def ms(value: float, _pos: Any = None) -> str:
     return thousands(value) + " ms"
 
 
+def ms_axis(ax, values: Iterable[float]) -> None:
+    """A latency axis in ms: logarithmic where the values span more than 50 times, else from 0."""
+    ax.yaxis.set_major_formatter(FuncFormatter(ms))
+    positive = [v for v in values if v > 0]
+    if positive and max(positive) / min(positive) > 50:
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(FuncFormatter(ms))
+    else:
+        ax.set_ylim(bottom=0)
+
+
 def log2_axis(ax, levels: Sequence[int]) -> None:
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_locator(FixedLocator(list(levels)))

@@ -17,7 +17,7 @@ from llmload.output.pages.charts.kit import (
     is_finite,
     log2_axis,
     mark_invalid,
-    ms,
+    ms_axis,
     panels_figure,
     render_chart,
     series_points,
@@ -65,13 +65,7 @@ def pooling_latency_chart(cells: Sequence[Point]) -> Chart | None:
             top += p50 + p99
         log2_axis(ax, levels)
         ax.set_title("Latency, send to last byte (p50 solid; p99 dashed)", loc="left")
-        ax.yaxis.set_major_formatter(FuncFormatter(ms))
-        positive = [v for v in top if v > 0]
-        if positive and max(positive) / min(positive) > 50:
-            ax.set_yscale("log")
-            ax.yaxis.set_major_formatter(FuncFormatter(ms))
-        else:
-            ax.set_ylim(bottom=0)
+        ms_axis(ax, top)
         handles, labels = ax.get_legend_handles_labels()
         handles.append(ax.plot([], [], linestyle=DASHED, color="#555555")[0])
         labels.append("p99")

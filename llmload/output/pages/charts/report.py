@@ -22,7 +22,7 @@ from llmload.output.pages.charts.kit import (
     is_finite,
     log2_axis,
     mark_invalid,
-    ms,
+    ms_axis,
     panels_figure,
     prefill_axes,
     prefill_rows,
@@ -126,13 +126,7 @@ def latency_chart(cells: Sequence[Point]) -> Chart | None:
                 top += [v for v in p99 + p50 if np.isfinite(v)]
             log2_axis(ax, levels)
             ax.set_title(f"{title} (p50; band p90–p99)", loc="left")
-            ax.yaxis.set_major_formatter(FuncFormatter(ms))
-            positive = [v for v in top if v > 0]
-            if positive and max(positive) / min(positive) > 50:
-                ax.set_yscale("log")
-                ax.yaxis.set_major_formatter(FuncFormatter(ms))
-            else:
-                ax.set_ylim(bottom=0)
+            ms_axis(ax, top)
         handles, labels = axes[0].get_legend_handles_labels()
         if not handles:
             handles, labels = axes[1].get_legend_handles_labels()
