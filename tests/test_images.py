@@ -45,7 +45,7 @@ def test_a_folders_images(tmp_path):
         Image.new("RGB", (20 + i, 20), (i * 60, 0, 0)).save(tmp_path / name, format=fmt)
     (tmp_path / "notes.txt").write_text("not an image")
     files = folder_images(str(tmp_path))
-    assert [m for m, _ in files] == ["image/png", "image/jpeg", "image/webp"]
+    assert [f.name for f in files] == ["a.png", "b.jpg", "c.webp"]
     urls = image_urls("key", 4, folder=str(tmp_path))
     sizes = [decoded(u).size[0] if u.startswith("data:image/png") or u.startswith("data:image/jpeg") else None
              for u in urls]

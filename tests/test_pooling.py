@@ -48,6 +48,17 @@ def test_error_bodies_fail_with_their_message(name):
     assert tl.error == ANSWERS[name]["body"]["error"]["message"][:500]
 
 
+@pytest.mark.parametrize("name, refused", [
+    ("vllm chat on a pooling model", True), ("vllm completions on a pooling model", True),
+    ("llama.cpp rerank not enabled", True), ("llama.cpp embeddings without a pooling type", True),
+    ("vllm too long", False), ("llama.cpp over the physical batch", False)])
+def test_which_answers_say_the_endpoint_is_not_served(name, refused):
+    from llmload.io.endpointcheck import error_line, refuses
+    answer = ANSWERS[name]
+    assert refuses(answer["status"], error_line(answer["body"])) is refused
+    assert error_line({"detail": " "}) == error_line("\n") == error_line({"error": {"message": "\n"}}) == ""
+
+
 def test_answers_that_are_not_pooling_answers_fail():
     assert "no JSON object" in read("embeddings", [1, 2]).error
     assert "no data or results list" in read("rerank", {"usage": {"prompt_tokens": 3}}).error
@@ -80,6 +91,9 @@ def test_plan_by_input_length():
     reasons = {(c.context_tokens, c.concurrency): c.reason for c in plan}
     assert reasons[(8192, 1)] == "an input of 8,192 tokens > max model length 600"
     assert all(c.phase == "pooling" and c.max_tokens == 0 for c in plan)
+    batched = plan_pooling(contexts=[512], concurrency=[1, 2], max_model_len=600, max_sequences=4, inputs_per_request=3)
+    assert [(c.status, c.reason) for c in batched] == [
+        ("run", "an input of 512 tokens fits"), ("queued", "2 × 3 inputs = 6 > 4 sequences at once: 2 wait")]
 
 
 def answer(send, end, *, tokens=100, inputs=4, status="ok", tag="pooling", error=None):
@@ -246,3 +260,22 @@ def test_embeddings_on_a_schedule(sims, tmp_path):
     assert cell["input_tok_s"] == pytest.approx(128 * cell["inputs_per_s"])
     page = (out / "report.md").read_text()
     assert "| inputs/s | input tok/s |" in page and "TTFT p50" not in page and "Max output" not in page
+
+
+def test_a_pooling_run_resumes(sims, tmp_path):
+    """--resume of an embeddings run: its configuration, server and plan compare equal, and
+    only the cells not finished run again."""
+    from tests_helpers import llmload
+    out = tmp_path / "run"
+    args = ["--host", sims().url, "--endpoint", "embeddings", "--contexts", "64", "--concurrency", "1,2",
+            "--batch-size", "2", "--duration", "1s"]
+    first = llmload("run", *args, "--out", str(out))
+    assert first.returncode == 0, first.stderr
+    doc = json.loads((out / "results.json").read_text())
+    doc["cells"][1] = {**doc["cells"][1], "status": "not_run", "reason": "not run yet"}
+    (out / "results.json").write_text(json.dumps(doc))
+    again = llmload("run", "--resume", str(out))
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    assert "1 cell(s) kept, 1 to run" in again.stdout
+    cells = json.loads((out / "results.json").read_text())["cells"]
+    assert [c["status"] for c in cells] != ["valid", "not_run"] and cells[1]["requests_per_s"] > 0

@@ -2,13 +2,15 @@
 
 One small request (a one-word input; a streaming protocol's with max_tokens 1, not
 streamed) to the run's endpoint: where the server answers that it has no such endpoint
-(404, 405, 501) or that its model does not support it (a 400 that says so), the run is
-refused with one line that says what to start the server with or which endpoint to ask
-for. What the engines answer (read on the servers of the test suite): vLLM 0.32 serving a
-pooling model answers 404 {"detail":"Not Found"} on chat and completions; llama.cpp
-answers 501 "This server does not support embeddings/reranking. Start it with
-`--embeddings`/`--reranking`". Any other failure (a busy or slow server) is left to the
-run, whose requests will say it.
+(404, 405, 501) or that its model cannot answer it (a 400 that says it does not support
+it or is not compatible: `refuses`), the run is refused with one line that says what to
+start the server with or which endpoint to ask for. What the engines answer (recorded from
+the servers of the test suite, tests/fixtures/pooling_answers.json): vLLM 0.32 serving a
+pooling model answers 404 {"detail":"Not Found"} on chat and completions; llama.cpp answers
+501 "This server does not support embeddings/reranking. Start it with
+`--embeddings`/`--reranking`", and with `--embeddings` on a model of no pooling type 400
+"Pooling type 'none' is not OAI compatible". Any other failure (a busy or slow server) is
+left to the run, whose requests will say it.
 """
 
 from __future__ import annotations
@@ -45,10 +47,15 @@ def check_endpoint(info: ServerInfo, endpoint: str, api_key: str | None) -> None
     except (OSError, ValueError):  # not reachable now: the run's requests will say so
         return
     message = error_line(answer)
-    if status in NOT_SERVED or (status == 400 and "support" in message.lower()):
+    if refuses(status, message):
         hint = HINT_POOLING if protocol.pooling else HINT_STREAMING
         raise EndpointRefused(f"{info.model} does not serve --endpoint {endpoint} ({path}: HTTP {status}"
                          f"{': ' + message if message else ''}); {hint}")
+
+
+def refuses(status: int, message: str) -> bool:
+    """Whether an answer says the endpoint is not served there (module docstring)."""
+    return status in NOT_SERVED or (status == 400 and any(w in message.lower() for w in ("support", "compatible")))
 
 
 def error_line(answer: object) -> str:
@@ -58,4 +65,5 @@ def error_line(answer: object) -> str:
         text = err.get("message") if isinstance(err, dict) else err or answer.get("detail") or answer.get("message")
     else:
         text = answer
-    return str(text or "").strip().splitlines()[0][:200] if text else ""
+    lines = str(text or "").strip().splitlines()
+    return lines[0][:200] if lines else ""

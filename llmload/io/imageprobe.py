@@ -19,9 +19,11 @@ import json
 from llmload.core.capacity.protocols import ENDPOINT_PATHS, request_body
 from llmload.core.traffic.images import image_urls
 from llmload.io.endpointcheck import EndpointRefused, error_line
-from llmload.io.probe import ServerInfo, http_json
+from llmload.io.probe import ProbeError, ServerInfo, http_json
 
 PROBE_TEXT = "Describe the picture."
+PROBE_TIMEOUT_S = 120.0
+"""A vision model's first image may take long (its encoder warms up)."""
 
 
 def image_tokens(info: ServerInfo, api_key: str | None, *, count: int, size: str, folder: str | None) -> int:
@@ -33,11 +35,19 @@ def image_tokens(info: ServerInfo, api_key: str | None, *, count: int, size: str
                                        fixed_output=False, images=urls))
         body["stream"] = False
         body.pop("stream_options", None)
-        status, answer = http_json(f"{info.base_url}{ENDPOINT_PATHS['chat']}", api_key=api_key, body=body)
+        try:
+            status, answer = http_json(f"{info.base_url}{ENDPOINT_PATHS['chat']}", api_key=api_key, body=body,
+                                       timeout_s=PROBE_TIMEOUT_S)
+        except (OSError, ValueError) as exc:  # a timeout, a reset: the server's failure, not the input's
+            raise ProbeError(f"{info.model} did not answer a chat request with {len(urls)} image(s) "
+                             f"({type(exc).__name__}: {exc})") from None
         usage = answer.get("usage") if status == 200 and isinstance(answer, dict) else None
         if not isinstance(usage, dict) or not isinstance(usage.get("prompt_tokens"), int):
             said = f"HTTP {status}: {error_line(answer)}" if status != 200 else "no usage in its answer"
             raise EndpointRefused(f"{info.model} takes no image in a chat message ({said}); --images needs a "
                                   "vision model (llama.cpp: --mmproj)")
         counts.append(usage["prompt_tokens"])
+    if counts[1] <= counts[0]:
+        raise EndpointRefused(f"{info.model} counted {counts[1] - counts[0]} tokens for {count} image(s) in a chat "
+                              "message: it does not read them (a model without vision?)")
     return counts[1] - counts[0]

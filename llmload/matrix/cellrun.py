@@ -81,7 +81,8 @@ class CellMeasurer:
         ready = now()
         users = self.driver.worker_users()
         pooling = PROTOCOLS[self.ctx.scenario.endpoint].pooling  # its answers' inputs are figures
-        facts = replace(CellFacts(exact_prompt_length=self.prompts.exact_for(planned.prompt_tokens),
+        exact = self.prompts.exact_for(text_tokens(self.ctx, planned.prompt_tokens))  # the text's fit
+        facts = replace(CellFacts(exact_prompt_length=exact,
                                   slo=self.ctx.scenario.slo, text_prompt=not self.prompts.pool_ids,
                                   inputs_per_request=msg.inputs if pooling else None),
                         **runner.facts(self.ctx, planned, msg))

@@ -7,7 +7,8 @@ input (rerank: one document, its pair with the query a little longer):
   llama.cpp's per-slot n_ctx). llama.cpp also pools an input (mean, cls) only within one
   physical batch (n_ubatch, 512 unless -ub says), which its API does not report: a longer
   input fails there with the server's "input (N tokens) is too large to process";
-- queued: N > the sequence-count limit, the rest wait in the server's queue;
+- queued: N × the inputs of a request > the sequence-count limit (each input is a sequence
+  to vLLM and llama.cpp), the rest wait in the server's queue;
 - run: otherwise.
 The cells are by C ascending, then N ascending, phase "pooling"; context 0 is the shortest
 input (min_prompt_tokens).
@@ -21,7 +22,8 @@ from llmload.core.capacity.plan import PlannedCell
 
 
 def plan_pooling(*, contexts: Sequence[int], concurrency: Sequence[int], max_model_len: int | None,
-                 max_sequences: int | None = None, min_prompt_tokens: int = 1) -> list[PlannedCell]:
+                 max_sequences: int | None = None, min_prompt_tokens: int = 1,
+                 inputs_per_request: int = 1) -> list[PlannedCell]:
     """Every pooling cell with its status (see the module docstring)."""
     if any(c < 0 for c in contexts):
         raise ValueError(f"input lengths must not be negative: {sorted(contexts)}")
@@ -36,9 +38,11 @@ def plan_pooling(*, contexts: Sequence[int], concurrency: Sequence[int], max_mod
             status, reason = "run", f"an input of {tokens:,} tokens fits"
         for n in sorted(set(concurrency)):
             cell_status, cell_reason = status, reason
-            if status == "run" and max_sequences and n > max_sequences:
+            held = n * inputs_per_request
+            if status == "run" and max_sequences and held > max_sequences:
                 cell_status = "queued"
-                cell_reason = f"{n} > {max_sequences} sequences at once: {n - max_sequences} wait (expected saturated)"
+                cell_reason = (f"{n} × {inputs_per_request} inputs = {held} > {max_sequences} sequences at once: "
+                               f"{held - max_sequences} wait")
             out.append(PlannedCell(phase="pooling", context_tokens=c, concurrency=n, status=cell_status,
                                    reason=cell_reason, prompt_tokens=tokens, max_tokens=0))
     return out

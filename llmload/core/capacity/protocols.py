@@ -79,6 +79,21 @@ STREAMING_ENDPOINTS = tuple(name for name, p in PROTOCOLS.items() if not p.pooli
 POOLING_ENDPOINTS = tuple(name for name, p in PROTOCOLS.items() if p.pooling)
 RERANK_QUERY = "Which of these passages says the most about the subject?"
 """The query of every rerank request (its tokens are counted in each pair by the server)."""
+RERANK_DOCUMENTS = 8
+"""Rerank's documents per request unless --documents says."""
+
+
+def is_pooling(endpoint: object) -> bool:
+    """Whether `endpoint` (a name, or anything a results file holds there) answers once."""
+    protocol = PROTOCOLS.get(endpoint) if isinstance(endpoint, str) else None
+    return protocol is not None and protocol.pooling
+
+
+def inputs_per_request(endpoint: str, *, batch_size: int | None, documents: int | None) -> int:
+    """The inputs a pooling request carries: rerank's documents, embeddings' batch."""
+    if PROTOCOLS[endpoint].query_field:
+        return documents or RERANK_DOCUMENTS
+    return batch_size or 1
 ENDPOINT_PATHS = {name: p.path for name, p in PROTOCOLS.items()}
 ENDPOINT_TITLES = {name: f"{p.path}, {p.title}" if p.title else p.path for name, p in PROTOCOLS.items()}
 """How a report names each protocol, after its name."""

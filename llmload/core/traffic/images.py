@@ -68,15 +68,15 @@ def data_url(data: bytes, mime: str) -> str:
 
 
 @lru_cache(maxsize=4)
-def folder_images(folder: str) -> tuple[tuple[str, bytes], ...]:
-    """(mime, bytes) of each image file of `folder`, in name order; ImageError when none."""
+def folder_images(folder: str) -> tuple[Path, ...]:
+    """The image files of `folder`, in name order (read when sent); ImageError when none."""
     path = Path(folder)
     if not path.is_dir():
         raise ImageError(f"--image-dir {folder}: no such folder")
-    files = sorted(p for p in path.iterdir() if p.suffix.lower() in MIME and p.is_file())
+    files = tuple(sorted(p for p in path.iterdir() if p.suffix.lower() in MIME and p.is_file()))
     if not files:
         raise ImageError(f"--image-dir {folder}: no image file ({', '.join(sorted(MIME))}) in it")
-    return tuple((MIME[p.suffix.lower()], p.read_bytes()) for p in files)
+    return files
 
 
 def image_urls(key: str, count: int, *, size: str = "512x512", folder: str | None = None) -> list[str]:
@@ -86,6 +86,7 @@ def image_urls(key: str, count: int, *, size: str = "512x512", folder: str | Non
     if folder:
         files = folder_images(folder)
         start = int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "little")
-        return [data_url(data, mime) for mime, data in (files[(start + i) % len(files)] for i in range(count))]
+        return [data_url(f.read_bytes(), MIME[f.suffix.lower()]) for f in (files[(start + i) % len(files)]
+                                                                           for i in range(count))]
     w, h = parse_size(size)
     return [data_url(synthetic_jpeg(f"{key}/image{i}", w, h), "image/jpeg") for i in range(count)]

@@ -10,21 +10,16 @@ from dataclasses import replace
 
 from llmload.core.capacity.poolplan import plan_pooling
 from llmload.core.capacity.protocols import PROTOCOLS
+from llmload.core.capacity.protocols import inputs_per_request as protocol_inputs
 from llmload.core.model.cell import CellResult
 from llmload.core.scenario import Scenario
 from llmload.core.units import format_tokens
 from llmload.io.probe import ServerInfo
 from llmload.matrix.workloads.part import Runner
 
-DEFAULT_DOCUMENTS = 8
-"""Rerank: documents per request unless --documents says."""
-
-
 def inputs_per_request(sc: Scenario) -> int:
     """Inputs a request of the scenario carries: --batch-size (embeddings), --documents (rerank)."""
-    if PROTOCOLS[sc.endpoint].query_field:
-        return sc.documents or DEFAULT_DOCUMENTS
-    return sc.batch_size or 1
+    return protocol_inputs(sc.endpoint, batch_size=sc.batch_size, documents=sc.documents)
 
 
 def check(sc: Scenario) -> Scenario:
@@ -45,7 +40,8 @@ def check(sc: Scenario) -> Scenario:
 
 def plan(sc: Scenario, info: ServerInfo, limits: dict, **inputs):
     return plan_pooling(contexts=list(sc.contexts), concurrency=list(sc.concurrency),
-                        max_model_len=limits["max_model_len"], max_sequences=limits["max_sequences"])
+                        max_model_len=limits["max_model_len"], max_sequences=limits["max_sequences"],
+                        inputs_per_request=inputs_per_request(sc))
 
 
 def summary(c: CellResult) -> str:

@@ -282,7 +282,8 @@ def _same_workload(pages: Sequence[Page]) -> None:
         which = ", ".join(f"{_run_label(i)} is {w}" for i, w in enumerate(workloads))
         raise CompareError(f"cannot compare runs of different workloads ({which})")
     endpoints = [dict(p.settings).get("config.endpoint") for p in pages]
-    if workloads[0] == "pooling" and len(set(endpoints)) > 1:
+    answers = any(c.inputs_per_s is not None for p in pages for c in p.points)  # an embeddings or rerank run's
+    if len(set(endpoints)) > 1 and answers:
         which = ", ".join(f"{_run_label(i)} is {e}" for i, e in enumerate(endpoints))
         raise CompareError(f"cannot compare runs of different endpoints ({which})")
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-from llmload.core.capacity.protocols import ENDPOINT_TITLES, PROTOCOLS
+from llmload.core.capacity.protocols import ENDPOINT_TITLES, is_pooling
 from llmload.core.model.cell import CellResult
 from llmload.core.model.results import Results
 from llmload.core.capacity.seqlimit import is_learned
@@ -258,7 +258,7 @@ def render_run(results: Results, cells: Sequence[CellResult], workload: str | No
     whether its requests stream tokens (without, no max output or output length)."""
     server, config = results.server, results.config
     duration_s, max_tokens = config.get("duration_s"), config.get("max_tokens")
-    streams = streams and not (config.get("endpoint") in PROTOCOLS and PROTOCOLS[config["endpoint"]].pooling)
+    streams = streams and not is_pooling(config.get("endpoint"))
     return _join(
         [
             ("Served model", server.get("model") or config.get("model")),

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import fields
 from typing import Any
 
-from llmload.core.capacity.protocols import ENDPOINT_PATHS, PROTOCOLS
+from llmload.core.capacity.protocols import ENDPOINT_PATHS, PROTOCOLS, inputs_per_request
 from llmload.core.model.cell import CellPooling, CellResult
 from llmload.core.model.results import Results
 from llmload.output.formats import (
@@ -29,11 +29,6 @@ from llmload.output.pages.model import Section, Table
 from llmload.output.pages.tables import QUALIFIED_STATUSES, Column, make_table
 from llmload.output.pages.workloads.part import Slo, WorkloadPart, fmt_list, fmt_tokens, status_table
 
-RERANK_DOCUMENTS = 8
-"""Rerank's documents per request without --documents (the run's default,
-`llmload.matrix.workloads.pooling.DEFAULT_DOCUMENTS`, a layer this one does not import)."""
-
-
 def _rerank(config: Mapping[str, Any]) -> bool:
     protocol = PROTOCOLS.get(str(config.get("endpoint")))
     return bool(protocol and protocol.query_field)
@@ -46,8 +41,9 @@ def title(config: Mapping[str, Any]) -> str:
 
 
 def parameters(config: Mapping[str, Any]) -> list[tuple[str, Any]]:
-    inputs = (("documents per request", config.get("documents") or RERANK_DOCUMENTS) if _rerank(config)
-              else ("inputs per request", config.get("batch_size") or 1))
+    endpoint = "rerank" if _rerank(config) else "embeddings"
+    n = inputs_per_request(endpoint, batch_size=config.get("batch_size"), documents=config.get("documents"))
+    inputs = ("documents per request" if _rerank(config) else "inputs per request", n)
     return [("input lengths", fmt_list(config.get("contexts"), fmt_tokens) + " tokens"),
             ("concurrency", fmt_list(config.get("concurrency"))), inputs]
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from llmload.core.capacity.protocols import is_pooling
 from llmload.core.figures.slo import describe_slo, judge_cell
 from llmload.core.figures.slosearch import max_rate_meeting
 from llmload.core.model.cell import CellResult
@@ -46,7 +47,7 @@ def parameters(config: Mapping[str, Any]) -> list[tuple[str, Any]]:
                 else ("contexts", fmt_list(config.get("contexts"), fmt_tokens)))
         outputs = config.get("output_tokens") or config.get("max_tokens")
     return [("rates", fmt_list(config.get("rates"), lambda r: f"{r:g}") + " req/s"), rows,
-            ("output tokens", None if pooling_endpoint(config) else outputs),
+            ("output tokens", None if is_pooling(config.get('endpoint')) else outputs),
             ("seed", config.get("seed") if drawn else None),
             ("in-flight cap", config.get("max_in_flight"))]
 
@@ -115,14 +116,8 @@ POOLING_COLUMNS: list[Column] = [
 (completed inside the window) and their tokens by the server's count."""
 
 
-def pooling_endpoint(config: Mapping[str, Any]) -> bool:
-    from llmload.core.capacity.protocols import PROTOCOLS
-    protocol = PROTOCOLS.get(str(config.get("endpoint")))
-    return protocol is not None and protocol.pooling
-
-
 def sections(results: Results, cells: Sequence[CellResult], slo: Slo | None) -> tuple[list[Section], list[str]]:
-    pooling = pooling_endpoint(results.config)
+    pooling = is_pooling(results.config.get('endpoint'))
     columns = present(cells, (POOLING_COLUMNS if pooling else RATE_COLUMNS) + ([GOODPUT_COLUMN] if slo else []),
                       COUNTS_OPTIONAL)
     out = [Section(title="Open-loop arrivals (one row per context × rate)", intro=None,
