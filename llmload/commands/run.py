@@ -197,6 +197,8 @@ def workload_checked(scenario):
     runner = runner_of(scenario)
     if (scenario.batch_size or scenario.documents) and not PROTOCOLS[scenario.endpoint].pooling:
         raise ValueError("--batch-size and --documents are for --endpoint embeddings and rerank")
+    if PROTOCOLS[scenario.endpoint].pooling and (scenario.slo or scenario.slo_search):
+        raise ValueError(f"--slo is for the endpoints that stream; --endpoint {scenario.endpoint} has no TTFT or TBT")
     if PROTOCOLS[scenario.endpoint].pooling and runner.name != "pooling":
         _pooling_open_loop(scenario, runner)
     if scenario.image_dir and not scenario.images:
@@ -227,17 +229,14 @@ def workload_checked(scenario):
     return runner.check(scenario)
 
 
-
 def _pooling_open_loop(scenario, runner) -> None:
     """An embeddings or rerank endpoint in a workload of its own (the matrix), or on a
-    schedule (rate, replay): one input a request, and no SLO (no token times)."""
+    schedule (rate, replay): one input a request."""
     if not runner.open_loop:
         raise ValueError(f"--endpoint {scenario.endpoint} runs its own matrix or arrivals on a schedule "
                          f"(rate, replay), not --workload {scenario.workload}")
     if scenario.batch_size or scenario.documents:
         raise ValueError("arrivals on a schedule send one input a request: leave out --batch-size and --documents")
-    if scenario.slo or scenario.slo_search:
-        raise ValueError(f"--slo is for the endpoints that stream; --endpoint {scenario.endpoint} has no TTFT or TBT")
 
 
 def _check_bind(value: str | None) -> str | None:

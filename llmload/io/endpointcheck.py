@@ -31,16 +31,22 @@ class EndpointRefused(ProbeError):
     """The server does not serve the run's endpoint: bad input, refused before the plan."""
 
 
+def probe_body(info: ServerInfo, endpoint: str, prompt: str, *, images: list[str] | tuple = ()) -> dict:
+    """A request of the run's shape to `endpoint`, answered once: a pooling one's with
+    `prompt` as its one input, a streaming one's for one token, not streamed."""
+    if PROTOCOLS[endpoint].pooling:
+        return json.loads(pooling_body(endpoint=endpoint, model=info.model, inputs=[prompt]))
+    body = json.loads(request_body(info.caps, endpoint=endpoint, model=info.model, prompt=prompt, max_tokens=1,
+                                   fixed_output=False, images=images))
+    body["stream"] = False
+    body.pop("stream_options", None)
+    return body
+
+
 def check_endpoint(info: ServerInfo, endpoint: str, api_key: str | None) -> None:
     """Raise EndpointRefused (one line) where the server says it does not serve `endpoint`."""
     protocol = PROTOCOLS[endpoint]
-    if protocol.pooling:
-        body = json.loads(pooling_body(endpoint=endpoint, model=info.model, inputs=["hello"]))
-    else:
-        body = json.loads(request_body(info.caps, endpoint=endpoint, model=info.model, prompt="hello",
-                                       max_tokens=1, fixed_output=False))
-        body["stream"] = False
-        body.pop("stream_options", None)
+    body = probe_body(info, endpoint, "hello")
     path = ENDPOINT_PATHS[endpoint]
     try:
         status, answer = http_json(f"{info.base_url}{path}", api_key=api_key, body=body)

@@ -14,11 +14,9 @@ other sizes may cost otherwise: each request's own count is its record's prompt_
 
 from __future__ import annotations
 
-import json
-
-from llmload.core.capacity.protocols import ENDPOINT_PATHS, request_body
+from llmload.core.capacity.protocols import ENDPOINT_PATHS
 from llmload.core.traffic.images import image_urls
-from llmload.io.endpointcheck import EndpointRefused, error_line
+from llmload.io.endpointcheck import EndpointRefused, error_line, probe_body
 from llmload.io.probe import ProbeError, ServerInfo, http_json
 
 PROBE_TEXT = "Describe the picture."
@@ -31,10 +29,7 @@ def image_tokens(info: ServerInfo, api_key: str | None, *, count: int, size: str
     the server takes no image or gives no usage."""
     counts = []
     for urls in ([], image_urls("llmload-image-probe", count, size=size, folder=folder)):
-        body = json.loads(request_body(info.caps, endpoint="chat", model=info.model, prompt=PROBE_TEXT, max_tokens=1,
-                                       fixed_output=False, images=urls))
-        body["stream"] = False
-        body.pop("stream_options", None)
+        body = probe_body(info, "chat", PROBE_TEXT, images=urls)
         try:
             status, answer = http_json(f"{info.base_url}{ENDPOINT_PATHS['chat']}", api_key=api_key, body=body,
                                        timeout_s=PROBE_TIMEOUT_S)

@@ -30,8 +30,6 @@ def check(sc: Scenario) -> Scenario:
         raise ValueError("--batch-size is for --endpoint embeddings (rerank's inputs per request are --documents)")
     if sc.documents is not None and sc.endpoint != "rerank":
         raise ValueError("--documents is for --endpoint rerank (embeddings' inputs per request are --batch-size)")
-    if sc.slo or sc.slo_search:
-        raise ValueError(f"--slo is for the endpoints that stream; --endpoint {sc.endpoint} has no TTFT or TBT")
     if sc.repeat > 1 or sc.until_ci is not None:
         raise ValueError(f"--repeat and --until-ci are for the endpoints that stream: the intervals of "
                          f"--endpoint {sc.endpoint}'s figures are not built")
