@@ -77,6 +77,9 @@ def test_options_refused_before_anything_runs(tmp_path):
         (["--endpoint", "chat", "--images", "1", "--image-size", "12x12"], "each side from 16"),
         (["--endpoint", "chat", "--images", "1", "--image-dir", str(tmp_path / "none")], "no such folder"),
         (["--endpoint", "chat", "--images", "65"], "images"),
+        (["--endpoint", "chat", "--images", "1,65"], "images"),
+        (["--endpoint", "chat", "--images", "0,2", "--slo", "ttft_p99_ms=500", "--slo-search"],
+         "--slo-search bisects one matrix: give one --images K"),
     ]:
         done = llmload("run", *args)
         assert done.returncode == 2, (args, done.stdout, done.stderr)
@@ -114,3 +117,45 @@ def test_contexts_shorter_than_the_images_are_refused(sims, tmp_path):
                    "--contexts", "512", "--prefill-contexts", "", "--concurrency", "1", "--out", str(tmp_path / "r"))
     assert done.returncode == 2 and "Plan:" not in done.stdout
     assert "--contexts 512: not above the 2 images' 516 tokens" in done.stderr
+
+
+def test_images_per_request_as_an_axis():
+    from llmload.core.scenario import Scenario
+    assert Scenario.from_dict({"images": "4,0,1,4"}).images == (0, 1, 4)  # sorted, once each
+    assert Scenario.from_dict({"images": 2}).images == (2,)
+    assert Scenario.from_dict({"images": "0"}).images == ()  # no images at all
+
+
+def test_a_run_with_several_images_per_request_values(sims, tmp_path):
+    """--images 0,2: the matrix once per value in one run, each cell keyed by its images
+    (results, records files, the page's rows, the CSV, the export, compare); a prefill with
+    the images costs more than one without, at the same context."""
+    out = tmp_path / "run"
+    done = llmload("run", "--host", sims().url, "--endpoint", "chat", "--images", "0,2", "--image-size", "448x448",
+                   "--contexts", "0,2K", "--prefill-contexts", "2K", "--concurrency", "1,2", "--max-tokens", "16",
+                   "--duration", "1s", "--out", str(out))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "Images: 0 or 2 per request (synthetic 448x448 JPEG), 2: 516 tokens by the server's count" in done.stdout
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["server"]["image_tokens"] == {"2": 516} and doc["config"]["images"] == [0, 2]
+    cells = {(c["phase"], c["context_tokens"], c["concurrency"], c["images"] or 0): c for c in doc["cells"]}
+    assert len(cells) == len(doc["cells"]) == 10  # 2 × (1 prefill + 4 decode), none overwritten
+    assert {p["images"] for p in doc["plan"]} == {0, 2}
+    assert cells[("decode", 0, 1, 2)]["server_prompt_tokens"] > 516 > cells[("decode", 0, 1, 0)]["server_prompt_tokens"]
+    for k in (0, 2):
+        assert cells[("decode", 2048, 2, k)]["server_prompt_tokens"] == 2048
+        assert cells[("prefill", 2048, 1, k)]["status"] == "valid"
+    assert cells[("prefill", 2048, 1, 2)]["ttft_ms"] > cells[("prefill", 2048, 1, 0)]["ttft_ms"]  # the encoder
+    assert len(list((out / "records").glob("*.parquet"))) == 10
+    page = (out / "report.md").read_text()
+    assert "| 2K + 2 images |" in page and "| 0 + 2 images |" in page and "| 2K |" in page
+    assert "Images: 0 or 2 per request" in page
+    header = (out / "measurements.csv").read_text().splitlines()[0].split(",")
+    assert header[header.index("concurrency") + 1] == "images"
+    exported = llmload("export", str(out), "--format", "jsonl")
+    rows = [json.loads(line) for line in exported.stdout.splitlines()]
+    assert {r["images"] for r in rows} == {0, 2}
+    compared = llmload("compare", str(out), str(out), "--json", "--no-html")
+    assert compared.returncode == 0, compared.stderr
+    labels = [r["cell"] for r in json.loads(compared.stdout)["decode"]]
+    assert "decode 2K + 2 images × 2" in labels and "decode 2K × 2" in labels and len(labels) == 8

@@ -40,24 +40,27 @@ def vision(binary):
 
 def test_a_run_with_images_counts_them_in_its_contexts(vision, tmp_path):
     out = tmp_path / "run"
-    done = llmload("run", "--host", vision.url, "--endpoint", "chat", "--images", "2", "--image-size", "640x480",
+    done = llmload("run", "--host", vision.url, "--endpoint", "chat", "--images", "1,2", "--image-size", "640x480",
                    "--contexts", "0,512", "--prefill-contexts", "1K", "--concurrency", "1,2", "--max-tokens", "32",
                    "--duration", "3s", "--out", out)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    assert "Images: 2 per request (synthetic 640x480 JPEG), 35 tokens in all by the server's count" in done.stdout
+    said = "Images: 1 or 2 per request (synthetic 640x480 JPEG), 1: 19 tokens, 2: 35 tokens by the server's count"
+    assert said in done.stdout
     doc = json.loads((out / "results.json").read_text())
-    assert doc["server"]["image_tokens"] == 35 and doc["config"]["images"] == 2
-    cells = {(c["phase"], c["context_tokens"], c["concurrency"]): c for c in doc["cells"]}
+    assert doc["server"]["image_tokens"] == {"1": 19, "2": 35} and doc["config"]["images"] == [1, 2]
+    cells = {(c["phase"], c["context_tokens"], c["concurrency"], c["images"]): c for c in doc["cells"]}
+    assert len(cells) == 10  # a matrix per images-per-request value, in one run
     for key, c in cells.items():
         assert c["status"] in ("valid", "saturated", "client_bound"), (key, c["status"], c["reason"])
-    # the server's count of each prompt: the text fitted to the context less the images', and the images
-    assert cells[("decode", 512, 1)]["server_prompt_tokens"] == 512
-    assert cells[("prefill", 1024, 1)]["server_prompt_tokens"] == 1024
-    # the shortest: the images and the least text the chat template holds (its own tokens, a word)
-    assert 35 < cells[("decode", 0, 1)]["server_prompt_tokens"] < 35 + 64
-    assert cells[("decode", 512, 1)]["prompt_length_note"] is None
+    for k, tokens in ((1, 19), (2, 35)):
+        # the server's count of each prompt: the text fitted to the context less the images', and the images
+        assert cells[("decode", 512, 1, k)]["server_prompt_tokens"] == 512
+        assert cells[("prefill", 1024, 1, k)]["server_prompt_tokens"] == 1024
+        # the shortest: the images and the least text the chat template holds (its own tokens, a word)
+        assert tokens < cells[("decode", 0, 1, k)]["server_prompt_tokens"] < tokens + 64
+        assert cells[("decode", 512, 1, k)]["prompt_length_note"] is None
     page = (out / "report.md").read_text()
-    assert "Images: 2 per request (synthetic 640x480 JPEG), 35 tokens in all by the server's count" in page
+    assert said.replace("count", "count; the contexts count them") in page and "| 512 + 2 images |" in page
 
 
 def test_a_text_only_model_is_refused_before_the_plan(binary, tmp_path):

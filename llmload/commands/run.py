@@ -79,7 +79,8 @@ def workload_options(command):
               "embeddings or rerank (a pooling model: input length × concurrency).")
 @click.option("--batch-size", metavar="B", help="Embeddings: inputs per request (default 1).")
 @click.option("--documents", metavar="N", help="Rerank: documents per request (default 8).")
-@click.option("--images", metavar="K", help="Images in each request's message (chat; default 0).")
+@click.option("--images", metavar="K[,K...]",
+              help="Images in each request's message (chat; default 0); several: an axis of the matrix.")
 @click.option("--image-size", metavar="WxH", help="Synthetic images' size in pixels (default 512x512).")
 @click.option("--image-dir", metavar="DIR", help="Send this folder's images in place of synthetic ones.")
 @click.option("--contexts", help="Decode contexts, e.g. 0,16K,32K,48K.")
@@ -208,6 +209,8 @@ def workload_checked(scenario):
             raise ValueError("--images go in chat messages: use --endpoint chat")
         if not runner.takes_images:
             raise ValueError(f"--images is for the speed test matrix, not --workload {scenario.workload}")
+        if scenario.slo_search and len(scenario.images) > 1:
+            raise ValueError("--slo-search bisects one matrix: give one --images K (a run per K)")
         if scenario.image_dir:
             from llmload.core.traffic.images import folder_images
             folder_images(scenario.image_dir)  # ImageError (one line) before anything runs

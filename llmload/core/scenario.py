@@ -101,8 +101,10 @@ class Scenario:
     """Embeddings: inputs per request (None: 1)."""
     documents: int | None = None
     """Rerank: documents per request, each of the context's tokens (None: 8)."""
-    images: int = 0
-    """Images in each request's user message (chat; `llmload.core.traffic.images`)."""
+    images: tuple[int, ...] = ()
+    """Images in each request's user message (chat; `llmload.core.traffic.images`): one
+    value, or several as an axis of the matrix (each cell's count, `PlannedCell.images`);
+    () for none."""
     image_size: str = "512x512"
     """A synthetic image's WIDTHxHEIGHT in pixels."""
     image_dir: str | None = None

@@ -212,6 +212,19 @@ def _slo(value: Any) -> dict[str, float] | None:
     return parse_slo(value)
 
 
+MAX_IMAGES = 64
+"""The most images one request may carry."""
+
+
+def _image_counts(value: Any) -> tuple[int, ...]:
+    """Images per request: one count or several ("0,1,4"), each 0..MAX_IMAGES, sorted; ()
+    when every count is 0 (no images)."""
+    counts = sorted(set(parse_int_list(value if isinstance(value, (str, list, tuple)) else [value], minimum=0)))
+    if counts and counts[-1] > MAX_IMAGES:
+        raise ValueError(f"{counts[-1]:,} is more than {MAX_IMAGES}")
+    return tuple(counts) if any(counts) else ()
+
+
 def _token_tuple(value: Any) -> tuple[int, ...]:
     return tuple(parse_token_list(value))
 
@@ -312,7 +325,7 @@ PARSERS: dict[str, Callable[[Any], Any]] = {
     "max_prompt_tokens": _optional_tokens,
     "batch_size": lambda v: None if v is None or v == "" else _int_at_least(1, 4096)(v),
     "documents": lambda v: None if v is None or v == "" else _int_at_least(1, 4096)(v),
-    "images": _int_at_least(0, 64),
+    "images": _image_counts,
     "image_size": _image_size,
     "image_dir": _optional_text,
 }

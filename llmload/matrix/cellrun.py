@@ -42,7 +42,7 @@ def cell_message(ctx: RunContext, planned: PlannedCell, cell_id: str, prompts, *
     """The cell as its users get it (its workload's fields from its runner, `Runner.message`);
     `pacers` is the number of pacing users of an open-loop cell (one per process)."""
     sc = ctx.scenario
-    text = text_tokens(ctx, planned.prompt_tokens)  # with images, the text is what they leave
+    text = text_tokens(ctx, planned.prompt_tokens, planned.images)  # with images, the text is what they leave
     fit = prompts.fit_for(text)
     spec = CellSpec(
         id=cell_id, run_id=ctx.run_id, kind=planned.phase,
@@ -54,7 +54,7 @@ def cell_message(ctx: RunContext, planned: PlannedCell, cell_id: str, prompts, *
         warmup=sc.warmup, repeats=sc.prefill_repeats, fixed_output=True, temperature=0.0,
         pool_ids=tuple(prompts.pool_ids), tokens_per_word=prompts.tokens_per_word,
         overhead_tokens=prompts.overhead_tokens, text_words=fit.words if fit else 0,
-        text_tail=fit.tail if fit else -1, images=sc.images, image_size=sc.image_size, image_dir=sc.image_dir or "")
+        text_tail=fit.tail if fit else -1, images=planned.images, image_size=sc.image_size, image_dir=sc.image_dir or "")
     return runner_for(planned.phase).message(ctx, planned, spec, pacers)
 
 

@@ -26,7 +26,7 @@ def echo_note(ctx: RunContext, cell: CellResult) -> None:
 
 
 def planned_label(planned: PlannedCell) -> str:
-    return cell_label(planned.phase, planned.context_tokens, planned.concurrency, planned.rate_rps)
+    return cell_label(planned.phase, planned.context_tokens, planned.concurrency, planned.rate_rps, planned.images)
 
 
 def eta_clock(seconds: float) -> str:

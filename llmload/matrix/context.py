@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Mapping
 
 from llmload.core.scenario import Scenario
 from llmload.io.probe import ServerInfo
@@ -48,15 +48,17 @@ class RunContext:
     conversations: tuple = ()
     """Sessions with --dataset: the conversations to hold, each (user message, its tokens, the
     answer's tokens) per turn (`llmload.matrix.datasetfit.fit_conversations`)."""
-    image_tokens: int = 0
-    """With --images: the tokens a request's images add to a chat prompt, by the server's
-    count (`llmload.io.imageprobe`); the text of a prompt is its context less them."""
+    image_tokens: Mapping[int, int] = field(default_factory=dict)
+    """With --images: the tokens K images add to a chat prompt, by the server's count
+    (`llmload.io.imageprobe`), for each K of the run; a prompt's text is its context less them."""
     dataset_fit: object | None = None
     """Rate with --dataset: the `llmload.core.traffic.trace.TraceFit` the entries above come from."""
     trace_fit: object | None = None
     """Replay: the `llmload.core.traffic.trace.TraceFit` the requests above come from."""
 
 
-def text_tokens(ctx: RunContext, prompt_tokens: int) -> int:
-    """The text's part of a prompt of `prompt_tokens`: all of it, or what its images leave."""
-    return max(prompt_tokens - ctx.image_tokens, 1) if ctx.image_tokens else prompt_tokens
+def text_tokens(ctx: RunContext, prompt_tokens: int, images: int = 0) -> int:
+    """The text's part of a prompt of `prompt_tokens` with `images` images: all of it, or
+    what the images leave."""
+    tokens = ctx.image_tokens.get(images, 0) if images else 0
+    return max(prompt_tokens - tokens, 1) if tokens else prompt_tokens

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import Callable
+from typing import Callable, Mapping
 
 from llmload.core.capacity.plan import PlannedCell, expected_duration_s
 from llmload.core.model.cellfacts import CellFacts
@@ -37,7 +37,7 @@ MAX_DEAD_CELLS = 2
 
 
 def plan_for(sc: Scenario, info: ServerInfo, *, trace=(), dataset=(), conversations=(),
-             image_tokens: int = 0) -> list[PlannedCell]:
+             image_tokens: Mapping[int, int] | None = None) -> list[PlannedCell]:
     """The scenario's plan from the server's limits, its workload's (`Runner.plan`; `trace`
     is the replay's, `dataset` a rate run's fitted dataset requests, `conversations` a
     sessions run's). A single cell's plan (the SLO search's) is the plan of a scenario with
@@ -60,12 +60,12 @@ def run_plan(ctx: RunContext, driver: LocustDriver, prompts, plan: list[PlannedC
     per_stream_rate: float | None = None
     measurer = CellMeasurer(ctx, driver, prompts)
     pending = [c for c in plan if c.runs and c.key not in done]
-    deferred = {c.context_tokens: c for c in pending if c.phase == "prefill"
+    deferred = {(c.context_tokens, c.images): c for c in pending if c.phase == "prefill"
                 and c.prefill_source == "decode_warmup"}
-    for context, c in list(deferred.items()):
-        if ("decode", context, 1, None) in done:  # its decode warm-up already ran: on its own now
+    for (context, images), c in list(deferred.items()):
+        if ("decode", context, 1, None, images) in done:  # its decode warm-up already ran: on its own now
             pending[pending.index(c)] = standalone(c)
-            del deferred[context]
+            del deferred[(context, images)]
     to_run = [c for c in pending if not _borrowed(c)]
     # Every planned cell is on disk from the start, in plan order; a measured cell replaces
     # its "not_run" entry, so an interrupted run shows exactly what is missing.
@@ -114,11 +114,11 @@ def run_plan(ctx: RunContext, driver: LocustDriver, prompts, plan: list[PlannedC
             changes.append(facts.timing["users_s"] + facts.timing["overhead_s"])
         if planned.phase == "prefill":
             facts = replace(facts, prefill_source="standalone")
-        elif planned.concurrency == 1 and planned.context_tokens in deferred:
+        elif planned.concurrency == 1 and (planned.context_tokens, planned.images) in deferred:
             warm = [r for r in records if r.tag == "warmup"]
             # The prefill is the decode cell's cold warm-up: of that cell's facts it needs only
             # how the prompt was sent (the window, loads and timing are the decode's).
-            pre = _keep(writer, deferred.pop(planned.context_tokens), warm,
+            pre = _keep(writer, deferred.pop((planned.context_tokens, planned.images)), warm,
                         CellFacts(prefill_source="decode_warmup", exact_prompt_length=facts.exact_prompt_length,
                                   text_prompt=facts.text_prompt))
             _say(ctx, pre)

@@ -170,6 +170,6 @@ def _echo_combined(results: Results, scenario: Scenario, echo: Callable[[str], N
                 else f", NOT within {iv.until_ci_pct:g}% after {iv.repeats} (the most)")
         extra = f" · CV {cv:.1%} over {iv.repeats} repeats{sure}" if cv is not None else f" · {iv.repeats} repeat(s){sure}"
         line = cell_summary(cell)
-        label = cell_label(cell.phase, cell.context_tokens, cell.concurrency, cell.traffic.rate_rps)
+        label = cell_label(cell.phase, cell.context_tokens, cell.concurrency, cell.traffic.rate_rps, cell.images)
         echo(f"  {line if line.startswith(label) else f'{label}: {line}'}{extra}")
     echo_matrix(results, echo)

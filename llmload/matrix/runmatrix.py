@@ -31,6 +31,7 @@ from llmload.matrix.loop import plan_for, run_plan, run_slo_search, run_window_s
 from llmload.matrix.server import server_for
 from llmload.matrix.workloads import runner_of, runner_for
 from llmload.output.pages.report import echo_matrix
+from llmload.output.formats import images_text
 
 
 def run_matrix(scenario: Scenario, *, api_key: str | None = None, out_dir: str | None = None,
@@ -88,7 +89,7 @@ def _run_matrix(scenario: Scenario, *, api_key: str | None, run_dir, master_bind
         # cell can run later (a learned sequence limit re-plans it queued): its length too.
         # A session's and a trace's prompts vary in length: sized from the tokens per word.
         prompts = build_prompts(info, endpoint=scenario.endpoint, api_key=api_key,
-                                prompt_tokens=[text_tokens(ctx, c.prompt_tokens) for c in plan
+                                prompt_tokens=[text_tokens(ctx, c.prompt_tokens, c.images) for c in plan
                                                if c.status != "exceeds_context" and c.context_tokens
                                                and runner.fitted_prompts])
         echo_prompts(prompts, echo)
@@ -263,7 +264,7 @@ def _meta(ctx: RunContext, plan: list[PlannedCell], prompts) -> Results:
     # Only an engine that accepts ignore_eos (on this endpoint) decodes exactly max_tokens every time.
     server["fixed_output_length"] = caps_on(info.caps, sc.endpoint).ignore_eos
     if ctx.image_tokens:
-        server["image_tokens"] = ctx.image_tokens
+        server["image_tokens"] = {str(k): t for k, t in ctx.image_tokens.items()}
     server.update(sc.server_info or {})
     hardware = host_facts()
     if sc.server_hardware:
@@ -281,21 +282,22 @@ def _meta(ctx: RunContext, plan: list[PlannedCell], prompts) -> Results:
                        launch_command=sc.launch_command, plan=plan, definitions=DEFINITIONS)
 
 
-def _image_tokens(sc, info: ServerInfo, api_key: str | None, echo: Callable[[str], None]) -> int:
-    """With --images: the tokens a request's images add to a chat prompt, asked of the
-    server; a context too short for them and a word of text is refused (PlanRefused)."""
+def _image_tokens(sc, info: ServerInfo, api_key: str | None, echo: Callable[[str], None]) -> dict[int, int]:
+    """With --images: the tokens K images add to a chat prompt, asked of the server for each
+    K; a context too short for the most images and a word of text is refused (PlanRefused)."""
     if not sc.images:
-        return 0
+        return {}
     try:
-        tokens = image_tokens(info, api_key, count=sc.images, size=sc.image_size, folder=sc.image_dir)
+        tokens = image_tokens(info, api_key, counts=sc.images, size=sc.image_size, folder=sc.image_dir)
     except EndpointRefused as exc:
         raise PlanRefused(str(exc)) from None
     what = f"images from {sc.image_dir}" if sc.image_dir else f"synthetic {sc.image_size} JPEG"
-    echo(f"Images: {sc.images} per request ({what}), {tokens:,} tokens in all by the server's count")
-    short = [c for c in sc.contexts + sc.prefill_contexts if 0 < c <= tokens]
+    echo(f"Images: {images_text(sc.images, tokens, what)}")
+    most, most_tokens = max(tokens.items())
+    short = [c for c in sc.contexts + sc.prefill_contexts if 0 < c <= most_tokens]
     if short:
-        raise PlanRefused(f"--contexts {', '.join(map(str, sorted(set(short))))}: not above the {sc.images} images' "
-                          f"{tokens:,} tokens; give longer contexts (or 0: the images and a word)")
+        raise PlanRefused(f"--contexts {', '.join(map(str, sorted(set(short))))}: not above the {most} images' "
+                          f"{most_tokens:,} tokens; give longer contexts (or 0: the images and a word)")
     return tokens
 
 

@@ -10,7 +10,7 @@ missing figure is "—". The page's cells (`page_cells`) are a `Results`' cells 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -121,8 +121,23 @@ def request_counts_text(cell: CellResult) -> str | None:
     return f"{t.requests_scheduled:,} scheduled: {shown}"
 
 
-def fmt_context(tokens: int) -> str:
-    return format_tokens(int(tokens))
+def fmt_context(tokens: int, images: int | None = None) -> str:
+    """"16K"; with images in each request, "16K + 2 images" (the context counts them)."""
+    text = format_tokens(int(tokens))
+    return f"{text} + {images} image{'s' if images > 1 else ''}" if images else text
+
+
+def images_text(counts: Sequence[int], tokens: Mapping[int, int], what: str) -> str:
+    """The images a run sent: "2 per request (synthetic 512x512 JPEG), 188 tokens in all by the
+    server's count"; several counts (an axis): "0, 1 or 4 per request (...), 1: 94 tokens,
+    4: 376 tokens by the server's count"."""
+    told = f"{', '.join(map(str, counts[:-1]))} or {counts[-1]}" if len(counts) > 1 else str(counts[0])
+    if len(counts) == 1:
+        each = f", {tokens[counts[0]]:,} tokens in all by the server's count" if counts[0] in tokens else ""
+    else:
+        each = ", " + ", ".join(f"{k}: {t:,} tokens" for k, t in tokens.items()) + " by the server's count" \
+            if tokens else ""
+    return f"{told} per request ({what}){each}"
 
 
 def status_label(cell: CellResult) -> str:
@@ -142,16 +157,19 @@ def fmt_rps(rate: float | None) -> str:
     return f"{rate:.3g} req/s" if rate < 100 else f"{rate:,.0f} req/s"
 
 
-def cell_place(phase: str, context_tokens: int, concurrency: int, rate_rps: float | None = None) -> str:
+def cell_place(phase: str, context_tokens: int, concurrency: int, rate_rps: float | None = None,
+               images: int | None = None) -> str:
     """"16K" (a prefill cell), "16K × 4" (a decode cell), "S 1K × 4 users" (a session cell),
     "16K at 2 req/s" (a rate cell), "up to 8K" (the replay cell): where in its phase a cell is."""
-    return phase_words(phase).place.format(ctx=format_tokens(context_tokens), n=concurrency, rate=fmt_rps(rate_rps))
+    return phase_words(phase).place.format(ctx=fmt_context(context_tokens, images), n=concurrency,
+                                           rate=fmt_rps(rate_rps))
 
 
-def cell_label(phase: str, context_tokens: int, concurrency: int, rate_rps: float | None = None) -> str:
-    """"prefill 16K", "decode 16K × 4", "rate 16K at 2 req/s": a cell as the terminal and the
-    compare page name it."""
-    return f"{phase_words(phase).word} {cell_place(phase, context_tokens, concurrency, rate_rps)}"
+def cell_label(phase: str, context_tokens: int, concurrency: int, rate_rps: float | None = None,
+               images: int | None = None) -> str:
+    """"prefill 16K", "decode 16K × 4", "rate 16K at 2 req/s", "decode 16K + 2 images × 4": a
+    cell as the terminal and the compare page name it."""
+    return f"{phase_words(phase).word} {cell_place(phase, context_tokens, concurrency, rate_rps, images)}"
 
 
 def workload_of(results: Results) -> str:
@@ -167,10 +185,11 @@ def cell_rate(cell: CellResult | PlannedCell) -> float | None:
     return cell.rate_rps if isinstance(cell, PlannedCell) else cell.traffic.rate_rps
 
 
-def _cell_key(cell: CellResult | PlannedCell) -> tuple[int, int, int, float]:
+def _cell_key(cell: CellResult | PlannedCell) -> tuple[int, int, int, int, float]:
     return (
         PHASE_ORDER.get(cell.phase, 9),
         int(cell.context_tokens or 0),
+        int(cell.images or 0),
         int(cell.concurrency or 1),
         float(cell_rate(cell) or 0.0),
     )
@@ -184,7 +203,7 @@ def _not_run(planned: PlannedCell) -> CellResult:
                       concurrency=planned.concurrency,
                       status="not_run" if planned.status == "run" else planned.status,
                       reason=planned.reason, prompt_tokens=planned.prompt_tokens,
-                      prefill_source=planned.prefill_source, traffic=traffic)
+                      prefill_source=planned.prefill_source, images=planned.images or None, traffic=traffic)
 
 
 def page_cells(results: Results) -> tuple[CellResult, ...]:

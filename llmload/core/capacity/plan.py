@@ -21,7 +21,7 @@ one `llmload.core.capacity.seqlimit` learns from a cell that queued). Rules, che
 The prompt of context 0 is the shortest the endpoint accepts (min_prompt_tokens).
 
 A prefill cell is served by the cold warm-up request of the decode cell at the same context
-with N = 1 when that cell runs ("decode_warmup"), so a context is never prefilled twice.
+(and images) with N = 1 when that cell runs ("decode_warmup"): no context prefilled twice.
 
 The other workloads (`llmload.core.traffic.workloads`) have plans of their own:
 - sessions (`plan_sessions`, a cell per system prompt S and users N): the first turn whose
@@ -31,7 +31,7 @@ The other workloads (`llmload.core.traffic.workloads`) have plans of their own:
   shared system prompt's full blocks (S // block_size; S tokens when the block size is
   unknown) are held once, not per session; then the rules above (over_capacity, queued, run).
 - rates (`plan_rates`, a cell per context C and rate R, concurrency 0): exceeds_context where
-  C + M exceeds the limit, else run (requests in flight are not known before an open loop runs).
+  C + M exceeds the limit, else run (in flight is not known before an open loop runs).
 - replay (`plan_replay`): one cell for the whole trace (fitted first: `trace.fit_trace`).
 """
 
@@ -44,10 +44,8 @@ from llmload.core.traffic.trace import TraceRequest, trace_duration_s
 from llmload.core.units import format_tokens
 from llmload.core.traffic.workloads import first_turn_over, session_prompt_tokens
 
-
-#: Seconds assumed per cell for warm-up when estimating how long a plan takes.
 WARMUP_ESTIMATE_S = 5.0
-
+"""Seconds assumed per cell for warm-up when estimating how long a plan takes."""
 PHASES = ("prefill", "decode", "session", "rate", "replay", "pooling")
 """The matrix's phases, then the other workloads' (`llmload.core.traffic.workloads`)."""
 PLAN_STATUSES = ("run", "queued", "over_capacity", "exceeds_context")
@@ -80,6 +78,8 @@ class PlannedCell:
     turns: int | None = None
     """Session cells: the turns a conversation runs (the scenario's, or fewer where a later
     turn would exceed the context)."""
+    images: int = 0
+    """Matrix cells with --images: the images each request carries (in its context)."""
 
     @property
     def runs(self) -> bool:
@@ -95,8 +95,8 @@ class PlannedCell:
 
     @property
     def key(self) -> tuple:
-        """The cell's identity in a run: (phase, context, N, rate) — `CellResult.key` alike."""
-        return (self.phase, self.context_tokens, self.concurrency, self.rate_rps)
+        """The cell's identity in a run: (phase, context, N, rate, images) — `CellResult.key` alike."""
+        return (self.phase, self.context_tokens, self.concurrency, self.rate_rps, self.images)
 
 
 def blocks(x: int, block_size: int) -> int:

@@ -51,7 +51,7 @@ def not_run_cell(planned: PlannedCell) -> CellResult:
     """The planned cell without figures: its status and reason from the plan."""
     return CellResult(phase=planned.phase, context_tokens=planned.context_tokens, concurrency=planned.concurrency,
                       status=planned.status, reason=planned.reason, prompt_tokens=planned.prompt_tokens,
-                      prefill_source=planned.prefill_source, errors=0,
+                      prefill_source=planned.prefill_source, errors=0, images=planned.images or None,
                       traffic=CellTraffic(rate_rps=planned.rate_rps, turns=planned.turns))
 
 

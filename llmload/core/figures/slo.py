@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from llmload.core.model.cell import CellResult
@@ -205,18 +205,20 @@ class ContextCapacity:
     e.g. "N=4: TTFT p99 (4 samples)"."""
     unjudged: tuple[int, ...]
     """Levels below the answer that could not be judged (skipped in the walk)."""
+    images: int = 0
+    """The images per request of the context's cells (--images as an axis: a row each)."""
 
 
 def capacity(cells: Iterable[CellResult], slo: Mapping[str, float], *, phase: str = "decode"
              ) -> list[ContextCapacity]:
     """Capacity under the SLO per decode context, from a run's cells (phase "session": per
     system prompt S, the users of the session cells)."""
-    by_context: dict[int, list[CellResult]] = {}
+    by_context: dict[tuple[int, int], list[CellResult]] = {}
     for cell in cells:
         if cell.phase == phase:
-            by_context.setdefault(int(cell.context_tokens), []).append(cell)
-    return [_context_capacity(ctx, sorted(cs, key=lambda c: int(c.concurrency)), slo)
-            for ctx, cs in sorted(by_context.items())]
+            by_context.setdefault((int(cell.context_tokens), cell.images or 0), []).append(cell)
+    return [replace(_context_capacity(ctx, sorted(cs, key=lambda c: int(c.concurrency)), slo), images=images)
+            for (ctx, images), cs in sorted(by_context.items())]
 
 
 def _context_capacity(context: int, cells: list[CellResult],

@@ -302,6 +302,7 @@ class CellResult:
     prompt_tokens: int | None = None
     reason: str | None = None
     prefill_source: str | None = None
+    images: int | None = None
     server_load: ServerLoad = ServerLoad()
     client_load: ClientLoad = ClientLoad()
     warmup_cache_hit: bool | None = None
@@ -327,8 +328,8 @@ class CellResult:
 
     @property
     def key(self) -> tuple:
-        """The cell's identity in a run: (phase, context, N, rate) — `PlannedCell.key` alike."""
-        return (self.phase, self.context_tokens, self.concurrency, self.traffic.rate_rps)
+        """The cell's identity in a run: (phase, context, N, rate, images) — `PlannedCell.key` alike."""
+        return (self.phase, self.context_tokens, self.concurrency, self.traffic.rate_rps, self.images or 0)
 
 
 def _keys() -> tuple[str, ...]:

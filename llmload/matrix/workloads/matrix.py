@@ -6,7 +6,7 @@ the SLO search bisects N per context.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from llmload.core.capacity.plan import PlannedCell, plan_matrix
@@ -26,13 +26,20 @@ def standalone(cell: PlannedCell) -> PlannedCell:
     return replace(cell, prefill_source="standalone")
 
 
-def plan(sc: Scenario, info: ServerInfo, limits: dict, *, image_tokens: int = 0, **inputs) -> list[PlannedCell]:
+def plan(sc: Scenario, info: ServerInfo, limits: dict, *, image_tokens: Mapping[int, int] | None = None,
+         **inputs) -> list[PlannedCell]:
     """Without a cold warm-up to borrow (or with several samples wanted) prefill cells run
-    on their own. With images, a prompt is at least its images' tokens and one of text (the
-    shortest, context 0)."""
-    cells = plan_matrix(contexts=list(sc.contexts), prefill_contexts=list(sc.prefill_contexts),
-                        concurrency=list(sc.concurrency), max_tokens=sc.max_tokens,
-                        **limits, **({"min_prompt_tokens": 1 + image_tokens} if image_tokens else {}))
+    on their own. With images, the matrix once per images-per-request K (in the order of
+    --images), each K's prompt at least its images' tokens and one of text (the shortest,
+    context 0)."""
+    image_tokens = image_tokens or {}
+    cells = []
+    for k in sc.images or (0,):
+        tokens = image_tokens.get(k, 0)
+        cells += [replace(c, images=k) for c in plan_matrix(
+            contexts=list(sc.contexts), prefill_contexts=list(sc.prefill_contexts),
+            concurrency=list(sc.concurrency), max_tokens=sc.max_tokens,
+            **limits, **({"min_prompt_tokens": 1 + tokens} if tokens else {}))]
     return cells if sc.warmup and sc.prefill_repeats <= 1 else [standalone(c) for c in cells]
 
 

@@ -123,10 +123,12 @@ class CellRow:
     figures: tuple[FigureRow, ...]
     rate_rps: float | None = None
     """A rate cell's scheduled rate (None for the other phases)."""
+    images: int = 0
+    """Images per request (--images)."""
 
     @property
     def label(self) -> str:
-        return cell_label(self.phase, self.context_tokens, self.concurrency, self.rate_rps)
+        return cell_label(self.phase, self.context_tokens, self.concurrency, self.rate_rps, self.images)
 
     @property
     def has_figures(self) -> bool:
@@ -142,10 +144,11 @@ class Unmatched:
     statuses: tuple[str | None, ...]
     """Each run's status for the cell; None where the run does not have it."""
     rate_rps: float | None = None
+    images: int = 0
 
     @property
     def label(self) -> str:
-        return cell_label(self.phase, self.context_tokens, self.concurrency, self.rate_rps)
+        return cell_label(self.phase, self.context_tokens, self.concurrency, self.rate_rps, self.images)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -194,8 +197,9 @@ class Comparison:
 
 
 def _row_dict(row: CellRow | Unmatched) -> dict[str, Any]:
-    """A row as plain data; a matrix cell's (rate None) without the rate key."""
-    return {k: v for k, v in asdict(row).items() if not (k == "rate_rps" and v is None)}
+    """A row as plain data; a matrix cell's (rate None) without the rate key, one without
+    images without the images key."""
+    return {k: v for k, v in asdict(row).items() if not (k == "rate_rps" and v is None) and not (k == "images" and not v)}
 
 
 # --------------------------------------------------------------------------- comparing
@@ -265,13 +269,13 @@ def differences(pages: Sequence[Page]) -> tuple[Difference, ...]:
     return tuple(out)
 
 
-CellKey = tuple[str, int, int, float | None]
+CellKey = tuple[str, int, int, float | None, int]
 
 
 def _key(cell: Point) -> CellKey:
     open_loop = is_open_loop(cell.phase)  # concurrency 0: no fixed number of users
     n = int(cell.concurrency or 0) if open_loop else int(cell.concurrency or 1)
-    return (cell.phase or "", int(cell.context_tokens or 0), n, cell.rate_rps)
+    return (cell.phase or "", int(cell.context_tokens or 0), n, cell.rate_rps, int(cell.images or 0))
 
 
 def _same_workload(pages: Sequence[Page]) -> None:
@@ -296,20 +300,21 @@ def compare(pages: Sequence[Page], paths: list[str], *, confidence: float = CONF
     _same_workload(pages)
     by_run = [{_key(c): c for c in page.points} for page in pages]  # the last cell of a key
     common = set(by_run[0]).intersection(*by_run[1:])
-    every = sorted(set().union(*by_run), key=lambda k: (PHASE_ORDER.get(k[0], 9), k[1], k[2], k[3] or 0.0))
+    every = sorted(set().union(*by_run), key=lambda k: (PHASE_ORDER.get(k[0], 9), k[1], k[4], k[2], k[3] or 0.0))
     rows: dict[str, list[CellRow]] = {"decode": [], "prefill": [], "workload": []}
     unmatched = []
     for key in every:
-        phase, ctx, n, rate = key
+        phase, ctx, n, rate, images = key
         if key not in common:
-            unmatched.append(Unmatched(phase=phase, context_tokens=ctx, concurrency=n, rate_rps=rate, statuses=tuple(
+            unmatched.append(Unmatched(phase=phase, context_tokens=ctx, concurrency=n, rate_rps=rate, images=images,
+                                       statuses=tuple(
                 run[key].status if key in run else None for run in by_run)))
             continue
         cells = [run[key] for run in by_run]
         noise = [c.noise_rel for c in cells]
         spec = PHASE_FIGURES.get(phase, PREFILL_FIGURES)
         rows.setdefault(phase if phase_words(phase).matrix else "workload", []).append(CellRow(
-            phase=phase, context_tokens=ctx, concurrency=n, rate_rps=rate,
+            phase=phase, context_tokens=ctx, concurrency=n, rate_rps=rate, images=images,
             statuses=tuple(c.status or "not_run" for c in cells),
             figures=tuple(_figure_row(cells, noise, f, confidence) for f in spec)))
     run_rows = tuple(Run(label=_run_label(i), path=p, title=page.title, simulated=page.provenance == "simulated")

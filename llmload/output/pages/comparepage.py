@@ -126,7 +126,7 @@ def without_figures(rows: tuple[CellRow, ...]) -> list[tuple[tuple[str, ...], li
     for row in rows:
         if not row.has_figures:
             groups.setdefault(row.statuses, []).append(cell_place(row.phase, row.context_tokens, row.concurrency,
-                                                                  row.rate_rps))
+                                                                  row.rate_rps, row.images))
     return list(groups.items())
 
 

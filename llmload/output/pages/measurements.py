@@ -4,7 +4,7 @@ headline figures' intervals among them; a run
 beyond the matrix adds its traffic figures, lists ";"-joined (`join_csv_list`, read back with
 `split_csv_list`), and a workload's own figures after them (`WorkloadPart.csv_columns`: a
 pooling run's `CellPooling`). The rows go into the page (`Page.measurements`); writing them is
-`llmload.output.pages.csvfile`'s.
+`llmload.output.pages.csvfile`'s. A run with --images has an images column after concurrency.
 """
 
 from __future__ import annotations
@@ -97,7 +97,9 @@ def measurements(results: Results, cells: Sequence[CellResult], *, traffic: bool
     the traffic figures (a workload beyond the matrix, `WorkloadPart.traffic_columns`);
     `extra`: the workload's own cell keys after them (`WorkloadPart.csv_columns`)."""
     columns = _csv_columns(traffic, extra)
+    if any(c.images for c in cells):  # --images: each cell's count, after its N
+        columns.insert(columns.index("concurrency") + 1, "images")
     rows = [_csv_row(results, c, columns, traffic) for c in cells]
-    ints = _INT_COLUMNS + [k for k in _TRAFFIC_INT_COLUMNS + _EXTRA_INT_COLUMNS if k in columns]
+    ints = _INT_COLUMNS + [k for k in _TRAFFIC_INT_COLUMNS + _EXTRA_INT_COLUMNS + ["images"] if k in columns]
     return Measurements(columns=tuple(columns), rows=tuple(tuple(row.get(k) for k in columns) for row in rows),
                         whole=tuple(ints))

@@ -130,6 +130,8 @@ class Point:
     """The status as the page says it ("Valid", "Over capacity")."""
     rate_rps: float | None
     """A rate cell's scheduled rate; None for the other phases."""
+    images: int = 0
+    """Images per request (--images); 0 for none."""
     prompt_tok_s: Any = None
     total_tok_s: Any = None
     per_request_tok_s: Any = None

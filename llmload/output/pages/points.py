@@ -28,7 +28,7 @@ def point(cell: CellResult) -> Point:
     load, traffic, pool = cell.server_load, cell.traffic, cell.pooling
     return Point(
         phase=cell.phase, context_tokens=cell.context_tokens, concurrency=cell.concurrency,
-        status=cell.status, status_word=status_label(cell), rate_rps=cell_rate(cell),
+        status=cell.status, status_word=status_label(cell), rate_rps=cell_rate(cell), images=cell.images or 0,
         prompt_tok_s=cell.prompt_tok_s, total_tok_s=cell.total_tok_s, per_request_tok_s=cell.per_request_tok_s,
         ttft_ms=cell.ttft_ms, ttft_p90_ms=cell.ttft_p90_ms, ttft_p99_ms=cell.ttft_p99_ms,
         tbt_ms=cell.tbt_ms, tbt_p90_ms=cell.tbt_p90_ms, tbt_p99_ms=cell.tbt_p99_ms,

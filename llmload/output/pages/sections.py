@@ -59,7 +59,7 @@ def _f(value: Any, fmt: str) -> str:
 
 
 ENERGY_COLUMNS: list[Column] = [
-    ("context", lambda c: fmt_context(c.context_tokens)),
+    ("context", lambda c: fmt_context(c.context_tokens, c.images)),
     ("requests at once", lambda c: str(c.concurrency)),
     ("mean power", lambda c: f"{_f(c.energy.power_mean_w, ',.1f')} W"),
     ("max power", lambda c: f"{_f(c.energy.power_max_w, ',.1f')} W"),
@@ -101,7 +101,7 @@ REASONING_NOTE = (
     "0). Answers begun: requests sent in the window whose answer began, of those sent; a "
     "request cut while still thinking has no time to first answer.")
 REASONING_COLUMNS: list[Column] = [
-    ("context", lambda c: fmt_context(c.context_tokens)),
+    ("context", lambda c: fmt_context(c.context_tokens, c.images)),
     ("requests at once", lambda c: str(c.concurrency)),
     ("TTFT", lambda c: fmt_ms(c.ttft_ms)),
     ("time to first answer token", lambda c: fmt_ms(c.ttfa_ms)),
@@ -149,7 +149,7 @@ def _diff(check: ServerCheck) -> str:
 
 SERVER_TIMING_COLUMNS: list[Column] = [
     ("phase", phase_label),
-    ("context", lambda c: fmt_context(c.context_tokens)),
+    ("context", lambda c: fmt_context(c.context_tokens, c.images)),
     ("requests at once", lambda c: str(c.concurrency)),
     ("requests", lambda c: fmt_count(c.server_timing.server_timing_requests)),
     ("TTFT, llmload", _timing_check("ttft_ms", lambda k: fmt_ms(k.client))),
@@ -213,7 +213,7 @@ def intervals_section(cells: Sequence[CellResult]) -> Section | None:
     if not seen:
         return None
     shown = [f for f in _INTERVAL_FIGURES if any(getattr(c.intervals, f"{f[1]}_ci_low") is not None for c in seen)]
-    columns: list[Column] = [("cell", lambda c: cell_label(c.phase, c.context_tokens, c.concurrency, c.traffic.rate_rps))]
+    columns: list[Column] = [("cell", lambda c: cell_label(c.phase, c.context_tokens, c.concurrency, c.traffic.rate_rps, c.images))]
     columns += [(label, lambda c, n=name, f=fmt, h=half: _with_interval(c, n, f, h)) for label, name, fmt, half in shown]
     repeats = max((c.intervals.repeats or 0) for c in seen)
     confidence = seen[0].intervals.ci_confidence or 0.95

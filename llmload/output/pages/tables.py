@@ -91,15 +91,19 @@ def make_table(columns: Sequence[str], rows: Sequence[Sequence[str]],
                  statuses=tuple(tuple(s) for s in statuses))
 
 
-def _decode_grid(cells: Sequence[CellResult]) -> tuple[dict[tuple[int, int], CellResult], list[int], list[int]]:
-    """The decode cells by (context, N), and the contexts and levels in order."""
+Row = tuple[int, int]
+"""A row of the decode matrix: (context, images per request)."""
+
+
+def _decode_grid(cells: Sequence[CellResult]) -> tuple[dict[tuple[Row, int], CellResult], list[Row], list[int]]:
+    """The decode cells by (row, N), and the rows (context, images) and levels in order."""
     decode = phase_cells(cells, "decode")
-    by_key = {(c.context_tokens, c.concurrency): c for c in decode}
-    return by_key, sorted({c.context_tokens for c in decode}), sorted({c.concurrency for c in decode})
+    by_key = {((c.context_tokens, c.images or 0), c.concurrency): c for c in decode}
+    return by_key, sorted({row for row, _ in by_key}), sorted({c.concurrency for c in decode})
 
 
 PREFILL_COLUMNS: list[Column] = [
-    ("context", lambda c: fmt_context(c.context_tokens)),
+    ("context", lambda c: fmt_context(c.context_tokens, c.images)),
     (
         "prompt tok/s",
         lambda c: fmt_whole_rate(c.prompt_tok_s) if c.prompt_tok_s is not None else status_label(c),
@@ -139,10 +143,10 @@ def decode_matrix(cells: Sequence[CellResult]) -> Table | None:
     by_key, contexts, levels = _decode_grid(cells)
     if not by_key:
         return None
-    rows = [[fmt_context(ctx)] + [matrix_cell_text(by_key.get((ctx, n))) for n in levels]
-            for ctx in contexts]
-    statuses = [[None] + [by_key[(ctx, n)].status if (ctx, n) in by_key else None for n in levels]
-                for ctx in contexts]
+    rows = [[fmt_context(*row)] + [matrix_cell_text(by_key.get((row, n))) for n in levels]
+            for row in contexts]
+    statuses = [[None] + [by_key[(row, n)].status if (row, n) in by_key else None for n in levels]
+                for row in contexts]
     return make_table(["context"] + [str(n) for n in levels], rows, statuses)
 
 
@@ -171,7 +175,7 @@ def _at_once(cell: CellResult) -> str:
 
 ALL_COLUMNS: list[Column] = [
     ("phase", phase_label),
-    ("context", lambda c: fmt_context(c.context_tokens)),
+    ("context", lambda c: fmt_context(c.context_tokens, c.images)),
     ("requests at once", lambda c: _at_once(c)),
     ("status", status_label),
     ("total tok/s", _measured_rate),
@@ -199,7 +203,7 @@ def where(cell: CellResult) -> str:
     phase = PHASE_LABELS.get(cell.phase, cell.phase)
     if not phase_words(cell.phase).matrix:
         return f"{phase} {cell_place(cell.phase, cell.context_tokens, cell.concurrency, cell_rate(cell))}"
-    return f"{phase} {fmt_context(cell.context_tokens)} × {cell.concurrency}"
+    return f"{phase} {fmt_context(cell.context_tokens, cell.images)} × {cell.concurrency}"
 
 
 def error_items(cells: Sequence[CellResult]) -> tuple[str, ...]:

@@ -18,7 +18,7 @@ from llmload.core.model.results import Results
 from llmload.core.capacity.seqlimit import is_learned
 from llmload.core.units import format_duration_s
 from llmload.output.pages.model import Notice
-from llmload.output.formats import fmt_context, phase_cells
+from llmload.output.formats import fmt_context, images_text, phase_cells
 
 
 def _join(items: Iterable[tuple[str, Any]]) -> str:
@@ -280,15 +280,17 @@ def _endpoint(name: object) -> str | None:
 
 
 def _images(config: Mapping[str, Any], server: Mapping[str, Any]) -> str | None:
-    """"2 per request (synthetic 512x512 JPEG), 188 tokens in all by the server's count; the
-    contexts count them"."""
-    k = config.get("images")
-    if not k:
+    """What `images_text` says of the run's images, and that the contexts count them."""
+    counts = config.get("images")
+    counts = [counts] if isinstance(counts, int) else list(counts or ())
+    if not any(counts):
         return None
     what = f"from {config['image_dir']}" if config.get("image_dir") else f"synthetic {config.get('image_size')} JPEG"
     tokens = server.get("image_tokens")
-    each = f", {tokens:,} tokens in all by the server's count; the contexts count them" if tokens else ""
-    return f"{k} per request ({what}){each}"
+    if isinstance(tokens, int):  # one count, as a file from before the axis holds it
+        tokens = {str(counts[-1]): tokens}
+    tokens = {int(k): t for k, t in (tokens or {}).items() if isinstance(t, int)}
+    return f"{images_text(counts, tokens, what)}; the contexts count them"
 
 
 def _output_length(server: Mapping[str, Any]) -> str | None:

@@ -84,7 +84,7 @@ RECORD_COLUMNS: dict[str, pa.DataType] = {
 RECORD_SCHEMA = pa.schema([pa.field(name, t) for name, t in RECORD_COLUMNS.items()])
 #: Cell identity columns the export puts before the record columns.
 CELL_COLUMNS = {"phase": pa.string(), "context_tokens": pa.int64(), "concurrency": pa.int64(),
-                "rate_rps": pa.float64()}
+                "rate_rps": pa.float64(), "images": pa.int64()}
 
 _ARRAY_COLUMNS = {"chunk_times_s": "d", "chunk_tokens": "I", "chunk_multi_event_read": "B"}
 
@@ -95,7 +95,8 @@ class RecordsError(ValueError):
 
 def cell_file_name(planned: PlannedCell) -> str:
     rate = f"-r{planned.rate_rps:g}" if planned.rate_rps is not None else ""
-    return f"{planned.phase}-{planned.context_tokens}-x{planned.concurrency}{rate}.parquet"
+    images = f"-i{planned.images}" if planned.images else ""
+    return f"{planned.phase}-{planned.context_tokens}-x{planned.concurrency}{rate}{images}.parquet"
 
 
 def records_table(records: Iterable[RequestRecord]) -> pa.Table:
@@ -193,7 +194,8 @@ def cell_files(out_dir: str | os.PathLike[str]) -> list[Path]:
 
 def export_table(out_dir: str | os.PathLike[str]) -> pa.Table:
     """Every request of every cell of a results directory, one row each: the cell's
-    phase, context_tokens, concurrency and rate_rps (rate cells), then RECORD_COLUMNS."""
+    phase, context_tokens, concurrency, rate_rps (rate cells) and images (0 without), then
+    RECORD_COLUMNS."""
     tables = []
     for path in cell_files(out_dir):
         planned, records, _ = read_cell(path)

@@ -48,7 +48,8 @@ Top level:
 - launch_command: the server's launch command (str) or null.
 - plan: list of planned cells (`llmload.core.capacity.plan.PlannedCell`, `llmload.core.model.document.planned_to_dict`): phase, context_tokens,
   concurrency, status ("run" | "over_capacity" | "exceeds_context"), reason,
-  prompt_tokens, max_tokens, prefill_source.
+  prompt_tokens, max_tokens, prefill_source, rate_rps, turns, images (the images each
+  request carries with --images, 0 for none).
 - cells: list of cell dicts, one per measured or skipped cell, keys `llmload.core.model.cell.CELL_KEYS` in that order
   (`llmload.core.model.cell.CellResult`, written by `llmload.core.model.document.cell_to_dict`;
   extra keys are kept):
@@ -68,6 +69,8 @@ Top level:
     when no request streamed reasoning text). These five came within version 2: a file
     written before them lacks them, which reads as null.
   - extras: prompt_tokens, reason, prefill_source ("standalone" | "decode_warmup"),
+    images (matrix cells with --images: the images each request carried, its planned
+    cell's; null without; within version 2),
     max_waiting (largest server queue seen), median_waiting (median of the waiting gauge
     over the window), preemptions (requests the server preempted in the window),
     client_cpu_pct_max, client_cpu_pct_mean, loop_lag_ms_max, loop_lag_ms_p50,

@@ -11,7 +11,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
 from llmload.output.pages.model import Point
-from llmload.core.units import format_tokens
+from llmload.output.formats import fmt_context
 from llmload.output.pages.charts.kit import (
     CellFigure,
     Chart,
@@ -42,7 +42,8 @@ RunCells = tuple[str, Sequence[Point]]
 def compare_curves(runs: Sequence[RunCells]) -> Chart | None:
     """Every run's decode figures against N overlaid, one column per context."""
     decode = [(label, decode_cells(cells)) for label, cells in runs]
-    contexts = sorted({int(c.context_tokens) for _, cells in decode for c in cells if is_finite(c.total_tok_s)})
+    contexts = sorted({(int(c.context_tokens), c.images) for _, cells in decode for c in cells
+                       if is_finite(c.total_tok_s)})
     levels = sorted({int(c.concurrency) for _, cells in decode for c in cells if is_finite(c.total_tok_s)})
     if not contexts:
         return None
@@ -56,7 +57,7 @@ def compare_curves(runs: Sequence[RunCells]) -> Chart | None:
             for row, (figure, title, formatter) in enumerate(RUN_FIGURES):
                 ax = grid[row][col]
                 for i, (label, cells) in enumerate(decode):
-                    group = [c for c in cells if int(c.context_tokens) == ctx]
+                    group = [c for c in cells if (int(c.context_tokens), c.images) == ctx]
                     group.sort(key=lambda c: c.concurrency)
                     xs, ys, ok = series_points(group, figure)
                     if xs:
@@ -67,7 +68,7 @@ def compare_curves(runs: Sequence[RunCells]) -> Chart | None:
                 ax.set_xlabel("N" if row == len(RUN_FIGURES) - 1 else "")
                 ax.yaxis.set_major_formatter(FuncFormatter(formatter))
                 ax.set_ylim(bottom=0)
-                ax.set_title(f"{title} · context {format_tokens(ctx)}", loc="left", fontsize=8.5)
+                ax.set_title(f"{title} · context {fmt_context(*ctx)}", loc="left", fontsize=8.5)
         handles, labels = grid[0][0].get_legend_handles_labels()
         for col in range(1, len(contexts)):
             for h, lab in zip(*grid[0][col].get_legend_handles_labels()):
@@ -86,7 +87,10 @@ def compare_curves(runs: Sequence[RunCells]) -> Chart | None:
 def compare_prefill(runs: Sequence[RunCells]) -> Chart | None:
     series = []
     for label, cells in runs:
-        series.append((label, prefill_rows(cells)))
+        rows = prefill_rows(cells)
+        kinds = sorted({c.images for c in rows})
+        series += [(label if len(kinds) < 2 else f"{label} · {k} img", [c for c in rows if c.images == k])
+                   for k in kinds or (0,)]
     xs_all = sorted({int(c.context_tokens) for _, rows in series for c in rows})
     if not xs_all:
         return None

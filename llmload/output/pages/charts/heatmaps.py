@@ -16,7 +16,6 @@ from matplotlib.patches import Rectangle
 from matplotlib.ticker import FuncFormatter
 
 from llmload.output.pages.model import Point
-from llmload.core.units import format_tokens
 from llmload.output.pages.charts.kit import (
     HATCH_EDGE,
     NOT_RUN_FACE,
@@ -26,7 +25,7 @@ from llmload.output.pages.charts.kit import (
     render_chart,
     thousands,
 )
-from llmload.output.formats import MISSING, fmt_ms, fmt_rate
+from llmload.output.formats import MISSING, fmt_context, fmt_ms, fmt_rate
 
 HEATMAP_CMAP = "cividis"
 #: Heat-map colour scale turns logarithmic when the largest value is this many times the smallest.
@@ -40,11 +39,12 @@ RATIO_TICKS = (0.5, 0.67, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0)
 # --------------------------------------------------------------------------- helpers
 
 
-def _cell_axes(ax, contexts: Sequence[int], levels: Sequence[int]) -> None:
-    """A heat map's axes: one cell per (context, N), N along the top, contexts down the left,
-    no grid, tick marks or outer spines."""
+def _cell_axes(ax, contexts: Sequence[Row], levels: Sequence[int]) -> None:
+    """A heat map's axes: one cell per (row, N), N along the top, the rows (context, and
+    images per request where a run has them) down the left, no grid, tick marks or outer
+    spines."""
     ax.set_xticks(np.arange(len(levels)) + 0.5, [f"{n:,}" for n in levels])
-    ax.set_yticks(np.arange(len(contexts)) + 0.5, [format_tokens(c) for c in contexts])
+    ax.set_yticks(np.arange(len(contexts)) + 0.5, [fmt_context(*c) for c in contexts])
     ax.set_xlim(0, len(levels))
     ax.set_ylim(len(contexts), 0)
     ax.tick_params(length=0)
@@ -67,17 +67,19 @@ def _text_colour(rgb: tuple[float, float, float]) -> str:
     return "#111111" if luminance > 0.45 else "#ffffff"
 
 
-Key = tuple[int, int]
-"""A heat-map cell: (context, N)."""
+Row = tuple[int, int]
+"""A heat map's row: (context, images per request)."""
+Key = tuple[Row, int]
+"""A heat-map cell: (row, N)."""
 
 
-def _grid(keys: Iterable[Key]) -> tuple[list[int], list[int]]:
+def _grid(keys: Iterable[Key]) -> tuple[list[Row], list[int]]:
     """The contexts (rows) and levels (columns) of a heat map, in order."""
     keys = list(keys)
     return sorted({ctx for ctx, _ in keys}), sorted({n for _, n in keys})
 
 
-def _values(contexts: list[int], levels: list[int], value: Mapping[Key, float | None]) -> np.ndarray:
+def _values(contexts: list[Row], levels: list[int], value: Mapping[Key, float | None]) -> np.ndarray:
     """The grid's numbers; NaN where a cell has none."""
     values = np.full((len(contexts), len(levels)), np.nan)
     for (ctx, n), v in value.items():
@@ -92,7 +94,7 @@ def _heat_figure(width_in: float, height_in: float, panels: int = 1) -> tuple[Fi
     return fig, list(fig.subplots(panels, 1, squeeze=False)[:, 0])
 
 
-def _heat_panel(ax, values: np.ndarray, contexts: list[int], levels: list[int], *, cmap, norm,
+def _heat_panel(ax, values: np.ndarray, contexts: list[Row], levels: list[int], *, cmap, norm,
                 draw_cell: Callable[[int, int, str | None], None]):
     """One heat map: the coloured cells, each cell's marks (`draw_cell(i, j, colour)`: colour
     is the text colour that reads on the cell's face, None where the cell has no number),
@@ -143,7 +145,7 @@ def decode_heatmap(cells: Sequence[Point]) -> Chart | None:
     decode = decode_cells(cells)
     if not decode:
         return None
-    by_key = {(int(c.context_tokens), int(c.concurrency)): c for c in decode}
+    by_key = {((int(c.context_tokens), int(c.images or 0)), int(c.concurrency)): c for c in decode}
     contexts, levels = _grid(by_key)
     values = _values(contexts, levels, {k: c.total_tok_s if is_finite(c.total_tok_s) else None
                                         for k, c in by_key.items()})
@@ -203,7 +205,7 @@ def ratio_heatmap(comparison) -> Chart | None:
     rows = list(comparison.decode)
     if not rows or len(comparison.runs) < 2:
         return None
-    by_key = {(r.context_tokens, r.concurrency): r for r in rows}
+    by_key = {((r.context_tokens, r.images), r.concurrency): r for r in rows}
     contexts, levels = _grid(by_key)
     others = list(comparison.runs[1:])
     ref = comparison.runs[0].label

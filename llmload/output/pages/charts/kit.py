@@ -39,6 +39,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: 
 
 from llmload.output.pages.model import Point  # noqa: E402
 from llmload.core.units import format_tokens  # noqa: E402
+from llmload.output.formats import fmt_context  # noqa: E402
 
 #: Okabe & Ito (2008), the colour-blind safe qualitative palette (black last).
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
@@ -88,10 +89,12 @@ def decode_cells(cells: Iterable[Point]) -> list[Point]:
     return [c for c in cells if c.phase == "decode"]
 
 
-def by_context(cells: Iterable[Point]) -> dict[int, list[Point]]:
-    out: dict[int, list[Point]] = {}
-    for c in sorted(cells, key=lambda c: (c.context_tokens, c.concurrency)):
-        out.setdefault(int(c.context_tokens), []).append(c)
+def by_context(cells: Iterable[Point]) -> dict[str, list[Point]]:
+    """The cells by their context ("16K"; with images per request, "16K + 2 images": a line
+    each), in order of context, then images, each group by N."""
+    out: dict[str, list[Point]] = {}
+    for c in sorted(cells, key=lambda c: (c.context_tokens, c.images, c.concurrency)):
+        out.setdefault(fmt_context(c.context_tokens, c.images), []).append(c)
     return out
 
 
@@ -201,9 +204,9 @@ def series_points(cells: list[Point], figure: CellFigure) -> tuple[list[int], li
 
 
 def prefill_rows(cells: Iterable[Point]) -> list[Point]:
-    """Prefill cells with a prompt tok/s, by context."""
+    """Prefill cells with a prompt tok/s, by context (then images per request)."""
     return sorted((c for c in cells if c.phase == "prefill" and is_finite(c.prompt_tok_s)),
-                  key=lambda c: c.context_tokens)
+                  key=lambda c: (c.context_tokens, c.images))
 
 
 def prefill_axes(rate, ttft, contexts: Sequence[int]) -> None:

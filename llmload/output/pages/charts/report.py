@@ -12,7 +12,6 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
 from llmload.output.pages.model import Point
-from llmload.core.units import format_tokens
 from llmload.output.pages.charts.kit import (
     Chart,
     CellFigure,
@@ -61,7 +60,7 @@ def scaling_chart(cells: Sequence[Point]) -> Chart | None:
         fig, (tot, per) = panels_figure(9.2, 3.4, 2)
         for i, (ctx, group) in enumerate(groups.items()):
             st = series_style(i)
-            label = f"context {format_tokens(ctx)}"
+            label = f"context {ctx}"
             for ax, figure, total in ((tot, lambda c: c.total_tok_s, True),
                                       (per, lambda c: c.per_request_tok_s, False)):
                 xs, ys, ok = series_points(group, figure)
@@ -120,7 +119,7 @@ def latency_chart(cells: Sequence[Point]) -> Chart | None:
                     ax.fill_between(xs, p90, p99, color=st["color"], alpha=0.18, linewidth=0)
                 else:
                     ax.vlines(xs, p90, p99, color=st["color"], alpha=0.3, linewidth=7)
-                ax.plot(xs, p50, label=f"context {format_tokens(ctx)}", linewidth=1.8, markersize=5, **st)
+                ax.plot(xs, p50, label=f"context {ctx}", linewidth=1.8, markersize=5, **st)
                 ok = [c.status == "valid" for c in rows]
                 mark_invalid(ax, xs, p50, ok, st["color"])
                 top += [v for v in p99 + p50 if np.isfinite(v)]
@@ -140,21 +139,34 @@ def latency_chart(cells: Sequence[Point]) -> Chart | None:
 
 
 def prefill_chart(cells: Sequence[Point]) -> Chart | None:
-    """Cold prefill: prompt tok/s and TTFT against context."""
+    """Cold prefill: prompt tok/s and TTFT against context (with several images-per-request
+    values, a line each)."""
     rows = prefill_rows(cells)
     if not rows:
         return None
-    xs = [int(c.context_tokens) for c in rows]
+    xs = sorted({int(c.context_tokens) for c in rows})
+    kinds = sorted({c.images for c in rows})
 
     def draw() -> Figure:
         fig, (rate, ttft) = panels_figure(9.2, 3.0, 2)
-        rate.plot(xs, [c.prompt_tok_s for c in rows], linewidth=1.8, markersize=6, **series_style(0))
-        ttft.plot(xs, [c.ttft_ms for c in rows], linewidth=1.8, markersize=6, **series_style(5))
+        for i, k in enumerate(kinds):
+            line = [c for c in rows if c.images == k]
+            at = [int(c.context_tokens) for c in line]
+            label = {"label": f"{k} image{'' if k == 1 else 's'} per request"} if len(kinds) > 1 else {}
+            rate.plot(at, [c.prompt_tok_s for c in line], linewidth=1.8, markersize=6,
+                      **series_style(i if len(kinds) > 1 else 0), **label)
+            ttft.plot(at, [c.ttft_ms for c in line], linewidth=1.8, markersize=6,
+                      **series_style(i if len(kinds) > 1 else 5), **label)
         prefill_axes(rate, ttft, xs)
+        if len(kinds) > 1:
+            handles, labels = rate.get_legend_handles_labels()
+            fig.legend(handles, labels, loc="outside right upper")
         return fig
 
     return Chart(key="prefill", title="Prefill against context",
-                 caption="One cold request per context (median of repeats when there are several).",
+                 caption="One cold request per context (median of repeats when there are several)"
+                         + ("; a line per number of images in each request, whose tokens the context counts."
+                            if len(kinds) > 1 else "."),
                  svg=render_chart("prefill", draw))
 
 
@@ -175,7 +187,7 @@ def server_chart(cells: Sequence[Point]) -> Chart | None:
             for i, (ctx, group) in enumerate(groups.items()):
                 xs, ys, _ok = series_points(group, figure)
                 if xs:
-                    ax.plot(xs, ys, label=f"context {format_tokens(ctx)}", linewidth=1.6,
+                    ax.plot(xs, ys, label=f"context {ctx}", linewidth=1.6,
                             markersize=5, **series_style(i))
             log2_axis(ax, levels)
             ax.set_title(title, loc="left", fontsize=9)

@@ -141,7 +141,7 @@ def present(cells: Sequence[CellResult], columns: list[Column], optional: Mappin
 
 def reason_notes(cells: Sequence[CellResult]) -> tuple[str, ...]:
     """"S 1K × 64 users: Over capacity — REASON" for each cell that is not valid and says why."""
-    return tuple(f"{cell_place(c.phase, c.context_tokens, c.concurrency, cell_rate(c))}: {status_label(c)}"
+    return tuple(f"{cell_place(c.phase, c.context_tokens, c.concurrency, cell_rate(c), c.images)}: {status_label(c)}"
                  f" — {c.reason}" for c in cells if c.status != "valid" and c.reason)
 
 
@@ -154,7 +154,7 @@ def capacity_row(found: ContextCapacity) -> tuple[str, ...]:
     users = MISSING if found.max_users is None else f"{found.max_users:,}"
     if found.first_failing is None and found.max_users:
         users = f"≥ {users}"
-    return (fmt_context(found.context_tokens), users, fmt_rate(found.total_tok_s),
+    return (fmt_context(found.context_tokens, found.images), users, fmt_rate(found.total_tok_s),
             fmt_rate(found.goodput_tok_s), found.binding,
             MISSING if found.first_failing is None else str(found.first_failing),
             "; ".join(found.few_samples) or "none")
@@ -177,6 +177,6 @@ def users_answer(cells: Sequence[CellResult], slo: Slo, *, phase: str, noun: str
         best = (None if found.max_users is None else
                 "none" if found.max_users == 0 else f"{found.max_users:,} {noun}{'' if found.max_users == 1 else 's'}")
         failing = None if found.first_failing is None else f"{found.first_failing:,}"
-        parts.append(f"{where.format(fmt_context(found.context_tokens))}: "
+        parts.append(f"{where.format(fmt_context(found.context_tokens, found.images))}: "
                      f"{answer_level(best, failing, found.binding)}")
     return Answer(what=what, parts=tuple(parts))
