@@ -70,3 +70,28 @@ def test_a_text_only_model_is_refused_before_the_plan(binary, tmp_path):
     assert done.returncode == 2, done.stdout + done.stderr
     error = [line for line in done.stderr.splitlines() if line.startswith("Error:")]
     assert len(error) == 1 and "takes no image in a chat message" in error[0] and "Plan:" not in done.stdout
+
+
+def test_a_datasets_own_images_on_the_real_server(vision, tmp_path):
+    """--dataset-images: each entry counted by llama.cpp with its images (a chat request's
+    usage), and every request of the run asked exactly the prompt tokens the server counted."""
+    from PIL import Image
+    Image.new("RGB", (640, 480), (200, 30, 30)).save(tmp_path / "a.png")
+    Image.new("RGB", (300, 300), (30, 200, 30)).save(tmp_path / "b.jpg")
+    rows = [{"prompt": "Describe the picture.", "output_tokens": 8, "images": ["a.png"]},
+            {"prompt": "Compare them.", "output_tokens": 8, "images": ["a.png", "b.jpg"]},
+            {"prompt": "No picture here.", "output_tokens": 8}]
+    (tmp_path / "data.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    out = tmp_path / "run"
+    done = llmload("run", "--host", vision.url, "--endpoint", "chat", "--workload", "rate", "--rates", "2",
+                   "--arrivals", "constant", "--dataset", f"jsonl:{tmp_path / 'data.jsonl'}", "--dataset-images",
+                   "--duration", "3s",
+                   "--out", out)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    rows = [json.loads(line) for line in llmload("export", out, "--format", "jsonl").stdout.splitlines()]
+    sent = [r for r in rows if r["tag"] == "rate"]
+    assert sent and all(r["status"] == "ok" for r in sent), [r["error"] for r in sent if r["status"] != "ok"]
+    assert all(r["prompt_tokens"] == r["asked_prompt_tokens"] for r in sent)
+    # six requests, every entry twice: the projector's 16 tokens an image (and the text after one
+    # tokenized anew), so the three entries are three lengths
+    assert len(sent) >= 3 and len({r["prompt_tokens"] for r in sent}) == 3

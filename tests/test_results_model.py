@@ -45,7 +45,7 @@ OTHER_DOCUMENTS = {
     "llmload/output/pages/workloads/sessions.py": {"concurrency", "turns", "prompt_tokens",
                                                    "output_tokens"},  # the run's config
     "llmload/output/pages/workloads/rate.py": {"arrivals", "prompt_tokens", "output_tokens"},  # the run's config
-    "llmload/core/traffic/dataset.py": {"output_tokens"},  # a dataset's row
+    "llmload/core/traffic/dataset.py": {"output_tokens", "images"},  # a dataset's row
     "llmload/hub/remote.py": {"status"},  # the hub's answer to a submission
     # a submitted document checked for size and range before it is parsed into a Results
     "llmload/hub/limits.py": {"phase", "concurrency", "rate_rps"},

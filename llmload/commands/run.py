@@ -26,7 +26,7 @@ SCENARIO_OPTIONS = {
     "max_in_flight": "max_in_flight", "trace": "trace", "speedup": "speedup", "drain": "drain_s",
     "over_context": "over_context", "sample": "sample", "length_scale": "length_scale",
     "max_prompt_tokens": "max_prompt_tokens", "prompt_tokens": "prompt_tokens", "output_tokens": "output_tokens",
-    "seed": "seed", "dataset": "dataset", "output_length": "output_length",
+    "seed": "seed", "dataset": "dataset", "output_length": "output_length", "dataset_images": "dataset_images",
     "batch_size": "batch_size", "documents": "documents",
     "images": "images", "image_size": "image_size", "image_dir": "image_dir",
     "repeat": "repeat", "repeat_cooldown": "repeat_cooldown_s", "same_prompts": "same_prompts", "until_ci": "until_ci",
@@ -50,6 +50,8 @@ WORKLOAD_OPTIONS = (
     click.option("--output-tokens", metavar="DIST", help="Rate and sessions: output lengths, as --prompt-tokens (in place of --max-tokens)."),
     click.option("--dataset", metavar="SPEC",
         help="Rate and sessions: real prompts (conversations) from sharegpt:PATH, jsonl:PATH or hf:NAME[:SPLIT] (one row, in place of --contexts)."),
+    click.option("--dataset-images", is_flag=True, default=None,
+        help="Rate with --dataset, chat: send each entry's own images (files or data URLs) after its text."),
     click.option("--output-length", type=click.Choice(["exact", "natural"]),
         help="Rate with --dataset: each answer's length exactly (default) or up to it (the model may stop)."),
     click.option("--seed", type=int, help="Seed of the drawn lengths and think times (default 0): the same seed sends the same lengths and pauses."),
@@ -228,7 +230,15 @@ def workload_checked(scenario):
             raise ValueError("--over-context clip cuts a trace's token blocks; a dataset's prompts are "
                              "text: use skip or send")
         from llmload.core.traffic.dataset import load_dataset
-        load_dataset(scenario.dataset)  # DatasetError (one line) before anything runs
+        dataset = load_dataset(scenario.dataset)  # DatasetError (one line) before anything runs
+        if scenario.dataset_images:
+            if scenario.endpoint != "chat" or runner.name != "rate":
+                raise ValueError("--dataset-images go in chat messages of a rate run: use --endpoint chat "
+                                 "--workload rate")
+            if not any(e.images for e in dataset.entries):
+                raise ValueError(f"--dataset-images: no entry of {dataset.label} has an image")
+    elif scenario.dataset_images:
+        raise ValueError("--dataset-images sends a dataset's images: give --dataset")
     return runner.check(scenario)
 
 

@@ -133,6 +133,8 @@ class Scenario:
     output_length: str = "exact"
     """Rate with a dataset: "exact" (each answer's length, ignore_eos and min_tokens) or
     "natural" (up to it: the model may stop)."""
+    dataset_images: bool = False
+    """Rate with a dataset, chat: send each entry's own images after its text."""
     seed: int = 0
     """The seed of the drawn lengths and of a dataset's order: the same seed sends the same."""
     repeat: int = 1

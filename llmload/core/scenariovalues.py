@@ -315,6 +315,7 @@ PARSERS: dict[str, Callable[[Any], Any]] = {
     "until_ci": lambda v: None if v is None or v == "" else _until_ci(v),
     "dataset": _dataset,
     "output_length": lambda v: _choice(v, "output_length", ("exact", "natural")),
+    "dataset_images": _bool,
     "max_in_flight": _int_at_least(1, 100_000),
     "trace": _optional_text,
     "speedup": _positive_number,

@@ -30,7 +30,13 @@ def image_tokens(info: ServerInfo, api_key: str | None, *, counts: Sequence[int]
                  folder: str | None) -> dict[int, int]:
     """Tokens of K images in a chat prompt by the server's count, for each K of `counts`
     (above 0); EndpointRefused where the server takes no image or gives no usage."""
-    prompt_tokens = {k: _prompt_tokens(info, api_key, k, size=size, folder=folder) for k in dict.fromkeys((0, *counts))}
+    try:
+        prompt_tokens = {k: chat_prompt_tokens(info, api_key, PROBE_TEXT, image_urls("llmload-image-probe", k,
+                                                                                     size=size, folder=folder))
+                         for k in dict.fromkeys((0, *counts))}
+    except EndpointRefused as exc:
+        raise EndpointRefused(f"{info.model} takes no image in a chat message ({exc}); --images needs a "
+                              "vision model (llama.cpp: --mmproj)") from None
     out = {}
     for k in counts:
         if k <= 0:
@@ -43,10 +49,11 @@ def image_tokens(info: ServerInfo, api_key: str | None, *, counts: Sequence[int]
     return out
 
 
-def _prompt_tokens(info: ServerInfo, api_key: str | None, count: int, *, size: str, folder: str | None) -> int:
-    """usage.prompt_tokens of the probe's text with `count` images."""
-    urls = image_urls("llmload-image-probe", count, size=size, folder=folder) if count else []
-    body = probe_body(info, "chat", PROBE_TEXT, images=urls)
+def chat_prompt_tokens(info: ServerInfo, api_key: str | None, text: str, urls: list[str]) -> int:
+    """usage.prompt_tokens of a chat request of `text` and the images of `urls` (max_tokens 1,
+    not streamed); EndpointRefused (what the server said: "HTTP 400: ...") where it refuses
+    the request or gives no usage, ProbeError where it fails."""
+    body = probe_body(info, "chat", text, images=urls)
     try:
         status, answer = http_json(f"{info.base_url}{ENDPOINT_PATHS['chat']}", api_key=api_key, body=body,
                                    timeout_s=PROBE_TIMEOUT_S)
@@ -55,7 +62,5 @@ def _prompt_tokens(info: ServerInfo, api_key: str | None, count: int, *, size: s
                          f"({type(exc).__name__}: {exc})") from None
     usage = answer.get("usage") if status == 200 and isinstance(answer, dict) else None
     if not isinstance(usage, dict) or not isinstance(usage.get("prompt_tokens"), int):
-        said = f"HTTP {status}: {error_line(answer)}" if status != 200 else "no usage in its answer"
-        raise EndpointRefused(f"{info.model} takes no image in a chat message ({said}); --images needs a "
-                              "vision model (llama.cpp: --mmproj)")
+        raise EndpointRefused(f"HTTP {status}: {error_line(answer)}" if status != 200 else "no usage in its answer")
     return usage["prompt_tokens"]

@@ -104,9 +104,9 @@ class CellSpec(_Message):
     """Rate: the output lengths' distribution ("": max_tokens each)."""
     seed: int = 0
     """Rate: the scenario's seed for the drawn lengths."""
-    dataset: tuple[tuple[str, int, int], ...] = ()
-    """Rate with a dataset: (prompt text, its tokens by the server's count, output tokens) per
-    entry, in order; pacer i of P sends entry i + k·P at its k-th arrival (from the first
+    dataset: tuple[tuple[str, int, int, tuple[str, ...]], ...] = ()
+    """Rate with a dataset: (prompt text, its tokens by the server's count, output tokens, its
+    images: files or data URLs, sent with --dataset-images) per entry, in order; pacer i of P sends entry i + k·P at its k-th arrival (from the first
     again past the last)."""
     conversations: tuple[tuple[tuple[str, int, int], ...], ...] = ()
     """Session with a dataset: its conversations, each (user message, its tokens, the answer's
@@ -137,7 +137,7 @@ class CellSpec(_Message):
     @classmethod
     def from_wire(cls, data: dict[str, Any]) -> "CellSpec":
         trace = tuple((t, i, o, tuple(h), p) for t, i, o, h, p in data.get("trace") or ())
-        dataset = tuple((p, i, o) for p, i, o in data.get("dataset") or ())
+        dataset = tuple((p, i, o, tuple(m)) for p, i, o, m in data.get("dataset") or ())
         conversations = tuple(tuple((t, n, o) for t, n, o in c) for c in data.get("conversations") or ())
         return _from_fields(cls, {**data, "pool_ids": tuple(data.get("pool_ids") or ()), "trace": trace,
                                   "dataset": dataset, "conversations": conversations})

@@ -44,6 +44,7 @@ from llmload.core.capacity.protocols import request_body
 from llmload.core.traffic.lengths import drawn_lengths
 from llmload.core.model.records import RequestRecord
 from llmload.core.traffic.trace import MOONCAKE_BLOCK_TOKENS
+from llmload.core.traffic.images import reference_url
 from llmload.core.traffic.workloads import ARRIVALS, DEFAULT_MAX_IN_FLIGHT, arrival_offsets, pacer_seed
 from llmload.io.client import StreamingClient
 from llmload.loadgen.lookahead import Lookahead, Send
@@ -220,18 +221,20 @@ def rate_sends(cells, cell: CellSpec, index: int, pacers: int) -> Iterator[Send]
         drawn = (entries[(index + k * pacers) % len(entries)] for k in itertools.count())
     elif lengths is not None:
         builder = cells.prompt_builder(cell)
-        drawn = ((builder.prompt(f"{cell.run_id}/{cell.id}/p{index}/{k}", p), p, m)
+        drawn = ((builder.prompt(f"{cell.run_id}/{cell.id}/p{index}/{k}", p), p, m, ())
                  for k, (p, m) in enumerate(lengths))
 
     def send(k: int, offset: float) -> Send:
+        images: tuple[str, ...] = ()
         if drawn is None:
             text = cells.prompt_for(cell, f"{cell.run_id}/{cell.id}/p{index}/{k}")
             tokens, max_tokens = cell.prompt_tokens, cell.max_tokens
         else:
-            text, tokens, max_tokens = next(drawn)
+            text, tokens, max_tokens, images = next(drawn)
         return Send(offset, request_body(caps, endpoint=cell.endpoint, model=cell.model, prompt=text,
                                          max_tokens=max_tokens, fixed_output=cell.fixed_output,
-                                         temperature=cell.temperature, cold=True), tokens, max_tokens)
+                                         temperature=cell.temperature, cold=True,
+                                         images=[reference_url(r) for r in images]), tokens, max_tokens)
     return (send(k, offset) for k, offset in enumerate(offsets))
 
 

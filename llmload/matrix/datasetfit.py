@@ -6,7 +6,9 @@ the run's rate cells can send (their largest rate over the window, with room for
 spread; a cell that sends more takes them again from the first), and each is counted by the
 server: its prompt as the request's prompt is counted (`probe.prompt_counter`), a ShareGPT
 answer as generated tokens (`probe.answer_counter`); where the server cannot count, by
-words. Then they are read against the per-sequence limit like a trace's lines
+words. With --dataset-images, an entry with images is counted by a chat request carrying
+them (its usage.prompt_tokens, `imageprobe.chat_prompt_tokens`): what its images cost is the
+server's business, and no tokenizer endpoint counts them on every engine. Then they are read against the per-sequence limit like a trace's lines
 (`trace.fit_trace`, `--over-context skip|send`).
 """
 
@@ -15,6 +17,9 @@ from __future__ import annotations
 import math
 
 from llmload.core.traffic.dataset import Dataset, DatasetError, dataset_order, load_dataset
+from llmload.core.traffic.images import reference_url
+from llmload.io.endpointcheck import EndpointRefused
+from llmload.io.imageprobe import chat_prompt_tokens
 from llmload.core.scenario import Scenario
 from llmload.core.traffic.trace import TraceError, TraceFit, TraceRequest, fit_trace
 from llmload.io.probe import ServerInfo, answer_counter, prompt_counter
@@ -31,22 +36,35 @@ def entries_needed(sc: Scenario) -> int:
     return math.ceil(max(sc.rates) * sc.duration_s * room) + EXTRA_ENTRIES
 
 
-def fit_dataset(sc: Scenario, info: ServerInfo, api_key: str | None) -> tuple[Dataset, TraceFit]:
-    """(the dataset, its entries taken as requests fitted to the server); DatasetError (one
-    line) when none can be sent."""
+def fit_dataset(sc: Scenario, info: ServerInfo, api_key: str | None) -> tuple[Dataset, TraceFit, tuple[str, ...]]:
+    """(the dataset, its entries taken as requests fitted to the server, what the server
+    said of each entry whose images it refused, left out); DatasetError (one line) when none
+    can be sent."""
     dataset = load_dataset(sc.dataset or "")
     order = dataset_order(len(dataset.entries), sc.seed)[:entries_needed(sc)]
     count_prompt = prompt_counter(info, sc.endpoint, api_key)
     count_answer = answer_counter(info, api_key)
 
-    requests = []
+    requests, refused = [], []
     for i in order:
         entry = dataset.entries[i]
+        images = entry.images if sc.dataset_images else ()
+        try:
+            tokens = (chat_prompt_tokens(info, api_key, entry.prompt, [reference_url(r) for r in images]) if images
+                      else _count(count_prompt, entry.prompt))
+        except EndpointRefused as exc:  # this entry's images (too many tokens, an image it cannot read)
+            refused.append(f"{entry.where}: {str(exc)[:200]}")
+            continue
+        except OSError as exc:  # its image file went away since the dataset was read
+            raise DatasetError(f"{entry.where}: cannot read its image: {exc.strerror or exc}") from None
         output = entry.output_tokens or _count(count_answer, entry.answer or "")
-        requests.append(TraceRequest(line=i + 1, t_s=0.0, input_tokens=_count(count_prompt, entry.prompt),
-                                     output_tokens=output, prompt=entry.prompt))
+        requests.append(TraceRequest(line=i + 1, t_s=0.0, input_tokens=tokens, output_tokens=output,
+                                     prompt=entry.prompt, images=images))
+    if not requests and refused:
+        raise DatasetError(f"the server refused every entry's images ({refused[0]})")
     try:
-        return dataset, fit_trace(tuple(requests), info.max_model_len, sc.over_context, whose=f"the {dataset.label}'s")
+        return (dataset, fit_trace(tuple(requests), info.max_model_len, sc.over_context,
+                                   whose=f"the {dataset.label}'s"), tuple(refused))
     except TraceError as exc:
         raise DatasetError(str(exc)) from None
 

@@ -13,6 +13,12 @@ SPEC is one of
   name on the Hub (downloaded by `datasets`); SPLIT default "train". Its rows are read as
   the ShareGPT layout (a `conversations` column) or the JSONL one (`prompt` and
   `output_tokens` columns).
+An entry may carry images (sent with `--dataset-images`, chat): a JSONL row's `images` (a
+list) or `image`; a ShareGPT conversation's `image` or `images` (LLaVA's layout: its
+`<image>` marks are taken out of the text, the images go as parts after it); a Hugging Face
+row's `images` or `image` column (a path, or an Image feature's bytes, sent as a data URL).
+A reference is an image file (relative to the dataset's folder; it must exist) or a data
+URL (`images.image_reference`); a web URL is refused (llmload fetches nothing).
 A dataset that cannot be read, or that holds no usable entry, is a `DatasetError` (one line:
 what, and where: FILE:LINE or FILE entry N). Pure but for `load_dataset`'s one read.
 """
@@ -24,8 +30,11 @@ import hashlib
 import json
 import os
 import random
+import re
 from dataclasses import dataclass
 from typing import Any, Iterable
+
+from llmload.core.traffic.images import ImageError, encoded_url, image_reference
 
 DATASET_KINDS = ("sharegpt", "jsonl", "hf")
 MAX_DATASET_ENTRIES = 1_000_000
@@ -49,6 +58,9 @@ class DatasetEntry:
     turns: tuple[tuple[str, str], ...] = ()
     """A conversation's (human turn, gpt answer) pairs in order, the first being prompt and
     answer (ShareGPT; a chat session's turns); () for a JSONL entry."""
+    images: tuple[str, ...] = ()
+    """Its images (absolute file paths or data URLs, `images.image_reference`), sent after
+    the prompt's text with --dataset-images."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,20 +117,51 @@ def _turns(conversation: Any) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
-def sharegpt_entries(conversations: Iterable[Any], name: str) -> tuple[list[DatasetEntry], int]:
-    """The entries of ShareGPT conversations, and how many were dropped."""
+IMAGE_MARK = re.compile(r"<image>\n?")
+"""LLaVA's mark of where an image goes in a turn's text (the image is sent as a part instead)."""
+
+
+def _images(row: Any, where: str, base: str) -> tuple[str, ...]:
+    """A row's images (`images`, a list, or `image`), checked (`images.image_reference`)."""
+    if not isinstance(row, dict):
+        return ()
+    value = row.get("images", row.get("image"))
+    if value is None:
+        return ()
+    values = [value] if not isinstance(value, list) else value
+    out = []
+    for v in values:
+        if isinstance(v, dict) and isinstance(v.get("bytes"), (bytes, bytearray)):  # an HF Image feature, undecoded
+            v = encoded_url(bytes(v["bytes"]))
+        elif isinstance(v, dict) and isinstance(v.get("path"), str):
+            v = v["path"]
+        if not isinstance(v, str) or not v:
+            raise DatasetError(f"{where}: an image is a file path or a data: URL, got {type(v).__name__}")
+        try:
+            out.append(image_reference(v, base, where))
+        except ImageError as exc:
+            raise DatasetError(str(exc)) from None
+    return tuple(out)
+
+
+def sharegpt_entries(conversations: Iterable[Any], name: str, base: str = "") -> tuple[list[DatasetEntry], int]:
+    """The entries of ShareGPT conversations, and how many were dropped; `base`: the folder
+    an image's path is relative to."""
     entries, dropped = [], 0
     for n, conversation in enumerate(conversations, 1):
         pairs = _turns(conversation)
         if not pairs:
             dropped += 1
             continue
-        entries.append(DatasetEntry(where=f"{name} entry {n}", prompt=pairs[0][0], answer=pairs[0][1], turns=pairs))
+        where = f"{name} entry {n}"
+        images = _images(conversation, where, base)
+        prompt = IMAGE_MARK.sub("", pairs[0][0]).strip() or pairs[0][0] if images else pairs[0][0]
+        entries.append(DatasetEntry(where=where, prompt=prompt, answer=pairs[0][1], turns=pairs, images=images))
     return entries, dropped
 
 
-def jsonl_entry(row: Any, where: str) -> DatasetEntry:
-    """One {"prompt", "output_tokens"} row; DatasetError naming `where`."""
+def jsonl_entry(row: Any, where: str, base: str = "") -> DatasetEntry:
+    """One {"prompt", "output_tokens"[, "images"]} row; DatasetError naming `where`."""
     if not isinstance(row, dict):
         raise DatasetError(f"{where}: not a JSON object")
     prompt, out = row.get("prompt"), row.get("output_tokens")
@@ -126,7 +169,7 @@ def jsonl_entry(row: Any, where: str) -> DatasetEntry:
         raise DatasetError(f"{where}: no prompt (a non-empty string)")
     if isinstance(out, bool) or not isinstance(out, int) or out < 1:
         raise DatasetError(f"{where}: output_tokens must be an integer of at least 1, got {out!r}")
-    return DatasetEntry(where=where, prompt=prompt, output_tokens=out)
+    return DatasetEntry(where=where, prompt=prompt, output_tokens=out, images=_images(row, where, base))
 
 
 def _read_sharegpt(path: str) -> Dataset:
@@ -140,7 +183,7 @@ def _read_sharegpt(path: str) -> Dataset:
         raise DatasetError(f"{path}: not JSON (line {exc.lineno}: {exc.msg})") from None
     if not isinstance(doc, list):
         raise DatasetError(f"{path}: a ShareGPT file is a JSON list of conversations")
-    entries, dropped = sharegpt_entries(doc, name)
+    entries, dropped = sharegpt_entries(doc, name, os.path.dirname(os.path.abspath(path)))
     return Dataset(label=dataset_label(f"sharegpt:{path}"), entries=tuple(entries), dropped=dropped)
 
 
@@ -155,7 +198,7 @@ def _read_jsonl(path: str) -> Dataset:
                     row = json.loads(line)
                 except (json.JSONDecodeError, RecursionError):
                     raise DatasetError(f"{path}:{n}: not JSON") from None
-                entries.append(jsonl_entry(row, f"{path}:{n}"))
+                entries.append(jsonl_entry(row, f"{path}:{n}", os.path.dirname(os.path.abspath(path))))
                 if len(entries) > MAX_DATASET_ENTRIES:
                     raise DatasetError(f"{path}: more than {MAX_DATASET_ENTRIES:,} entries")
     except (OSError, UnicodeDecodeError) as exc:
@@ -183,11 +226,20 @@ def _read_hf(name: str, split: str) -> Dataset:
         raise DatasetError(f"hf:{name}: cannot load it: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
     label = dataset_label(f"hf:{name}")
     columns = set(data.column_names)
+    for column in {"image", "images"} & columns:  # an Image feature: its bytes, not decoded pictures
+        feature = data.features[column]
+        if isinstance(feature, datasets.Image):
+            data = data.cast_column(column, datasets.Image(decode=False))
+        elif isinstance(getattr(feature, "feature", None), datasets.Image):
+            data = data.cast_column(column, datasets.Sequence(datasets.Image(decode=False)))
+        elif isinstance(feature, list) and feature and isinstance(feature[0], datasets.Image):
+            data = data.cast_column(column, [datasets.Image(decode=False)])
+    base = name if os.path.isdir(name) else ""
     if "conversations" in columns:
-        entries, dropped = sharegpt_entries(iter(data), label)
+        entries, dropped = sharegpt_entries(iter(data), label, base)
         return Dataset(label=label, entries=tuple(entries), dropped=dropped)
     if {"prompt", "output_tokens"} <= columns:
-        return Dataset(label=label, entries=tuple(jsonl_entry(row, f"{label} row {n}")
+        return Dataset(label=label, entries=tuple(jsonl_entry(row, f"{label} row {n}", base)
                                                   for n, row in enumerate(data, 1)))
     raise DatasetError(f"hf:{name}: no `conversations` column, nor `prompt` and `output_tokens` "
                        f"(it has {', '.join(sorted(columns))})")

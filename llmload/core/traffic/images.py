@@ -12,6 +12,8 @@ and llama.cpp's server take: the text, then K `image_url` parts whose URL is a d
 - A folder (`--image-dir DIR`): its .jpg, .jpeg, .png, .webp and .gif files in name order,
   request after request from the place the key chooses; the folder must be on every machine
   a worker runs on.
+- A dataset entry's own (`--dataset-images`, `llmload.core.traffic.dataset`): each image a
+  file (read when sent: `reference_url`) or a data URL given in the dataset.
 
 How many tokens an image costs is the server's business (a tiling rule, a fixed count per
 image): the run asks the server once before the plan (`llmload.io.imageprobe`) and plans the
@@ -90,3 +92,39 @@ def image_urls(key: str, count: int, *, size: str = "512x512", folder: str | Non
                                                                            for i in range(count))]
     w, h = parse_size(size)
     return [data_url(synthetic_jpeg(f"{key}/image{i}", w, h), "image/jpeg") for i in range(count)]
+
+
+def reference_url(ref: str) -> str:
+    """A dataset's image as sent: a data URL as given, a file's bytes as one (read now)."""
+    if ref.startswith("data:"):
+        return ref
+    path = Path(ref)
+    return data_url(path.read_bytes(), MIME.get(path.suffix.lower(), "image/jpeg"))
+
+
+def image_reference(value: str, base: str, where: str) -> str:
+    """A dataset's image reference checked: a data URL of an image type as it is, or a path
+    (relative to the dataset's folder `base`) to an image file that exists, made absolute;
+    ImageError (one line naming `where`) for anything else (a web URL: llmload fetches none)."""
+    if value.startswith("data:"):
+        if not re.match(r"data:image/[\w.+-]+;base64,", value):
+            raise ImageError(f"{where}: a data URL of an image is data:image/<type>;base64,...")
+        return value
+    if re.match(r"[a-z][a-z0-9+.-]*://", value, re.IGNORECASE):
+        raise ImageError(f"{where}: {value[:60]}: give an image file or a data: URL (llmload fetches nothing)")
+    path = Path(base, value)
+    if path.suffix.lower() not in MIME:
+        raise ImageError(f"{where}: {value}: not an image file ({', '.join(sorted(MIME))})")
+    if not path.is_file():
+        raise ImageError(f"{where}: {value}: no such file")
+    return str(path.resolve())
+
+
+def encoded_url(data: bytes) -> str:
+    """An image's bytes (a Hugging Face dataset's) as a data URL of the format Pillow reads in them."""
+    from PIL import Image
+    try:
+        kind = Image.open(io.BytesIO(data)).format or ""
+    except Exception:  # noqa: BLE001 - any undecodable bytes: said in one line
+        raise ImageError("an image of the dataset is not one Pillow reads") from None
+    return data_url(data, Image.MIME.get(kind, "image/jpeg"))

@@ -42,6 +42,8 @@ class TraceRequest:
     """Mooncake block ids, in order; empty for the plain format."""
     prompt: str | None = None
     """The plain format's prompt text, when given as text."""
+    images: tuple[str, ...] = ()
+    """A dataset entry's images sent after its text (--dataset-images; `images.reference_url`)."""
 
     def cut_to(self, n_tokens: int) -> "TraceRequest":
         """This request with its prompt cut to n_tokens, the leading hash blocks that hold

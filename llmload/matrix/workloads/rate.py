@@ -31,7 +31,7 @@ def fit(sc: Scenario, info: ServerInfo, api_key: str | None, echo: Callable[[str
         return {}
     from llmload.matrix.datasetfit import fit_dataset
     try:
-        dataset, fitted = fit_dataset(sc, info, api_key)
+        dataset, fitted, refused = fit_dataset(sc, info, api_key)
     except DatasetError as exc:  # no entry fits: bad input for this server, refused
         raise PlanRefused(str(exc)) from None
     dropped = (f" ({dataset.dropped:,} conversation(s) without a human turn and a gpt answer left out)"
@@ -40,6 +40,11 @@ def fit(sc: Scenario, info: ServerInfo, api_key: str | None, echo: Callable[[str
          f"{fitted.lines:,} taken (seed {sc.seed}), counted by the server")
     if fitted.notice(info.max_model_len):
         echo("Dataset: " + fitted.notice(info.max_model_len, whose="the", where="entries"))
+    if sc.dataset_images:
+        with_images = sum(1 for r in fitted.requests if r.images)
+        echo(f"Dataset: {with_images:,} of the {len(fitted.requests):,} entries taken send their images, each "
+             "counted by the server with its text" + (f"; {len(refused):,} whose images it refused left out "
+                                                      f"(first: {refused[0]})" if refused else ""))
     return {"dataset": fitted.requests, "dataset_fit": fitted}
 
 
@@ -55,7 +60,7 @@ def message(ctx: RunContext, planned: PlannedCell, spec: CellSpec, pacers: int) 
     sc = ctx.scenario
     spec = open_loop_fields(ctx, planned, drawn_fields(ctx, spec), pacers, sc.duration_s)
     return replace(spec, rate_rps=planned.rate_rps or 0.0, arrivals=sc.arrivals,
-                   dataset=tuple((r.prompt, r.input_tokens, r.output_tokens) for r in ctx.dataset),
+                   dataset=tuple((r.prompt, r.input_tokens, r.output_tokens, r.images) for r in ctx.dataset),
                    fixed_output=not (ctx.dataset and sc.output_length == "natural"))
 
 

@@ -281,6 +281,8 @@ def _endpoint(name: object) -> str | None:
 
 def _images(config: Mapping[str, Any], server: Mapping[str, Any]) -> str | None:
     """What `images_text` says of the run's images, and that the contexts count them."""
+    if config.get("dataset_images"):
+        return "each dataset entry's own, after its text (each entry counted by the server with them)"
     counts = config.get("images")
     counts = [counts] if isinstance(counts, int) else list(counts or ())
     if not any(counts):
