@@ -6,7 +6,21 @@ from __future__ import annotations
 import click
 
 from llmload.commands.common import Refused
-from llmload.commands.run import SCENARIO_OPTIONS, workload_checked, workload_options
+from llmload.commands.run import SCENARIO_OPTIONS, run, workload_checked, workload_options
+from llmload.core.capacity.protocols import PROTOCOLS
+
+
+def run_options(*names: str, after: str):
+    """A command given `llmload run`'s own options `names` (their one definition: choices,
+    metavar, help; their values parsed and checked by the run's scenario), in that order,
+    after its option `after`."""
+    options = {p.name: p for p in run.params}
+
+    def decorate(command: click.Command) -> click.Command:
+        at = next(i for i, p in enumerate(command.params) if p.name == after) + 1
+        command.params[at:at] = [options[name] for name in names]
+        return command
+    return decorate
 
 
 @click.command()
@@ -74,6 +88,7 @@ def _echo_fit(result) -> None:
         click.echo(f"| {cell} | {r.figure} | {r.measured:,.1f} | {r.fitted:,.1f} | {r.relative:+.1%} | {within} |")
 
 
+@run_options("endpoint", "batch_size", "documents", after="workload")
 @click.command()
 @click.argument("profile")
 @click.option("--workload", type=click.Choice(["matrix", "rate", "sessions", "replay"]), default="matrix",
@@ -92,8 +107,8 @@ def _echo_fit(result) -> None:
               help="Results directory (must not hold a run, as for llmload run).")
 @click.option("--force", is_flag=True, help="Replace the run that --out already holds.")
 def predict(profile, workload, overrides, slo_search, out_dir, force, **options) -> None:
-    """Predict a speed test matrix, a rate, chat sessions or a trace replay from a (fitted)
-    simulator PROFILE, in virtual time."""
+    """Predict a speed test matrix, a rate, chat sessions, a trace replay or an embeddings
+    or rerank run (--endpoint) from a (fitted) simulator PROFILE, in virtual time."""
     import time
 
     from llmload.core.scenario import ScenarioError, resolve
@@ -106,9 +121,20 @@ def predict(profile, workload, overrides, slo_search, out_dir, force, **options)
     from llmload.sim.profiles import load_profile, parse_overrides
     from llmload.twin import predict as twin
     given = {k for k, v in options.items() if v is not None and k not in ("max_tokens", "duration")}
-    for flag in sorted(given - WORKLOAD_FLAGS[workload]):
-        raise click.UsageError(f"--{flag.replace('_', '-')} is not an option of --workload {workload}")
-    needed, what = WORKLOAD_NEEDS.get(workload, ((), ""))
+    endpoint = options["endpoint"] or "completions"
+    if endpoint not in PREDICTED_ENDPOINTS:
+        raise click.UsageError(f"--endpoint {endpoint} is not predicted: the twin models "
+                               f"{', '.join(PREDICTED_ENDPOINTS)}")
+    if PROTOCOLS[endpoint].pooling and workload == "replay":
+        raise click.UsageError(f"--workload replay on --endpoint {endpoint} is not predicted "
+                               "(there: its own matrix, and --workload rate)")
+    # an embeddings or rerank matrix is the pooling run (as `llmload run` decides it)
+    kind = "pooling" if PROTOCOLS[endpoint].pooling and workload == "matrix" else workload
+    where = f"--endpoint {endpoint}" if kind == "pooling" else f"--workload {workload}"
+    # --batch-size and --documents: where they do not belong, the run's own check says why
+    for flag in sorted(given - WORKLOAD_FLAGS[kind] - {"endpoint", "batch_size", "documents"}):
+        raise click.UsageError(f"--{flag.replace('_', '-')} is not an option of {where}")
+    needed, what = WORKLOAD_NEEDS.get(kind, ((), ""))
     if not set(needed) <= given:
         raise click.UsageError(f"{what} needs " + " and ".join(f"--{f}" for f in needed))
     if "dataset" in given:
@@ -117,6 +143,8 @@ def predict(profile, workload, overrides, slo_search, out_dir, force, **options)
     try:
         prof = load_profile(profile, parse_overrides(list(overrides)) or None)
         cli = {SCENARIO_OPTIONS[k]: v for k, v in options.items() if v is not None}
+        if slo_search:  # the run's check refuses it where it has no meaning (a pooling endpoint)
+            cli["slo_search"] = True
         sc = workload_checked(resolve(None, {}, {**cli, "workload": workload, "sim_profile": profile}))
         trace = runner_of(sc).read(sc)  # a replay's trace, fitted to the profile's context
         fit = fit_trace(trace, prof.max_model_len, sc.over_context) if trace else None
@@ -124,6 +152,10 @@ def predict(profile, workload, overrides, slo_search, out_dir, force, **options)
         raise click.UsageError(str(exc)) from None
     except TraceError as exc:
         raise Refused(str(exc)) from None
+    if sc.endpoint not in prof.endpoints:  # as `llmload run` refuses a server without it
+        raise Refused(f"profile {prof.name} does not serve --endpoint {sc.endpoint} (it serves "
+                      f"{', '.join(prof.endpoints)}); add it to the profile's endpoints "
+                      f"(--set endpoints=...,{sc.endpoint})")
     started = time.monotonic()
     try:
         run_dir = claim(out_dir, force=force, resumable=False)  # as a run's --out: refused if it holds a run, locked
@@ -163,9 +195,13 @@ WORKLOAD_FLAGS = {
                  "output_tokens", "seed", "slo", "dataset"},
     "replay": {"trace", "speedup", "sample", "length_scale", "max_prompt_tokens", "over_context", "seed",
                "slo"} | _OPEN_LOOP,
+    "pooling": {"contexts", "concurrency", "slo"},  # --slo: refused by the run's own check, in its words
 }
 #: The options a workload of `predict` cannot go without, and its name in the message.
-WORKLOAD_NEEDS = {"matrix": (("contexts", "concurrency"), "the matrix")}
+WORKLOAD_NEEDS = {"matrix": (("contexts", "concurrency"), "the matrix"),
+                  "pooling": (("contexts", "concurrency"), "an embeddings or rerank run")}
+#: The endpoints the twin predicts: completions (the streaming workloads), and the pooling ones.
+PREDICTED_ENDPOINTS = ("completions", "embeddings", "rerank")
 
 
 @click.command()

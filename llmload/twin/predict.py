@@ -1,5 +1,5 @@
-"""A fitted twin of a measured server: predict a matrix, a rate, sessions or a trace
-replay in virtual time.
+"""A fitted twin of a measured server: predict a matrix, a rate, sessions, a trace replay
+or an embeddings or rerank run in virtual time.
 
 Pure apart from the results files the CLI reads and writes (no sockets, no sleeping): the
 simulator's engine model runs in virtual time (`llmload.sim.virtual`), and every figure of a
@@ -11,8 +11,9 @@ planner), run each cell the way the runner does (`llmload.twin.cells`) in virtua
 give the run's `Results` (`llmload.core.model.results.new_results`) with provenance "predicted";
 with an SLO search, the bisection is the run's own (`llmload.core.figures.slosearch`), each level a
 predicted cell, unbounded (it ends when the two levels are adjacent). The workloads
-(`predict_rate_results`, `predict_sessions_results`, `predict_replay_results`): the run's plan
-of that workload, each cell sent as the run sends it (`llmload.twin.workloads`); the SLO
+(`predict_rate_results`, `predict_sessions_results`, `predict_replay_results`,
+`predict_pooling_results`: embeddings and rerank): the run's plan of that workload, each
+cell sent as the run sends it (`llmload.twin.workloads`, `llmload.twin.pooling`); the SLO
 search of a rate is the run's rate bisection to within 5%, of sessions the users per system
 prompt.
 
@@ -26,6 +27,8 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 
 from llmload.core.capacity.plan import PlannedCell, plan_matrix, plan_rates, plan_replay, plan_sessions
+from llmload.core.capacity.poolplan import plan_pooling
+from llmload.core.capacity.protocols import PROTOCOLS, inputs_per_request
 from llmload.core.model.cellfacts import CellFacts
 from llmload.core.model.cell import CellResult
 from llmload.core.figures.cells import assemble_cell, not_run_cell
@@ -40,6 +43,7 @@ from llmload.core.traffic.tracestats import hit_ratio
 from llmload.sim.noise import is_noisy
 from llmload.sim.profiles import Profile
 from llmload.twin.cells import virtual_decode, virtual_prefill
+from llmload.twin.pooling import virtual_pooling
 from llmload.twin.workloads import virtual_rate, virtual_replay, virtual_sessions
 
 logger = logging.getLogger(__name__)
@@ -64,6 +68,8 @@ def predict_cell(profile: Profile, planned: PlannedCell, *, window_s: float,
         records, facts = virtual_rate(profile, planned, sc)
     elif planned.phase == "session":
         records, facts = virtual_sessions(profile, planned, sc, cell_id=cell_id, turn_tokens=session_lengths(sc)[0])
+    elif planned.phase == "pooling":
+        records, facts = virtual_pooling(profile, planned, sc)
     elif planned.phase == "prefill":
         records = virtual_prefill(profile, planned.prompt_tokens)
         facts = CellFacts(prefill_source=planned.prefill_source or "standalone")
@@ -117,6 +123,8 @@ def predict_rate_results(profile: Profile, sc: Scenario, *, slo_search: bool = F
     length distributions, window, drain, SLO), planned as the run plans it; with an SLO
     search, the run's rate bisection (`slosearch.rate_search`), unbounded."""
     contexts, max_tokens, varied = rate_lengths(sc)
+    if PROTOCOLS[sc.endpoint].pooling:
+        max_tokens = 0  # an embeddings or rerank answer holds no output token (the run's rate plan)
     plan = plan_rates(contexts=contexts, rates=list(sc.rates), max_tokens=max_tokens,
                       max_model_len=profile.max_model_len, varied=varied)
     started = utc_now_iso()
@@ -155,6 +163,20 @@ def predict_sessions_results(profile: Profile, sc: Scenario, *, slo_search: bool
     return _predicted(profile, sc, planned_cells, cells, started)
 
 
+def predict_pooling_results(profile: Profile, sc: Scenario, *, keep: Keep | None = None,
+                            on_cell: Callable[[CellResult], None] | None = None) -> Results:
+    """The results predicted for an embeddings or rerank run (`sc`: its endpoint, input
+    lengths, concurrency, inputs per request, window), planned as the run plans it
+    (`poolplan.plan_pooling`) against the profile's limits, each cell `twin.pooling`'s."""
+    plan = plan_pooling(contexts=list(sc.contexts), concurrency=list(sc.concurrency),
+                        max_model_len=profile.max_model_len, max_sequences=profile.max_num_seqs,
+                        inputs_per_request=inputs_per_request(sc.endpoint, batch_size=sc.batch_size,
+                                                              documents=sc.documents))
+    started = utc_now_iso()
+    cells = [_each(profile, planned, sc, f"c{i + 1}", keep, on_cell) for i, planned in enumerate(plan)]
+    return _predicted(profile, sc, plan, cells, started)
+
+
 def predict_replay_results(profile: Profile, sc: Scenario, fit: TraceFit, *, keep: Keep | None = None,
                            on_cell: Callable[[CellResult], None] | None = None) -> Results:
     """The results predicted for a trace replay: `fit` is the trace as the run would send
@@ -186,6 +208,7 @@ PREDICTORS: dict[str, Callable[..., Results]] = {
     "sessions": lambda profile, sc, *, slo_search, keep, **_: predict_sessions_results(
         profile, sc, slo_search=slo_search, keep=keep),
     "replay": lambda profile, sc, *, keep, trace_fit, **_: predict_replay_results(profile, sc, trace_fit, keep=keep),
+    "pooling": lambda profile, sc, *, keep, **_: predict_pooling_results(profile, sc, keep=keep),
 }
 """`llmload predict`'s prediction of each workload: (profile, scenario, prefill= the matrix's
 prefill contexts, slo_search=, keep=, trace_fit= a replay's trace fitted, source= the profile

@@ -7,7 +7,9 @@ run's own cell functions (`llmload.core.figures.cells`) turn into the cell.
 - Rate: the pacer's arrivals (`workloads.arrival_offsets`, one pacer; Poisson seeded by the
   cell's context and rate, so a rate's arrivals do not depend on the rates predicted beside
   it) and lengths (the cell's, or drawn as the run draws them: `lengths.drawn_lengths`),
-  every prompt cold.
+  every prompt cold. On an embeddings or rerank endpoint each request is one pooling input
+  (rerank: the query, then a document of the length), answered whole
+  (`llmload.twin.pooling`).
 - Replay: the trace as fitted and shaped for the run, each request at its time over the
   speedup; a Mooncake request's prompt is its hash blocks' ids (equal ids, equal blocks, as
   the run's `prompts.block_token_ids` builds them), so the prefix cache sees the sharing; a
@@ -33,6 +35,7 @@ import random
 from collections.abc import Iterable, Iterator
 
 from llmload.core.capacity.plan import PlannedCell
+from llmload.core.capacity.protocols import PROTOCOLS
 from llmload.core.model.cellfacts import CellFacts, ServerSample
 from llmload.core.traffic.lengths import drawn_lengths
 from llmload.core.model.records import RequestRecord
@@ -45,6 +48,7 @@ from llmload.sim.profiles import Profile
 from llmload.sim.tokenizer import GENERATION_PROMPT_ID, ROLE_IDS, Tokenizer
 from llmload.sim.virtual import VirtualRun
 from llmload.twin.cells import WARMUP_GAP_S, poll_waiting, record_of
+from llmload.twin.pooling import pooled_record, query_ids
 
 T0_S = 1.0
 """Virtual time of an open-loop cell's t0 (an idle server before it)."""
@@ -70,22 +74,33 @@ def _ids(profile: Profile, key: str, n: int) -> list[int]:
 
 
 def _open_loop(profile: Profile, sends: Iterable[tuple[float, list[int], int]], *, tag: str, window_s: float,
-               drain: float) -> tuple[list[RequestRecord], list[tuple[float, float]], int]:
+               drain: float, pooled: list[int] | None = None
+               ) -> tuple[list[RequestRecord], list[tuple[float, float]], int]:
     """Requests (offset from t0, prompt ids, output tokens) sent on time from T0_S; run to
-    the drain's end. Gives the records, the waiting samples and the number scheduled."""
+    the drain's end. Gives the records, the waiting samples and the number scheduled.
+    `pooled`: a pooling endpoint's requests, one input each, the prompt after these ids
+    (rerank's query; embeddings: none), answered whole (`twin.pooling.pooled_record`)."""
     run = VirtualRun(profile)
     t1, end = T0_S + window_s, T0_S + window_s + drain
     asked: dict[str, tuple[int, int]] = {}
     for k, (offset, prompt, out) in enumerate(sends):
         rid = f"r{k}-{k}"
-        run.submit(EngineRequest(request_id=rid, prompt_ids=prompt, num_output_tokens=out), T0_S + offset)
+        ids = prompt if pooled is None else pooled + prompt
+        run.submit(EngineRequest(request_id=rid, prompt_ids=ids, num_output_tokens=out if pooled is None else 1,
+                                 pooling=pooled is not None), T0_S + offset)
         asked[rid] = (len(prompt), out)
     waits = poll_waiting(run, T0_S, t1)
     run.run_until(end)
     run.abort_all()
-    records = [dataclasses.replace(record_of(trace, tag=tag, prompt_tokens=asked[rid][0], t1=end),
-                                   scheduled_s=trace.send_s, cap_wait=False, asked_prompt_tokens=asked[rid][0],
-                                   asked_output_tokens=asked[rid][1])
+
+    def record(rid: str, trace) -> RequestRecord:
+        if pooled is None:
+            return record_of(trace, tag=tag, prompt_tokens=asked[rid][0], t1=end)
+        return pooled_record(user_id=rid.split("-")[0], tag=tag, send_s=trace.send_s,
+                             end_s=trace.chunk_times_s[-1] if trace.finished else None, t1=end,
+                             prompt_tokens=len(pooled) + asked[rid][0], inputs=1)
+    records = [dataclasses.replace(record(rid, trace), scheduled_s=trace.send_s, cap_wait=False,
+                                   asked_prompt_tokens=asked[rid][0], asked_output_tokens=asked[rid][1])
                for rid, trace in run.traces.items()]
     return records, waits, len(asked)
 
@@ -102,11 +117,12 @@ def virtual_rate(profile: Profile, planned: PlannedCell, sc: Scenario) -> tuple[
         lengths = itertools.repeat((planned.prompt_tokens, planned.max_tokens))
     sends = ((offset, unique_prompt(profile, 10_000 + k, p), m)
              for k, (offset, (p, m)) in enumerate(zip(offsets, lengths)))
-    records, waits, scheduled = _open_loop(profile, sends, tag="rate", window_s=window, drain=drain)
+    pooled = query_ids(profile, sc.endpoint) if PROTOCOLS[sc.endpoint].pooling else None
+    records, waits, scheduled = _open_loop(profile, sends, tag="rate", window_s=window, drain=drain, pooled=pooled)
     facts = CellFacts(t0_s=T0_S, t1_s=T0_S + window, waiting_samples=tuple(waits), arrivals=sc.arrivals,
                       in_flight_cap=sc.max_in_flight, requests_scheduled=scheduled, drain_s=drain,
                       prompt_lengths=sc.prompt_tokens, output_lengths=sc.output_tokens,
-                      slo=dict(sc.slo) if sc.slo else None)
+                      slo=dict(sc.slo) if sc.slo else None, inputs_per_request=1 if pooled is not None else None)
     return records, facts
 
 
