@@ -7,6 +7,7 @@ Routes (GET and HEAD only: a POST or any other method is a 405, and the store is
     /runs/<id>          the run's report.html (its Page by `llmload.output.pages.html`) under the hub's bar
                         (its tier; links to /runs/<id>/results.json and each uploaded records file)
     /leaderboard        ?model=M&context=C[&concurrency=N][&hardware=H][&version=V][&endpoint=E]: runs ranked
+                        by total tok/s, or embeddings and rerank runs by inputs/s (`llmload.hub.boardroutes`)
     /models, /hardware  what the store holds, with counts and links
     /compare            ?a=ID&b=ID: the compare page (`llmload.output.pages.comparepage.render_html`)
     /calculator         ?run=ID|profile=NAME&context=C&users=N[&slo=...]: the twin's prediction (NAME:
@@ -47,11 +48,11 @@ from werkzeug.exceptions import HTTPException
 from llmload.core.budget import BudgetSpent
 from llmload.core.redact import scrub
 from llmload.hub import security, views
+from llmload.hub.boardroutes import add_leaderboard_routes
 from llmload.hub.database import StoreError
 from llmload.hub.documents import Documents, NotStored
 from llmload.hub.offloop import OffLoop
-from llmload.hub.query import (MAX_USERS, RUN_ID, QueryError, board_filter, count, required, run_filter, run_id,
-                               text, tokens)
+from llmload.hub.query import MAX_USERS, RUN_ID, QueryError, count, required, run_filter, run_id, text, tokens
 from llmload.hub.store import Store
 from llmload.hub.submit import RECORDS_NAME
 from llmload.hub.submitroutes import Submissions, add_submission_routes
@@ -171,33 +172,7 @@ def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None,
         return Response(documents.get(rid, "compact"), mimetype="application/json")
 
     # ------------------------------------------------------------------ leaderboard
-    def board_query() -> dict:
-        model = required(request.args, "model", "a model (its served name or model root)")
-        context = tokens(request.args, "context")
-        if context is None:
-            raise QueryError("context is missing: give a context in tokens (e.g. 16384 or 16K)")
-        concurrency = count(request.args, "concurrency")
-        hardware, version, endpoint = board_filter(request.args)
-        board = reads.leaderboard(model, context, concurrency, hardware=hardware, engine_version=version,
-                                  endpoint=endpoint)
-        return dict(model=model, context=context, concurrency=concurrency, hardware=hardware, version=version,
-                    endpoint=endpoint, board=board)
-
-    @app.get("/leaderboard")
-    def leaderboard_page():
-        models = reads.models()
-        if not request.args:
-            return page("leaderboard.html", "Leaderboard", models=models, model=None, context=None,
-                        concurrency=None, hardware=None, version=None, endpoint=None, board=None, contexts=[],
-                        columns=[], choices=([], [], []), cell_at=views.cell_at)
-        q = board_query()
-        return page("leaderboard.html", "Leaderboard", models=models, contexts=reads.contexts(q["model"]),
-                    columns=views.concurrencies(q["board"]), cell_at=views.cell_at,
-                    choices=reads.leaderboard_choices(q["model"], q["context"]), **q)
-
-    @app.get("/api/leaderboard")
-    def leaderboard_api():
-        return jsonify([views.leader_dict(row) for row in board_query()["board"]])
+    add_leaderboard_routes(app, reads, page)  # llmload.hub.boardroutes: the token board, or embeddings' and rerank's
 
     # ------------------------------------------------------------------ models, hardware
     def model_entries():

@@ -33,7 +33,7 @@ from typing import Any
 import orjson
 
 from llmload.core.traffic.workloads import OPEN_LOOP_PHASES
-from llmload.hub.schema import FIGURES, REQUEST_COUNTS
+from llmload.hub.schema import FIGURES, POOLING_FIGURES, REQUEST_COUNTS
 
 MAX_RESULTS_BYTES = 8 * 1024 * 1024
 """The largest results.json taken (a matrix of 100 cells is about 0.3 MB)."""
@@ -179,7 +179,7 @@ def _check_ranges(document: Mapping[str, Any]) -> None:
         least = 0 if phase in OPEN_LOOP_PHASES else 1
         if _number(users) and users < least:
             raise Refused(f"{where}.concurrency is {users}: a {phase} cell has at least {least}")
-        for name in ("context_tokens", *FIGURES, *REQUEST_COUNTS):
+        for name in ("context_tokens", *FIGURES, *POOLING_FIGURES, "inputs_per_request", *REQUEST_COUNTS):
             value = cell.get(name)
             if _number(value) and value < 0:
                 raise Refused(f"{where}.{name} is {value}: it cannot be negative")

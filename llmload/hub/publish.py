@@ -180,6 +180,14 @@ def cell_rows(run: RunToPublish) -> list[dict[str, Any]]:
     return rows
 
 
+def pooling_rows(run: RunToPublish) -> list[dict[str, Any]]:
+    """The `pooling_cells` rows of a run: one per embeddings or rerank cell (phase "pooling"),
+    `idx` its `cells` row's."""
+    return [{"run_id": run.id, "idx": idx, "inputs_per_request": _int(cell.pooling.inputs_per_request),
+             **{f: _float(getattr(cell.pooling, f)) for f in schema.POOLING_FIGURES}}
+            for idx, cell in enumerate(run.results.cells) if cell.phase == "pooling"]
+
+
 def _interval_columns(cell) -> dict[str, Any]:
     """The cell's total tok/s interval for its row: a method other than llmload's two is
     stored as none (the column is short, and a submitted document may say anything)."""
@@ -221,6 +229,9 @@ def publish(store: Store, run: RunToPublish, *, with_origin: bool = False, publi
                 cells = cell_rows(run)
                 if cells:
                     connection.execute(sa.insert(schema.cells), cells)
+                pooling = pooling_rows(run)
+                if pooling:
+                    connection.execute(sa.insert(schema.pooling_cells), pooling)
                 if records:
                     connection.execute(sa.insert(schema.run_records),
                                        [{"run_id": run.id, "name": name, "data": data} for name, data in records])

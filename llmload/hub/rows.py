@@ -98,6 +98,47 @@ class LeaderRow:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class PoolingCell:
+    """A run's embeddings or rerank cell (phase "pooling") at the leaderboard's input length."""
+
+    concurrency: int
+    status: str
+    inputs_per_s: float
+    input_tok_s: float | None
+    requests_per_s: float | None
+    latency_ms: float | None
+    latency_p99_ms: float | None
+    inputs_per_request: int | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PoolingRow:
+    """One run on an embeddings or rerank leaderboard: ranked by `inputs_per_s` at
+    `concurrency` (the one asked for, else the run's best), with every concurrency it
+    measured at that input length. Its figures are `cell`'s; no run is tied (a pooling cell
+    has no interval)."""
+
+    run: RunSummary
+    endpoint: str | None
+    """"embeddings" or "rerank" (the run's `--endpoint`)."""
+    context_tokens: int
+    """The input length (tokens of each input; rerank: of each document)."""
+    concurrency: int
+    cell: PoolingCell
+    """The ranked cell."""
+    cells: tuple[PoolingCell, ...]
+    """By concurrency, lowest first."""
+    launch_command: str | None = None
+    rank: int = 0
+    tied: bool = False
+    """Never: a pooling cell has no interval to overlap another's."""
+
+    @property
+    def inputs_per_s(self) -> float:
+        return self.cell.inputs_per_s
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ModelEntry:
     model: str | None
     model_root: str | None

@@ -16,6 +16,10 @@
   (who may submit: a salted scrypt hash of each token's secret, never the token), a run's
   `submitter` (the token's name) and `tier` (`TIERS`), and `run_records` (the Parquet records
   files uploaded with a run).
+- `pooling_cells` (revision 0006_pooling): an embeddings or rerank cell's figures (phase
+  "pooling", `CellPooling`), one row beside its `cells` row (the same run_id and idx), what
+  the leaderboard ranks such runs by (inputs/s). The revision filled it from the documents of
+  the pooling runs stored before it.
 
 Times are ISO 8601 UTC text (as results.json writes them), which sorts and compares the
 same way on both databases. The migrations in `llmload/hub/migrations/versions/` create
@@ -24,7 +28,7 @@ exactly these tables (tests/test_hub_store.py compares them).
 
 from __future__ import annotations
 
-from sqlalchemy import JSON, Column, Float, ForeignKey, Index, Integer, LargeBinary, MetaData, String, Table, Text
+from sqlalchemy import JSON, Column, Float, ForeignKey, ForeignKeyConstraint, Index, Integer, LargeBinary, MetaData, String, Table, Text
 from sqlalchemy.dialects.postgresql import JSONB
 
 metadata = MetaData()
@@ -100,6 +104,24 @@ REQUEST_COUNTS = ("requests_scheduled", "requests_completed", "requests_failed",
 
 INTERVALS = ("total_tok_s_ci_low", "total_tok_s_ci_high", "ci_method", "repeats")
 """A cell's headline interval a cell row keeps (`CellIntervals`; None where it has none)."""
+
+pooling_cells = Table(
+    "pooling_cells", metadata,
+    Column("run_id", String(16), primary_key=True),
+    Column("idx", Integer, primary_key=True),
+    Column("inputs_per_request", Integer),
+    Column("requests_per_s", Float),
+    Column("inputs_per_s", Float),
+    Column("input_tok_s", Float),
+    Column("latency_ms", Float),
+    Column("latency_p90_ms", Float),
+    Column("latency_p99_ms", Float),
+    ForeignKeyConstraint(["run_id", "idx"], ["cells.run_id", "cells.idx"], ondelete="CASCADE"),
+)
+
+POOLING_FIGURES = ("requests_per_s", "inputs_per_s", "input_tok_s", "latency_ms", "latency_p90_ms",
+                   "latency_p99_ms")
+"""The figures a pooling cell's row keeps (`CellPooling`'s, as results.json holds them)."""
 
 TIERS = ("here", "pending", "approved")
 """A run's tier: published into the store by its operator ("here"), submitted over HTTP and

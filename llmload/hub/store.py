@@ -1,5 +1,6 @@
 """The store's API: open one (`open_store`), read it (`Store.runs`, `run`, `summary`,
-`leaderboard`, `models`, `hardware`, `contexts`); publishing is `llmload.hub.publish`'s.
+`leaderboard`, `pooling_leaderboard`, `models`, `hardware`, `contexts`); publishing is
+`llmload.hub.publish`'s; the leaderboards' queries are `llmload.hub.boards`'.
 
     with open_store("sqlite:////home/me/hub.sqlite") as store:
         for row in store.leaderboard("bench", 16384):
@@ -13,7 +14,6 @@ call; the store's URL is kept masked (`Store.label`). What is stored is in
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import fields, replace
 from typing import Any
 
 import sqlalchemy as sa
@@ -23,36 +23,23 @@ from sqlalchemy.exc import SQLAlchemyError
 from llmload.core.model.document import ResultsError, results_from_dict
 from llmload.core.model.results import Results
 from llmload.hub import schema
+from llmload.hub.boards import (SUMMARY_COLUMNS, board_choices, board_contexts, listed, model_is, pooling_board,
+                                ranked_with_ties, summary, token_board)
 from llmload.hub.database import SQLITE_BUSY_S, StoreError, connect, default_url, first_line, masked, migrate
-from llmload.hub.rows import HardwareEntry, LeaderCell, LeaderRow, ModelEntry, RunFilter, RunSummary
+from llmload.hub.rows import (HardwareEntry, LeaderCell, LeaderRow, ModelEntry, PoolingCell, PoolingRow, RunFilter,
+                              RunSummary)
 
-__all__ = ["HardwareEntry", "LeaderCell", "LeaderRow", "ModelEntry", "RunFilter", "RunSummary", "Store", "open_store"]
+__all__ = ["HardwareEntry", "LeaderCell", "LeaderRow", "ModelEntry", "PoolingCell", "PoolingRow", "RunFilter",
+           "RunSummary", "Store", "open_store", "ranked_with_ties"]
 LISTS_KEPT = 256
 """Lists and leaderboards kept (`Store._cached`), least recently used dropped first."""
-
-_SUMMARY_COLUMNS = [schema.runs.c[f.name] for f in fields(RunSummary)]
-_ENDPOINT = schema.runs.c.results_json[("config", "endpoint")].as_string()
-"""A run's endpoint (its results' config.endpoint: completions, chat, responses, messages)."""
-
-
-def _summary(row: Any) -> RunSummary:
-    return RunSummary(**{f.name: getattr(row, f.name) for f in fields(RunSummary)})
-
-
-def _listed():
-    """Runs that lists, leaderboards and counts show: not pending approval."""
-    return schema.runs.c.tier != "pending"
-
-
-def _model_is(model: str):
-    return sa.or_(schema.runs.c.model == model, schema.runs.c.model_root == model)
 
 
 def _filtered(query, filters: RunFilter):
     """`query` (over runs) with the filters' conditions."""
     r = schema.runs.c
     if filters.model is not None:
-        query = query.where(_model_is(filters.model))
+        query = query.where(model_is(filters.model))
     for name in ("engine", "engine_version", "hardware", "provenance"):
         if getattr(filters, name) is not None:
             query = query.where(r[name] == getattr(filters, name))
@@ -61,7 +48,7 @@ def _filtered(query, filters: RunFilter):
     if filters.until is not None:
         query = query.where(r.started_at < filters.until)
     if not filters.pending:
-        query = query.where(_listed())
+        query = query.where(listed())
     return query
 
 
@@ -110,11 +97,11 @@ class Store:
 
     def _runs(self, filters: RunFilter, limit: int | None, offset: int) -> list[RunSummary]:
         r = schema.runs.c
-        query = _filtered(sa.select(*_SUMMARY_COLUMNS), filters)
+        query = _filtered(sa.select(*SUMMARY_COLUMNS), filters)
         query = query.order_by(r.started_at.desc(), r.published_at.desc(), r.id)
         if limit is not None:
             query = query.limit(limit).offset(offset)
-        return [_summary(row) for row in self.rows(query)]
+        return [summary(row) for row in self.rows(query)]
 
     def count_runs(self, filters: RunFilter = RunFilter()) -> int:
         """How many runs pass `filters` (kept, as `runs`)."""
@@ -144,8 +131,8 @@ class Store:
 
     def summary(self, run_id: str) -> RunSummary | None:
         """The stored run with this id, or None."""
-        rows = self.rows(sa.select(*_SUMMARY_COLUMNS).where(schema.runs.c.id == run_id))
-        return _summary(rows[0]) if rows else None
+        rows = self.rows(sa.select(*SUMMARY_COLUMNS).where(schema.runs.c.id == run_id))
+        return summary(rows[0]) if rows else None
 
     def run(self, run_id: str) -> Results | None:
         """The stored run's results (its scrubbed document, checked), or None."""
@@ -167,71 +154,32 @@ class Store:
                     endpoint: str | None = None) -> list[LeaderRow]:
         """For a model (served name or model root) and a decode context: one row per run that
         measured a total tok/s there (at `concurrency`, when given; on `hardware`, with that
-        `engine_version` and on that `endpoint`, when given), best first."""
+        `engine_version` and on that `endpoint`, when given), best first (`boards.token_board`)."""
         return self._cached(("leaderboard", model, context, concurrency, hardware, engine_version, endpoint),
-                            lambda: self._leaderboard(model, context, concurrency, hardware, engine_version, endpoint))
+                            lambda: token_board(self.rows, model, context, concurrency, hardware, engine_version,
+                                                endpoint))
 
-    def _leaderboard(self, model: str, context: int, concurrency: int | None, hardware: str | None,
-                     engine_version: str | None, endpoint: str | None) -> list[LeaderRow]:
-        c, r = schema.cells.c, schema.runs.c
-        query = (sa.select(*_SUMMARY_COLUMNS, r.results_json["launch_command"].as_string().label("launch"),
-                           c.concurrency, c.status.label("cell_status"), c.total_tok_s, c.per_request_tok_s,
-                           c.ttft_ms, c.ttft_p99_ms, c.tbt_ms, c.total_tok_s_ci_low, c.total_tok_s_ci_high,
-                           c.repeats)
-                 .join(schema.cells, c.run_id == r.id)
-                 .where(_model_is(model), _listed(), c.phase == "decode", c.context_tokens == context,
-                        c.total_tok_s.is_not(None))
-                 .order_by(r.id, c.concurrency))
-        for column, value in ((r.hardware, hardware), (r.engine_version, engine_version), (_ENDPOINT, endpoint)):
-            if value is not None:
-                query = query.where(column == value)
-        by_run: dict[str, tuple[RunSummary, str | None, list[LeaderCell]]] = {}
-        for row in self.rows(query):
-            entry = by_run.setdefault(row.id, (_summary(row), row.launch, []))
-            entry[2].append(LeaderCell(concurrency=row.concurrency, status=row.cell_status, total_tok_s=row.total_tok_s,
-                                       per_request_tok_s=row.per_request_tok_s, ttft_ms=row.ttft_ms,
-                                       ttft_p99_ms=row.ttft_p99_ms, tbt_ms=row.tbt_ms,
-                                       total_tok_s_ci_low=row.total_tok_s_ci_low,
-                                       total_tok_s_ci_high=row.total_tok_s_ci_high, repeats=row.repeats))
-        board = []
-        for run, launch, run_cells in by_run.values():
-            ranked = [x for x in run_cells if concurrency is None or x.concurrency == concurrency]
-            if not ranked:
-                continue
-            top = max(ranked, key=lambda x: x.total_tok_s)
-            board.append(LeaderRow(run=run, context_tokens=context, concurrency=top.concurrency,
-                                   total_tok_s=top.total_tok_s, per_request_tok_s=top.per_request_tok_s,
-                                   ttft_ms=top.ttft_ms, cells=tuple(run_cells), launch_command=launch,
-                                   total_tok_s_ci_low=top.total_tok_s_ci_low,
-                                   total_tok_s_ci_high=top.total_tok_s_ci_high, repeats=top.repeats))
-        board.sort(key=lambda row: (-row.total_tok_s, row.run.id))
-        return ranked_with_ties(board)
+    def pooling_leaderboard(self, model: str, context: int, concurrency: int | None = None, *,
+                            hardware: str | None = None, engine_version: str | None = None,
+                            endpoint: str | None = None) -> list[PoolingRow]:
+        """For a model and an input length: one row per run that measured inputs/s there on
+        the embeddings or rerank endpoint (`endpoint`; None: either), the filters as
+        `leaderboard`'s, the most inputs/s first (`boards.pooling_board`)."""
+        return self._cached(("pooling", model, context, concurrency, hardware, engine_version, endpoint),
+                            lambda: pooling_board(self.rows, model, context, concurrency, hardware, engine_version,
+                                                  endpoint))
 
     def leaderboard_choices(self, model: str, context: int) -> tuple[list[str], list[tuple[str, list[str]]], list[str]]:
-        """What the leaderboard of a model at a decode context can be filtered by: the
-        hardware names, each engine version with its engines, and the endpoints of its runs; sorted."""
-        return self._cached(("choices", model, context), lambda: self._leaderboard_choices(model, context))
-
-    def _leaderboard_choices(self, model: str, context: int) -> tuple[list[str], list[tuple[str, list[str]]], list[str]]:
-        c, r = schema.cells.c, schema.runs.c
-        query = (sa.select(r.hardware, r.engine, r.engine_version, _ENDPOINT.label("endpoint")).distinct()
-                 .join(schema.cells, c.run_id == r.id)
-                 .where(_model_is(model), _listed(), c.phase == "decode", c.context_tokens == context,
-                        c.total_tok_s.is_not(None)))
-        rows = self.rows(query)
-        versions: dict[str, set[str]] = {}
-        for row in rows:
-            if row.engine_version is not None:
-                versions.setdefault(row.engine_version, set()).update([row.engine] if row.engine else [])
-        return (sorted({row.hardware for row in rows if row.hardware is not None}),
-                [(version, sorted(engines)) for version, engines in sorted(versions.items())],
-                sorted({row.endpoint for row in rows if row.endpoint is not None}))
+        """What the leaderboards of a model at a context (decode context, or pooling input
+        length) can be filtered by: the hardware names, each engine version with its engines,
+        and the endpoints of its runs there; sorted."""
+        return self._cached(("choices", model, context), lambda: board_choices(self.rows, model, context))
 
     def models(self) -> list[ModelEntry]:
         """Each (served name, model root) published, with its number of runs, most first."""
         r = schema.runs.c
         n = sa.func.count().label("n")
-        query = (sa.select(r.model, r.model_root, n).where(_listed()).group_by(r.model, r.model_root)
+        query = (sa.select(r.model, r.model_root, n).where(listed()).group_by(r.model, r.model_root)
                  .order_by(n.desc(), r.model))
         return self._cached("models", lambda: [ModelEntry(model=row.model, model_root=row.model_root, runs=row.n)
                                                for row in self.rows(query)])
@@ -240,29 +188,20 @@ class Store:
         """Each (hardware, GPU) published, with its number of runs, most first."""
         r = schema.runs.c
         n = sa.func.count().label("n")
-        query = (sa.select(r.hardware, r.gpu, n).where(_listed()).group_by(r.hardware, r.gpu)
+        query = (sa.select(r.hardware, r.gpu, n).where(listed()).group_by(r.hardware, r.gpu)
                  .order_by(n.desc(), r.hardware))
         return self._cached("hardware", lambda: [HardwareEntry(hardware=row.hardware, gpu=row.gpu, runs=row.n)
                                                  for row in self.rows(query)])
 
     def contexts(self, model: str) -> list[int]:
-        """The decode contexts measured for a model (served name or model root), lowest first."""
+        """The contexts a leaderboard ranks a model's runs at (served name or model root): its
+        decode contexts and its embeddings or rerank input lengths, lowest first."""
         return sorted({c for (name, root), found in self.contexts_by_model().items() if model in (name, root)
                        for c in found})
 
     def contexts_by_model(self) -> dict[tuple[str | None, str | None], list[int]]:
         """`contexts` of every (served name, model root) at once (one query), lowest first."""
-        c, r = schema.cells.c, schema.runs.c
-        query = (sa.select(r.model, r.model_root, c.context_tokens).distinct()
-                 .join(schema.cells, c.run_id == r.id)
-                 .where(_listed(), c.phase == "decode", c.total_tok_s.is_not(None))
-                 .order_by(r.model, r.model_root, c.context_tokens))
-        def read() -> dict[tuple[str | None, str | None], list[int]]:
-            out: dict[tuple[str | None, str | None], list[int]] = {}
-            for row in self.rows(query):
-                out.setdefault((row.model, row.model_root), []).append(row.context_tokens)
-            return out
-        return self._cached("contexts", read)
+        return self._cached("contexts", lambda: board_contexts(self.rows))
 
     def record_names(self, run_id: str) -> list[str]:
         """The records files uploaded with a run (`publish --to --with-records`), by name."""
@@ -294,16 +233,3 @@ def open_store(url: str | None = None, *, write: bool = False, busy_s: float = S
         raise
     return Store(engine, label=label, writable=write)
 
-
-def ranked_with_ties(board: list[LeaderRow]) -> list[LeaderRow]:
-    """The board (best first) with each row's rank: a row whose total tok/s interval overlaps
-    the interval of the row above it is tied with it (the same rank) — their difference is
-    within the noise; a row without an interval is never tied."""
-    out: list[LeaderRow] = []
-    for i, row in enumerate(board):
-        above = out[-1] if out else None
-        tied = (above is not None and None not in (row.total_tok_s_ci_low, row.total_tok_s_ci_high,
-                                                   above.total_tok_s_ci_low, above.total_tok_s_ci_high)
-                and row.total_tok_s_ci_high >= above.total_tok_s_ci_low)
-        out.append(replace(row, rank=above.rank if tied else i + 1, tied=tied))
-    return out

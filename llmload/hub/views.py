@@ -9,7 +9,8 @@ from typing import Any
 from urllib.parse import urlencode
 
 from llmload.hub.limits import HIDDEN
-from llmload.hub.store import HardwareEntry, LeaderRow, ModelEntry, RunSummary
+from llmload.core.capacity.protocols import POOLING_ENDPOINTS
+from llmload.hub.store import HardwareEntry, LeaderRow, ModelEntry, PoolingRow, RunSummary
 from llmload.output import formats as fmt
 
 RATE_FIGURES = (("Achieved rate", None), ("TTFT p50", "ttft_ms"), ("TTFT p90", "ttft_p90_ms"),
@@ -52,21 +53,49 @@ def run_dict(run: RunSummary) -> dict[str, Any]:
             "api_url": f"/api{run_url(run.id)}"}
 
 
-def leader_dict(row: LeaderRow) -> dict[str, Any]:
-    """A leaderboard row: its rank (shared with the run above where `tied`: their intervals
-    overlap), the run (its tier, launch command, the runs on its hardware) and its figures
-    at the ranked concurrency with total tok/s's interval, and every cell."""
+def _board_run(row: LeaderRow | PoolingRow) -> dict[str, Any]:
+    """What every leaderboard row says of its run: its rank, the run (its tier, launch
+    command, the runs on its hardware), its context and ranked concurrency."""
     run = row.run
-    return {"rank": row.rank, "tied": row.tied, "id": run.id, "url": run_url(run.id), "model": run.model, "model_root": run.model_root,
+    return {"rank": row.rank, "tied": row.tied, "id": run.id, "url": run_url(run.id),
+            "model": run.model, "model_root": run.model_root,
             "hardware": run.hardware, "hardware_url": hardware_url(run.hardware), "gpu": run.gpu,
             "engine": run.engine, "engine_version": run.engine_version, "provenance": run.provenance,
             "status": run.status, "tier": run.tier, "tier_text": tier_text(run.tier), "submitter": run.submitter,
             "launch_command": row.launch_command, "started_at": run.started_at,
-            "context_tokens": row.context_tokens, "concurrency": row.concurrency,
+            "context_tokens": row.context_tokens, "concurrency": row.concurrency}
+
+
+def leader_dict(row: LeaderRow) -> dict[str, Any]:
+    """A token leaderboard row: its rank (shared with the run above where `tied`: their
+    intervals overlap), the run, its figures at the ranked concurrency with total tok/s's
+    interval, and every cell."""
+    return {**_board_run(row), "ranked_by": "total_tok_s",
             "total_tok_s": row.total_tok_s, "total_tok_s_ci_low": row.total_tok_s_ci_low,
             "total_tok_s_ci_high": row.total_tok_s_ci_high, "repeats": row.repeats,
             "per_request_tok_s": row.per_request_tok_s, "ttft_ms": row.ttft_ms,
             "cells": [asdict(cell) for cell in row.cells]}
+
+
+def pooling_dict(row: PoolingRow) -> dict[str, Any]:
+    """An embeddings or rerank leaderboard row: its rank (never tied), the run, its endpoint,
+    its figures at the ranked concurrency (`context_tokens`: the input length) and every cell."""
+    cell = row.cell
+    return {**_board_run(row), "ranked_by": "inputs_per_s", "endpoint": row.endpoint,
+            "inputs_per_s": cell.inputs_per_s, "input_tok_s": cell.input_tok_s, "requests_per_s": cell.requests_per_s,
+            "latency_ms": cell.latency_ms, "latency_p99_ms": cell.latency_p99_ms,
+            "inputs_per_request": cell.inputs_per_request, "cells": [asdict(c) for c in row.cells]}
+
+
+def other_boards(kind: str, endpoint: str | None, endpoints: list[str]) -> list[tuple[str, str | None]]:
+    """The other boards of the same model and context, as (what it ranks, its endpoint
+    parameter; None: the token board): the embeddings and rerank boards of the endpoints
+    measured there, and from one of those, the token board where runs measured tokens."""
+    pooled = [e for e in endpoints if e in POOLING_ENDPOINTS and not (kind == "pooling" and e == endpoint)]
+    out: list[tuple[str, str | None]] = [(f"{e} runs by inputs/s", e) for e in pooled]
+    if kind == "pooling" and any(e not in POOLING_ENDPOINTS for e in endpoints):
+        out.append(("token generation runs by total tok/s", None))
+    return out
 
 
 def hardware_url(hardware: str | None) -> str | None:

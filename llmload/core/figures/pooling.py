@@ -11,7 +11,8 @@ answer's last byte at t0 ≤ end ≤ t1):
 - latency_ms, latency_p90_ms, latency_p99_ms = their send-to-last-byte times, percentiles as
   every other latency (`metrics._percentiles_ms`).
 The requests in flight, sent, attempted and failed are the decode window's
-(`metrics.window_figures`).
+(`metrics.window_figures`). With the GPUs' readings of the window, its power and energy, per
+input and per 1K input tokens of the answers above (`energy.input_energy`).
 
 Status, first matching rule wins:
 1. "errors" — a request failed (warm-ups included), or none completed inside the window;
@@ -33,9 +34,10 @@ from dataclasses import replace
 import numpy as np
 
 from llmload.core.capacity.plan import PlannedCell
+from llmload.core.figures.energy import input_energy
 from llmload.core.figures.metrics import MAX_ERROR_SAMPLES, _percentiles_ms, window_figures
 from llmload.core.figures.status import VALID_FRACTION, combined_client_load
-from llmload.core.model.cell import CellPooling, CellResult, ServerLoad
+from llmload.core.model.cell import CellEnergy, CellPooling, CellResult, ServerLoad
 from llmload.core.model.cellfacts import CellFacts
 from llmload.core.model.records import RequestRecord
 from llmload.core.quantiles import quantile
@@ -44,11 +46,16 @@ TAG = "pooling"
 """The tag of a pooling cell's measured requests (`llmload.loadgen.pooling`)."""
 
 
+def completed(records: list[RequestRecord], t0: float, t1: float) -> list[RequestRecord]:
+    """The answers the figures count: completed inside [t0, t1], with their inputs."""
+    return [r for r in records if r.status == "ok" and r.inputs is not None and t0 <= r.end_s <= t1]
+
+
 def pooling_figures(records: list[RequestRecord], t0: float, t1: float, *, inputs_per_request: int | None) -> CellPooling:
     """The pooling figures of `records` over [t0, t1] (module docstring): a pooling cell's
     measured requests, or an open-loop cell's on a pooling endpoint."""
     window_s = t1 - t0
-    done = [r for r in records if r.status == "ok" and r.inputs is not None and t0 <= r.end_s <= t1]
+    done = completed(records, t0, t1)
     if not done:
         return CellPooling(inputs_per_request=inputs_per_request)
     p50, p90, p99 = _percentiles_ms(np.asarray([r.end_s - r.send_s for r in done]))
@@ -98,4 +105,15 @@ def pooling_cell(planned: PlannedCell, records: list[RequestRecord], facts: Cell
         errors=errors, error_samples=tuple(samples), token_source="none",
         server_prompt_tokens=round(sum(counted) / len(counted)) if counted else None,
         server_load=ServerLoad(max_waiting=max(waits) if waits else None, median_waiting=median_waiting),
-        client_load=load.load)
+        client_load=load.load,
+        energy=_energy(facts, completed(measured, t0, t1)))
+
+
+def _energy(facts: CellFacts, done: list[RequestRecord]) -> CellEnergy:
+    """The cell's energy figures, where its window has readings."""
+    if facts.power is None:
+        return CellEnergy()
+    tokens = [r.prompt_tokens for r in done]
+    return input_energy(facts.power, inputs=sum(r.inputs or 0 for r in done),
+                        input_tokens=sum(tokens) if tokens and None not in tokens else None,
+                        idle_power_w=facts.idle_power_w)

@@ -6,9 +6,8 @@ load (`ServerLoad`), the load generator's (`ClientLoad`), the server's own timin
 time went (`CellTiming`). A results.json cell holds it flat: the keys are the field names, in
 field order, the groups' fields (`CELL_GROUPS`) in the group's place. `CELL_KEYS` is derived
 from the fields, so the written keys and the declared ones cannot drift
-(`llmload.output.rundir.resultsfile` documents each, and a test checks it). Turning a cell into JSON
-values and back is `llmload.core.model.document`'s job, and only its.
-Pure: no numpy, no I/O.
+(`llmload.output.rundir.resultsfile` documents each, and a test checks it). Turning a cell into
+JSON values and back is `llmload.core.model.document`'s job, and only its. Pure.
 """
 
 from __future__ import annotations
@@ -77,7 +76,8 @@ class CellSlo:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CellEnergy:
-    """A decode cell's energy figures (`llmload.core.figures.energy.cell_energy`), where measured."""
+    """A cell's energy figures (`llmload.core.figures.energy`: a decode cell's per output
+    token, an embeddings or rerank cell's per input), where measured."""
 
     power_mean_w: float | None = None
     power_max_w: float | None = None
@@ -89,6 +89,9 @@ class CellEnergy:
     idle_power_w: float | None = None
     energy_above_idle_j: float | None = None
     j_per_output_token_above_idle: float | None = None
+    j_per_input: float | None = None  # embeddings and rerank: these three (`energy.input_energy`)
+    j_per_1k_input_tokens: float | None = None
+    j_per_input_above_idle: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -110,7 +110,8 @@ Top level:
     slo_search (true on a cell the SLO bisection added); with energy measured
     (llmload.core.figures.energy) power_mean_w, power_max_w, energy_j, energy_source, power_samples,
     j_per_output_token, output_tokens_per_j, idle_power_w, energy_above_idle_j,
-    j_per_output_token_above_idle.
+    j_per_output_token_above_idle; embeddings and rerank cells: j_per_input,
+    j_per_1k_input_tokens, j_per_input_above_idle (`llmload.core.figures.energy.input_energy`).
   - the workloads beyond the matrix (`llmload.core.traffic.workloads`; phase "session", "rate" or
     "replay"; null or empty for matrix cells, `llmload.core.model.cell.CellTraffic`): rate_rps
     and arrivals (rate cells: the schedule), achieved_rate_rps (requests sent in the window per

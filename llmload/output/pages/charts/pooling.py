@@ -10,7 +10,6 @@ from collections.abc import Sequence
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
-from llmload.core.units import format_tokens
 from llmload.output.pages.charts.kit import (
     Chart,
     by_context,
@@ -56,7 +55,7 @@ def pooling_latency_chart(cells: Sequence[Point]) -> Chart | None:
             st = series_style(i)
             xs, p50, ok = series_points(group, lambda c: c.latency_ms)
             if xs:
-                ax.plot(xs, p50, label=f"input {format_tokens(ctx)}", linewidth=1.8, markersize=5, **st)
+                ax.plot(xs, p50, label=f"input {ctx}", linewidth=1.8, markersize=5, **st)
                 mark_invalid(ax, xs, p50, ok, st["color"])
             xs99, p99, _ok = series_points(group, lambda c: c.latency_p99_ms)
             if xs99:
@@ -93,7 +92,7 @@ def pooling_inputs_chart(cells: Sequence[Point]) -> Chart | None:
             st = series_style(i)
             xs, ys, ok = series_points(group, lambda c: c.inputs_per_s)
             if xs:
-                ax.plot(xs, ys, label=f"input {format_tokens(ctx)}", linewidth=1.8, markersize=5, **st)
+                ax.plot(xs, ys, label=f"input {ctx}", linewidth=1.8, markersize=5, **st)
                 mark_invalid(ax, xs, ys, ok, st["color"])
         log2_axis(ax, levels)
         ax.set_title("Inputs/s", loc="left")

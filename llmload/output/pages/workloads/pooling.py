@@ -1,8 +1,9 @@
 """Embeddings' and rerank's part of the page (`--endpoint embeddings|rerank`): one table per
 figure (`CellPooling`: requests/s, inputs/s, input tok/s, latency p50 and p99), laid out as
 the speed test matrix is, rows input length and columns simultaneous requests N, each cell
-coloured by its status; then the status of each cell with its counts; latency and inputs/s
-against N drawn. No stream, so no TTFT, TBT or token rate, and no SLO.
+coloured by its status; then the status of each cell with its counts; with energy measured
+(`--energy`), each cell's power, energy and energy per input (`llmload.core.figures.energy`);
+latency and inputs/s against N drawn. No stream, so no TTFT, TBT or token rate, and no SLO.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from llmload.output.formats import (
     status_label,
 )
 from llmload.output.pages.model import Section, Table
-from llmload.output.pages.tables import QUALIFIED_STATUSES, Column, make_table
+from llmload.output.pages.tables import QUALIFIED_STATUSES, Column, column_table, make_table
 from llmload.output.pages.workloads.part import Slo, WorkloadPart, fmt_list, fmt_tokens, status_table
 
 def _rerank(config: Mapping[str, Any]) -> bool:
@@ -118,13 +119,61 @@ STATUS_NOTE = (
     "averaged over the window.")
 
 
+def _number(value: Any, fmt: str, unit: str = "") -> str:
+    return MISSING if value is None else f"{value:{fmt}}{unit}"
+
+
+ENERGY_TITLE = "Energy per input"
+SOURCE_WORDS = {"counter": "energy counter"}
+"""A cell's `energy_source` as the intro says it ("power trace" as it is)."""
+ENERGY_COLUMNS: list[Column] = [
+    ("input length", lambda c: fmt_context(c.context_tokens)),
+    ("N", lambda c: str(c.concurrency)),
+    ("mean power", lambda c: _number(c.energy.power_mean_w, ",.1f", " W")),
+    ("max power", lambda c: _number(c.energy.power_max_w, ",.1f", " W")),
+    ("energy", lambda c: _number(c.energy.energy_j, ",.0f", " J")),
+    ("J per input", lambda c: _number(c.energy.j_per_input, ",.4f")),
+    ("J per 1K input tokens", lambda c: _number(c.energy.j_per_1k_input_tokens, ",.3f")),
+    ("J per input above idle", lambda c: _number(c.energy.j_per_input_above_idle, ",.4f")),
+]
+ENERGY_NOTE = (
+    "Power is the sum over the GPUs, sampled through each cell's window; energy is the GPUs' "
+    "energy counters' difference where they have one, else the power trace integrated "
+    "(trapezoid). J per input: the window's energy over the inputs (rerank: documents) of the "
+    "requests that completed inside it; per 1K input tokens: over their prompt tokens by the "
+    "server's count, × 1,000. Above idle: energy minus idle power × window.")
+
+
+def energy_section(results: Results, cells: Sequence[CellResult]) -> Section | str | None:
+    """"Energy per input": the run's GPUs and each measured cell's power, energy and energy
+    per input; where no cell has readings, a note (a workload's sections are tables: the
+    terminal prints them); None when the run did not try (`--energy off`). The idle power and
+    the energy's source are the cells' own; why a run has no readings is results.json's
+    `energy` note."""
+    info = results.energy or {}
+    if not info:
+        return None
+    measured = [c for c in cells if c.energy.energy_j is not None]
+    if not measured:
+        return f"{ENERGY_TITLE}: not measured (no GPU readings of any cell's window)."
+    sources = sorted({SOURCE_WORDS.get(c.energy.energy_source, c.energy.energy_source)
+                      for c in measured if c.energy.energy_source})
+    intro = (f"GPUs: {', '.join(info.get('gpus') or []) or '?'} · idle power before the run: "
+             f"{_number(measured[0].energy.idle_power_w, ',.1f', ' W')} · energy from the "
+             f"{' and the '.join(sources) or 'power trace'}")
+    return Section(title=ENERGY_TITLE, intro=intro, table=column_table(measured, ENERGY_COLUMNS), note=ENERGY_NOTE)
+
+
 def sections(results: Results, cells: Sequence[CellResult], slo: Slo | None) -> tuple[list[Section], list[str]]:
     out = [Section(title=name, intro=POOLING_INTRO if i == 0 else None,
                    table=figure_table(cells, figure, render), note=POOLING_NOTE if i == 0 else None)
            for i, (name, figure, render) in enumerate(FIGURES)]
     out.append(Section(title="Status of each cell", intro=None, table=status_table(cells, STATUS_COLUMNS),
                        note=STATUS_NOTE))
-    return out, []
+    energy = energy_section(results, cells)
+    if isinstance(energy, Section):
+        return out + [energy], []
+    return out, [energy] if energy else []
 
 
 PART = WorkloadPart(

@@ -1,0 +1,77 @@
+"""The leaderboard's routes: `/leaderboard` (the page) and `/api/leaderboard` (its rows as JSON),
+`?model=M&context=C[&concurrency=N][&hardware=H][&version=V][&endpoint=E]`.
+
+Which board they show (`which_board`):
+- `endpoint=embeddings` or `rerank`: the pooling board of that endpoint (`Store.pooling_leaderboard`),
+  C an input length, runs ranked by inputs/s, with input tok/s and latency p50 and p99;
+- another endpoint: the token board (`Store.leaderboard`), runs ranked by total tok/s;
+- no endpoint: the token board where any run of the model measured a total tok/s at C (as
+  before pooling runs were ranked); else, where its runs at C are embeddings or rerank runs,
+  their board, embeddings first (each endpoint's inputs are its own: a rerank input is a
+  query and document pair, so the two are never ranked together). The page says which board
+  it is, and links the other endpoints measured there.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from flask import Flask, jsonify, request
+
+from llmload.core.capacity.protocols import POOLING_ENDPOINTS
+from llmload.hub import views
+from llmload.hub.query import QueryError, board_filter, count, required, tokens
+from llmload.output import formats
+
+TOKENS, POOLING = "tokens", "pooling"
+"""The two boards: ranked by total tok/s, or by inputs/s (embeddings, rerank)."""
+
+
+def which_board(reads: Any, model: str, context: int, concurrency: int | None, hardware: str | None,
+                version: str | None, endpoint: str | None) -> tuple[str, str | None, list]:
+    """(the board, its endpoint, its rows) for a leaderboard's query (module docstring)."""
+    if endpoint is None and not reads.leaderboard(model, context):
+        pooled = reads.pooling_leaderboard(model, context)
+        endpoint = next((e for e in POOLING_ENDPOINTS if any(row.endpoint == e for row in pooled)), None)
+    if endpoint in POOLING_ENDPOINTS:
+        return POOLING, endpoint, reads.pooling_leaderboard(model, context, concurrency, hardware=hardware,
+                                                            engine_version=version, endpoint=endpoint)
+    return TOKENS, endpoint, reads.leaderboard(model, context, concurrency, hardware=hardware,
+                                               engine_version=version, endpoint=endpoint)
+
+
+def add_leaderboard_routes(app: Flask, reads: Any, page: Callable[..., str]) -> None:
+    """The leaderboard's page and JSON on `app`, reading the store through `reads`
+    (`llmload.hub.offloop.OffLoop`); `page(template, active, **context)` renders a page."""
+    app.jinja_env.filters.update(whole_rate=formats.fmt_whole_rate, latency=formats.fmt_tbt_ms)
+
+    def board_query() -> dict:
+        model = required(request.args, "model", "a model (its served name or model root)")
+        context = tokens(request.args, "context")
+        if context is None:
+            raise QueryError("context is missing: give a context in tokens (e.g. 16384 or 16K)")
+        concurrency = count(request.args, "concurrency")
+        hardware, version, asked = board_filter(request.args)
+        kind, endpoint, board = which_board(reads, model, context, concurrency, hardware, version, asked)
+        return dict(model=model, context=context, concurrency=concurrency, hardware=hardware, version=version,
+                    endpoint=asked, kind=kind, board_endpoint=endpoint, board=board)
+
+    @app.get("/leaderboard")
+    def leaderboard_page():
+        models = reads.models()
+        if not request.args:
+            return page("leaderboard.html", "Leaderboard", models=models, model=None, context=None,
+                        concurrency=None, hardware=None, version=None, endpoint=None, board=None, contexts=[],
+                        kind=TOKENS, board_endpoint=None, columns=[], choices=([], [], []), cell_at=views.cell_at,
+                        other_boards=[])
+        q = board_query()
+        choices = reads.leaderboard_choices(q["model"], q["context"])
+        return page("leaderboard.html", "Leaderboard", models=models, contexts=reads.contexts(q["model"]),
+                    columns=views.concurrencies(q["board"]), cell_at=views.cell_at, choices=choices,
+                    other_boards=views.other_boards(q["kind"], q["board_endpoint"], choices[2]), **q)
+
+    @app.get("/api/leaderboard")
+    def leaderboard_api():
+        q = board_query()
+        as_dict = views.pooling_dict if q["kind"] == POOLING else views.leader_dict
+        return jsonify([as_dict(row) for row in q["board"]])
