@@ -10,6 +10,7 @@ Every count is checked against the server's: its usage per request, and its
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -119,15 +120,34 @@ def test_an_embeddings_run_on_llama_cpp(embedder, tmp_path):
     assert "input tok/s" in stdout
 
 
+def test_an_input_over_the_physical_batch_is_planned_not_run(embedder, tmp_path):
+    """llama.cpp pools an input within one physical batch (-ub, 512 here), which its API does
+    not report: the run sends its longest input once, reads the batch from the refusal, and
+    plans the longer inputs exceeds_context; the shorter ones run."""
+    results, stdout = run_pooling(embedder.url, tmp_path, "--endpoint", "embeddings", "--contexts", "256,600",
+                                  "--concurrency", "1")
+    assert "Pooling: llama.cpp pools an input within one batch of 512 tokens, by its answer to an input of 600" \
+        in stdout
+    assert results["server"]["pooling_batch_tokens"] == 512
+    cells = {c["context_tokens"]: c for c in results["cells"]}
+    assert cells[256]["status"] in ("valid", "client_bound") and cells[256]["errors"] == 0
+    assert cells[600]["status"] == "exceeds_context"
+    assert cells[600]["reason"] == "an input of 600 tokens > the 512 tokens the server pools in one batch"
+
+
 def test_a_rerank_run_on_llama_cpp(reranker, tmp_path):
-    results, _ = run_pooling(reranker.url, tmp_path, "--endpoint", "rerank", "--contexts", "64,256",
-                             "--concurrency", "1,2", "--documents", "4")
+    results, stdout = run_pooling(reranker.url, tmp_path, "--endpoint", "rerank", "--contexts", "64,256",
+                                  "--concurrency", "1,2", "--documents", "4")
+    # the plan judges a pair: what the query and llama.cpp's separators add, asked of the server
+    said = re.search(r"Rerank: each document's pair adds (\d+) tokens", stdout)
+    assert said, stdout
+    pair = int(said.group(1))
     cells = {(c["context_tokens"], c["concurrency"]): c for c in results["cells"]}
     assert set(cells) == {(64, 1), (64, 2), (256, 1), (256, 2)}
     for (context, n), c in cells.items():
         assert c["status"] in ("valid", "saturated", "client_bound"), c
         assert c["inputs_per_request"] == 4 and c["inputs_per_s"] == pytest.approx(4 * c["requests_per_s"])
-        assert c["server_prompt_tokens"] > context  # a pair: the query and the document
+        assert c["server_prompt_tokens"] == context + pair  # a pair: the query and the document, exact
 
 
 def test_a_server_without_the_endpoint_is_refused_before_the_plan(binary, embedder, tmp_path):

@@ -14,6 +14,7 @@ from llmload.cli import main
 from llmload.core.capacity.poolplan import plan_pooling
 from llmload.core.capacity.protocols import POOLING_ENDPOINTS, PROTOCOLS, STREAMING_ENDPOINTS, pooling_body, request_body
 from llmload.core.capacity.engines import engine_caps
+from tests_helpers import llmload
 from llmload.core.figures.cells import assemble_cell
 from llmload.core.figures.pooling import pooling_figures
 from llmload.core.model.cellfacts import CellFacts
@@ -94,6 +95,24 @@ def test_plan_by_input_length():
     batched = plan_pooling(contexts=[512], concurrency=[1, 2], max_model_len=600, max_sequences=4, inputs_per_request=3)
     assert [(c.status, c.reason) for c in batched] == [
         ("run", "an input of 512 tokens fits"), ("queued", "2 × 3 inputs = 6 > 4 sequences at once: 2 wait")]
+    # rerank: a pair, the document and what the query and the server's separators add
+    pairs = plan_pooling(contexts=[580, 590], concurrency=[1], max_model_len=600, pair_tokens=15)
+    assert [(c.status, c.reason) for c in pairs] == [
+        ("run", "a pair of 580 + 15 tokens fits"), ("exceeds_context", "a pair of 590 + 15 tokens > max model length 600")]
+
+
+def test_a_rerank_runs_plan_asks_the_server_what_a_pair_adds(sims, tmp_path):
+    """The simulator's pair is the query's tokens then the document's, nothing between (vLLM
+    0.32's count): 10 tokens of the query on the tiny profile."""
+    out = tmp_path / "run"
+    done = llmload("run", "--host", sims().url, "--endpoint", "rerank", "--contexts", "64,4090", "--concurrency", "1",
+                   "--documents", "2", "--duration", "1s", "--out", str(out))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "Rerank: each document's pair adds 10 tokens (the query and the server's separators)" in done.stdout
+    cells = {c["context_tokens"]: c for c in json.loads((out / "results.json").read_text())["cells"]}
+    assert cells[64]["server_prompt_tokens"] == 64 + 10
+    assert cells[4090]["status"] == "exceeds_context"
+    assert cells[4090]["reason"] == "a pair of 4,090 + 10 tokens > max model length 4,096"
 
 
 def answer(send, end, *, tokens=100, inputs=4, status="ok", tag="pooling", error=None):

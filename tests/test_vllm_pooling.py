@@ -127,3 +127,6 @@ def test_a_rerank_run_on_vllm(reranker, tmp_path):
         assert c["status"] in ("valid", "client_bound"), c
         assert c["inputs_per_s"] == pytest.approx(8 * c["requests_per_s"])
         assert c["server_prompt_tokens"] == context + q  # a pair: the query and the document
+    # the plan judged each pair, the query's tokens asked of the server
+    plan = json.loads((tmp_path / "run" / "results.json").read_text())["plan"]
+    assert {p["reason"] for p in plan} == {f"a pair of 64 + {q} tokens fits", f"a pair of 256 + {q} tokens fits"}

@@ -16,6 +16,7 @@ left to the run, whose requests will say it.
 from __future__ import annotations
 
 import json
+import re
 
 from llmload.core.capacity.protocols import ENDPOINT_PATHS, PROTOCOLS, pooling_body, request_body
 from llmload.io.probe import ProbeError, ServerInfo, http_json
@@ -73,3 +74,41 @@ def error_line(answer: object) -> str:
         text = answer
     lines = str(text or "").strip().splitlines()
     return lines[0][:200] if lines else ""
+
+
+PAIR_PROBE_DOCUMENT = "hello world"
+
+
+def rerank_pair_tokens(info: ServerInfo, api_key: str | None) -> int | None:
+    """The tokens a rerank pair adds to its document (the query and the server's separators),
+    by the server's count: one rerank request's usage.prompt_tokens less the document's own
+    count as a prompt; None where either is not given."""
+    from llmload.io.probe import prompt_counter
+    count = prompt_counter(info, "completions", api_key)
+    document = count(PAIR_PROBE_DOCUMENT) if count is not None else None
+    try:
+        status, answer = http_json(f"{info.base_url}{ENDPOINT_PATHS['rerank']}", api_key=api_key,
+                                   body=probe_body(info, "rerank", PAIR_PROBE_DOCUMENT))
+    except (OSError, ValueError):
+        return None
+    usage = answer.get("usage") if status == 200 and isinstance(answer, dict) else None
+    pair = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+    if not isinstance(pair, int) or document is None or pair <= document:
+        return None
+    return pair - document
+
+
+def pooling_batch_tokens(info: ServerInfo, api_key: str | None, endpoint: str, text: str) -> int | None:
+    """The most tokens the engine pools in one batch, where its table says how it refuses a
+    longer input (`EngineCaps.pooling_batch`) and it refuses `text` (the run's longest
+    input) so; None where it takes it, or says nothing of the kind."""
+    pattern = info.caps.pooling_batch
+    if pattern is None:
+        return None
+    try:
+        status, answer = http_json(f"{info.base_url}{ENDPOINT_PATHS[endpoint]}", api_key=api_key,
+                                   body=probe_body(info, endpoint, text))
+    except (OSError, ValueError):
+        return None
+    found = re.search(pattern, error_line(answer)) if status != 200 else None
+    return int(found.group(1)) if found else None

@@ -51,10 +51,22 @@ class RunContext:
     image_tokens: Mapping[int, int] = field(default_factory=dict)
     """With --images: the tokens K images add to a chat prompt, by the server's count
     (`llmload.io.imageprobe`), for each K of the run; a prompt's text is its context less them."""
+    pair_tokens: int | None = None
+    """Rerank: the tokens the query and the server's separators add to each document, by the
+    server's count (`endpointcheck.rerank_pair_tokens`); None where it could not say."""
+    batch_tokens: int | None = None
+    """A pooling run on an engine that pools an input within one batch (llama.cpp): that
+    batch's tokens, by its answer to the longest input (`endpointcheck.pooling_batch_tokens`)."""
     dataset_fit: object | None = None
     """Rate with --dataset: the `llmload.core.traffic.trace.TraceFit` the entries above come from."""
     trace_fit: object | None = None
     """Replay: the `llmload.core.traffic.trace.TraceFit` the requests above come from."""
+
+
+def plan_inputs(ctx: RunContext) -> dict:
+    """What the run fitted to the server that its workload's plan takes (`Runner.plan`)."""
+    return dict(trace=ctx.trace, dataset=ctx.dataset, conversations=ctx.conversations,
+                image_tokens=ctx.image_tokens, pair_tokens=ctx.pair_tokens, batch_tokens=ctx.batch_tokens)
 
 
 def text_tokens(ctx: RunContext, prompt_tokens: int, images: int = 0) -> int:

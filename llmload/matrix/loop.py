@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import Callable, Mapping
+from typing import Callable
 
 from llmload.core.capacity.plan import PlannedCell, expected_duration_s
 from llmload.core.model.cellfacts import CellFacts
@@ -26,7 +26,7 @@ from llmload.core.capacity.seqlimit import learn_sequence_limit
 from llmload.io.probe import ServerInfo
 from llmload.matrix.cellrun import CellMeasurer, CellTimeout
 from llmload.matrix.console import eta_clock, echo_note, planned_label, cell_summary
-from llmload.matrix.context import RunContext, RunError, WorkerLost
+from llmload.matrix.context import RunContext, RunError, WorkerLost, plan_inputs
 from llmload.matrix.driver import LocustDriver
 from llmload.matrix.workloads import runner_of
 from llmload.matrix.workloads.matrix import standalone
@@ -36,17 +36,16 @@ MAX_DEAD_CELLS = 2
 """Stop the run after this many consecutive cells in which every request failed."""
 
 
-def plan_for(sc: Scenario, info: ServerInfo, *, trace=(), dataset=(), conversations=(),
-             image_tokens: Mapping[int, int] | None = None) -> list[PlannedCell]:
-    """The scenario's plan from the server's limits, its workload's (`Runner.plan`; `trace`
-    is the replay's, `dataset` a rate run's fitted dataset requests, `conversations` a
-    sessions run's). A single cell's plan (the SLO search's) is the plan of a scenario with
-    one value on each axis (`dataclasses.replace`)."""
+def plan_for(sc: Scenario, info: ServerInfo, **inputs) -> list[PlannedCell]:
+    """The scenario's plan from the server's limits, its workload's (`Runner.plan`), with
+    what the run fitted to the server (`context.plan_inputs`: a replay's trace, a rate run's
+    dataset requests, a sessions run's conversations, the images' and a rerank pair's
+    tokens). A single cell's plan (the SLO search's) is the plan of a scenario with one value
+    on each axis (`dataclasses.replace`)."""
     limits = dict(kv_cache_tokens=info.kv_cache_tokens, block_size=info.block_size,
                   max_model_len=info.max_model_len, max_sequences=info.max_sequences,
                   max_sequences_source=info.max_sequences_source if info.max_sequences else None)
-    return runner_of(sc).plan(sc, info, limits, trace=trace, dataset=dataset, conversations=conversations,
-                              image_tokens=image_tokens)
+    return runner_of(sc).plan(sc, info, limits, **inputs)
 
 
 def run_plan(ctx: RunContext, driver: LocustDriver, prompts, plan: list[PlannedCell], writer,
@@ -157,8 +156,7 @@ def _learn_limit(ctx: RunContext, writer, plan: list[PlannedCell], planned: Plan
     if learned is None:
         return None
     ctx.info = replace(ctx.info, max_sequences=learned.max_sequences, max_sequences_source=learned.source)
-    replanned = plan_for(ctx.scenario, ctx.info, trace=ctx.trace, dataset=ctx.dataset, image_tokens=ctx.image_tokens,
-                         conversations=ctx.conversations)
+    replanned = plan_for(ctx.scenario, ctx.info, **plan_inputs(ctx))
     server = {**writer.results.server, "max_sequences": learned.max_sequences,
               "max_sequences_source": learned.source}
     writer.update(server=server, plan=tuple(replanned))
@@ -219,8 +217,7 @@ def run_slo_search(ctx: RunContext, driver: LocustDriver, prompts, writer) -> No
         return cell
 
     def measure(one: Scenario, line: str) -> CellResult:
-        [planned, *_] = plan_for(one, info, trace=ctx.trace, dataset=ctx.dataset, conversations=ctx.conversations,
-                                 image_tokens=ctx.image_tokens)
+        [planned, *_] = plan_for(one, info, **plan_inputs(ctx))
         ctx.echo(f"[SLO search] {line}")
         return measured(planned)
 

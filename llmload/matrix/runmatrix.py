@@ -25,7 +25,7 @@ from llmload.io.endpointcheck import EndpointRefused, check_endpoint
 from llmload.io.imageprobe import image_tokens
 from llmload.io.probe import ServerInfo, build_prompts, probe_server
 from llmload.matrix.console import echo_plan, echo_prompts, echo_server
-from llmload.matrix.context import PlanRefused, RunContext, text_tokens
+from llmload.matrix.context import PlanRefused, RunContext, plan_inputs, text_tokens
 from llmload.matrix.driver import LocustDriver
 from llmload.matrix.loop import plan_for, run_plan, run_slo_search, run_window_s
 from llmload.matrix.server import server_for
@@ -82,8 +82,7 @@ def _run_matrix(scenario: Scenario, *, api_key: str | None, run_dir, master_bind
         ctx = RunContext(scenario=scenario, info=info, echo=echo, api_key=api_key,
                          **({"run_id": run_id} if run_id else {}), **runner.fit(scenario, info, api_key, echo, read),
                          image_tokens=_image_tokens(scenario, info, api_key, echo))
-        plan = plan_for(scenario, info, trace=ctx.trace, dataset=ctx.dataset, conversations=ctx.conversations,
-                        image_tokens=ctx.image_tokens)
+        plan = plan_for(scenario, info, **plan_inputs(ctx))
         runner.refuse(plan)
         # Text prompts are fitted to the server's count once per length; an over-capacity
         # cell can run later (a learned sequence limit re-plans it queued): its length too.
@@ -265,6 +264,8 @@ def _meta(ctx: RunContext, plan: list[PlannedCell], prompts) -> Results:
     server["fixed_output_length"] = caps_on(info.caps, sc.endpoint).ignore_eos
     if ctx.image_tokens:
         server["image_tokens"] = {str(k): t for k, t in ctx.image_tokens.items()}
+    if ctx.batch_tokens is not None:
+        server["pooling_batch_tokens"] = ctx.batch_tokens
     server.update(sc.server_info or {})
     hardware = host_facts()
     if sc.server_hardware:

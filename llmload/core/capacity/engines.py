@@ -138,6 +138,10 @@ class EngineCaps:
     endpoint_drops: tuple[tuple[str, tuple[str, ...]], ...] = ()
     """(endpoint, the capabilities above it does not have there): the fields that endpoint
     ignores on this engine (`protocols.caps_on`)."""
+    pooling_batch: str | None = None
+    """A pattern of the engine's refusal of an input longer than it pools in one batch, its
+    group the limit (llama.cpp pools within one physical batch, -ub, which its API does not
+    report): the longest input is sent once before a pooling run's plan to learn it."""
 
     @property
     def exact_counts(self) -> bool:
@@ -205,6 +209,7 @@ ENGINES: dict[str, EngineCaps] = {
                                    Source("slots", "n_ctx"), Source("models", "meta.n_ctx")),
                    count_limit=(Source("props", "total_slots"),),
                    endpoint_drops=(("messages", ("ignore_eos", "stream_fields", "cold_fields", "server_timings")),),
+                   pooling_batch=r"too large to process.*current batch size: (\d+)",
                    pool_note=("none: each slot holds its own n_ctx, unless the server runs with "
                               "--kv-unified (the default when -np is not given), whose shared pool "
                               "the API does not report: give it with --kv-cache-tokens"),

@@ -6,7 +6,9 @@ own (`llmload.loadgen.pooling`), over the scenario's window; its plan is
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from llmload.core.capacity.poolplan import plan_pooling
 from llmload.core.capacity.protocols import PROTOCOLS
@@ -14,6 +16,7 @@ from llmload.core.capacity.protocols import inputs_per_request as protocol_input
 from llmload.core.model.cell import CellResult
 from llmload.core.scenario import Scenario
 from llmload.core.units import format_tokens
+from llmload.io.endpointcheck import pooling_batch_tokens, rerank_pair_tokens
 from llmload.io.probe import ServerInfo
 from llmload.matrix.workloads.part import Runner
 
@@ -36,10 +39,36 @@ def check(sc: Scenario) -> Scenario:
     return replace(sc, workload="pooling")
 
 
-def plan(sc: Scenario, info: ServerInfo, limits: dict, **inputs):
+def fit(sc: Scenario, info: ServerInfo, api_key: str | None, echo: Callable[[str], None],
+        read: tuple) -> dict[str, Any]:
+    """What the plan needs of the server beyond its limits: rerank's pair, what the query and
+    the server's separators add to each document (the plan judges the pair), and where the
+    engine pools an input within one batch (llama.cpp), that batch, learned by sending the
+    longest input once."""
+    out: dict[str, Any] = {}
+    if sc.endpoint == "rerank":
+        out["pair_tokens"] = tokens = rerank_pair_tokens(info, api_key)
+        echo(f"Rerank: each document's pair adds {tokens:,} tokens (the query and the server's separators), "
+             "by the server's count" if tokens is not None else
+             "Rerank: the server did not say what a pair adds to its document: the plan judges the document alone")
+    longest = max(sc.contexts)
+    if info.caps.pooling_batch and longest and (info.max_model_len is None or longest <= info.max_model_len):
+        from llmload.io.probe import build_prompts
+        text = build_prompts(info, endpoint=sc.endpoint, api_key=api_key, prompt_tokens=[longest]).prompt(
+            "llmload-batch-probe", longest)
+        out["batch_tokens"] = batch = pooling_batch_tokens(info, api_key, sc.endpoint, text)
+        if batch is not None:
+            echo(f"Pooling: {info.engine} pools an input within one batch of {batch:,} tokens, by its answer to "
+                 f"an input of {longest:,} (llama.cpp: -ub; start it with -b and -ub at least the longest input)")
+    return out
+
+
+def plan(sc: Scenario, info: ServerInfo, limits: dict, *, pair_tokens: int | None = None,
+         batch_tokens: int | None = None, **inputs):
     return plan_pooling(contexts=list(sc.contexts), concurrency=list(sc.concurrency),
                         max_model_len=limits["max_model_len"], max_sequences=limits["max_sequences"],
-                        inputs_per_request=inputs_per_request(sc))
+                        inputs_per_request=inputs_per_request(sc), pair_tokens=pair_tokens or 0,
+                        batch_tokens=batch_tokens)
 
 
 def summary(c: CellResult) -> str:
@@ -56,5 +85,5 @@ def title(c: CellResult) -> str:
 
 
 RUNNER = Runner(name="pooling", plan=plan, search=lambda sc, cells, measure, max_cells: None, summary=summary,
-                check=check,
+                check=check, fit=fit,
                 message=lambda ctx, planned, spec, pacers: replace(spec, inputs=inputs_per_request(ctx.scenario)))

@@ -42,7 +42,9 @@ Top level:
   sequences-at-once limit was read, or "learned from cell C×N: ..." when a cell showed it,
   `llmload.core.capacity.seqlimit`), prefix_caching, token_ids_prompts; optional model_root
   (the model path/id behind the served name, used for the title), revision, quantization,
-  backend, build. Unknown values are null.
+  backend, build; image_tokens (--images: {"K": the tokens K images add, by the server's
+  count}); pooling_batch_tokens (a pooling run on llama.cpp: the batch it pools an input
+  within, by its answer to the longest input). Unknown values are null.
 - hardware: free-form, possibly partial: name (for the title, e.g. "RTX 3090 24GB"), type,
   gpu, vram_gb, cpu, cpu_cores, ram_gb, os, and anything else (shown as "Key: value").
 - launch_command: the server's launch command (str) or null.
