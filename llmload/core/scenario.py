@@ -120,7 +120,7 @@ class Scenario:
     rates: tuple[float, ...] = (1.0, 2.0, 4.0)
     """Rate: requests per second, one cell column per value."""
     arrivals: str = "poisson"
-    """Rate: "poisson" or "constant" arrivals."""
+    """Rate: "poisson", "constant" or "gamma:CV" arrivals (`workloads.parse_arrivals`)."""
     prompt_tokens: str | None = None
     """Rate: prompt lengths drawn from a distribution in place of the contexts (one row,
     labelled by it): "N", "normal:MEAN,SD", "uniform:LO,HI" or "lognormal:MEAN,SD"

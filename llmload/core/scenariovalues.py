@@ -17,7 +17,7 @@ from llmload.core.units import parse_duration, parse_int_list, parse_pairs, pars
 from llmload.core.traffic.dataset import parse_dataset_spec
 from llmload.core.traffic.lengths import parse_lengths
 from llmload.core.traffic.traceshape import parse_sample
-from llmload.core.traffic.workloads import ARRIVALS, OVER_CONTEXT, WORKLOADS, parse_think_time
+from llmload.core.traffic.workloads import OVER_CONTEXT, WORKLOADS, parse_arrivals, parse_think_time
 
 ENDPOINTS = tuple(PROTOCOLS)
 _TRUE = {"true", "yes", "on", "1"}
@@ -305,7 +305,7 @@ PARSERS: dict[str, Callable[[Any], Any]] = {
     "turn_tokens": _tokens_at_least_1,
     "think_time": lambda v: str(parse_think_time(v)),
     "rates": _rates,
-    "arrivals": lambda v: _choice(v, "arrivals", ARRIVALS),
+    "arrivals": parse_arrivals,
     "prompt_tokens": _lengths,
     "output_tokens": _lengths,
     "seed": _int_at_least(0),

@@ -45,7 +45,7 @@ from llmload.core.traffic.lengths import drawn_lengths
 from llmload.core.model.records import RequestRecord
 from llmload.core.traffic.trace import MOONCAKE_BLOCK_TOKENS
 from llmload.core.traffic.images import reference_url
-from llmload.core.traffic.workloads import ARRIVALS, DEFAULT_MAX_IN_FLIGHT, arrival_offsets, pacer_seed
+from llmload.core.traffic.workloads import DEFAULT_MAX_IN_FLIGHT, arrival_offsets, arrival_seed, pacer_seed, parse_arrivals
 from llmload.io.client import StreamingClient
 from llmload.loadgen.lookahead import Lookahead, Send
 from llmload.loadgen.messages import CellSpec
@@ -210,7 +210,7 @@ def rate_sends(cells, cell: CellSpec, index: int, pacers: int) -> Iterator[Send]
     seeded by the scenario's seed, the cell and the pacer: the same seed sends the same
     lengths), or a dataset's entries in order (`CellSpec.dataset`)."""
     offsets = arrival_offsets(cell.rate_rps, cell.window_s, cell.arrivals, index=index, pacers=pacers,
-                              seed=pacer_seed(cell.run_id, cell.id, index))
+                              seed=arrival_seed(cell.run_id, cell.id, index, cell.arrivals))
     caps = engine_caps(cell.engine)
     drawn = None
     lengths = drawn_lengths(cell.prompt_lengths, cell.output_lengths, prompt_tokens=cell.prompt_tokens,
@@ -262,16 +262,23 @@ def replay_sends(cells, cell: CellSpec, index: int, pacers: int) -> Iterator[Sen
 
 
 def arrival_times(start_s: float, rate_rps: float, arrivals: str, rng: random.Random) -> Iterator[float]:
-    """Endless due times from start_s at rate_rps: constant (start_s, then every 1 / rate) or
-    poisson (exponential gaps drawn from rng), as `arrival_offsets` draws one pacer's."""
+    """Endless due times from start_s at rate_rps: constant (start_s, then every 1 / rate),
+    poisson (exponential gaps drawn from rng) or gamma:CV (gamma gaps of that CV), as
+    `arrival_offsets` draws one pacer's."""
     if arrivals == "constant":
         k = 0
         while True:
             yield start_s + k / rate_rps
             k += 1
+    if arrivals.startswith("gamma:"):
+        cv = float(arrivals.split(":")[1])
+        shape, scale = 1.0 / (cv * cv), cv * cv / rate_rps
+        gap = lambda: rng.gammavariate(shape, scale)  # noqa: E731
+    else:
+        gap = lambda: rng.expovariate(rate_rps)  # noqa: E731
     t = start_s
     while True:
-        t += rng.expovariate(rate_rps)
+        t += gap()
         yield t
 
 
@@ -283,8 +290,10 @@ def adhoc_rate_options(opts) -> tuple[float, str, int]:
     cap = int(getattr(opts, "llm_max_in_flight", DEFAULT_MAX_IN_FLIGHT) or DEFAULT_MAX_IN_FLIGHT)
     if not rate > 0:
         raise ValueError(f"--llm-rate {rate:g} must be above 0 (requests/s per user)")
-    if arrivals not in ARRIVALS:
-        raise ValueError(f"--llm-arrivals {arrivals!r} must be one of {', '.join(ARRIVALS)}")
+    try:
+        arrivals = parse_arrivals(arrivals)
+    except ValueError as exc:
+        raise ValueError(f"--llm-{exc}") from None
     if cap < 1:
         raise ValueError(f"--llm-max-in-flight {cap} must be at least 1")
     return rate, arrivals, cap

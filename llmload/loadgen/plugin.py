@@ -21,7 +21,6 @@ from locust.runners import MasterRunner, WorkerRunner
 
 from llmload.core.capacity.protocols import ENDPOINT_PATHS
 from llmload.core.figures.livehistory import LiveHistory
-from llmload.core.traffic.workloads import ARRIVALS
 from llmload.core.redact import install_log_filter, remember_secrets, scrub
 from llmload.loadgen import messages
 from llmload.loadgen.state import state_of
@@ -71,8 +70,8 @@ def add_arguments(parser) -> None:
                              "or exp:S (exponential, mean S)")
     parser.add_argument("--llm-rate", type=float, default=1.0, include_in_web_ui=True,
                         help="Rate: requests per second, per user")
-    parser.add_argument("--llm-arrivals", default="poisson", choices=list(ARRIVALS), include_in_web_ui=True,
-                        help="Rate: poisson or constant gaps between requests")
+    parser.add_argument("--llm-arrivals", default="poisson", include_in_web_ui=True,
+                        help="Rate: poisson, constant or gamma:CV gaps between requests (CV above 1: bursty)")
     parser.add_argument("--llm-max-in-flight", type=int, default=64, include_in_web_ui=True,
                         help="Rate: requests in flight at most, per user")
 

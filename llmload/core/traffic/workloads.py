@@ -6,7 +6,7 @@ lengths and open-loop arrival schedules.
   user, then turns of U new tokens, every turn resending the conversation so far (the
   previous answers included), M output tokens a turn, a think time between turns. Cells:
   users × S (phase "session": a cell's `context_tokens` is S, its `concurrency` the users).
-- "rate": open-loop arrivals at R requests/s (poisson or constant), sent on schedule
+- "rate": open-loop arrivals at R requests/s (poisson, constant or gamma:CV), sent on schedule
   whatever earlier requests are doing. Cells: context × rate (phase "rate").
 - "replay": a trace's requests at their timestamps (`llmload.core.traffic.trace`), one cell (phase
   "replay").
@@ -15,7 +15,11 @@ Arrivals with several load-generator processes (`arrival_offsets`): the rate is 
 over the processes' pacing users. Poisson: each pacer draws its own exponential gaps at
 R / P from a random stream seeded by (run, cell, pacer index), so the streams are
 independent and their superposition is a Poisson process of rate R. Constant: pacer i of P
-sends at (i + k·P) / R for k = 0, 1, ..., so together they send exactly every 1 / R.
+sends at (i + k·P) / R for k = 0, 1, ..., so together they send exactly every 1 / R. Gamma
+(`gamma:CV`, bursty above CV 1, Poisson at 1, smoother below): gaps drawn from a gamma
+distribution of mean 1 / R and coefficient of variation CV (shape 1 / CV², scale CV² / R),
+one stream for the cell (seeded by run and cell, `arrival_seed`), pacer i sending its
+arrivals i, i + P, ...: a superposition of independent gamma streams would not keep the CV.
 Pure: no I/O, no clock.
 """
 
@@ -35,6 +39,8 @@ OPEN_LOOP_PHASES = ("rate", "replay")
 """Phases whose requests go on a schedule, not from a fixed number of users (N is 0): one
 pacing user per process, requests drained after the window."""
 ARRIVALS = ("poisson", "constant")
+"""The arrival processes by name; and "gamma:CV" (`parse_arrivals`)."""
+MAX_GAMMA_CV = 10.0
 DEFAULT_MAX_IN_FLIGHT = 256
 """The cap on a rate or replay cell's requests in flight, over all processes."""
 OVER_CONTEXT = ("skip", "clip", "send")
@@ -132,6 +138,29 @@ def think_seed(seed: int, cell_name: str, user: str) -> str:
     return f"{seed}/{cell_name}/{user}/think"
 
 
+def parse_arrivals(text: str) -> str:
+    """An arrival process: "poisson", "constant" or "gamma:CV" (0 < CV ≤ MAX_GAMMA_CV), as
+    results write it ("gamma:2"); ValueError (one line) for another."""
+    value = str(text).strip().lower()
+    if value in ARRIVALS:
+        return value
+    kind, sep, cv = value.partition(":")
+    try:
+        number = float(cv) if kind == "gamma" and sep else None
+    except ValueError:
+        number = None
+    if number is None or not 0 < number <= MAX_GAMMA_CV:
+        raise ValueError(f"arrivals {text!r} must be one of {', '.join(ARRIVALS)} or gamma:CV "
+                         f"(0 < CV ≤ {MAX_GAMMA_CV:g}; 1 is Poisson, above 1 bursty)")
+    return f"gamma:{number:g}"
+
+
+def arrival_seed(run_id: str, cell_id: str, index: int, arrivals: str) -> int:
+    """The seed of pacer `index`'s arrivals: its own stream (Poisson), or the cell's one
+    stream that every pacer draws alike and takes its share of (gamma)."""
+    return pacer_seed(run_id, cell_id, 0 if arrivals.startswith("gamma:") else index)
+
+
 def arrival_offsets(rate_rps: float, duration_s: float, arrivals: str, *, index: int = 0,
                     pacers: int = 1, seed: int = 0) -> list[float]:
     """Seconds after the window's start at which pacer `index` of `pacers` sends, in
@@ -140,6 +169,17 @@ def arrival_offsets(rate_rps: float, duration_s: float, arrivals: str, *, index:
         raise ValueError(f"rate {rate_rps!r} and duration {duration_s!r} must be positive")
     if not 0 <= index < pacers:
         raise ValueError(f"pacer {index} of {pacers}")
+    if arrivals.startswith("gamma:"):
+        cv = float(parse_arrivals(arrivals).split(":")[1])
+        rng, shape = random.Random(seed), 1.0 / (cv * cv)
+        scale = cv * cv / rate_rps
+        out, t, k = [], rng.gammavariate(shape, scale), 0
+        while t < duration_s:
+            if k % pacers == index:
+                out.append(t)
+            t += rng.gammavariate(shape, scale)
+            k += 1
+        return out
     if arrivals == "constant":
         step = pacers / rate_rps
         first = index / rate_rps

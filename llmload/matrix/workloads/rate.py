@@ -16,7 +16,7 @@ from llmload.core.figures.slosearch import RateLevel, rate_search
 from llmload.core.model.cell import CellResult
 from llmload.core.scenario import Scenario, rate_lengths
 from llmload.core.traffic.dataset import DatasetError, dataset_label
-from llmload.core.traffic.workloads import arrival_offsets, pacer_seed
+from llmload.core.traffic.workloads import arrival_offsets, arrival_seed
 from llmload.io.probe import ServerInfo
 from llmload.loadgen.messages import CellSpec
 from llmload.matrix.context import PlanRefused, RunContext
@@ -68,7 +68,7 @@ def scheduled(msg: CellSpec) -> int:
     """The requests a rate cell's pacers schedule over its window: each pacer's arrivals
     (`workloads.arrival_offsets`, drawn from the same seed as the pacer's own)."""
     return sum(len(arrival_offsets(msg.rate_rps, msg.window_s, msg.arrivals, index=i, pacers=msg.pacers,
-                                   seed=pacer_seed(msg.run_id, msg.id, i))) for i in range(msg.pacers))
+                                   seed=arrival_seed(msg.run_id, msg.id, i, msg.arrivals))) for i in range(msg.pacers))
 
 
 def facts(ctx: RunContext, planned: PlannedCell, msg: CellSpec) -> dict[str, Any]:
