@@ -6,8 +6,9 @@ Routes (GET and HEAD only: a POST or any other method is a 405, and the store is
     /, /runs            runs, filtered by model, engine, version, hardware, provenance, since, until
     /runs/<id>          the run's report.html (its Page by `llmload.output.pages.html`) under the hub's bar
                         (its tier; links to /runs/<id>/results.json and each uploaded records file)
-    /leaderboard        ?model=M&context=C[&concurrency=N][&hardware=H][&version=V][&endpoint=E]: runs ranked
-                        by total tok/s, or embeddings and rerank runs by inputs/s (`llmload.hub.boardroutes`)
+    /leaderboard        ?model=M&context=C[&concurrency=N][&hardware=H][&version=V][&endpoint=E][&images=K]: runs
+                        ranked by total tok/s (cells of K images per request, default 0), or embeddings and
+                        rerank runs by inputs/s (`llmload.hub.boardroutes`)
     /models, /hardware  what the store holds, with counts and links
     /compare            ?a=ID&b=ID: the compare page (`llmload.output.pages.comparepage.render_html`)
     /calculator         ?run=ID|profile=NAME&context=C&users=N[&slo=...]: the twin's prediction (NAME:

@@ -1,5 +1,5 @@
 """The leaderboard's routes: `/leaderboard` (the page) and `/api/leaderboard` (its rows as JSON),
-`?model=M&context=C[&concurrency=N][&hardware=H][&version=V][&endpoint=E]`.
+`?model=M&context=C[&concurrency=N][&hardware=H][&version=V][&endpoint=E][&images=K]`.
 
 Which board they show (`which_board`):
 - `endpoint=embeddings` or `rerank`: the pooling board of that endpoint (`Store.pooling_leaderboard`),
@@ -10,6 +10,12 @@ Which board they show (`which_board`):
   their board, embeddings first (each endpoint's inputs are its own: a rerank input is a
   query and document pair, so the two are never ranked together). The page says which board
   it is, and links the other endpoints measured there.
+
+The token board ranks the cells of one image count: `images=K` (0 to 64, default 0) the cells
+whose requests carried K images (their tokens in the context), so text-only runs and each
+vision load are ranked apart (`boards.token_board`); the page offers the image counts measured
+at C where any is above 0, and links their boards. The embeddings and rerank boards have no
+images: `images` above 0 with their endpoint is a 400.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from flask import Flask, jsonify, request
 
 from llmload.core.capacity.protocols import POOLING_ENDPOINTS
 from llmload.hub import views
-from llmload.hub.query import QueryError, board_filter, count, required, tokens
+from llmload.hub.query import QueryError, board_filter, count, images, required, tokens
 from llmload.output import formats
 
 TOKENS, POOLING = "tokens", "pooling"
@@ -28,16 +34,19 @@ TOKENS, POOLING = "tokens", "pooling"
 
 
 def which_board(reads: Any, model: str, context: int, concurrency: int | None, hardware: str | None,
-                version: str | None, endpoint: str | None) -> tuple[str, str | None, list]:
+                version: str | None, endpoint: str | None, image_count: int = 0) -> tuple[str, str | None, list]:
     """(the board, its endpoint, its rows) for a leaderboard's query (module docstring)."""
-    if endpoint is None and not reads.leaderboard(model, context):
+    if image_count and endpoint in POOLING_ENDPOINTS:
+        raise QueryError(f"images: the {endpoint} board ranks inputs without images; "
+                         "images is a token generation board's filter")
+    if endpoint is None and not image_count and not reads.leaderboard(model, context):
         pooled = reads.pooling_leaderboard(model, context)
         endpoint = next((e for e in POOLING_ENDPOINTS if any(row.endpoint == e for row in pooled)), None)
     if endpoint in POOLING_ENDPOINTS:
         return POOLING, endpoint, reads.pooling_leaderboard(model, context, concurrency, hardware=hardware,
                                                             engine_version=version, endpoint=endpoint)
     return TOKENS, endpoint, reads.leaderboard(model, context, concurrency, hardware=hardware,
-                                               engine_version=version, endpoint=endpoint)
+                                               engine_version=version, endpoint=endpoint, images=image_count)
 
 
 def add_leaderboard_routes(app: Flask, reads: Any, page: Callable[..., str]) -> None:
@@ -52,23 +61,25 @@ def add_leaderboard_routes(app: Flask, reads: Any, page: Callable[..., str]) -> 
             raise QueryError("context is missing: give a context in tokens (e.g. 16384 or 16K)")
         concurrency = count(request.args, "concurrency")
         hardware, version, asked = board_filter(request.args)
-        kind, endpoint, board = which_board(reads, model, context, concurrency, hardware, version, asked)
+        image_count = images(request.args)
+        kind, endpoint, board = which_board(reads, model, context, concurrency, hardware, version, asked, image_count)
         return dict(model=model, context=context, concurrency=concurrency, hardware=hardware, version=version,
-                    endpoint=asked, kind=kind, board_endpoint=endpoint, board=board)
+                    endpoint=asked, image_count=image_count, kind=kind, board_endpoint=endpoint, board=board)
 
     @app.get("/leaderboard")
     def leaderboard_page():
         models = reads.models()
         if not request.args:
             return page("leaderboard.html", "Leaderboard", models=models, model=None, context=None,
-                        concurrency=None, hardware=None, version=None, endpoint=None, board=None, contexts=[],
-                        kind=TOKENS, board_endpoint=None, columns=[], choices=([], [], []), cell_at=views.cell_at,
-                        other_boards=[])
+                        concurrency=None, hardware=None, version=None, endpoint=None, image_count=0, board=None,
+                        contexts=[], kind=TOKENS, board_endpoint=None, columns=[], choices=([], [], [], []),
+                        cell_at=views.cell_at, other_boards=[])
         q = board_query()
         choices = reads.leaderboard_choices(q["model"], q["context"])
         return page("leaderboard.html", "Leaderboard", models=models, contexts=reads.contexts(q["model"]),
                     columns=views.concurrencies(q["board"]), cell_at=views.cell_at, choices=choices,
-                    other_boards=views.other_boards(q["kind"], q["board_endpoint"], choices[2]), **q)
+                    other_boards=views.other_boards(q["kind"], q["board_endpoint"], choices[2], q["image_count"],
+                                                    choices[3]), **q)
 
     @app.get("/api/leaderboard")
     def leaderboard_api():

@@ -6,6 +6,11 @@ so no tie), what a board can be filtered by (`board_choices`) and the contexts e
 has a board at (`board_contexts`). A board's context is a decode cell's context, or a
 pooling cell's input length.
 
+The token board ranks the cells of one image count (`cells.images`, the images each request
+carried, their tokens in the context): 0 by default, so a run of `--images 0,2` is ranked by
+its text-only cells beside text runs, and a vision board (`images=K`) ranks the cells whose
+requests carried K images, among themselves.
+
 Which board a leaderboard shows is the routes' (`llmload.hub.boardroutes`): the pooling
 board on the embeddings or rerank endpoint, the token board on any other.
 """
@@ -66,16 +71,16 @@ def _filtered(query, hardware: str | None, engine_version: str | None, endpoint:
 
 
 def token_board(rows: Rows, model: str, context: int, concurrency: int | None, hardware: str | None,
-                engine_version: str | None, endpoint: str | None) -> list[LeaderRow]:
+                engine_version: str | None, endpoint: str | None, images: int = 0) -> list[LeaderRow]:
     """`Store.leaderboard`'s answer: one row per run that measured a total tok/s at decode
-    context `context` (at `concurrency` when given), best first."""
+    context `context` with `images` images per request (at `concurrency` when given), best first."""
     c, r = schema.cells.c, schema.runs.c
     query = (sa.select(*SUMMARY_COLUMNS, LAUNCH, c.concurrency, c.status.label("cell_status"), c.total_tok_s,
                        c.per_request_tok_s, c.ttft_ms, c.ttft_p99_ms, c.tbt_ms, c.total_tok_s_ci_low,
                        c.total_tok_s_ci_high, c.repeats)
              .join(schema.cells, c.run_id == r.id)
              .where(model_is(model), listed(), c.phase == "decode", c.context_tokens == context,
-                    c.total_tok_s.is_not(None))
+                    c.images == images, c.total_tok_s.is_not(None))
              .order_by(r.id, c.concurrency))
     by_run: dict[str, tuple[RunSummary, str | None, list[LeaderCell]]] = {}
     for row in rows(_filtered(query, hardware, engine_version, endpoint)):
@@ -95,7 +100,8 @@ def token_board(rows: Rows, model: str, context: int, concurrency: int | None, h
                                total_tok_s=top.total_tok_s, per_request_tok_s=top.per_request_tok_s,
                                ttft_ms=top.ttft_ms, cells=tuple(run_cells), launch_command=launch,
                                total_tok_s_ci_low=top.total_tok_s_ci_low,
-                               total_tok_s_ci_high=top.total_tok_s_ci_high, repeats=top.repeats))
+                               total_tok_s_ci_high=top.total_tok_s_ci_high, repeats=top.repeats,
+                               images=images))
     board.sort(key=lambda row: (-row.total_tok_s, row.run.id))
     return ranked_with_ties(board)
 
@@ -147,11 +153,14 @@ def ranked_with_ties(board: list[LeaderRow]) -> list[LeaderRow]:
     return out
 
 
-def board_choices(rows: Rows, model: str, context: int) -> tuple[list[str], list[tuple[str, list[str]]], list[str]]:
+def board_choices(rows: Rows, model: str, context: int
+                  ) -> tuple[list[str], list[tuple[str, list[str]]], list[str], list[int]]:
     """`Store.leaderboard_choices`: the hardware names, each engine version with its engines,
-    and the endpoints of the runs of `model` on a board at `context` (either board); sorted."""
+    the endpoints and the image counts (images per request, 0: none) of the runs of `model`
+    on a board at `context` (either board); sorted."""
     c, r = schema.cells.c, schema.runs.c
-    query = _with_pooling(sa.select(r.hardware, r.engine, r.engine_version, ENDPOINT.label("endpoint")).distinct()
+    query = _with_pooling(sa.select(r.hardware, r.engine, r.engine_version, ENDPOINT.label("endpoint"),
+                                    c.images).distinct()
                           .join(schema.cells, c.run_id == r.id), outer=True)
     found = rows(query.where(model_is(model), listed(), c.context_tokens == context, _on_board()))
     versions: dict[str, set[str]] = {}
@@ -160,7 +169,8 @@ def board_choices(rows: Rows, model: str, context: int) -> tuple[list[str], list
             versions.setdefault(row.engine_version, set()).update([row.engine] if row.engine else [])
     return (sorted({row.hardware for row in found if row.hardware is not None}),
             [(version, sorted(engines)) for version, engines in sorted(versions.items())],
-            sorted({row.endpoint for row in found if row.endpoint is not None}))
+            sorted({row.endpoint for row in found if row.endpoint is not None}),
+            sorted({row.images for row in found}))
 
 
 def board_contexts(rows: Rows) -> dict[tuple[str | None, str | None], list[int]]:

@@ -1,7 +1,8 @@
 """The hub's calculator: the fitted twin's prediction for one context and a number of users.
 
-The profile is fitted to a stored run (`llmload.twin.fit.fit_profile`) or one the hub offers
-by name (`offered_profiles`: the built-in profiles and those of the operator's `llmload hub
+The profile is fitted to a stored run (`llmload.twin.fit.fit_profile`; a run of `--images
+0,2` by its cells without images, `text_cells`) or one the hub offers by name
+(`offered_profiles`: the built-in profiles and those of the operator's `llmload hub
 --profiles DIR`, all read when the hub starts: a request names a profile, never a file);
 the prediction is `llmload.twin.predict.predict_results` for that one decode cell (and the
 cold prefill of that context), in virtual time, so every figure is **predicted**: it comes
@@ -19,7 +20,7 @@ import re
 from collections.abc import Iterator, Mapping
 from collections import OrderedDict
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -92,6 +93,21 @@ changes (a fit costs about a second of CPU; the hub serves every request from on
 _fitted: OrderedDict[tuple[int, str], object] = OrderedDict()
 
 
+def text_cells(results) -> tuple[object, tuple[str, ...]]:
+    """(a run's results for the calculator's fit, its notes): only its cells without images
+    where it has images cells and a decode cell without (the twin predicts text requests: an
+    image's encoding is no part of its engine model), else the run as it is, a run whose every
+    request carried images said in a note."""
+    if not any(cell.images for cell in results.cells):
+        return results, ()
+    text = tuple(cell for cell in results.cells if not cell.images)
+    if any(cell.phase == "decode" for cell in text):
+        return replace(results, cells=text), ("fitted to the run's cells without images; the prediction is "
+                                              "for requests without images",)
+    return results, ("every request of the run carried images: the fit counts their tokens as prompt tokens "
+                     "and their encoding as prefill",)
+
+
 def _fit(store: Store, run: str, results):
     """The run's fit, from memory where this store's run was fitted before (LRU, FITTED_KEPT)."""
     from llmload.twin.fit import fit_profile
@@ -111,6 +127,7 @@ def _from_run(store: Store, run: str):
     results = store.run(run)
     if results is None:
         raise LookupError(f"no run {run} in the store")
+    results, image_notes = text_cells(results)
     try:
         with spent_as(f"fitting run {run}", "this hub does not fit a run that large"):
             fitted = _fit(store, run, results)
@@ -118,7 +135,7 @@ def _from_run(store: Store, run: str):
         raise QueryError(f"run {run} cannot be fitted: {exc}") from None
     max_tokens = int(results.config.get("max_tokens") or DEFAULT_MAX_TOKENS)
     window = float(results.config.get("duration_s") or DEFAULT_WINDOW_S)
-    return fitted.profile, f"run {run}", max_tokens, min(window, MAX_WINDOW_S), tuple(fitted.notes)
+    return fitted.profile, f"run {run}", max_tokens, min(window, MAX_WINDOW_S), (*fitted.notes, *image_notes)
 
 
 def offered_profiles(folder: str | Path | None = None) -> dict[str, Profile]:

@@ -16,9 +16,10 @@ and memory, and be refused in one line (`Refused`, the route's 400). So:
   counting as they come, so a file whose pages hold more than its footer says stops at the
   limit, not after.
 
-Values out of their range (a negative count or figure, zero users, a rate of 0) are refused
-where a page or the leaderboard shows or ranks them; figures that may be negative (a
-difference in percent, energy above idle) are left as they are.
+Values out of their range (a negative count or figure, zero users, a rate of 0, images per
+request beyond 0 to MAX_IMAGES) are refused where a page or the leaderboard shows or ranks
+them; figures that may be negative (a difference in percent, energy above idle) are left as
+they are.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from typing import Any
 
 import orjson
 
+from llmload.core.scenariovalues import MAX_IMAGES
 from llmload.core.traffic.workloads import OPEN_LOOP_PHASES
 from llmload.hub.schema import FIGURES, POOLING_FIGURES, REQUEST_COUNTS
 
@@ -67,7 +69,8 @@ MAX_METADATA_CHARS = 1024 * 1024
 """Characters of a records file's key-value metadata (its planned cell and facts)."""
 RECORDS_BATCH_ROWS = 4096
 """Rows read at a time while a records file's pages are counted."""
-
+BOUNDED = (("images", MAX_IMAGES, "images per request"),)
+"""A cell's counts with a most (`llmload run`'s bound), as (key, most, what they are)."""
 NAMED = {"server": ("model", "model_root", "engine", "version"), "hardware": ("name", "gpu", "cpu"),
          "config": ("model",)}
 """The fields of results.json that lists show, held to MAX_NAME_CHARS."""
@@ -179,13 +182,18 @@ def _check_ranges(document: Mapping[str, Any]) -> None:
         least = 0 if phase in OPEN_LOOP_PHASES else 1
         if _number(users) and users < least:
             raise Refused(f"{where}.concurrency is {users}: a {phase} cell has at least {least}")
-        for name in ("context_tokens", *FIGURES, *POOLING_FIGURES, "inputs_per_request", *REQUEST_COUNTS):
+        for name in ("context_tokens", *FIGURES, *POOLING_FIGURES, "inputs_per_request", *REQUEST_COUNTS,
+                     *(bounded[0] for bounded in BOUNDED)):
             value = cell.get(name)
             if _number(value) and value < 0:
                 raise Refused(f"{where}.{name} is {value}: it cannot be negative")
         rate = cell.get("rate_rps")
         if _number(rate) and rate <= 0:
             raise Refused(f"{where}.rate_rps is {rate}: a rate is above 0")
+        for name, most, what in BOUNDED:
+            value = cell.get(name)
+            if _number(value) and value > most:
+                raise Refused(f"{where}.{name} is {value}: {what} are 0 to {most}")
 
 
 def largest_run(document: Mapping[str, Any]) -> dict[str, Any]:
@@ -262,7 +270,10 @@ def _same_cell(name: str, metadata: Mapping[bytes, bytes], cell: Mapping[str, An
         raise Refused(f"records: {name} is not an llmload records file (no planned cell or facts)") from None
     if not isinstance(planned, dict):
         raise Refused(f"records: {name} is not an llmload records file (its planned cell is not an object)")
-    for key in ("phase", "context_tokens", "concurrency", "rate_rps"):
-        if planned.get(key) != cell.get(key):
-            raise Refused(f"records: {name} holds the records of another cell ({key} {str(planned.get(key))[:20]}, "
-                          f"the cell's {str(cell.get(key))[:20]})")
+    for key in ("phase", "context_tokens", "concurrency", "rate_rps", "images"):
+        theirs, ours = planned.get(key), cell.get(key)
+        if key == "images":  # none is 0 (a planned cell says 0, a text cell null)
+            theirs, ours = theirs or 0, ours or 0
+        if theirs != ours:
+            raise Refused(f"records: {name} holds the records of another cell ({key} {str(theirs)[:20]}, "
+                          f"the cell's {str(ours)[:20]})")

@@ -169,14 +169,17 @@ def run_row(run: RunToPublish, *, published_at: str, publisher: str | None = Non
 
 
 def cell_rows(run: RunToPublish) -> list[dict[str, Any]]:
-    """The `cells` rows of a run, in its document's order."""
+    """The `cells` rows of a run, in its document's order. A run whose requests carried
+    images (`--images`) has each cell's `images` (0 for none); a text run's rows leave the
+    column to its default, 0, so they are the rows an older llmload wrote too."""
+    images = [max(_int(cell.images) or 0, 0) for cell in run.results.cells]
     rows = []
     for idx, cell in enumerate(run.results.cells):
         rows.append({"run_id": run.id, "idx": idx, "phase": cell.phase, "context_tokens": cell.context_tokens,
                      "concurrency": cell.concurrency, "rate_rps": _float(cell.traffic.rate_rps),
                      "status": cell.status, **{f: _float(getattr(cell, f)) for f in schema.FIGURES},
                      **{f: getattr(cell.traffic, f) for f in schema.REQUEST_COUNTS},
-                     **_interval_columns(cell)})
+                     **_interval_columns(cell), **({"images": images[idx]} if any(images) else {})})
     return rows
 
 

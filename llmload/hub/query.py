@@ -10,7 +10,7 @@ import re
 from collections.abc import Mapping
 from datetime import date, datetime
 
-from llmload.core.scenariovalues import ENDPOINTS
+from llmload.core.scenariovalues import ENDPOINTS, MAX_IMAGES
 from llmload.core.units import parse_tokens
 from llmload.hub.store import RunFilter
 
@@ -68,6 +68,19 @@ def count(args: Mapping[str, str], name: str, *, default: int | None = None, mos
         raise QueryError(f"{name}: {value[:40]!r} is not a whole number of at least 1")
     if len(value.lstrip("0")) > len(str(most)) or int(value) > most:
         raise QueryError(f"{name}: {value[:40]} is more than {most}")
+    return int(value)
+
+
+def images(args: Mapping[str, str], name: str = "images") -> int:
+    """Images per request (the token leaderboard's `images`): a whole number from 0 to
+    MAX_IMAGES (`llmload run --images`' bound); absent is 0 (text only)."""
+    value = text(args, name)
+    if value is None:
+        return 0
+    if not (value.isascii() and value.isdigit()):
+        raise QueryError(f"{name}: {value[:40]!r} is not a number of images per request (0 to {MAX_IMAGES})")
+    if len(value.lstrip("0")) > len(str(MAX_IMAGES)) or int(value) > MAX_IMAGES:
+        raise QueryError(f"{name}: {value[:40]} is more than {MAX_IMAGES} images per request")
     return int(value)
 
 

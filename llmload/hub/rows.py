@@ -95,6 +95,9 @@ class LeaderRow:
     """1 for the best; a run whose interval overlaps the one ranked above it shares its rank."""
     tied: bool = False
     """Its interval overlaps the run's above: the difference is within the noise."""
+    images: int = 0
+    """The images each request of its cells carried (their tokens in the context; 0: none):
+    the board's (`Store.leaderboard`'s `images`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -11,7 +11,10 @@
   publisher asked (`llmload publish --with-origin`); else both are NULL (revision
   0003_origin_optional cleared what earlier stores held).
 - `cells`: one row per cell of a run (`idx`: its position in the document's cells), with its
-  identity, status and the figures a leaderboard ranks by.
+  identity, status and the figures a leaderboard ranks by. Its identity includes `images`
+  (revision 0007_images): the images each request carried (`CellResult.images`, 0 for none),
+  so a run with an images axis (`--images 0,2`) has several decode cells at one (context, N),
+  and the token board ranks the cells of one image count at a time.
 - Submissions over HTTP (`llmload hub --accept-runs`, revision 0004_submissions): `tokens`
   (who may submit: a salted scrypt hash of each token's secret, never the token), a run's
   `submitter` (the token's name) and `tier` (`TIERS`), and `run_records` (the Parquet records
@@ -92,6 +95,7 @@ cells = Table(
     Column("total_tok_s_ci_high", Float),
     Column("ci_method", String(16)),
     Column("repeats", Integer),
+    Column("images", Integer, nullable=False, server_default="0"),
     Index("ix_cells_phase_context_concurrency", "phase", "context_tokens", "concurrency"),
 )
 

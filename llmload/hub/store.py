@@ -151,13 +151,14 @@ class Store:
 
     def leaderboard(self, model: str, context: int, concurrency: int | None = None, *,
                     hardware: str | None = None, engine_version: str | None = None,
-                    endpoint: str | None = None) -> list[LeaderRow]:
+                    endpoint: str | None = None, images: int = 0) -> list[LeaderRow]:
         """For a model (served name or model root) and a decode context: one row per run that
-        measured a total tok/s there (at `concurrency`, when given; on `hardware`, with that
-        `engine_version` and on that `endpoint`, when given), best first (`boards.token_board`)."""
-        return self._cached(("leaderboard", model, context, concurrency, hardware, engine_version, endpoint),
+        measured a total tok/s there with `images` images per request (0: text only; at
+        `concurrency`, when given; on `hardware`, with that `engine_version` and on that
+        `endpoint`, when given), best first (`boards.token_board`)."""
+        return self._cached(("leaderboard", model, context, concurrency, hardware, engine_version, endpoint, images),
                             lambda: token_board(self.rows, model, context, concurrency, hardware, engine_version,
-                                                endpoint))
+                                                endpoint, images))
 
     def pooling_leaderboard(self, model: str, context: int, concurrency: int | None = None, *,
                             hardware: str | None = None, engine_version: str | None = None,
@@ -169,10 +170,11 @@ class Store:
                             lambda: pooling_board(self.rows, model, context, concurrency, hardware, engine_version,
                                                   endpoint))
 
-    def leaderboard_choices(self, model: str, context: int) -> tuple[list[str], list[tuple[str, list[str]]], list[str]]:
+    def leaderboard_choices(self, model: str, context: int
+                            ) -> tuple[list[str], list[tuple[str, list[str]]], list[str], list[int]]:
         """What the leaderboards of a model at a context (decode context, or pooling input
         length) can be filtered by: the hardware names, each engine version with its engines,
-        and the endpoints of its runs there; sorted."""
+        the endpoints and the image counts (images per request, 0: none) of its runs there; sorted."""
         return self._cached(("choices", model, context), lambda: board_choices(self.rows, model, context))
 
     def models(self) -> list[ModelEntry]:

@@ -73,7 +73,7 @@ def leader_dict(row: LeaderRow) -> dict[str, Any]:
     return {**_board_run(row), "ranked_by": "total_tok_s",
             "total_tok_s": row.total_tok_s, "total_tok_s_ci_low": row.total_tok_s_ci_low,
             "total_tok_s_ci_high": row.total_tok_s_ci_high, "repeats": row.repeats,
-            "per_request_tok_s": row.per_request_tok_s, "ttft_ms": row.ttft_ms,
+            "per_request_tok_s": row.per_request_tok_s, "ttft_ms": row.ttft_ms, "images": row.images,
             "cells": [asdict(cell) for cell in row.cells]}
 
 
@@ -87,15 +87,28 @@ def pooling_dict(row: PoolingRow) -> dict[str, Any]:
             "inputs_per_request": cell.inputs_per_request, "cells": [asdict(c) for c in row.cells]}
 
 
-def other_boards(kind: str, endpoint: str | None, endpoints: list[str]) -> list[tuple[str, str | None]]:
+def other_boards(kind: str, endpoint: str | None, endpoints: list[str], images: int = 0,
+                 image_counts: list[int] = ()) -> list[tuple[str, str | None, int | None]]:
     """The other boards of the same model and context, as (what it ranks, its endpoint
-    parameter; None: the token board): the embeddings and rerank boards of the endpoints
-    measured there, and from one of those, the token board where runs measured tokens."""
+    parameter, its images parameter; None: the token board's, text only): the embeddings and
+    rerank boards of the endpoints measured there, the token board of each other image count
+    measured there (where one is above 0), and from one of those, the token board where runs
+    measured tokens."""
     pooled = [e for e in endpoints if e in POOLING_ENDPOINTS and not (kind == "pooling" and e == endpoint)]
-    out: list[tuple[str, str | None]] = [(f"{e} runs by inputs/s", e) for e in pooled]
+    out: list[tuple[str, str | None, int | None]] = [(f"{e} runs by inputs/s", e, None) for e in pooled]
+    if kind != "pooling" and any(image_counts):
+        token_endpoint = endpoint if endpoint not in POOLING_ENDPOINTS else None
+        out.extend((images_text(k), token_endpoint, k or None) for k in image_counts if k != images)
     if kind == "pooling" and any(e not in POOLING_ENDPOINTS for e in endpoints):
-        out.append(("token generation runs by total tok/s", None))
+        out.append(("token generation runs by total tok/s", None, None))
     return out
+
+
+def images_text(images: int) -> str:
+    """A token board's image count in words: "text-only runs", "runs with 2 images per request"."""
+    if not images:
+        return "text-only runs by total tok/s"
+    return f"runs with {images} image{'' if images == 1 else 's'} per request by total tok/s"
 
 
 def hardware_url(hardware: str | None) -> str | None:
