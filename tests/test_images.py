@@ -159,3 +159,23 @@ def test_a_run_with_several_images_per_request_values(sims, tmp_path):
     assert compared.returncode == 0, compared.stderr
     labels = [r["cell"] for r in json.loads(compared.stdout)["decode"]]
     assert "decode 2K + 2 images × 2" in labels and "decode 2K × 2" in labels and len(labels) == 8
+
+
+def test_the_fit_leaves_out_the_cells_with_images():
+    """A run's cells with images cost the vision encoder besides their tokens: `llmload fit`
+    fits the text cells alone (the same observations with or without the image cells)."""
+    import dataclasses
+
+    from llmload.core.model.cell import CellResult
+    from llmload.core.model.results import new_results
+    from llmload.twin.fit import observations
+
+    def cell(phase, images, ttft):
+        return CellResult(phase=phase, context_tokens=2048, concurrency=1, status="valid", images=images or None,
+                          ttft_ms=ttft, tbt_ms=2.0 if phase == "decode" else None, total_tok_s=400.0,
+                          prompt_tokens=2048, measured_s=5.0)
+    text = [cell("prefill", 0, 50.0), cell("decode", 0, 5.0)]
+    both = new_results(provenance="measured", started_at=None, config={"images": [0, 2]},
+                       cells=text + [cell("prefill", 2, 90.0), cell("decode", 2, 9.0)])
+    alone = dataclasses.replace(both, cells=tuple(text))
+    assert observations(both) == observations(alone) and len(observations(both)) == 2

@@ -41,6 +41,7 @@ OTHER_DOCUMENTS = {
     "llmload/output/pages/sections.py": {"status", "reason", "idle_power_w"},  # the run's energy note
     "llmload/io/imageprobe.py": {"prompt_tokens"},  # the server's usage object
     "llmload/io/endpointcheck.py": {"prompt_tokens"},  # the server's usage object (a rerank pair)
+    "llmload/commands/simulator.py": {"images"},  # the command's options
     "llmload/output/pages/text.py": {"images"},  # the run's config
     "llmload/output/pages/workloads/pooling.py": {"concurrency"},  # the run's config
     "llmload/output/pages/workloads/sessions.py": {"concurrency", "turns", "prompt_tokens",

@@ -88,7 +88,7 @@ def _echo_fit(result) -> None:
         click.echo(f"| {cell} | {r.figure} | {r.measured:,.1f} | {r.fitted:,.1f} | {r.relative:+.1%} | {within} |")
 
 
-@run_options("endpoint", "batch_size", "documents", after="workload")
+@run_options("endpoint", "batch_size", "documents", "images", "image_size", "image_dir", after="workload")
 @click.command()
 @click.argument("profile")
 @click.option("--workload", type=click.Choice(["matrix", "rate", "sessions", "replay"]), default="matrix",
@@ -107,8 +107,9 @@ def _echo_fit(result) -> None:
               help="Results directory (must not hold a run, as for llmload run).")
 @click.option("--force", is_flag=True, help="Replace the run that --out already holds.")
 def predict(profile, workload, overrides, slo_search, out_dir, force, **options) -> None:
-    """Predict a speed test matrix, a rate, chat sessions, a trace replay or an embeddings
-    or rerank run (--endpoint) from a (fitted) simulator PROFILE, in virtual time."""
+    """Predict a speed test matrix (with --images: chat requests carrying images), a rate,
+    chat sessions, a trace replay or an embeddings or rerank run (--endpoint) from a (fitted)
+    simulator PROFILE, in virtual time."""
     import time
 
     from llmload.core.scenario import ScenarioError, resolve
@@ -121,10 +122,17 @@ def predict(profile, workload, overrides, slo_search, out_dir, force, **options)
     from llmload.sim.profiles import load_profile, parse_overrides
     from llmload.twin import predict as twin
     given = {k for k, v in options.items() if v is not None and k not in ("max_tokens", "duration")}
-    endpoint = options["endpoint"] or "completions"
+    images = _image_counts(options["images"])
+    endpoint = options["endpoint"] = options["endpoint"] or ("chat" if images else "completions")
     if endpoint not in PREDICTED_ENDPOINTS:
         raise click.UsageError(f"--endpoint {endpoint} is not predicted: the twin models "
-                               f"{', '.join(PREDICTED_ENDPOINTS)}")
+                               f"{', '.join(PREDICTED_ENDPOINTS)} (chat: with --images)")
+    if endpoint == "chat" and not images:  # the twin's prompts are ids: without images, chat is completions
+        raise click.UsageError("--endpoint chat is not predicted without --images K (the twin models a "
+                               "prompt as token ids, no chat template); without images leave --endpoint out")
+    if "image_dir" in given:
+        raise click.UsageError("--image-dir is not predicted: the twin cannot know a folder's images' sizes; "
+                               "give their size with --image-size WxH")
     if PROTOCOLS[endpoint].pooling and workload == "replay":
         raise click.UsageError(f"--workload replay on --endpoint {endpoint} is not predicted "
                                "(there: its own matrix, and --workload rate)")
@@ -156,6 +164,8 @@ def predict(profile, workload, overrides, slo_search, out_dir, force, **options)
         raise Refused(f"profile {prof.name} does not serve --endpoint {sc.endpoint} (it serves "
                       f"{', '.join(prof.endpoints)}); add it to the profile's endpoints "
                       f"(--set endpoints=...,{sc.endpoint})")
+    if sc.images:
+        _echo_images(prof, sc)
     started = time.monotonic()
     try:
         run_dir = claim(out_dir, force=force, resumable=False)  # as a run's --out: refused if it holds a run, locked
@@ -185,10 +195,36 @@ def predict(profile, workload, overrides, slo_search, out_dir, force, **options)
     click.echo(f"Report: {out_dir}/report.md")
 
 
+def _image_counts(value: str | None) -> tuple[int, ...]:
+    """--images as the run's scenario parses it (sorted, once each; () for none)."""
+    from llmload.core.scenario import ScenarioError, resolve
+    try:
+        return resolve(None, {}, {"images": value}).images
+    except ScenarioError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def _echo_images(prof, sc) -> None:
+    """What the images cost on the profile's server, refused as the run refuses a text-only
+    server or a context that cannot hold them."""
+    from llmload.twin.images import image_cost, image_tokens, short_contexts
+    if not prof.vision:
+        raise Refused(f"profile {prof.name} is not a vision model (vision false): --images needs one "
+                      "(--set vision=true)")
+    tokens = image_tokens(prof, sc.images, sc.image_size)
+    short = short_contexts(tokens, sc.contexts + sc.prefill_contexts)
+    if short:
+        raise Refused(short)
+    cost = image_cost(prof, sc.image_size)
+    told = f"{', '.join(map(str, sc.images[:-1]))} or {sc.images[-1]}" if len(sc.images) > 1 else str(sc.images[0])
+    click.echo(f"Images: {told} per request (synthetic {sc.image_size} JPEG), {cost.tokens:,} tokens each "
+               f"({cost.tiles} tile(s) of {prof.image_tile_px} px) by the profile's rule")
+
+
 #: The options each workload of `predict` takes (beyond the profile, --max-tokens, --duration, --slo).
 _OPEN_LOOP = {"drain", "max_in_flight"}
 WORKLOAD_FLAGS = {
-    "matrix": {"contexts", "concurrency", "prefill_contexts", "slo"},
+    "matrix": {"contexts", "concurrency", "prefill_contexts", "slo", "images", "image_size"},
     "rate": {"contexts", "rates", "arrivals", "prompt_tokens", "output_tokens", "seed", "slo", "dataset",
              "output_length"} | _OPEN_LOOP,
     "sessions": {"system_prompt_tokens", "concurrency", "turns", "turn_tokens", "think_time", "prompt_tokens",
@@ -200,8 +236,9 @@ WORKLOAD_FLAGS = {
 #: The options a workload of `predict` cannot go without, and its name in the message.
 WORKLOAD_NEEDS = {"matrix": (("contexts", "concurrency"), "the matrix"),
                   "pooling": (("contexts", "concurrency"), "an embeddings or rerank run")}
-#: The endpoints the twin predicts: completions (the streaming workloads), and the pooling ones.
-PREDICTED_ENDPOINTS = ("completions", "embeddings", "rerank")
+#: The endpoints the twin predicts: completions (the streaming workloads), chat (the matrix
+#: with --images), and the pooling ones.
+PREDICTED_ENDPOINTS = ("completions", "chat", "embeddings", "rerank")
 
 
 @click.command()

@@ -1,6 +1,8 @@
 """The matrix's cells in virtual time: a cold prefill (`virtual_prefill`) and a decode cell
 (`virtual_decode`), run as the runner runs them on the simulator's engine model
 (`llmload.sim.virtual`); `record_of` turns what a virtual client saw into a request record.
+With images (`images` K of one `ImageCost`), each prompt is its text then the K images'
+ids (`llmload.twin.images`): a user's own again and again, a cold prefill's its own.
 The workloads beyond the matrix: `llmload.twin.workloads`."""
 
 from __future__ import annotations
@@ -9,10 +11,10 @@ from array import array
 
 from llmload.core.model.cellfacts import CellFacts, ServerSample
 from llmload.core.model.records import RequestRecord
-from llmload.sim.calibration import unique_prompt
 from llmload.sim.engine import EngineRequest
 from llmload.sim.profiles import Profile
 from llmload.sim.virtual import VirtualRun, VirtualTrace
+from llmload.twin.images import ImageCost, prompt_ids
 
 WARMUP_GAP_S = 1.0
 """Virtual time between the end of the warm-up and t0 (the runner: its lead and messages)."""
@@ -38,31 +40,34 @@ def record_of(trace: VirtualTrace, *, tag: str, prompt_tokens: int, t1: float | 
         cached_tokens=trace.num_cached_tokens)
 
 
-def virtual_prefill(profile: Profile, prompt_tokens: int) -> list[RequestRecord]:
+def virtual_prefill(profile: Profile, prompt_tokens: int, *, images: int = 0,
+                    cost: ImageCost | None = None) -> list[RequestRecord]:
     """One cold request, max_tokens 1, on an idle server."""
     run = VirtualRun(profile)
-    trace = run.submit(EngineRequest(request_id="p0-cold", prompt_ids=unique_prompt(profile, 1, prompt_tokens),
-                                     num_output_tokens=1))
+    ids, spans = prompt_ids(profile, 1, prompt_tokens, images=images, cost=cost)
+    trace = run.submit(EngineRequest(request_id="p0-cold", prompt_ids=ids, num_output_tokens=1, images=spans))
     run.run_until_idle()
     return [record_of(trace, tag="prefill", prompt_tokens=prompt_tokens, t1=None)]
 
 
 def virtual_decode(profile: Profile, *, prompt_tokens: int, concurrency: int, max_tokens: int,
-                   window_s: float) -> tuple[list[RequestRecord], CellFacts]:
+                   window_s: float, images: int = 0,
+                   cost: ImageCost | None = None) -> tuple[list[RequestRecord], CellFacts]:
     """The runner's decode cell in virtual time: records (warm-up and window) and the facts
     the runner would have gathered (window, waiting samples, preemptions)."""
     run = VirtualRun(profile)
-    prompts = [unique_prompt(profile, 1000 + u, prompt_tokens) for u in range(concurrency)]
-    warm = [run.submit(EngineRequest(request_id=f"u{u}-warm", prompt_ids=p, num_output_tokens=1))
-            for u, p in enumerate(prompts)]
+    prompts = [prompt_ids(profile, 1000 + u, prompt_tokens, images=images, cost=cost) for u in range(concurrency)]
+    warm = [run.submit(EngineRequest(request_id=f"u{u}-warm", prompt_ids=ids, num_output_tokens=1, images=spans))
+            for u, (ids, spans) in enumerate(prompts)]
     run.run_until_idle()
     t0 = run.now_s + WARMUP_GAP_S
     t1 = t0 + window_s
     sequence = iter(range(10**9))
 
     def send(user: int, send_s: float | None = None) -> None:
-        run.submit(EngineRequest(request_id=f"u{user}-{next(sequence)}", prompt_ids=prompts[user],
-                                 num_output_tokens=max_tokens), send_s)
+        ids, spans = prompts[user]
+        run.submit(EngineRequest(request_id=f"u{user}-{next(sequence)}", prompt_ids=ids,
+                                 num_output_tokens=max_tokens, images=spans), send_s)
 
     for user in range(concurrency):
         send(user, t0)

@@ -13,6 +13,8 @@ the simulator's engine model in virtual time, as `llmload.twin.predict` predicts
   median one waits about (N + 1) / 2 shares); the cells tell them apart by N.
 - Prefill (per-token and quadratic terms) from the cold prefill cells' TTFT, after the
   frontend and one step overhead per chunk of max_num_batched_tokens.
+- Cells whose prompts carried images (--images) are left out: their TTFT holds the vision
+  encoder's time, which the text prompts' coefficients do not.
 - Each group is a linear least-squares fit; then FIT_ITERATIONS rounds run every fitted cell
   through the simulator and fit the residuals with the same design matrices (a Gauss–Newton
   step on the simulator itself), so the approximations above do not bias the result. A
@@ -113,7 +115,7 @@ def observations(results: Results) -> list[_Obs]:
     config = results.config
     out = []
     for c in results.cells:
-        if c.status != "valid":
+        if c.status != "valid" or c.images:  # a prompt with images costs its encoder besides: not a text cell's
             continue
         prompt = int(c.server_prompt_tokens or c.prompt_tokens or max(c.context_tokens, 1))
         out.append(_Obs(phase=c.phase, context_tokens=c.context_tokens, concurrency=c.concurrency or 1,

@@ -10,7 +10,9 @@ Predict (`predict_results`): plan the matrix against the profile's KV cache (the
 planner), run each cell the way the runner does (`llmload.twin.cells`) in virtual time, and
 give the run's `Results` (`llmload.core.model.results.new_results`) with provenance "predicted";
 with an SLO search, the bisection is the run's own (`llmload.core.figures.slosearch`), each level a
-predicted cell, unbounded (it ends when the two levels are adjacent). The workloads
+predicted cell, unbounded (it ends when the two levels are adjacent). With images
+(`--images K`), the matrix once per K as the run plans it, each K's images costed by the
+profile's rule and carried by every prompt (`llmload.twin.images`). The workloads
 (`predict_rate_results`, `predict_sessions_results`, `predict_replay_results`,
 `predict_pooling_results`: embeddings and rerank): the run's plan of that workload, each
 cell sent as the run sends it (`llmload.twin.workloads`, `llmload.twin.pooling`); the SLO
@@ -43,6 +45,7 @@ from llmload.core.traffic.tracestats import hit_ratio
 from llmload.sim.noise import is_noisy
 from llmload.sim.profiles import Profile
 from llmload.twin.cells import virtual_decode, virtual_prefill
+from llmload.twin.images import ImageCost, image_cost, image_tokens, short_contexts
 from llmload.twin.pooling import virtual_pooling
 from llmload.twin.workloads import virtual_rate, virtual_replay, virtual_sessions
 
@@ -58,9 +61,10 @@ cell's records_file."""
 
 def predict_cell(profile: Profile, planned: PlannedCell, *, window_s: float,
                  slo: Mapping[str, float] | None = None, sc: Scenario | None = None,
-                 cell_id: str = "c", keep: Keep | None = None) -> CellResult:
+                 cell_id: str = "c", keep: Keep | None = None, image: ImageCost | None = None) -> CellResult:
     """The cell the runner would have written for `planned`, in virtual time (a rate or
-    session cell needs the scenario `sc`); with `keep`, its records kept as a run keeps them."""
+    session cell needs the scenario `sc`; a matrix cell with images, what one `image` costs);
+    with `keep`, its records kept as a run keeps them."""
     # The cells are the runner's own: the one assembly function (llmload.core.figures.cells).
     if not planned.runs:
         return not_run_cell(planned)
@@ -71,12 +75,12 @@ def predict_cell(profile: Profile, planned: PlannedCell, *, window_s: float,
     elif planned.phase == "pooling":
         records, facts = virtual_pooling(profile, planned, sc)
     elif planned.phase == "prefill":
-        records = virtual_prefill(profile, planned.prompt_tokens)
+        records = virtual_prefill(profile, planned.prompt_tokens, images=planned.images, cost=image)
         facts = CellFacts(prefill_source=planned.prefill_source or "standalone")
     else:
         records, facts = virtual_decode(profile, prompt_tokens=planned.prompt_tokens,
                                         concurrency=planned.concurrency, max_tokens=planned.max_tokens,
-                                        window_s=window_s)
+                                        window_s=window_s, images=planned.images, cost=image)
         facts = dataclasses.replace(facts, slo=dict(slo) if slo else None)
     # A profile without noise is exact: its figures have no spread to give an interval.
     facts = dataclasses.replace(facts, intervals=is_noisy(profile))
@@ -85,36 +89,53 @@ def predict_cell(profile: Profile, planned: PlannedCell, *, window_s: float,
 
 
 def plan_for(profile: Profile, *, contexts: Sequence[int], prefill_contexts: Sequence[int],
-             concurrency: Sequence[int], max_tokens: int) -> list[PlannedCell]:
-    return plan_matrix(contexts=list(contexts), prefill_contexts=list(prefill_contexts),
-                       concurrency=list(concurrency), max_tokens=max_tokens,
-                       kv_cache_tokens=profile.usable_kv_tokens, block_size=profile.block_size,
-                       max_model_len=profile.max_model_len, max_sequences=profile.max_num_seqs)
+             concurrency: Sequence[int], max_tokens: int, images: Sequence[int] = (),
+             image_tokens: Mapping[int, int] | None = None) -> list[PlannedCell]:
+    """The run's plan against the profile's limits: with images, the matrix once per K (in
+    the order of `images`), each K's shortest prompt its images' tokens and one of text
+    (`llmload.matrix.workloads.matrix.plan`)."""
+    cells = []
+    for k in images or (0,):
+        tokens = (image_tokens or {}).get(k, 0)
+        cells += [dataclasses.replace(c, images=k) if k else c for c in plan_matrix(
+            contexts=list(contexts), prefill_contexts=list(prefill_contexts),
+            concurrency=list(concurrency), max_tokens=max_tokens,
+            kv_cache_tokens=profile.usable_kv_tokens, block_size=profile.block_size,
+            max_model_len=profile.max_model_len, max_sequences=profile.max_num_seqs,
+            **({"min_prompt_tokens": 1 + tokens} if tokens else {}))]
+    return cells
 
 
 def predict_results(profile: Profile, *, contexts: Sequence[int], prefill_contexts: Sequence[int],
                     concurrency: Sequence[int], max_tokens: int, duration_s: float,
                     slo: Mapping[str, float] | None = None, slo_search: bool = False,
-                    profile_source: str | None = None,
+                    profile_source: str | None = None, images: Sequence[int] = (), image_size: str = "512x512",
                     on_cell: Callable[[CellResult], None] | None = None) -> Results:
-    """The results predicted for the matrix (`on_cell`: each cell as it is predicted)."""
+    """The results predicted for the matrix (`on_cell`: each cell as it is predicted); with
+    `images` (K values, sorted), chat requests carrying K synthetic images of `image_size`."""
+    tokens = image_tokens(profile, images, image_size) if images else {}
+    if short := short_contexts(tokens, [*contexts, *prefill_contexts]):
+        raise ValueError(short)  # the run's refusal: a prompt of C tokens cannot hold them
+    image = image_cost(profile, image_size) if images else None
     plan = plan_for(profile, contexts=contexts, prefill_contexts=prefill_contexts,
-                    concurrency=concurrency, max_tokens=max_tokens)
+                    concurrency=concurrency, max_tokens=max_tokens, images=images, image_tokens=tokens)
     scenario = Scenario(name="predicted", sim_profile=profile_source or profile.name,
                         contexts=tuple(contexts), prefill_contexts=tuple(prefill_contexts),
                         concurrency=tuple(concurrency), max_tokens=max_tokens, duration_s=duration_s,
-                        slo=dict(slo) if slo else None)
+                        slo=dict(slo) if slo else None, endpoint="chat" if images else "completions",
+                        images=tuple(images), image_size=image_size)
     started = utc_now_iso()
     cells = []
     for planned in plan:
-        cell = predict_cell(profile, planned, window_s=duration_s, slo=slo)
+        cell = predict_cell(profile, planned, window_s=duration_s, slo=slo, image=image)
         cells.append(cell)
         if on_cell is not None:
             on_cell(cell)
     if slo and slo_search:
         cells += _slo_search(profile, cells, contexts=contexts, max_tokens=max_tokens,
-                             duration_s=duration_s, slo=slo, on_cell=on_cell)
-    return _predicted(profile, scenario, plan, cells, started)
+                             duration_s=duration_s, slo=slo, on_cell=on_cell, images=images,
+                             image_tokens=tokens, image=image)
+    return _predicted(profile, scenario, plan, cells, started, image_tokens=tokens)
 
 
 def predict_rate_results(profile: Profile, sc: Scenario, *, slo_search: bool = False, keep: Keep | None = None,
@@ -202,7 +223,7 @@ PREDICTORS: dict[str, Callable[..., Results]] = {
     "matrix": lambda profile, sc, *, prefill, slo_search, keep, trace_fit, source: predict_results(
         profile, contexts=sc.contexts, prefill_contexts=prefill, concurrency=sc.concurrency,
         max_tokens=sc.max_tokens, duration_s=sc.duration_s, slo=sc.slo, slo_search=slo_search,
-        profile_source=source),
+        profile_source=source, images=sc.images, image_size=sc.image_size),
     "rate": lambda profile, sc, *, slo_search, keep, **_: predict_rate_results(
         profile, sc, slo_search=slo_search, keep=keep),
     "sessions": lambda profile, sc, *, slo_search, keep, **_: predict_sessions_results(
@@ -229,8 +250,10 @@ def _searched(cell: CellResult) -> CellResult:
 
 
 def _predicted(profile: Profile, scenario: Scenario, plan: list[PlannedCell], cells: list[CellResult],
-               started: str | None) -> Results:
-    """A predicted run's results: provenance "predicted", the profile as the server."""
+               started: str | None, image_tokens: Mapping[int, int] | None = None) -> Results:
+    """A predicted run's results: provenance "predicted", the profile as the server (with
+    images, what each K costs there, as the run writes the server's answer)."""
+    images = {"image_tokens": {str(k): t for k, t in image_tokens.items()}} if image_tokens else {}
     return new_results(
         provenance="predicted", started_at=started, finished_at=utc_now_iso(), status="complete",
         sim_profile=profile.name, predicted_from=profile.fitted_from or None, config=scenario.to_dict(),
@@ -239,21 +262,23 @@ def _predicted(profile: Profile, scenario: Scenario, plan: list[PlannedCell], ce
                 "max_model_len": profile.max_model_len, "kv_cache_tokens": profile.usable_kv_tokens,
                 "block_size": profile.block_size, "kv_cache_source": "profile, less 1 null block",
                 "max_sequences": profile.max_num_seqs, "max_sequences_source": "profile",
-                "prefix_caching": profile.enable_prefix_caching, "fixed_output_length": True},
+                "prefix_caching": profile.enable_prefix_caching, "fixed_output_length": True, **images},
         hardware={}, launch_command=None, plan=plan, cells=cells,
         definitions={**DEFINITIONS, "predicted": "virtual-time run of llmload's engine model with the profile"})
 
 
 def _slo_search(profile: Profile, cells: list[CellResult], *, contexts: Sequence[int], max_tokens: int,
                 duration_s: float, slo: Mapping[str, float],
-                on_cell: Callable[[CellResult], None] | None = None) -> list[CellResult]:
+                on_cell: Callable[[CellResult], None] | None = None, images: Sequence[int] = (),
+                image_tokens: Mapping[int, int] | None = None, image: ImageCost | None = None) -> list[CellResult]:
     """The run's SLO bisection (`llmload.core.figures.slosearch`) in virtual time: each level a
-    predicted cell; no bound on the levels per context."""
+    predicted cell (with one K of images, its images); no bound on the levels per context."""
 
     def measure(level: SearchLevel) -> CellResult:
         [planned] = plan_for(profile, contexts=[level.context_tokens], prefill_contexts=[],
-                             concurrency=[level.concurrency], max_tokens=max_tokens)
-        cell = _searched(predict_cell(profile, planned, window_s=duration_s, slo=slo))
+                             concurrency=[level.concurrency], max_tokens=max_tokens, images=images,
+                             image_tokens=image_tokens)
+        cell = _searched(predict_cell(profile, planned, window_s=duration_s, slo=slo, image=image))
         if on_cell is not None:
             on_cell(cell)
         return cell
