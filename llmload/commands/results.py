@@ -16,9 +16,12 @@ from llmload.core import exitcodes
               help="Derive every cell's figures and status again from the stored records (records/).")
 @click.option("--allow-missing", is_flag=True,
               help="With --recompute: keep cells whose records file is missing as stored (else refused).")
-def report(results_dir: str, recompute: bool, allow_missing: bool) -> None:
+@click.option("--price-per-hour", "price", metavar="USD",
+              help="Price the run again: what the server's machine costs an hour (written into results.json).")
+def report(results_dir: str, recompute: bool, allow_missing: bool, price: str | None) -> None:
     """Re-render report.md, report.html and measurements.csv from RESULTS_DIR/results.json alone;
-    with --recompute, first derive every cell again from RESULTS_DIR/records/ and rewrite results.json."""
+    with --recompute, first derive every cell again from RESULTS_DIR/records/ and rewrite results.json;
+    with --price-per-hour, first write that price into results.json."""
     from pathlib import Path
 
     from llmload.output.rundir.resultsfile import ResultsError, load_results
@@ -30,6 +33,7 @@ def report(results_dir: str, recompute: bool, allow_missing: bool) -> None:
         results = load_results(results_dir)
     except ResultsError as exc:
         raise Refused(str(exc)) from None
+    priced = _pricing(price)
     try:
         if recompute:
             from llmload.output.rundir.recompute import recompute as derive
@@ -54,7 +58,7 @@ def report(results_dir: str, recompute: bool, allow_missing: bool) -> None:
                     results = combined(derived, Scenario.from_dict(dict(results.config)))
                 else:
                     results, n, missing = derive(folder, allow_missing=allow_missing)
-                path = write_document(results, folder)
+                path = write_document(priced(results), folder)
             except (RecordsError, ResultsError) as exc:
                 raise Refused(str(exc)) from None
             finally:
@@ -63,12 +67,37 @@ def report(results_dir: str, recompute: bool, allow_missing: bool) -> None:
             echo(f"Recomputed {n} cell(s) from {where}")
             if missing:
                 echo(f"Kept {len(missing)} cell(s) as stored, their records missing: {', '.join(missing)}")
+        elif price is not None:
+            from llmload.output.rundir.directory import RunDirError, lock
+            try:
+                held = lock(folder)  # never rewrite a run that is still writing
+            except RunDirError as exc:
+                raise Refused(str(exc)) from None
+            try:
+                path = write_document(priced(results), folder)
+            finally:
+                held.release()
         else:
             path = write_renderings(results, folder)
     except OSError as exc:
         raise Refused(f"cannot write into {folder}: {exc.strerror or exc}") from None
     echo(f"Report: {path}")
     echo(f"HTML report: {path.with_name('report.html')}")
+
+
+def _pricing(price: str | None):
+    """The run's results as `report --price-per-hour` rewrites them (its price in the config);
+    a price that is not a positive number is bad input (one line)."""
+    import dataclasses
+
+    from llmload.core.figures.cost import PRICE_KEY, parse_price
+    if price is None:
+        return lambda results: results
+    try:
+        value = parse_price(price, "--price-per-hour")
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    return lambda results: dataclasses.replace(results, config={**results.config, PRICE_KEY: value})
 
 
 @click.command()

@@ -19,7 +19,7 @@ SCENARIO_OPTIONS = {
     "max_tokens": "max_tokens", "kv_cache_tokens": "kv_cache_tokens", "workers": "workers",
     "sim_profile": "sim_profile", "launch_command": "launch_command", "warmup": "warmup",
     "request_timeout": "request_timeout_s", "prefill_repeats": "prefill_repeats",
-    "server_hardware": "server_hardware", "server_info": "server_info",
+    "server_hardware": "server_hardware", "server_info": "server_info", "price_per_hour": "price_per_hour",
     "slo": "slo", "slo_search": "slo_search", "energy": "energy",
     "workload": "workload", "system_prompt_tokens": "system_prompt_tokens", "turns": "turns",
     "turn_tokens": "turn_tokens", "think_time": "think_time", "rates": "rates", "arrivals": "arrivals",
@@ -126,6 +126,9 @@ def workload_options(command):
 @click.option("--repeat-cooldown", metavar="D", help="Wait D between rounds, e.g. 30s.")
 @click.option("--same-prompts", is_flag=True, default=None,
               help="Every round sends the same prompts (default: each round its own, no warm prefix cache).")
+@click.option("--price-per-hour", metavar="USD",
+              help="What the server's machine costs an hour (or LLMLOAD_PRICE_PER_HOUR, or price_per_hour in "
+                   "--server-hardware): every cell's cost per 1M tokens.")
 @click.option("--until-ci", metavar="PCT",
               help="Repeat a cell until its headline figure's interval half-width is within PCT%% of it.")
 @workload_options
@@ -158,7 +161,7 @@ def run(scenario_file, out_dir, resume_dir, force, max_error_rate, master_bind, 
                 base = Scenario.from_dict(dict(load_results(resume_dir).config))
             except ResultsError as exc:
                 raise Refused(scrub(f"--resume: {exc}")) from None
-        scenario = workload_checked(resolve(base, file_values, cli_values))
+        scenario = priced(workload_checked(resolve(base, file_values, cli_values)))
         if scenario.until_ci is not None and scenario.repeat < 3:
             raise ValueError(f"--until-ci needs --repeat N, the most repeats, of at least 3 (got {scenario.repeat}): "
                              "an interval needs three values")
@@ -191,6 +194,24 @@ def run(scenario_file, out_dir, resume_dir, force, max_error_rate, master_bind, 
             echo(f"Finished with errors: {len(failed)} cell(s) with failed requests above "
                  f"--max-error-rate {max_error_rate:g} (exit status {exitcodes.CELL_ERRORS}).")
             sys.exit(exitcodes.CELL_ERRORS)
+
+
+def priced(scenario):
+    """The scenario with its price per hour: --price-per-hour (or a scenario file's), else
+    LLMLOAD_PRICE_PER_HOUR, else `price_per_hour` in --server-hardware; ValueError (one line)
+    for one that is not a positive number."""
+    from dataclasses import replace
+
+    from llmload.core.figures.cost import PRICE_KEY, parse_price
+    if scenario.price_per_hour is not None:
+        return scenario
+    if os.environ.get("LLMLOAD_PRICE_PER_HOUR"):
+        return replace(scenario, price_per_hour=parse_price(os.environ["LLMLOAD_PRICE_PER_HOUR"],
+                                                            "LLMLOAD_PRICE_PER_HOUR"))
+    hardware = scenario.server_hardware or {}
+    if hardware.get(PRICE_KEY) is not None:
+        return replace(scenario, price_per_hour=parse_price(hardware[PRICE_KEY], f"--server-hardware {PRICE_KEY}"))
+    return scenario
 
 
 def workload_checked(scenario):

@@ -85,6 +85,9 @@ class Scenario:
     cpu, cpu_cores, ram_gb, os, or any other key): llmload cannot see a remote machine."""
     server_info: dict[str, Any] | None = None
     """Engine facts the server does not report (quantization, backend, build, revision)."""
+    price_per_hour: float | None = None
+    """USD per hour of the server's machine (`llmload.core.figures.cost`): every cell's cost
+    per token; None: not priced."""
     slo: dict[str, float] | None = None
     """Service-level objective (`llmload.core.figures.slo`): normalised bounds, e.g. {"ttft_p99_ms": 2000.0};
     None = no SLO. Given as "ttft_p99=2s,tbt_p99=50ms,per_request_tok_s=20"."""

@@ -17,6 +17,7 @@ from llmload.core.units import parse_duration, parse_int_list, parse_pairs, pars
 from llmload.core.traffic.dataset import parse_dataset_spec
 from llmload.core.traffic.lengths import parse_lengths
 from llmload.core.traffic.traceshape import parse_sample
+from llmload.core.figures.cost import parse_price
 from llmload.core.traffic.workloads import OVER_CONTEXT, WORKLOADS, parse_arrivals, parse_think_time
 
 ENDPOINTS = tuple(PROTOCOLS)
@@ -309,6 +310,7 @@ PARSERS: dict[str, Callable[[Any], Any]] = {
     "prompt_tokens": _lengths,
     "output_tokens": _lengths,
     "seed": _int_at_least(0),
+    "price_per_hour": lambda v: None if v is None else parse_price(v, "price_per_hour"),
     "repeat": _int_at_least(1, 1000),
     "repeat_cooldown_s": lambda v: 0.0 if v in (None, "", 0, "0", "0s") else parse_duration(v),
     "same_prompts": _bool,

@@ -7,6 +7,7 @@ figures and the run's settings (`points`).
 
 from __future__ import annotations
 
+from llmload.core.figures.cost import PRICE_KEY
 from llmload.core.model.results import Results
 from llmload.output.formats import page_cells, workload_of
 from llmload.output.pages.answer import slo_answer
@@ -29,7 +30,7 @@ def build_page(results: Results) -> Page:
     what = part.title(results.config)
     simulated = is_simulated(results)
     return Page(
-        points=points(cells),
+        points=points(cells, results.config.get(PRICE_KEY)),
         title=page_title(results, what),
         subtitle=render_subtitle(results, what),
         simulated=simulated,

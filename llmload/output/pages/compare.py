@@ -72,6 +72,12 @@ POOLING_FIGURES: tuple[CompareFigure, ...] = (
     ("latency_ms", "latency", False, lambda c: c.latency_ms),
     ("latency_p99_ms", "latency p99", False, lambda c: c.latency_p99_ms),
 )
+COST_FIGURES: tuple[CompareFigure, ...] = (
+    ("usd_per_1m_output_tokens", "$ per 1M output tokens", False, lambda c: c.usd_per_1m_output_tokens),
+    ("usd_per_1m_prompt_tokens", "$ per 1M prompt tokens", False, lambda c: c.usd_per_1m_prompt_tokens),
+    ("usd_per_1k_inputs", "$ per 1K inputs", False, lambda c: c.usd_per_1k_inputs),
+)
+"""Compared where some run of the comparison has a price per hour and the cell that cost."""
 #: The figures compared for each phase's cells.
 PHASE_FIGURES = {"decode": DECODE_FIGURES, "prefill": PREFILL_FIGURES, "session": SESSION_FIGURES,
                  "rate": OPEN_LOOP_FIGURES, "replay": OPEN_LOOP_FIGURES, "pooling": POOLING_FIGURES}
@@ -312,7 +318,8 @@ def compare(pages: Sequence[Page], paths: list[str], *, confidence: float = CONF
             continue
         cells = [run[key] for run in by_run]
         noise = [c.noise_rel for c in cells]
-        spec = PHASE_FIGURES.get(phase, PREFILL_FIGURES)
+        spec = PHASE_FIGURES.get(phase, PREFILL_FIGURES) + tuple(
+            f for f in COST_FIGURES if any(f[3](c) is not None for c in cells))
         rows.setdefault(phase if phase_words(phase).matrix else "workload", []).append(CellRow(
             phase=phase, context_tokens=ctx, concurrency=n, rate_rps=rate, images=images,
             statuses=tuple(c.status or "not_run" for c in cells),

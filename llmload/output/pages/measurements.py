@@ -4,15 +4,17 @@ headline figures' intervals among them; a run
 beyond the matrix adds its traffic figures, lists ";"-joined (`join_csv_list`, read back with
 `split_csv_list`), and a workload's own figures after them (`WorkloadPart.csv_columns`: a
 pooling run's `CellPooling`). The rows go into the page (`Page.measurements`); writing them is
-`llmload.output.pages.csvfile`'s. A run with --images has an images column after concurrency.
+`llmload.output.pages.csvfile`'s. A run with --images has an images column after concurrency;
+a priced run its cost columns last (`COST_COLUMNS`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import fields
+from dataclasses import asdict, fields
 from typing import Any
 
+from llmload.core.figures.cost import PRICE_KEY, CellCost, cell_cost
 from llmload.core.model.cell import CellIntervals, CellResult, CellTraffic
 from llmload.core.model.document import cell_to_dict
 from llmload.core.model.results import Results
@@ -73,6 +75,8 @@ _TRAFFIC_INT_COLUMNS = ["in_flight_cap", "cap_waits", "turns", "context_reached_
                         "requests_scheduled", "requests_completed", "requests_failed", "requests_unfinished",
                         "requests_not_sent", "requests_skipped"]
 _EXTRA_INT_COLUMNS = ["inputs_per_request"]
+COST_COLUMNS = [f.name for f in fields(CellCost)]
+"""A priced run's cost columns (`CellCost`), after the others."""
 
 
 def _csv_row(results: Results, cell: CellResult, columns: list[str], traffic: bool) -> dict[str, Any]:
@@ -99,7 +103,11 @@ def measurements(results: Results, cells: Sequence[CellResult], *, traffic: bool
     columns = _csv_columns(traffic, extra)
     if any(c.images for c in cells):  # --images: each cell's count, after its N
         columns.insert(columns.index("concurrency") + 1, "images")
-    rows = [_csv_row(results, c, columns, traffic) for c in cells]
+    price = results.config.get(PRICE_KEY)
+    if price:  # a priced run: each cell's cost (`llmload.core.figures.cost`), last
+        columns += COST_COLUMNS
+    rows = [{**_csv_row(results, c, columns, traffic), **(asdict(cell_cost(c, price)) if price else {})}
+            for c in cells]
     ints = _INT_COLUMNS + [k for k in _TRAFFIC_INT_COLUMNS + _EXTRA_INT_COLUMNS + ["images"] if k in columns]
     return Measurements(columns=tuple(columns), rows=tuple(tuple(row.get(k) for k in columns) for row in rows),
                         whole=tuple(ints))

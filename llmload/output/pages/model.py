@@ -45,6 +45,7 @@ class Section:
 
 
 CAPACITY_TITLE = "Capacity under SLO"
+COST_TITLE = "What a token costs"
 """The title of the SLO capacity section (the terminal shows it too)."""
 
 
@@ -173,6 +174,10 @@ class Point:
     latency_ms: Any = None
     latency_p90_ms: Any = None
     latency_p99_ms: Any = None
+    usd_per_1m_output_tokens: Any = None
+    """At the run's price per hour (`llmload.core.figures.cost`): None for a run without one."""
+    usd_per_1m_prompt_tokens: Any = None
+    usd_per_1k_inputs: Any = None
     noise_rel: Any = None
     """The cell's relative noise per figure where its results carry one (`noise_rel`)."""
     intervals: tuple[tuple[str, float, float], ...] = ()

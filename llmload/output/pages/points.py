@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from llmload.core.figures.intervals import HEADLINE
+from llmload.core.figures.cost import cell_cost
 from llmload.core.figures.slo import BY_NORMAL, parse_slo
 from llmload.core.model.cell import CellResult
 from llmload.core.model.results import Results
@@ -23,9 +24,10 @@ SETTING_TOP_LEVEL = ("provenance", "sim_profile", "launch_command", "llmload_ver
 SETTING_IGNORED = frozenset({"config.name", "config.description"})
 
 
-def point(cell: CellResult) -> Point:
-    """A page cell's raw figures."""
+def point(cell: CellResult, price_per_hour: float | None = None) -> Point:
+    """A page cell's raw figures (its cost at `price_per_hour`, where the run has one)."""
     load, traffic, pool = cell.server_load, cell.traffic, cell.pooling
+    cost = cell_cost(cell, price_per_hour)
     return Point(
         phase=cell.phase, context_tokens=cell.context_tokens, concurrency=cell.concurrency,
         status=cell.status, status_word=status_label(cell), rate_rps=cell_rate(cell), images=cell.images or 0,
@@ -46,6 +48,8 @@ def point(cell: CellResult) -> Point:
         ttft_by_prompt_tokens=tuple(traffic.ttft_by_prompt_tokens), ttft_by_prompt_ms=tuple(traffic.ttft_by_prompt_ms),
         requests_per_s=pool.requests_per_s, inputs_per_s=pool.inputs_per_s, input_tok_s=pool.input_tok_s,
         latency_ms=pool.latency_ms, latency_p90_ms=pool.latency_p90_ms, latency_p99_ms=pool.latency_p99_ms,
+        usd_per_1m_output_tokens=cost.usd_per_1m_output_tokens, usd_per_1m_prompt_tokens=cost.usd_per_1m_prompt_tokens,
+        usd_per_1k_inputs=cost.usd_per_1k_inputs,
         noise_rel=cell.extra.get("noise_rel"),
         intervals=cell_intervals(cell),
         ci_dof=(cell.intervals.repeats or cell.intervals.ci_batches or 1) - 1 or None,
@@ -63,9 +67,9 @@ def cell_intervals(cell: CellResult) -> tuple[tuple[str, float, float], ...]:
     return tuple(out)
 
 
-def points(cells: Sequence[CellResult]) -> tuple[Point, ...]:
+def points(cells: Sequence[CellResult], price_per_hour: float | None = None) -> tuple[Point, ...]:
     """The page's cells (`llmload.output.formats.page_cells`) as points, in page order."""
-    return tuple(point(c) for c in cells)
+    return tuple(point(c, price_per_hour) for c in cells)
 
 
 def _text(value: Any) -> str:

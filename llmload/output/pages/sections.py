@@ -14,9 +14,10 @@ from typing import Any
 from llmload.core.model.cell import CellResult
 from llmload.core.model.results import Results
 from llmload.core.model.server import ServerCheck
+from llmload.core.figures.cost import PRICE_KEY, cell_cost
 from llmload.core.figures.slo import capacity, describe_slo, parse_slo
 from llmload.output.formats import MISSING, cell_label, fmt_context, fmt_count, fmt_ms, phase_cells, plus_minus
-from llmload.output.pages.model import CAPACITY_TITLE, Section
+from llmload.output.pages.model import CAPACITY_TITLE, COST_TITLE, Section
 from llmload.output.pages.tables import Column, column_table, make_table, phase_label
 from llmload.output.pages.workloads.part import WorkloadPart, capacity_row
 
@@ -24,7 +25,8 @@ from llmload.output.pages.workloads.part import WorkloadPart, capacity_row
 def page_sections(results: Results, cells: Sequence[CellResult], part: WorkloadPart) -> tuple[Section, ...]:
     """The sections that have something to say, in page order (`part`: the run's workload's)."""
     found = (capacity_section(results, cells, part), energy_section(results, cells) if part.streams else None,
-             reasoning_section(cells), server_timing_section(cells), intervals_section(cells))
+             cost_section(results, cells), reasoning_section(cells), server_timing_section(cells),
+             intervals_section(cells))
     return tuple(s for s in found if s is not None)
 
 
@@ -44,6 +46,47 @@ def capacity_section(results: Results, cells: Sequence[CellResult], part: Worklo
         return None
     return Section(title=CAPACITY_TITLE, intro=f"SLO: {describe_slo(slo)}.",
                    table=make_table(table.columns, [capacity_row(r) for r in found]), note=table.note)
+
+
+# --------------------------------------------------------------------------- what a token costs
+
+COST_NOTE = (
+    "The machine costs its price per hour whatever it serves, so each figure is the window's "
+    "cost over what the cell served of that kind, as if the machine served only it: per 1M "
+    "output tokens from total tok/s, per 1M prompt tokens from prompt tok/s (a cold prefill; "
+    "a rate cell's prompts), per 1K inputs of an embeddings or rerank model from inputs/s.")
+
+
+def usd(value: float | None) -> str:
+    """"$0.0123", "$4.56", "$1,234": a cost as the page says it."""
+    if value is None:
+        return MISSING
+    return f"${value:,.0f}" if value >= 100 else f"${value:,.2f}" if value >= 1 else f"${value:.3g}"
+
+
+def cost_section(results: Results, cells: Sequence[CellResult]) -> Section | None:
+    """"What a token costs": each cell's cost per 1M tokens at the run's price per hour
+    (`llmload.core.figures.cost`); None for a run without a price."""
+    price = results.config.get(PRICE_KEY)
+    if not price:
+        return None
+    costs = [(c, cell_cost(c, price)) for c in cells]
+    shown = [(c, k) for c, k in costs if any(v is not None for v in (k.usd_per_1m_output_tokens,
+                                                                     k.usd_per_1m_prompt_tokens, k.usd_per_1k_inputs))]
+    if not shown:
+        return None
+    pooling = any(k.usd_per_1k_inputs is not None for _, k in shown)
+    heads = (["cell", "per 1K inputs", "per 1M input tokens"] if pooling
+             else ["cell", "per 1M output tokens", "per 1M prompt tokens"])
+    energy = [c.energy.j_per_output_token for c, _ in shown]
+    rows = [[cell_label(c.phase, c.context_tokens, c.concurrency, c.traffic.rate_rps, c.images),
+             *((usd(k.usd_per_1k_inputs), usd(k.usd_per_1m_prompt_tokens)) if pooling
+               else (usd(k.usd_per_1m_output_tokens), usd(k.usd_per_1m_prompt_tokens)))]
+            + ([_f(c.energy.j_per_output_token, ",.3f")] if any(e is not None for e in energy) else [])
+            for c, k in shown]
+    heads += ["J per output token"] if any(e is not None for e in energy) else []
+    return Section(title=COST_TITLE, intro=f"At ${price:,.2f} an hour for the server's machine.",
+                   table=make_table(heads, rows), note=COST_NOTE)
 
 
 # --------------------------------------------------------------------------- energy per token
