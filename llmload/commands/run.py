@@ -23,7 +23,7 @@ SCENARIO_OPTIONS = {
     "slo": "slo", "slo_search": "slo_search", "energy": "energy",
     "workload": "workload", "system_prompt_tokens": "system_prompt_tokens", "turns": "turns",
     "turn_tokens": "turn_tokens", "think_time": "think_time", "rates": "rates", "arrivals": "arrivals",
-    "max_in_flight": "max_in_flight", "trace": "trace", "speedup": "speedup", "drain": "drain_s",
+    "max_in_flight": "max_in_flight", "trace": "trace", "speedup": "speedup", "drain": "drain_s", "slice": "slice_s",
     "over_context": "over_context", "sample": "sample", "length_scale": "length_scale",
     "max_prompt_tokens": "max_prompt_tokens", "prompt_tokens": "prompt_tokens", "output_tokens": "output_tokens",
     "seed": "seed", "dataset": "dataset", "output_length": "output_length", "dataset_images": "dataset_images",
@@ -126,6 +126,8 @@ def workload_options(command):
 @click.option("--repeat-cooldown", metavar="D", help="Wait D between rounds, e.g. 30s.")
 @click.option("--same-prompts", is_flag=True, default=None,
               help="Every round sends the same prompts (default: each round its own, no warm prefix cache).")
+@click.option("--slice", metavar="D",
+              help="Every cell's figures also per slice of D of its window (e.g. 10s): warm-up, drift, where it gave out.")
 @click.option("--price-per-hour", metavar="USD",
               help="What the server's machine costs an hour (or LLMLOAD_PRICE_PER_HOUR, or price_per_hour in "
                    "--server-hardware): every cell's cost per 1M tokens.")

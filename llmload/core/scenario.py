@@ -65,6 +65,9 @@ class Scenario:
     """Concurrency levels N."""
     duration_s: float = 30.0
     """D: length of each decode window, seconds."""
+    slice_s: float | None = None
+    """--slice: every cell's figures also per consecutive slice of this many seconds of its
+    window (`llmload.core.figures.slices`); None: the window whole only."""
     max_tokens: int = 8192
     """M: output tokens per decode request."""
     kv_cache_tokens: int | None = None

@@ -288,6 +288,7 @@ PARSERS: dict[str, Callable[[Any], Any]] = {
     "prefill_contexts": _token_tuple,
     "concurrency": _nonempty_list,
     "duration_s": _window,
+    "slice_s": lambda v: None if v is None or v == "" else parse_duration(v),
     "max_tokens": _tokens_at_least_1,
     "kv_cache_tokens": _optional_tokens,
     "warmup": _bool,
