@@ -42,6 +42,7 @@ OTHER_DOCUMENTS = {
     "llmload/io/imageprobe.py": {"prompt_tokens"},  # the server's usage object
     "llmload/io/endpointcheck.py": {"prompt_tokens"},  # the server's usage object (a rerank pair)
     "llmload/commands/simulator.py": {"images"},  # the command's options
+    "llmload/core/figures/slices.py": {"e2e_p99_ms", "achieved_rate_rps"},  # a sub-window's figures
     "llmload/output/pages/text.py": {"images"},  # the run's config
     "llmload/output/pages/workloads/pooling.py": {"concurrency"},  # the run's config
     "llmload/output/pages/workloads/sessions.py": {"concurrency", "turns", "prompt_tokens",

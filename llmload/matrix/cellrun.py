@@ -82,7 +82,7 @@ class CellMeasurer:
         users = self.driver.worker_users()
         pooling = PROTOCOLS[self.ctx.scenario.endpoint].pooling  # its answers' inputs are figures
         exact = self.prompts.exact_for(text_tokens(self.ctx, planned.prompt_tokens))  # the text's fit
-        facts = replace(CellFacts(exact_prompt_length=exact,
+        facts = replace(CellFacts(exact_prompt_length=exact, slice_s=self.ctx.scenario.slice_s,
                                   slo=self.ctx.scenario.slo, text_prompt=not self.prompts.pool_ids,
                                   inputs_per_request=msg.inputs if pooling else None),
                         **runner.facts(self.ctx, planned, msg))

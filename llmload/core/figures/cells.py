@@ -32,6 +32,7 @@ from llmload.core.figures.intervals import cell_intervals, prefill_intervals
 from llmload.core.figures.pooling import pooling_cell, pooling_figures
 from llmload.core.model.records import SETTLE_TAG, RequestRecord
 from llmload.core.units import format_duration_s
+from llmload.core.figures.slices import with_slices
 from llmload.core.figures.traffic import (OPEN_LOOP_TAGS, SESSION_TAG, cached_prompt_ratio, open_loop_figures,
                                   open_loop_requests, server_cached_prompt_ratio, session_figures)
 from llmload.core.figures.servercheck import counter_check, prefill_check, server_timing, timing_check, usage_check
@@ -77,6 +78,7 @@ def assemble_cell(planned: PlannedCell, records: list[RequestRecord], facts: Cel
     # A pooling request's prompt is several inputs (rerank: each paired with the query).
     note = (None if planned.phase in ("session", "replay", "pooling") else
             _prompt_length_note(planned, cell.server_prompt_tokens, exact=facts.exact_prompt_length))
+    cell = with_slices(cell, records, facts)
     return replace(cell, prompt_length_note=note,
                    slo=replace(cell.slo, slo_search=True) if facts.slo_search else cell.slo,
                    timing=CellTiming(**facts.timing) if facts.timing is not None else None)

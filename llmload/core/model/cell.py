@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
 from llmload.core.model.groups import CellIntervals, CellTraffic
+from llmload.core.model.slices import CellSlice
 from llmload.core.model.server import ServerCheck, ServerTiming
 
 
@@ -183,6 +184,10 @@ class CellResult:
     traffic: CellTraffic = CellTraffic()
     pooling: CellPooling = CellPooling()
     intervals: CellIntervals = CellIntervals()
+    slices: tuple[CellSlice, ...] = ()
+    """--slice D: the window's figures per consecutive slice (`llmload.core.figures.slices`)."""
+    slice_note: str | None = None
+    """Where the first slice differs from the rest beyond their spread ("warming up ...")."""
     records_file: str | None = None
     timing: CellTiming | None = None
     extra: Mapping[str, Any] = field(default_factory=dict, hash=False)

@@ -120,6 +120,8 @@ class CellFacts:
     """The run's service-level objective (`llmload.core.figures.slo`), for the cell's goodput."""
     slo_search: bool = False
     """The cell was added by the SLO bisection."""
+    slice_s: float | None = None
+    """--slice D: the window's figures also per slice of D seconds."""
     intervals: bool = True
     """Give the cell's figures their intervals (`llmload.core.figures.intervals`); a prediction
     on a profile without noise has none to give (every figure is exact)."""

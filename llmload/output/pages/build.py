@@ -11,7 +11,7 @@ from llmload.core.figures.cost import PRICE_KEY
 from llmload.core.model.results import Results
 from llmload.output.formats import page_cells, workload_of
 from llmload.output.pages.answer import slo_answer
-from llmload.output.pages.measurements import measurements
+from llmload.output.pages.measurements import measurements, slice_rows
 from llmload.output.pages.model import Page
 from llmload.output.pages.points import points, settings, slo_bounds
 from llmload.output.pages.sections import page_sections
@@ -55,4 +55,5 @@ def build_page(results: Results) -> Page:
         answer=slo_answer(results, cells, part),
         slo_bounds=slo_bounds(results),
         measurements=measurements(results, cells, traffic=part.traffic_columns, extra=part.csv_columns),
+        slices=slice_rows(cells),
     )

@@ -18,6 +18,7 @@ from llmload.core.figures.cost import PRICE_KEY, CellCost, cell_cost
 from llmload.core.model.cell import CellIntervals, CellResult, CellTraffic
 from llmload.core.model.document import cell_to_dict
 from llmload.core.model.results import Results
+from llmload.core.model.slices import CellSlice
 from llmload.output.pages.model import Measurements
 
 #: CSV columns in order: raw numbers, snake_case, one row per cell.
@@ -111,3 +112,20 @@ def measurements(results: Results, cells: Sequence[CellResult], *, traffic: bool
     ints = _INT_COLUMNS + [k for k in _TRAFFIC_INT_COLUMNS + _EXTRA_INT_COLUMNS + ["images"] if k in columns]
     return Measurements(columns=tuple(columns), rows=tuple(tuple(row.get(k) for k in columns) for row in rows),
                         whole=tuple(ints))
+
+
+SLICE_KEYS = ("phase", "context_tokens", "concurrency", "rate_rps", "images")
+"""slices.csv's columns naming the cell, before the slice's own (`CellSlice`)."""
+
+
+def slice_rows(cells: Sequence[CellResult]) -> Measurements:
+    """slices.csv's table: one row per slice of each cell that has slices (--slice), the cell
+    named first; empty where no cell has any."""
+    sliced = [c for c in cells if c.slices]
+    if not sliced:
+        return Measurements()
+    names = [f.name for f in fields(CellSlice)]
+    rows = tuple((c.phase, c.context_tokens, c.concurrency, c.traffic.rate_rps, c.images or 0,
+                  *(getattr(s, n) for n in names)) for c in sliced for s in c.slices)
+    return Measurements(columns=(*SLICE_KEYS, *names), rows=rows,
+                        whole=("context_tokens", "concurrency", "images", "output_tokens", "completed_requests"))

@@ -42,11 +42,14 @@ class Section:
     intro: str | None
     table: Table | None
     note: str | None
+    chart: str | None = None
+    """The key of the report chart drawn under it on report.html (`charts.report.report_charts`)."""
 
 
 CAPACITY_TITLE = "Capacity under SLO"
-COST_TITLE = "What a token costs"
 """The title of the SLO capacity section (the terminal shows it too)."""
+COST_TITLE = "What a token costs"
+SLICES_TITLE = "Over time"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -174,6 +177,8 @@ class Point:
     latency_ms: Any = None
     latency_p90_ms: Any = None
     latency_p99_ms: Any = None
+    slices: tuple[Any, ...] = ()
+    """--slice: the cell's `CellSlice`s, in order (the chart over time)."""
     usd_per_1m_output_tokens: Any = None
     """At the run's price per hour (`llmload.core.figures.cost`): None for a run without one."""
     usd_per_1m_prompt_tokens: Any = None
@@ -235,6 +240,9 @@ class Page:
     """The run's SLO latency bounds, in its order, for the workload charts' lines."""
     measurements: Measurements = Measurements()
     """measurements.csv: one row per cell, raw numbers (`llmload.output.pages.measurements`)."""
+    slices: Measurements = Measurements()
+    """slices.csv (--slice): one row per slice of each cell (`measurements.slice_rows`); no
+    columns where the run has none."""
 
     def section(self, title: str) -> Section | None:
         return next((s for s in self.sections if s.title == title), None)

@@ -49,7 +49,7 @@ def point(cell: CellResult, price_per_hour: float | None = None) -> Point:
         requests_per_s=pool.requests_per_s, inputs_per_s=pool.inputs_per_s, input_tok_s=pool.input_tok_s,
         latency_ms=pool.latency_ms, latency_p90_ms=pool.latency_p90_ms, latency_p99_ms=pool.latency_p99_ms,
         usd_per_1m_output_tokens=cost.usd_per_1m_output_tokens, usd_per_1m_prompt_tokens=cost.usd_per_1m_prompt_tokens,
-        usd_per_1k_inputs=cost.usd_per_1k_inputs,
+        usd_per_1k_inputs=cost.usd_per_1k_inputs, slices=tuple(cell.slices),
         noise_rel=cell.extra.get("noise_rel"),
         intervals=cell_intervals(cell),
         ci_dof=(cell.intervals.repeats or cell.intervals.ci_batches or 1) - 1 or None,

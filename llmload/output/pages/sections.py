@@ -17,7 +17,7 @@ from llmload.core.model.server import ServerCheck
 from llmload.core.figures.cost import PRICE_KEY, cell_cost
 from llmload.core.figures.slo import capacity, describe_slo, parse_slo
 from llmload.output.formats import MISSING, cell_label, fmt_context, fmt_count, fmt_ms, phase_cells, plus_minus
-from llmload.output.pages.model import CAPACITY_TITLE, COST_TITLE, Section
+from llmload.output.pages.model import CAPACITY_TITLE, COST_TITLE, SLICES_TITLE, Section
 from llmload.output.pages.tables import Column, column_table, make_table, phase_label
 from llmload.output.pages.workloads.part import WorkloadPart, capacity_row
 
@@ -25,8 +25,8 @@ from llmload.output.pages.workloads.part import WorkloadPart, capacity_row
 def page_sections(results: Results, cells: Sequence[CellResult], part: WorkloadPart) -> tuple[Section, ...]:
     """The sections that have something to say, in page order (`part`: the run's workload's)."""
     found = (capacity_section(results, cells, part), energy_section(results, cells) if part.streams else None,
-             cost_section(results, cells), reasoning_section(cells), server_timing_section(cells),
-             intervals_section(cells))
+             cost_section(results, cells), slices_section(results, cells), reasoning_section(cells),
+             server_timing_section(cells), intervals_section(cells))
     return tuple(s for s in found if s is not None)
 
 
@@ -87,6 +87,36 @@ def cost_section(results: Results, cells: Sequence[CellResult]) -> Section | Non
     heads += ["J per output token"] if any(e is not None for e in energy) else []
     return Section(title=COST_TITLE, intro=f"At ${price:,.2f} an hour for the server's machine.",
                    table=make_table(heads, rows), note=COST_NOTE)
+
+
+# --------------------------------------------------------------------------- over time
+
+SLICES_NOTE = (
+    "Each slice's figures are the window's own definitions on that slice (slices.csv has every "
+    "slice of every cell). First slice against the rest: outside the 95% prediction interval of "
+    "the full slices after it (at least three), mean ± t · s · √(1 + 1/n), it is said.")
+_HEADLINE = {"decode": ("total tok/s", "total_tok_s"), "session": ("total tok/s", "total_tok_s"),
+             "rate": ("TTFT p50", "ttft_ms"), "replay": ("TTFT p50", "ttft_ms"), "pooling": ("inputs/s", "inputs_per_s")}
+
+
+def slices_section(results: Results, cells: Sequence[CellResult]) -> Section | None:
+    """"Over time" (--slice): per sliced cell its headline figure's first slice, lowest and
+    highest, and what the first slice says against the rest; None without slices."""
+    sliced = [c for c in cells if c.slices and c.phase in _HEADLINE]
+    if not sliced:
+        return None
+
+    def row(c: CellResult) -> list[str]:
+        words, name = _HEADLINE[c.phase]
+        values = [getattr(s, name) for s in c.slices if getattr(s, name) is not None]
+        fmt = ",.1f" if name != "ttft_ms" else ",.0f"
+        return [cell_label(c.phase, c.context_tokens, c.concurrency, c.traffic.rate_rps, c.images), words,
+                str(len(c.slices)), _f(values[0] if values else None, fmt), _f(min(values, default=None), fmt),
+                _f(max(values, default=None), fmt), c.slice_note or "one of the rest"]
+    slice_s = results.config.get("slice_s")
+    return Section(title=SLICES_TITLE, intro=f"Slices of {slice_s:g} s of each cell's window." if slice_s else None,
+                   table=make_table(["cell", "figure", "slices", "first", "lowest", "highest", "first slice"],
+                                    [row(c) for c in sliced]), note=SLICES_NOTE, chart="slices")
 
 
 # --------------------------------------------------------------------------- energy per token

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from llmload.output.pages.markdown import section_body
-from llmload.output.pages.model import CAPACITY_TITLE, COST_TITLE, Page
+from llmload.output.pages.model import CAPACITY_TITLE, COST_TITLE, SLICES_TITLE, Page
 
 
 def display_width(text: str) -> int:
@@ -81,7 +81,7 @@ def echo_page(page: Page, echo: Callable[[str], None]) -> None:
     summary = run_summary(page)
     if summary:
         echo("\n" + summary + "\n")
-    for title in (CAPACITY_TITLE, COST_TITLE):
+    for title in (CAPACITY_TITLE, COST_TITLE, SLICES_TITLE):
         section = page.section(title)
         if section:
             echo(f"{title}:\n" + section_body(section) + "\n")

@@ -24,6 +24,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import math
 import os
 from array import array
 from dataclasses import fields
@@ -194,20 +195,34 @@ def cell_files(out_dir: str | os.PathLike[str]) -> list[Path]:
 
 def export_table(out_dir: str | os.PathLike[str]) -> pa.Table:
     """Every request of every cell of a results directory, one row each: the cell's
-    phase, context_tokens, concurrency, rate_rps (rate cells) and images (0 without), then
-    RECORD_COLUMNS."""
+    phase, context_tokens, concurrency, rate_rps (rate cells) and images (0 without), the
+    slice of its window it ended in (--slice; else empty), then RECORD_COLUMNS."""
     tables = []
     for path in cell_files(out_dir):
-        planned, records, _ = read_cell(path)
+        planned, records, facts = read_cell(path)
         table = records_table(records)
         n = table.num_rows
         for i, (name, t) in enumerate(CELL_COLUMNS.items()):
             table = table.add_column(i, pa.field(name, t), pa.array([getattr(planned, name)] * n, type=t))
+        table = table.add_column(len(CELL_COLUMNS), pa.field("slice", pa.int64()),
+                                 pa.array([_slice_of(r, facts) for r in records], type=pa.int64()))
         tables.append(table)
-    schema = pa.schema([*(pa.field(n, t) for n, t in CELL_COLUMNS.items()), *RECORD_SCHEMA])
+    schema = pa.schema([*(pa.field(n, t) for n, t in CELL_COLUMNS.items()), pa.field("slice", pa.int64()),
+                        *RECORD_SCHEMA])
     if not tables:
         return schema.empty_table()
     return pa.concat_tables(tables)
+
+
+def _slice_of(record: RequestRecord, facts: CellFacts) -> int | None:
+    """With --slice: the slice (0, 1, ...) of the window its request ended in; None outside
+    the window, or without slices."""
+    if not facts.slice_s or facts.t0_s is None or facts.t1_s is None:
+        return None
+    if not facts.t0_s <= record.end_s <= facts.t1_s:
+        return None
+    return min(int((record.end_s - facts.t0_s) // facts.slice_s),
+               max(0, math.ceil((facts.t1_s - facts.t0_s) / facts.slice_s - 1e-9) - 1))
 
 
 def table_rewritten(table: pa.Table, rewrite: Callable[[str], str]) -> pa.Table:

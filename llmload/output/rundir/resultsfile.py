@@ -102,7 +102,12 @@ Top level:
     per-request timing and how many requests carried it, servercheck.server_timing; null
     where the server gives none), server_timing_checks (llmload's TTFT and mean gap between
     tokens against the server's, a list of ServerCheck.to_dict(), or null), prompt_length_note
-    (the server counted a different prompt length; else null), records_file (the cell's
+    (the server counted a different prompt length; else null), slices (with --slice D: the
+    window's figures per consecutive slice, `llmload.core.model.slices.CellSlice` each:
+    start_s, end_s from t0, output_tokens, completed_requests, total_tok_s,
+    per_request_tok_s, ttft_ms, ttft_p99_ms, tbt_ms, tbt_p99_ms, e2e_p99_ms,
+    achieved_rate_rps, inputs_per_s, latency_ms; [] without), slice_note (the first slice
+    against the rest, `llmload.core.figures.slices`; null where it is one of them), records_file (the cell's
     records, relative to the results directory; null when it has none), timing (where the
     cell's wall time went, in seconds: users_s, warmup_s, window_s, wall_s, overhead_s;
     null where the cell did not run).
@@ -180,6 +185,7 @@ __all__ = ["CELL_STATUSES", "CSV_FILE", "HTML_FILE", "PROVENANCES", "REPORT_FILE
 
 RESULTS_FILE = "results.json"
 CSV_FILE = "measurements.csv"
+SLICES_FILE = "slices.csv"
 REPORT_FILE = "report.md"
 HTML_FILE = "report.html"
 

@@ -1,4 +1,5 @@
-"""Writing the results directory: results.json (the record), measurements.csv, report.md and
+"""Writing the results directory: results.json (the record), measurements.csv (with --slice,
+slices.csv), report.md and
 report.html (`llmload.output.rundir.resultsfile` documents results.json and reads it).
 
 Files only; rendering is `llmload.output.pages.report`'s. `ResultsWriter` keeps a run's `Results`
@@ -35,7 +36,7 @@ from llmload.core.model.cell import CellResult
 from llmload.core.redact import scrub_obj
 from llmload.core.model.document import results_from_dict, results_to_dict
 from llmload.core.model.results import SCHEMA_VERSION, Results, utc_now_iso
-from llmload.output.rundir.resultsfile import CELL_STATUSES, CSV_FILE, HTML_FILE, REPORT_FILE, RESULTS_FILE
+from llmload.output.rundir.resultsfile import CELL_STATUSES, CSV_FILE, HTML_FILE, REPORT_FILE, RESULTS_FILE, SLICES_FILE
 
 logger = logging.getLogger(__name__)
 
@@ -274,11 +275,14 @@ def _write_pages(shown: Results, out: Path, *, html: bool = True) -> Path:
     """measurements.csv, report.md and (with html) report.html of results as written."""
     # Imported here: pandas is slow to import and results.json must not depend on it.
     from llmload.output.pages.build import build_page
-    from llmload.output.pages.csvfile import page_csv
+    from llmload.output.pages.csvfile import page_csv, slices_csv
     from llmload.output.pages.markdown import page_markdown
 
     page = build_page(shown)  # once, for every file
     atomic_write_text(out / CSV_FILE, page_csv(page))
+    sliced = slices_csv(page)
+    if sliced is not None:
+        atomic_write_text(out / SLICES_FILE, sliced)
     atomic_write_text(out / REPORT_FILE, page_markdown(page))
     if html:
         from llmload.output.pages.html import page_html  # matplotlib: only report.html needs it

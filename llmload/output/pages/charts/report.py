@@ -31,6 +31,7 @@ from llmload.output.pages.charts.kit import (
     thousands,
 )
 from llmload.output.pages.charts.heatmaps import decode_heatmap
+from llmload.output.pages.charts.slices import slices_chart
 
 #: Optional per-cell server figures, drawn where a run has them: (figure, panel title).
 SERVER_SERIES: tuple[tuple[CellFigure, str], ...] = (
@@ -216,7 +217,7 @@ def server_note(cells: Sequence[Point]) -> str | None:
 
 
 def report_charts(cells: Sequence[Point]) -> dict[str, Chart]:
-    """The report page's charts by key (heatmap, scaling, latency, prefill, server) from its
+    """The report page's charts by key (heatmap, scaling, latency, prefill, server, slices) from its
     points (`Page.points`); a chart with nothing to draw is left out."""
     made = {
         "heatmap": decode_heatmap(cells),
@@ -224,5 +225,6 @@ def report_charts(cells: Sequence[Point]) -> dict[str, Chart]:
         "latency": latency_chart(cells),
         "prefill": prefill_chart(cells),
         "server": server_chart(cells),
+        "slices": slices_chart(cells),
     }
     return {k: v for k, v in made.items() if v is not None}
