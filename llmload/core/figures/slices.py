@@ -8,7 +8,11 @@ Rules (docs/figures.md, "Figures over time"):
   sends, achieved rate and e2e; embeddings and rerank: `pooling.pooling_figures`), so the
   slices' output tokens add up to the window's, and their total tok/s weighted by length is
   the window's.
-- The first slice against the rest: with at least three full slices after it, the rest's
+- A rate that changes over the window (`--rates ramp:...`, `series:...`) is sliced even
+  without --slice (RAMP_SLICES slices), and with an SLO the first slice that misses it names
+  the rate it was sent at (`ramp_note`): each slice judged on the bounds it has figures for
+  (TTFT and TBT p50 and p99, per-request tok/s).
+- The first slice against the rest (a steady rate): with at least three full slices after it, the rest's
   headline figure (decode and sessions: total tok/s; rate and replay: TTFT p50; embeddings and
   rerank: inputs/s) gives a 95% prediction interval for one more slice, mean ± t(n − 1) · s ·
   √(1 + 1/n). A first slice outside it is said: worse ("warming up for the first 10 s") or
@@ -19,17 +23,19 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from llmload.core.confidence import CONFIDENCE, t_quantile
 from llmload.core.figures.intervals import sub_window_figures
 from llmload.core.figures.metrics import window_figures
 from llmload.core.figures.pooling import pooling_figures
+from llmload.core.figures.slo import BY_NORMAL
 from llmload.core.model.cell import CellResult
 from llmload.core.model.cellfacts import CellFacts
 from llmload.core.model.records import RequestRecord
 from llmload.core.model.slices import CellSlice
+from llmload.core.traffic.schedule import RateSchedule, parse_schedule
 
 OPEN_LOOP = ("rate", "replay")
 HEADLINE = {"decode": ("total_tok_s", "total tok/s", True, ""), "session": ("total_tok_s", "total tok/s", True, ""),
@@ -38,6 +44,10 @@ HEADLINE = {"decode": ("total_tok_s", "total tok/s", True, ""), "session": ("tot
 """Each phase's figure the first slice is held to: (field, its words, higher is better, unit)."""
 MIN_REST = 3
 """Full slices after the first that the comparison needs."""
+RAMP_SLICES = 12
+"""Slices of a changing rate's window where --slice does not say."""
+SLICE_FIGURES = {"ttft_ms", "ttft_p99_ms", "tbt_ms", "tbt_p99_ms", "per_request_tok_s"}
+"""The SLO's figures a slice has (`CellSlice`)."""
 
 
 def slice_bounds(t0: float, end: float, slice_s: float) -> list[tuple[float, float]]:
@@ -95,13 +105,43 @@ def _num(value: float) -> str:
     return f"{value:,.1f}" if abs(value) < 1000 else f"{value:,.0f}"
 
 
+def ramp_note(slices: Sequence[CellSlice], slo: Mapping[str, float], schedule: RateSchedule) -> str | None:
+    """Where a changing rate first missed the SLO (module docstring); None where no slice
+    could be judged."""
+    judged = False
+    for s in slices:
+        failed = []
+        for key, bound in slo.items():
+            user, figure, kind, pct = BY_NORMAL.get(key, (None, None, None, None))
+            value = getattr(s, figure) if figure in SLICE_FIGURES else None
+            if value is None:
+                continue
+            judged = True
+            lower = figure == "per_request_tok_s"
+            if (value < bound) if lower else (value > bound):
+                unit = " tok/s" if lower else " ms"
+                failed.append(f"{user.replace('_', ' ')} {_num(value)}{unit} {'<' if lower else '>'} "
+                              f"{_num(bound)}{unit}")
+        if failed:
+            low, high = schedule.rate_at(s.start_s), schedule.rate_at(s.end_s)
+            return (f"SLO first missed at {_num(low)}–{_num(high)} requests/s (the slice {s.start_s:g}–"
+                    f"{s.end_s:g} s: {'; '.join(failed)})")
+    return f"SLO met through the whole schedule, up to {_num(max(schedule.rate_at(s.end_s) for s in slices))} " \
+           "requests/s" if judged else None
+
+
 def with_slices(cell: CellResult, records: Sequence[RequestRecord], facts: CellFacts) -> CellResult:
-    """The cell with its slices and its first slice's note, where the run asked for slices
-    and the cell has a window."""
-    slice_s, t0 = facts.slice_s, facts.t0_s
+    """The cell with its slices and their note, where the run asked for slices (or its rate
+    changes over the window) and the cell has a window."""
+    schedule = parse_schedule(facts.rate_schedule) if facts.rate_schedule else None
+    slice_s, t0 = facts.slice_s or (schedule.duration_s / RAMP_SLICES if schedule else None), facts.t0_s
     if not slice_s or t0 is None or not cell.measured_s:
         return cell
     mine = [r for r in records if r.tag == cell.phase]
     slices = window_slices(cell.phase, mine, t0, t0 + cell.measured_s, slice_s,
                            inputs_per_request=facts.inputs_per_request)
-    return replace(cell, slices=slices, slice_note=first_slice_note(cell.phase, slices, slice_s))
+    if schedule is not None:
+        note = ramp_note(slices, facts.slo, schedule) if facts.slo else None
+    else:
+        note = first_slice_note(cell.phase, slices, slice_s)
+    return replace(cell, slices=slices, slice_note=note)

@@ -98,6 +98,11 @@ class CellFacts:
     server_first: ServerSample | None = None
     """The server's counters at the window's start and end (None: no /metrics)."""
     server_last: ServerSample | None = None
+    server_before_cell: ServerSample | None = None
+    """Where users cancel (`--cancel`): the server's counters just before the go, and after
+    every request ended (`llmload.core.figures.outcomes.after_close`); `generated` there also
+    reads a counter that counts a request's tokens at its end (`EngineCaps.ended_counter`)."""
+    server_after_cell: ServerSample | None = None
     client_samples: tuple[tuple[LoadSample, ...], ...] = ()
     """Per load-generator process: its monitor's samples in the window (CPU, event-loop lag,
     freezes: `cellfacts.LoadSample`)."""
@@ -122,6 +127,8 @@ class CellFacts:
     """The cell was added by the SLO bisection."""
     slice_s: float | None = None
     """--slice D: the window's figures also per slice of D seconds."""
+    rate_schedule: str | None = None
+    """A rate cell whose rate changes over its window (`llmload.core.traffic.schedule`): its text."""
     intervals: bool = True
     """Give the cell's figures their intervals (`llmload.core.figures.intervals`); a prediction
     on a profile without noise has none to give (every figure is exact)."""
@@ -162,7 +169,7 @@ class CellFacts:
     @classmethod
     def from_json(cls, text: str) -> "CellFacts":
         d = json.loads(text)
-        for key in ("server_first", "server_last"):
+        for key in ("server_first", "server_last", "server_before_cell", "server_after_cell"):
             if d.get(key) is not None:
                 d[key] = ServerSample(**d[key])
         if d.get("power") is not None:
