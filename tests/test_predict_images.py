@@ -135,7 +135,6 @@ def test_refusals_are_one_line(tmp_path):
         ((*matrix, "--images", "1,-2"), "--images"),
         (("--workload", "rate", "--rates", "1", "--images", "1"), "--images is not an option of --workload rate"),
         ((*matrix, "--images", "1", "--endpoint", "completions"), "--images go in chat messages"),
-        ((*matrix, "--endpoint", "chat"), "--endpoint chat is not predicted without --images K"),
         ((*matrix, "--images", "1", "--image-dir", str(tmp_path)), "--image-dir is not predicted"),
         ((*matrix, "--images", "1", "--image-size", "12x12"), "each side from 16"),
         (("--contexts", "512", "--concurrency", "1", "--images", "2", "--image-size", "448x448"),

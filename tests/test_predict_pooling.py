@@ -167,7 +167,6 @@ def test_the_command_writes_a_predicted_run_the_report_renders(tmp_path):
      "profile tiny does not serve --endpoint embeddings"),
     (("--endpoint", "rerank", "--batch-size", "4"), "--batch-size is for --endpoint embeddings"),
     (("--endpoint", "embeddings", "--slo", "ttft_p99=1s"), "--slo is for the endpoints that stream"),
-    (("--endpoint", "chat"), "--endpoint chat is not predicted"),
 ])
 def test_what_it_cannot_predict_is_refused_in_one_line(tmp_path, args, says):
     r = llmload("predict", "tiny", *args, "--contexts", "64", "--concurrency", "1", "--out", tmp_path / "x")
@@ -179,3 +178,18 @@ def test_a_replay_on_a_pooling_endpoint_is_refused(tmp_path):
     r = llmload("predict", "tiny", "--endpoint", "embeddings", "--workload", "replay", "--trace", "none.jsonl",
                 "--out", tmp_path / "x")
     assert "--workload replay on --endpoint embeddings is not predicted" in one_line_error(r, 2)
+
+
+@pytest.mark.parametrize("endpoint", ["chat", "responses", "messages"])
+def test_every_streaming_endpoint_is_predicted_as_the_engines_work(tmp_path, endpoint):
+    """The protocol adds no engine work: a prompt of C tokens (the run fits the template in
+    it) predicts the same cells on every streaming endpoint, the results naming the endpoint."""
+    runs = {}
+    for name in ("completions", endpoint):
+        r = llmload("predict", "tiny", "--endpoint", name, "--contexts", "1K", "--concurrency", "2",
+                    "--max-tokens", "64", "--duration", "5s", "--out", tmp_path / name)
+        assert r.returncode == 0, r.stderr
+        runs[name] = json.loads((tmp_path / name / "results.json").read_text())
+    assert runs[endpoint]["config"]["endpoint"] == endpoint
+    figures = [[(c["phase"], c["total_tok_s"], c["ttft_ms"]) for c in doc["cells"]] for doc in runs.values()]
+    assert figures[0] == figures[1]

@@ -124,12 +124,8 @@ def predict(profile, workload, overrides, slo_search, out_dir, force, **options)
     given = {k for k, v in options.items() if v is not None and k not in ("max_tokens", "duration")}
     images = _image_counts(options["images"])
     endpoint = options["endpoint"] = options["endpoint"] or ("chat" if images else "completions")
-    if endpoint not in PREDICTED_ENDPOINTS:
-        raise click.UsageError(f"--endpoint {endpoint} is not predicted: the twin models "
-                               f"{', '.join(PREDICTED_ENDPOINTS)} (chat: with --images)")
-    if endpoint == "chat" and not images:  # the twin's prompts are ids: without images, chat is completions
-        raise click.UsageError("--endpoint chat is not predicted without --images K (the twin models a "
-                               "prompt as token ids, no chat template); without images leave --endpoint out")
+    # Every endpoint: the twin models the engine's work for a prompt of C tokens (the run fits
+    # a chat, Responses or Messages prompt to C with its template), and its protocol adds none.
     if "image_dir" in given:
         raise click.UsageError("--image-dir is not predicted: the twin cannot know a folder's images' sizes; "
                                "give their size with --image-size WxH")
@@ -236,9 +232,6 @@ WORKLOAD_FLAGS = {
 #: The options a workload of `predict` cannot go without, and its name in the message.
 WORKLOAD_NEEDS = {"matrix": (("contexts", "concurrency"), "the matrix"),
                   "pooling": (("contexts", "concurrency"), "an embeddings or rerank run")}
-#: The endpoints the twin predicts: completions (the streaming workloads), chat (the matrix
-#: with --images), and the pooling ones.
-PREDICTED_ENDPOINTS = ("completions", "chat", "embeddings", "rerank")
 
 
 @click.command()

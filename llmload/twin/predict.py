@@ -110,7 +110,7 @@ def predict_results(profile: Profile, *, contexts: Sequence[int], prefill_contex
                     concurrency: Sequence[int], max_tokens: int, duration_s: float,
                     slo: Mapping[str, float] | None = None, slo_search: bool = False,
                     profile_source: str | None = None, images: Sequence[int] = (), image_size: str = "512x512",
-                    on_cell: Callable[[CellResult], None] | None = None) -> Results:
+                    endpoint: str | None = None, on_cell: Callable[[CellResult], None] | None = None) -> Results:
     """The results predicted for the matrix (`on_cell`: each cell as it is predicted); with
     `images` (K values, sorted), chat requests carrying K synthetic images of `image_size`."""
     tokens = image_tokens(profile, images, image_size) if images else {}
@@ -122,7 +122,7 @@ def predict_results(profile: Profile, *, contexts: Sequence[int], prefill_contex
     scenario = Scenario(name="predicted", sim_profile=profile_source or profile.name,
                         contexts=tuple(contexts), prefill_contexts=tuple(prefill_contexts),
                         concurrency=tuple(concurrency), max_tokens=max_tokens, duration_s=duration_s,
-                        slo=dict(slo) if slo else None, endpoint="chat" if images else "completions",
+                        slo=dict(slo) if slo else None, endpoint=endpoint or ("chat" if images else "completions"),
                         images=tuple(images), image_size=image_size)
     started = utc_now_iso()
     cells = []
@@ -223,7 +223,7 @@ PREDICTORS: dict[str, Callable[..., Results]] = {
     "matrix": lambda profile, sc, *, prefill, slo_search, keep, trace_fit, source: predict_results(
         profile, contexts=sc.contexts, prefill_contexts=prefill, concurrency=sc.concurrency,
         max_tokens=sc.max_tokens, duration_s=sc.duration_s, slo=sc.slo, slo_search=slo_search,
-        profile_source=source, images=sc.images, image_size=sc.image_size),
+        profile_source=source, images=sc.images, image_size=sc.image_size, endpoint=sc.endpoint),
     "rate": lambda profile, sc, *, slo_search, keep, **_: predict_rate_results(
         profile, sc, slo_search=slo_search, keep=keep),
     "sessions": lambda profile, sc, *, slo_search, keep, **_: predict_sessions_results(
