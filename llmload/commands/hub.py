@@ -1,13 +1,17 @@
-"""`llmload hub`: the results hub's web app over a store (`llmload.hub.app`, docs/hub.md)."""
+"""`llmload hub`: the results hub's web app over a store (`llmload.hub.app`, docs/hub.md); and
+`llmload hub price ...`, the operator's price per hour of each machine (`llmload.commands.hubadmin`).
+
+`hub` is a group that serves when no command follows it, so `llmload hub [OPTIONS]` is as it was."""
 
 from __future__ import annotations
 
 import click
 
 from llmload.commands.common import Refused, echo, store_failed
+from llmload.commands.hubadmin import hub_price
 
 
-@click.command()
+@click.group(invoke_without_command=True, subcommand_metavar="[price COMMAND [ARGS]...]")
 @click.option("--db", "db_url", envvar="LLMLOAD_DB", metavar="URL",
               help="The store: sqlite:///ABSOLUTE/PATH or postgresql://USER:PASSWORD@HOST:PORT/DB "
                    "[env var: LLMLOAD_DB; default: sqlite in $XDG_DATA_HOME/llmload/hub.sqlite].")
@@ -34,11 +38,15 @@ from llmload.commands.common import Refused, echo, store_failed
 @click.option("--max-connections", type=click.IntRange(1, 1_000_000), default=1000, show_default=True, metavar="N",
               help="Connections open at once, at most (fewer where the open-file limit is lower; both are printed "
                    "at start). One more is answered 503 at once.")
-def hub(db_url: str | None, bind: str, profiles_dir: str | None, accept_runs: bool, auto_approve: bool,
-        max_runs_per_hour: int, max_checks_per_hour: int, max_upload_mb: float, workers: int | None,
-        max_connections: int) -> None:
+@click.pass_context
+def hub(ctx: click.Context, db_url: str | None, bind: str, profiles_dir: str | None, accept_runs: bool,
+        auto_approve: bool, max_runs_per_hour: int, max_checks_per_hour: int, max_upload_mb: float,
+        workers: int | None, max_connections: int) -> None:
     """Browse the store: runs, leaderboards, models, hardware, compare, calculator (read only;
-    with --accept-runs, runs submitted with a token too), until Ctrl-C."""
+    with --accept-runs, runs submitted with a token too), until Ctrl-C. `llmload hub price
+    set|clear|list`: the price per hour of each machine."""
+    if ctx.invoked_subcommand is not None:
+        return  # `llmload hub price ...`: the operator's command, not the web app
     from llmload.core.redact import SCRUBBER
     from llmload.hub.app import create_app
     from llmload.hub.calculator import offered_profiles
@@ -85,3 +93,6 @@ def hub(db_url: str | None, bind: str, profiles_dir: str | None, accept_runs: bo
                   limits=Limits(max_connections=max_connections), on_ready=ready)
         except OSError as exc:
             raise click.ClickException(f"cannot listen on {bind}: {exc.strerror or exc}") from None
+
+
+hub.add_command(hub_price)

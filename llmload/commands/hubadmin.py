@@ -1,5 +1,6 @@
-"""`llmload hub-token` and `llmload hub-run`: the hub operator's commands on the store (who
-may submit runs over HTTP, and which submitted runs go on the leaderboard; docs/hub.md)."""
+"""`llmload hub-token`, `llmload hub-run` and `llmload hub price`: the hub operator's commands on
+the store (who may submit runs over HTTP, which submitted runs go on the leaderboard, and what
+each machine costs an hour; docs/hub.md)."""
 
 from __future__ import annotations
 
@@ -110,3 +111,69 @@ def run_approve(run_ids: tuple[str, ...], db_url: str | None) -> None:
             except LookupError as exc:
                 raise Refused(str(exc)) from None
             echo(f"{rid}  " + ("approved" if before == "pending" else f"not pending (tier {before}): unchanged"))
+
+
+def _db(db_url: str | None) -> str | None:
+    """`--db`, else the one given to a command above (`llmload hub --db URL price ...`)."""
+    ctx = click.get_current_context(silent=True)
+    while db_url is None and ctx is not None:
+        db_url, ctx = ctx.params.get("db_url"), ctx.parent
+    return db_url
+
+
+@click.group("price")
+def hub_price() -> None:
+    """The price per hour of each machine (by its hardware name, as /hardware lists it): a run
+    without a price of its own is priced at its hardware's for its cost per token."""
+
+
+@hub_price.command("set")
+@click.argument("hardware")
+@click.argument("usd")
+@DB_OPTION
+def price_set(hardware: str, usd: str, db_url: str | None) -> None:
+    """Set HARDWARE's price per hour to USD (above 0, below 1,000,000)."""
+    from llmload.hub.prices import PriceError, runs_on, set_price
+    from llmload.hub.pricing import fmt_price as dollars
+    with _store(_db(db_url)) as store:
+        try:
+            before = set_price(store, hardware, usd)
+        except PriceError as exc:
+            raise Refused(str(exc)) from None
+        name = hardware.strip()
+        runs = runs_on(store, name)
+        price = store.hardware_prices()[name]
+    was = "none" if before is None else dollars(before)
+    on = (f"{runs} run{'' if runs == 1 else 's'} on it" if runs
+          else "no run on it yet: the name must be the runs' hardware as /hardware lists it")
+    echo(f"{name}: {dollars(price)} an hour (was {was}; {on})")
+
+
+@hub_price.command("clear")
+@click.argument("hardware")
+@DB_OPTION
+def price_clear(hardware: str, db_url: str | None) -> None:
+    """Remove HARDWARE's price: its runs without a price of their own have none."""
+    from llmload.hub.prices import PriceError, clear_price
+    from llmload.hub.pricing import fmt_price as dollars
+    with _store(_db(db_url)) as store:
+        try:
+            before = clear_price(store, hardware)
+        except PriceError as exc:
+            raise Refused(str(exc)) from None
+    echo(f"{hardware.strip()}: no price (was {dollars(before)} an hour)")
+
+
+@hub_price.command("list")
+@DB_OPTION
+def price_list(db_url: str | None) -> None:
+    """Every price set: hardware, USD an hour, when it was set, the runs on it."""
+    from llmload.hub.prices import list_prices
+    from llmload.hub.pricing import fmt_price as dollars
+    with _store(_db(db_url)) as store:
+        entries = list_prices(store)
+    for e in entries:
+        runs = f"{e.runs} run{'' if e.runs == 1 else 's'}"
+        echo(f"{e.hardware}  {dollars(e.price_per_hour)} an hour  set {e.set_at}  {runs}")
+    if not entries:
+        echo("No prices (llmload hub price set HARDWARE USD sets one).")

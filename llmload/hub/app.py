@@ -4,15 +4,19 @@
 Routes (GET and HEAD only: a POST or any other method is a 405, and the store is opened for reading):
 
     /, /runs            runs, filtered by model, engine, version, hardware, provenance, since, until
+                        (/api/runs: each with what its cost per token is priced at, `llmload.hub.pricing`)
     /runs/<id>          the run's report.html (its Page by `llmload.output.pages.html`) under the hub's bar
-                        (its tier; links to /runs/<id>/results.json and each uploaded records file)
-    /leaderboard        ?model=M&context=C[&concurrency=N][&hardware=H][&version=V][&endpoint=E][&images=K]: runs
-                        ranked by total tok/s (cells of K images per request, default 0), or embeddings and
-                        rerank runs by inputs/s (`llmload.hub.boardroutes`)
-    /models, /hardware  what the store holds, with counts and links
+                        (its tier and pricing; links to /runs/<id>/results.json and each uploaded records
+                        file), priced at the hub's price for its hardware where it has no price of its own
+    /leaderboard        ?model=M&context=C[&concurrency=N][&hardware=H][&version=V][&endpoint=E][&images=K]
+                        [&rank=cost]: runs ranked by total tok/s (cells of K images per request, default 0)
+                        or cost per 1M output tokens, or embeddings and rerank runs by inputs/s
+                        (`llmload.hub.boardroutes`)
+    /models, /hardware  what the store holds, with counts, links and the operator's prices
     /compare            ?a=ID&b=ID: the compare page (`llmload.output.pages.comparepage.render_html`)
     /calculator         ?run=ID|profile=NAME&context=C&users=N[&slo=...]: the twin's prediction (NAME:
-                        a profile the hub offers, `calculator.offered_profiles`; never a file's path);
+                        a profile the hub offers, `calculator.offered_profiles`; never a file's path;
+                        [&price_per_hour=USD]: the cost per 1M output tokens at that price);
                         &workload=rate&rate=R[&arrivals=constant&window=30s]: a rate cell, and with an SLO
                         the highest rate meeting it (`llmload.hub.ratecalc`)
     /api/...            the same as JSON: /api/runs, /api/runs/<id> (the results document),
@@ -53,7 +57,8 @@ from llmload.hub.boardroutes import add_leaderboard_routes
 from llmload.hub.database import StoreError
 from llmload.hub.documents import Documents, NotStored
 from llmload.hub.offloop import OffLoop
-from llmload.hub.query import MAX_USERS, RUN_ID, QueryError, count, required, run_filter, run_id, text, tokens
+from llmload.hub.pricing import fmt_price
+from llmload.hub.query import MAX_USERS, RUN_ID, QueryError, count, price, required, run_filter, run_id, text, tokens
 from llmload.hub.store import Store
 from llmload.hub.submit import RECORDS_NAME
 from llmload.hub.submitroutes import Submissions, add_submission_routes
@@ -109,6 +114,7 @@ def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None,
     from llmload.hub.calculator import MAX_OUTPUT_TOKENS, offered_profiles
     from llmload.hub.ratecalc import RateCalculation, parse_rate, parse_window
     from llmload.output import formats
+    from llmload.output.pages.sections import usd
 
     offered = dict(offered_profiles() if profiles is None else profiles)
     mimetypes.guess_type("hub.css")  # the system's MIME types read now, not by the first static file's request
@@ -119,7 +125,8 @@ def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None,
     app.jinja_env.undefined = jinja2.StrictUndefined
     app.jinja_env.finalize = views.shown
     app.jinja_env.filters.update(rate=formats.fmt_rate, ms=formats.fmt_ms, tbt=formats.fmt_tbt_ms,
-                                 context=formats.fmt_context, link=views.link, tier=views.tier_text)
+                                 context=formats.fmt_context, link=views.link, tier=views.tier_text, usd=usd,
+                                 price=fmt_price)
 
     def page(template: str, active: str, **context) -> str:
         return render_template(template, nav=NAV, active=active, **context)
@@ -141,25 +148,29 @@ def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None,
         number, total = count(request.args, "page", default=1), reads.count_runs(filters)
         return page("runs.html", "Runs", runs=reads.runs(filters, limit=PAGE_RUNS, offset=(number - 1) * PAGE_RUNS),
                     filters=filters, models=reads.models(), hardware=reads.hardware(), total=total,
+                    price=reads.hardware_prices().get(filters.hardware) if filters.hardware else None,
                     pages=views.pages(number, total, PAGE_RUNS, request.args))
 
     @app.get("/api/runs")
     def runs_api():
         number = count(request.args, "page", default=1)
-        return jsonify([views.run_dict(r) for r in reads.runs(run_filter(request.args), limit=PAGE_RUNS,
-                                                              offset=(number - 1) * PAGE_RUNS)])
+        listed = tuple(reads.runs(run_filter(request.args), limit=PAGE_RUNS, offset=(number - 1) * PAGE_RUNS))
+        pricing = reads.pricing(listed)
+        return jsonify([views.run_dict(r, pricing[r.id]) for r in listed])
 
     @app.get("/runs/<rid>")
     def run_page(rid: str):
         summary = reads.summary(rid) if RUN_ID.match(rid) else None
         if summary is None:
             raise NotStored(f"no run {rid[:40]!r} in the store")
-        records = reads.record_names(rid)
-        key = (rid, summary.tier, tuple(records))
-        if key not in run_pages:  # a run's id is its content: its page changes only with its tier or records
-            bar = render_template("bar.html", nav=NAV, run=summary, records=records)
+        records, pricing = reads.record_names(rid), reads.pricing((summary,))[rid]
+        key = (rid, summary.tier, tuple(records), pricing)
+        if key not in run_pages:  # a run's id is its content: its page changes only with its tier, records or price
+            bar = render_template("bar.html", nav=NAV, run=summary, records=records, pricing=pricing)
             try:
-                run_pages[key] = workers.run(run_page_task, {"run": rid, "bar": bar}, wait_s=RENDER_WAIT_S)
+                run_pages[key] = workers.run(run_page_task, {"run": rid, "bar": bar,
+                                                             "price_per_hour": pricing.price_per_hour},
+                                             wait_s=RENDER_WAIT_S)
             except LookupError as exc:
                 raise NotStored(str(exc)) from None
             while len(run_pages) > RUN_PAGES_KEPT:
@@ -209,7 +220,7 @@ def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None,
     def compare_page():
         if not request.args:
             return page("compare.html", "Compare", runs=reads.runs(limit=CHOICES))
-        return _report_page(compared(render_template("bar.html", nav=NAV, run=None)))
+        return _report_page(compared(render_template("bar.html", nav=NAV, run=None, pricing=None)))
 
     @app.get("/api/compare")
     def compare_api():
@@ -233,8 +244,9 @@ def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None,
         if context is None:
             raise QueryError("context is missing: give a context in tokens (e.g. 16384 or 16K)")
         client = request.environ.get(CLIENT_SOCKET)  # gone: the prediction is cancelled (absent: never)
+        asked = price(args)  # else the run's own price, else the hub's for its hardware (`calculator.priced`)
         if workload == "rate":
-            return workers.predict(dict(workload="rate", run=rid, profile=text(args, "profile"),
+            return workers.predict(dict(workload="rate", run=rid, profile=text(args, "profile"), price_per_hour=asked,
                                         context_tokens=context, rate=parse_rate(text(args, "rate")),
                                         arrivals=text(args, "arrivals"), slo=text(args, "slo"),
                                         window_s=parse_window(text(args, "window")),
@@ -242,7 +254,7 @@ def create_app(store: Store, *, profiles: Mapping[str, Profile] | None = None,
         users = count(args, "users", most=MAX_USERS)
         if users is None:
             raise QueryError("users is missing: give the number of simultaneous users")
-        return workers.predict(dict(workload="matrix", run=rid, profile=text(args, "profile"),
+        return workers.predict(dict(workload="matrix", run=rid, profile=text(args, "profile"), price_per_hour=asked,
                                     context_tokens=context, users=users, slo=text(args, "slo"),
                                     max_tokens=count(args, "max_tokens", most=MAX_OUTPUT_TOKENS)), client=client)
 

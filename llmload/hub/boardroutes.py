@@ -1,5 +1,5 @@
 """The leaderboard's routes: `/leaderboard` (the page) and `/api/leaderboard` (its rows as JSON),
-`?model=M&context=C[&concurrency=N][&hardware=H][&version=V][&endpoint=E][&images=K]`.
+`?model=M&context=C[&concurrency=N][&hardware=H][&version=V][&endpoint=E][&images=K][&rank=cost]`.
 
 Which board they show (`which_board`):
 - `endpoint=embeddings` or `rerank`: the pooling board of that endpoint (`Store.pooling_leaderboard`),
@@ -16,6 +16,12 @@ whose requests carried K images (their tokens in the context), so text-only runs
 vision load are ranked apart (`boards.token_board`); the page offers the image counts measured
 at C where any is above 0, and links their boards. The embeddings and rerank boards have no
 images: `images` above 0 with their endpoint is a 400.
+
+The token board ranks by total tok/s, or with `rank=cost` by cost per 1M output tokens: the
+priced runs (their own price, else the hub operator's for their hardware: `llmload.hub.pricing`)
+cheapest first, then the runs without a price, said "no price" (`boards.cost_ranked`). Every
+row carries its pricing and cost either way. The embeddings and rerank boards rank by inputs/s
+only: `rank=cost` with their endpoint is a 400, and without an endpoint it asks for the token board.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from flask import Flask, jsonify, request
 
 from llmload.core.capacity.protocols import POOLING_ENDPOINTS
 from llmload.hub import views
-from llmload.hub.query import QueryError, board_filter, count, images, required, tokens
+from llmload.hub.query import RANKS, QueryError, board_filter, count, images, rank, required, tokens
 from llmload.output import formats
 
 TOKENS, POOLING = "tokens", "pooling"
@@ -34,19 +40,24 @@ TOKENS, POOLING = "tokens", "pooling"
 
 
 def which_board(reads: Any, model: str, context: int, concurrency: int | None, hardware: str | None,
-                version: str | None, endpoint: str | None, image_count: int = 0) -> tuple[str, str | None, list]:
+                version: str | None, endpoint: str | None, image_count: int = 0,
+                ranked_by: str = "tok_s") -> tuple[str, str | None, list]:
     """(the board, its endpoint, its rows) for a leaderboard's query (module docstring)."""
     if image_count and endpoint in POOLING_ENDPOINTS:
         raise QueryError(f"images: the {endpoint} board ranks inputs without images; "
                          "images is a token generation board's filter")
-    if endpoint is None and not image_count and not reads.leaderboard(model, context):
+    if ranked_by != "tok_s" and endpoint in POOLING_ENDPOINTS:
+        raise QueryError(f"rank: the {endpoint} board ranks by inputs/s; rank={ranked_by} is a token "
+                         "generation board's")
+    if endpoint is None and not image_count and ranked_by == "tok_s" and not reads.leaderboard(model, context):
         pooled = reads.pooling_leaderboard(model, context)
         endpoint = next((e for e in POOLING_ENDPOINTS if any(row.endpoint == e for row in pooled)), None)
     if endpoint in POOLING_ENDPOINTS:
         return POOLING, endpoint, reads.pooling_leaderboard(model, context, concurrency, hardware=hardware,
                                                             engine_version=version, endpoint=endpoint)
     return TOKENS, endpoint, reads.leaderboard(model, context, concurrency, hardware=hardware,
-                                               engine_version=version, endpoint=endpoint, images=image_count)
+                                               engine_version=version, endpoint=endpoint, images=image_count,
+                                               rank=ranked_by)
 
 
 def add_leaderboard_routes(app: Flask, reads: Any, page: Callable[..., str]) -> None:
@@ -61,10 +72,12 @@ def add_leaderboard_routes(app: Flask, reads: Any, page: Callable[..., str]) -> 
             raise QueryError("context is missing: give a context in tokens (e.g. 16384 or 16K)")
         concurrency = count(request.args, "concurrency")
         hardware, version, asked = board_filter(request.args)
-        image_count = images(request.args)
-        kind, endpoint, board = which_board(reads, model, context, concurrency, hardware, version, asked, image_count)
+        image_count, ranked_by = images(request.args), rank(request.args)
+        kind, endpoint, board = which_board(reads, model, context, concurrency, hardware, version, asked, image_count,
+                                            ranked_by)
         return dict(model=model, context=context, concurrency=concurrency, hardware=hardware, version=version,
-                    endpoint=asked, image_count=image_count, kind=kind, board_endpoint=endpoint, board=board)
+                    endpoint=asked, image_count=image_count, kind=kind, board_endpoint=endpoint, board=board,
+                    rank=ranked_by, priced=any(row.pricing.price_per_hour for row in board if kind == TOKENS))
 
     @app.get("/leaderboard")
     def leaderboard_page():
@@ -73,16 +86,17 @@ def add_leaderboard_routes(app: Flask, reads: Any, page: Callable[..., str]) -> 
             return page("leaderboard.html", "Leaderboard", models=models, model=None, context=None,
                         concurrency=None, hardware=None, version=None, endpoint=None, image_count=0, board=None,
                         contexts=[], kind=TOKENS, board_endpoint=None, columns=[], choices=([], [], [], []),
-                        cell_at=views.cell_at, other_boards=[])
+                        cell_at=views.cell_at, other_boards=[], rank="tok_s", ranks=RANKS, priced=False)
         q = board_query()
         choices = reads.leaderboard_choices(q["model"], q["context"])
         return page("leaderboard.html", "Leaderboard", models=models, contexts=reads.contexts(q["model"]),
                     columns=views.concurrencies(q["board"]), cell_at=views.cell_at, choices=choices,
                     other_boards=views.other_boards(q["kind"], q["board_endpoint"], choices[2], q["image_count"],
-                                                    choices[3]), **q)
+                                                    choices[3]), ranks=RANKS, **q)
 
     @app.get("/api/leaderboard")
     def leaderboard_api():
         q = board_query()
-        as_dict = views.pooling_dict if q["kind"] == POOLING else views.leader_dict
-        return jsonify([as_dict(row) for row in q["board"]])
+        if q["kind"] == POOLING:
+            return jsonify([views.pooling_dict(row) for row in q["board"]])
+        return jsonify([views.leader_dict(row, q["rank"]) for row in q["board"]])

@@ -13,6 +13,13 @@ requests carried K images, among themselves.
 
 Which board a leaderboard shows is the routes' (`llmload.hub.boardroutes`): the pooling
 board on the embeddings or rerank endpoint, the token board on any other.
+
+Each token board row carries its run's pricing (`llmload.hub.pricing.price_of`: the run's own
+price, else the hub operator's for its hardware) and each cell's cost per 1M output tokens.
+Ranked by cost (`rank="cost"`, `cost_ranked`): the priced runs cheapest first, at the same
+cell as by tok/s (at one price, the most tok/s is the cheapest N), tied where their cost
+intervals (the price over total tok/s's interval) overlap; then the runs without a price, by
+total tok/s, unranked (rank 0).
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from llmload.hub import schema
+from llmload.hub.pricing import Pricing, output_cost, price_of
 from llmload.hub.rows import LeaderCell, LeaderRow, PoolingCell, PoolingRow, RunSummary
 
 Rows = Callable[[Any], list[Any]]
@@ -33,6 +41,11 @@ SUMMARY_COLUMNS = [schema.runs.c[f.name] for f in fields(RunSummary)]
 ENDPOINT = schema.runs.c.results_json[("config", "endpoint")].as_string()
 """A run's endpoint (its results' config.endpoint: completions, chat, ..., embeddings, rerank)."""
 LAUNCH = schema.runs.c.results_json["launch_command"].as_string().label("launch")
+RUN_PRICE = schema.runs.c.results_json[("config", "price_per_hour")].label("run_price")
+"""A run's own price per hour as its document holds it (JSON: a number, or anything a
+document may hold there: read by `pricing.own_price`, never cast by the database)."""
+RANKS = ("tok_s", "cost")
+"""What the token board ranks by: total tok/s (the default), or cost per 1M output tokens."""
 
 
 def summary(row: Any) -> RunSummary:
@@ -71,27 +84,31 @@ def _filtered(query, hardware: str | None, engine_version: str | None, endpoint:
 
 
 def token_board(rows: Rows, model: str, context: int, concurrency: int | None, hardware: str | None,
-                engine_version: str | None, endpoint: str | None, images: int = 0) -> list[LeaderRow]:
+                engine_version: str | None, endpoint: str | None, images: int = 0,
+                prices: dict[str, float] | None = None, rank: str = "tok_s") -> list[LeaderRow]:
     """`Store.leaderboard`'s answer: one row per run that measured a total tok/s at decode
-    context `context` with `images` images per request (at `concurrency` when given), best first."""
+    context `context` with `images` images per request (at `concurrency` when given), best
+    first by `rank` (RANKS); `prices`: the hub operator's by hardware name."""
     c, r = schema.cells.c, schema.runs.c
-    query = (sa.select(*SUMMARY_COLUMNS, LAUNCH, c.concurrency, c.status.label("cell_status"), c.total_tok_s,
-                       c.per_request_tok_s, c.ttft_ms, c.ttft_p99_ms, c.tbt_ms, c.total_tok_s_ci_low,
+    query = (sa.select(*SUMMARY_COLUMNS, LAUNCH, RUN_PRICE, c.concurrency, c.status.label("cell_status"),
+                       c.total_tok_s, c.per_request_tok_s, c.ttft_ms, c.ttft_p99_ms, c.tbt_ms, c.total_tok_s_ci_low,
                        c.total_tok_s_ci_high, c.repeats)
              .join(schema.cells, c.run_id == r.id)
              .where(model_is(model), listed(), c.phase == "decode", c.context_tokens == context,
                     c.images == images, c.total_tok_s.is_not(None))
              .order_by(r.id, c.concurrency))
-    by_run: dict[str, tuple[RunSummary, str | None, list[LeaderCell]]] = {}
+    by_run: dict[str, tuple[RunSummary, str | None, list[LeaderCell], Pricing]] = {}
     for row in rows(_filtered(query, hardware, engine_version, endpoint)):
-        entry = by_run.setdefault(row.id, (summary(row), row.launch, []))
-        entry[2].append(LeaderCell(concurrency=row.concurrency, status=row.cell_status, total_tok_s=row.total_tok_s,
-                                   per_request_tok_s=row.per_request_tok_s, ttft_ms=row.ttft_ms,
-                                   ttft_p99_ms=row.ttft_p99_ms, tbt_ms=row.tbt_ms,
-                                   total_tok_s_ci_low=row.total_tok_s_ci_low,
-                                   total_tok_s_ci_high=row.total_tok_s_ci_high, repeats=row.repeats))
+        if row.id not in by_run:
+            by_run[row.id] = (summary(row), row.launch, [], price_of(row.run_price, row.hardware, prices or {}))
+        price = by_run[row.id][3].price_per_hour
+        by_run[row.id][2].append(LeaderCell(
+            concurrency=row.concurrency, status=row.cell_status, total_tok_s=row.total_tok_s,
+            per_request_tok_s=row.per_request_tok_s, ttft_ms=row.ttft_ms, ttft_p99_ms=row.ttft_p99_ms,
+            tbt_ms=row.tbt_ms, total_tok_s_ci_low=row.total_tok_s_ci_low, total_tok_s_ci_high=row.total_tok_s_ci_high,
+            repeats=row.repeats, usd_per_1m_output_tokens=output_cost(price, row.total_tok_s)))
     board = []
-    for run, launch, run_cells in by_run.values():
+    for run, launch, run_cells, pricing in by_run.values():
         ranked = [x for x in run_cells if concurrency is None or x.concurrency == concurrency]
         if not ranked:
             continue
@@ -101,9 +118,9 @@ def token_board(rows: Rows, model: str, context: int, concurrency: int | None, h
                                ttft_ms=top.ttft_ms, cells=tuple(run_cells), launch_command=launch,
                                total_tok_s_ci_low=top.total_tok_s_ci_low,
                                total_tok_s_ci_high=top.total_tok_s_ci_high, repeats=top.repeats,
-                               images=images))
+                               images=images, pricing=pricing, usd_per_1m_output_tokens=top.usd_per_1m_output_tokens))
     board.sort(key=lambda row: (-row.total_tok_s, row.run.id))
-    return ranked_with_ties(board)
+    return cost_ranked(board) if rank == "cost" else ranked_with_ties(board)
 
 
 def pooling_board(rows: Rows, model: str, context: int, concurrency: int | None, hardware: str | None,
@@ -139,18 +156,44 @@ def pooling_board(rows: Rows, model: str, context: int, concurrency: int | None,
     return [replace(row, rank=i + 1) for i, row in enumerate(board)]
 
 
+def _ranked(board: list[LeaderRow], overlaps: Callable[[LeaderRow, LeaderRow], bool]) -> list[LeaderRow]:
+    """The board (best first) with each row's rank, a row that `overlaps` the row above tied with it."""
+    out: list[LeaderRow] = []
+    for i, row in enumerate(board):
+        above = out[-1] if out else None
+        tied = above is not None and overlaps(row, above)
+        out.append(replace(row, rank=above.rank if tied else i + 1, tied=tied))
+    return out
+
+
 def ranked_with_ties(board: list[LeaderRow]) -> list[LeaderRow]:
     """The board (best first) with each row's rank: a row whose total tok/s interval overlaps
     the interval of the row above it is tied with it (the same rank) — their difference is
     within the noise; a row without an interval is never tied."""
-    out: list[LeaderRow] = []
-    for i, row in enumerate(board):
-        above = out[-1] if out else None
-        tied = (above is not None and None not in (row.total_tok_s_ci_low, row.total_tok_s_ci_high,
-                                                   above.total_tok_s_ci_low, above.total_tok_s_ci_high)
-                and row.total_tok_s_ci_high >= above.total_tok_s_ci_low)
-        out.append(replace(row, rank=above.rank if tied else i + 1, tied=tied))
-    return out
+    return _ranked(board, lambda row, above: None not in (row.total_tok_s_ci_low, row.total_tok_s_ci_high,
+                                                           above.total_tok_s_ci_low, above.total_tok_s_ci_high)
+                   and row.total_tok_s_ci_high >= above.total_tok_s_ci_low)
+
+
+def _cost_interval(row: LeaderRow) -> tuple[float | None, float | None]:
+    """The row's cost interval: its price over total tok/s's interval (high tok/s, low cost)."""
+    price = row.pricing.price_per_hour
+    return output_cost(price, row.total_tok_s_ci_high), output_cost(price, row.total_tok_s_ci_low)
+
+
+def cost_ranked(board: list[LeaderRow]) -> list[LeaderRow]:
+    """The board ranked by cost per 1M output tokens (module docstring): the priced rows
+    cheapest first, a row whose cost interval overlaps the row's above tied with it; then the
+    rows without a price (rank 0), in `board`'s order."""
+    priced = sorted((row for row in board if row.usd_per_1m_output_tokens is not None),
+                    key=lambda row: (row.usd_per_1m_output_tokens, row.run.id))
+
+    def overlaps(row: LeaderRow, above: LeaderRow) -> bool:
+        low, _high = _cost_interval(row)
+        _above_low, above_high = _cost_interval(above)
+        return low is not None and above_high is not None and low <= above_high
+    unpriced = [replace(row, rank=0, tied=False) for row in board if row.usd_per_1m_output_tokens is None]
+    return _ranked(priced, overlaps) + unpriced
 
 
 def board_choices(rows: Rows, model: str, context: int

@@ -9,6 +9,11 @@ cold prefill of that context), in virtual time, so every figure is **predicted**
 from the simulator's engine model, never from a measurement. With an SLO, the decode cell
 is judged by `llmload.core.figures.slo.judge_cell`. Input that cannot be used is a `QueryError`.
 
+What the predicted cell costs (`priced`): its cost per 1M output tokens (`pricing.output_cost`,
+price / 3,600 / predicted total tok/s × 10⁶) at the price asked (`price_per_hour`), else the
+fitted run's own price, else the hub operator's for the run's hardware; an offered profile has
+no hardware: only a price asked prices it.
+
 The hub runs a calculation under a CPU budget (`llmload.hub.workers`, `llmload.core.budget`):
 a fit or a prediction that spends it is a BudgetSpent whose line says which, and what to ask
 instead (`spent_as`).
@@ -27,6 +32,7 @@ from typing import TYPE_CHECKING
 from llmload.core.budget import BudgetSpent, Cancelled
 from llmload.core.model.cell import CellResult
 from llmload.core.figures.slo import CellVerdict, SLOError, describe_slo, judge_cell, parse_slo
+from llmload.hub.pricing import Pricing, output_cost
 from llmload.hub.query import QueryError
 from llmload.hub.store import Store
 
@@ -63,12 +69,20 @@ class Calculation:
     verdict: CellVerdict | None
     notes: tuple[str, ...]
     provenance: str = "predicted"
+    pricing: Pricing = Pricing()
+    """The price per hour the cost is at, and whose (`priced`)."""
+
+    @property
+    def usd_per_1m_output_tokens(self) -> float | None:
+        """The decode cell's cost per 1M output tokens at `pricing` (None: no price)."""
+        return output_cost(self.pricing.price_per_hour, self.decode.total_tok_s)
 
     def to_dict(self) -> dict:
         from llmload.core.model.document import cell_to_dict
         return {"provenance": self.provenance, "workload": "matrix", "source": self.source, "profile": self.profile,
                 "context_tokens": self.context_tokens, "users": self.users, "max_tokens": self.max_tokens,
-                "window_s": self.window_s, "slo": self.slo,
+                "window_s": self.window_s, "slo": self.slo, **self.pricing.to_dict(),
+                "usd_per_1m_output_tokens": self.usd_per_1m_output_tokens,
                 "meets_slo": self.verdict.meets if self.verdict else None,
                 "slo_failed": list(self.verdict.failed) if self.verdict else [],
                 "decode": cell_to_dict(self.decode),
@@ -194,12 +208,22 @@ def profile_for(store: Store, *, run: str | None, profile: str | None, max_token
     return prof, source, out_tokens, window, notes
 
 
+def priced(store: Store, run: str | None, price_per_hour: float | None) -> Pricing:
+    """What a prediction's cost is priced at: the price asked, else the stored run's (its own,
+    else the hub's for its hardware: `Store.pricing`), else none."""
+    if price_per_hour is not None:
+        return Pricing(price_per_hour=price_per_hour, priced_by="asked")
+    summary = store.summary(run) if run else None
+    return store.pricing((summary,))[run] if summary is not None else Pricing()
+
+
 def calculate(store: Store, *, run: str | None, profile: str | None, context_tokens: int, users: int,
-              profiles: Mapping[str, Profile], slo: str | None = None, max_tokens: int | None = None) -> Calculation:
+              profiles: Mapping[str, Profile], slo: str | None = None, max_tokens: int | None = None,
+              price_per_hour: float | None = None) -> Calculation:
     """The prediction for `context_tokens` and `users` from a stored run's fitted profile or
-    an offered profile (exactly one of `run`, `profile`; `profiles`: `offered_profiles()`).
-    Raises QueryError for input that cannot be used and LookupError for a run the store
-    does not hold."""
+    an offered profile (exactly one of `run`, `profile`; `profiles`: `offered_profiles()`),
+    its cost at `price_per_hour` where given (`priced`). Raises QueryError for input that
+    cannot be used and LookupError for a run the store does not hold."""
     bounds = checked_slo(slo)
     prof, source, out_tokens, window, notes = profile_for(store, run=run, profile=profile, max_tokens=max_tokens,
                                                           profiles=profiles)
@@ -216,4 +240,5 @@ def calculate(store: Store, *, run: str | None, profile: str | None, context_tok
     return Calculation(source=source, profile=prof.name, context_tokens=context_tokens, users=users,
                        max_tokens=out_tokens, window_s=window, slo=bounds,
                        slo_text=describe_slo(bounds) if bounds else None, decode=decode, prefill=prefill,
-                       verdict=judge_cell(decode, bounds) if bounds else None, notes=notes)
+                       verdict=judge_cell(decode, bounds) if bounds else None, notes=notes,
+                       pricing=priced(store, run, price_per_hour))

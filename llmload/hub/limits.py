@@ -167,6 +167,10 @@ def _check_ranges(document: Mapping[str, Any]) -> None:
         value = config.get(name)
         if _number(value) and (value <= low if strict else value < low):
             raise Refused(f"results: config.{name} is {value}: it must be {'above' if strict else 'at least'} {low}")
+    price = config.get("price_per_hour")  # what the run's cost per token is priced at (llmload.hub.pricing)
+    if price is not None and (not _number(price) or not 0 < price < 1e6):
+        raise Refused(f"results: config.price_per_hour is {str(price)[:40]!r}: a price per hour is a number of USD "
+                      "above 0 and below 1,000,000")
     listed = document.get("cells") if isinstance(document.get("cells"), list) else []
     cells = [c for c in listed if isinstance(c, dict)]
     for name, most, what in (("context_tokens", MAX_CONTEXTS, "context lengths"), ("concurrency", MAX_LEVELS,

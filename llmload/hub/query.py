@@ -10,6 +10,7 @@ import re
 from collections.abc import Mapping
 from datetime import date, datetime
 
+from llmload.core.figures.cost import parse_price
 from llmload.core.scenariovalues import ENDPOINTS, MAX_IMAGES
 from llmload.core.units import parse_tokens
 from llmload.hub.store import RunFilter
@@ -82,6 +83,34 @@ def images(args: Mapping[str, str], name: str = "images") -> int:
     if len(value.lstrip("0")) > len(str(MAX_IMAGES)) or int(value) > MAX_IMAGES:
         raise QueryError(f"{name}: {value[:40]} is more than {MAX_IMAGES} images per request")
     return int(value)
+
+
+RANKS = {"tok_s": "total tok/s", "cost": "cost per 1M output tokens"}
+"""What the token leaderboard ranks by (`rank`): the first is the default."""
+
+
+def rank(args: Mapping[str, str], name: str = "rank") -> str:
+    """The token leaderboard's `rank`: one of RANKS; absent is total tok/s ("tok_s")."""
+    value = text(args, name)
+    if value is None:
+        return next(iter(RANKS))
+    if value not in RANKS:
+        raise QueryError(f"{name}: {value[:40]!r} is none of {', '.join(RANKS)}")
+    return value
+
+
+def price(args: Mapping[str, str], name: str = "price_per_hour") -> float | None:
+    """A price per hour in USD (the calculator's `price_per_hour`): above 0, below 1,000,000
+    (`parse_price`); absent is None."""
+    value = text(args, name)
+    if value is None:
+        return None
+    if len(value) > 40:
+        raise QueryError(f"{name}: {value[:40]!r}... is not a price per hour (a number of USD, e.g. 2.5)")
+    try:
+        return parse_price(value, f"{name}:")
+    except ValueError as exc:
+        raise QueryError(str(exc)) from None
 
 
 def run_id(value: str, name: str = "run") -> str:

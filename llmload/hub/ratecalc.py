@@ -24,6 +24,8 @@ the first's (the rate given alone, as without an SLO).
 
 Under the hub's CPU budget (`llmload.hub.workers`), a prediction that spends it is one line
 (`calculator.spent_as`): a shorter window, a lower rate or fewer output tokens costs less.
+
+The cell's cost per 1M output tokens is priced as the matrix cell's (`calculator.priced`).
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ from llmload.core.figures.slo import CellVerdict, describe_slo, judge_cell
 from llmload.core.figures.slosearch import RateCapacity
 from llmload.core.units import format_tokens, parse_duration
 from llmload.core.traffic.workloads import ARRIVALS
-from llmload.hub.calculator import MAX_WINDOW_S, checked_slo, profile_for, spent_as
+from llmload.hub.calculator import MAX_WINDOW_S, checked_slo, priced, profile_for, spent_as
+from llmload.hub.pricing import Pricing, output_cost
 from llmload.hub.query import QueryError
 from llmload.hub.store import Store
 
@@ -120,6 +123,12 @@ class RateCalculation:
     true), in the order predicted."""
     notes: tuple[str, ...]
     provenance: str = "predicted"
+    pricing: Pricing = Pricing()
+
+    @property
+    def usd_per_1m_output_tokens(self) -> float | None:
+        """The cell's cost per 1M output tokens at `pricing` (None: no price)."""
+        return output_cost(self.pricing.price_per_hour, self.cell.total_tok_s)
 
     def figures(self) -> dict[str, float | None]:
         """The cell's achieved rate and latency percentiles, named by percentile."""
@@ -159,7 +168,8 @@ class RateCalculation:
         return {"provenance": self.provenance, "workload": "rate", "source": self.source, "profile": self.profile,
                 "context_tokens": self.context_tokens, "rate_rps": self.rate_rps, "arrivals": self.arrivals,
                 "max_tokens": self.max_tokens, "window_s": self.window_s, "slo": self.slo,
-                "figures": self.figures(),
+                "figures": self.figures(), **self.pricing.to_dict(),
+                "usd_per_1m_output_tokens": self.usd_per_1m_output_tokens,
                 "meets_slo": self.verdict.meets if self.verdict else None,
                 "slo_failed": list(self.verdict.failed) if self.verdict else [],
                 "highest_rate": None if cap is None else {
@@ -223,7 +233,8 @@ def _ladders(predict, slo: dict[str, float], rate: float, window_s: float, conte
 
 def calculate_rate(store: Store, *, run: str | None, profile: str | None, context_tokens: int, rate: float,
                    profiles: Mapping[str, Profile], arrivals: str = "poisson", slo: str | None = None,
-                   max_tokens: int | None = None, window_s: float = RATE_WINDOW_S) -> RateCalculation:
+                   max_tokens: int | None = None, window_s: float = RATE_WINDOW_S,
+                   price_per_hour: float | None = None) -> RateCalculation:
     """The predicted rate cell for `context_tokens` at `rate` requests per second, and with
     an SLO the highest rate meeting it. QueryError for input that cannot be used, LookupError
     for a run the store does not hold."""
@@ -261,4 +272,5 @@ def calculate_rate(store: Store, *, run: str | None, profile: str | None, contex
                            arrivals=arrivals, max_tokens=out_tokens, window_s=window_s, slo=bounds,
                            slo_text=describe_slo(bounds) if bounds else None, cell=cell,
                            verdict=judge_cell(cell, bounds) if bounds else None, capacity=capacity,
-                           ladder=rates, slo_cells=slo_cells, notes=notes)
+                           ladder=rates, slo_cells=slo_cells, notes=notes,
+                           pricing=priced(store, run, price_per_hour))

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from llmload.hub.pricing import Pricing
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunFilter:
@@ -70,6 +72,8 @@ class LeaderCell:
     total_tok_s_ci_high: float | None = None
     repeats: int | None = None
     """How many times the run measured the cell (None: once)."""
+    usd_per_1m_output_tokens: float | None = None
+    """Its cost at the run's pricing (`LeaderRow.pricing`; None: no price)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -92,12 +96,17 @@ class LeaderRow:
     total_tok_s_ci_high: float | None = None
     repeats: int | None = None
     rank: int = 0
-    """1 for the best; a run whose interval overlaps the one ranked above it shares its rank."""
+    """1 for the best; a run whose interval overlaps the one ranked above it shares its rank.
+    Ranked by cost (`rank="cost"`): 0 for a run without a price, listed after the priced."""
     tied: bool = False
     """Its interval overlaps the run's above: the difference is within the noise."""
     images: int = 0
     """The images each request of its cells carried (their tokens in the context; 0: none):
     the board's (`Store.leaderboard`'s `images`)."""
+    pricing: Pricing = Pricing()
+    """What the run's cost per token is priced at (`llmload.hub.pricing.price_of`)."""
+    usd_per_1m_output_tokens: float | None = None
+    """The ranked cell's cost per 1M output tokens at `pricing` (None: no price)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -153,3 +162,5 @@ class HardwareEntry:
     hardware: str | None
     gpu: str | None
     runs: int
+    price_per_hour: float | None = None
+    """The hub operator's price per hour for it (`llmload hub price set`; None: none)."""

@@ -23,6 +23,10 @@
   "pooling", `CellPooling`), one row beside its `cells` row (the same run_id and idx), what
   the leaderboard ranks such runs by (inputs/s). The revision filled it from the documents of
   the pooling runs stored before it.
+- `hardware_prices` (revision 0008_hardware_prices): the hub operator's price per hour of a
+  machine, by its hardware name as `runs.hardware` holds it (`llmload hub price set`,
+  `llmload.hub.prices`): what a run's cost per token is priced at where the run has no price
+  of its own (`llmload.hub.pricing`).
 
 Times are ISO 8601 UTC text (as results.json writes them), which sorts and compares the
 same way on both databases. The migrations in `llmload/hub/migrations/versions/` create
@@ -146,4 +150,11 @@ run_records = Table(
     Column("run_id", String(16), ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
     Column("name", String(200), primary_key=True),
     Column("data", LargeBinary, nullable=False),
+)
+
+hardware_prices = Table(
+    "hardware_prices", metadata,
+    Column("hardware", String(200), primary_key=True),
+    Column("price_per_hour", Float, nullable=False),
+    Column("set_at", String(32), nullable=False),
 )

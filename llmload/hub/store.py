@@ -1,6 +1,7 @@
 """The store's API: open one (`open_store`), read it (`Store.runs`, `run`, `summary`,
-`leaderboard`, `pooling_leaderboard`, `models`, `hardware`, `contexts`); publishing is
-`llmload.hub.publish`'s; the leaderboards' queries are `llmload.hub.boards`'.
+`leaderboard`, `pooling_leaderboard`, `models`, `hardware`, `contexts`, `hardware_prices`,
+`pricing`); publishing is `llmload.hub.publish`'s; the leaderboards' queries are
+`llmload.hub.boards`'; the operator's prices are set by `llmload.hub.prices`.
 
     with open_store("sqlite:////home/me/hub.sqlite") as store:
         for row in store.leaderboard("bench", 16384):
@@ -23,9 +24,10 @@ from sqlalchemy.exc import SQLAlchemyError
 from llmload.core.model.document import ResultsError, results_from_dict
 from llmload.core.model.results import Results
 from llmload.hub import schema
-from llmload.hub.boards import (SUMMARY_COLUMNS, board_choices, board_contexts, listed, model_is, pooling_board,
-                                ranked_with_ties, summary, token_board)
+from llmload.hub.boards import (RUN_PRICE, SUMMARY_COLUMNS, board_choices, board_contexts, listed, model_is,
+                                pooling_board, ranked_with_ties, summary, token_board)
 from llmload.hub.database import SQLITE_BUSY_S, StoreError, connect, default_url, first_line, masked, migrate
+from llmload.hub.pricing import Pricing, price_of
 from llmload.hub.rows import (HardwareEntry, LeaderCell, LeaderRow, ModelEntry, PoolingCell, PoolingRow, RunFilter,
                               RunSummary)
 
@@ -61,7 +63,7 @@ class Store:
         """The URL, its password masked: what messages name the store by."""
         self.writable = writable
         self._aggregates: OrderedDict = OrderedDict()
-        self._generation: int | None = None
+        self._generation: tuple | None = None
 
     @property
     def url(self) -> str:
@@ -114,10 +116,11 @@ class Store:
 
     def _cached(self, key, make):
         """A list of the store (runs, models, hardware, contexts) or a leaderboard, from memory
-        while the store lists the same runs: each costs a scan (0.05 to 0.7 s at 10,000
-        runs), the check a count of its listed runs (1 ms). A run's content never changes,
-        and listed runs are only ever added (published, or approved)."""
-        generation = self._count(RunFilter())
+        while the store lists the same runs at the same prices: each costs a scan (0.05 to
+        0.7 s at 10,000 runs), the check a count of its listed runs and a read of the
+        operator's prices (1 ms). A run's content never changes, and listed runs are only ever
+        added (published, or approved)."""
+        generation = (self._count(RunFilter()), tuple(sorted(self.hardware_prices().items())))
         if generation != self._generation:
             self._aggregates.clear()
             self._generation = generation
@@ -151,14 +154,16 @@ class Store:
 
     def leaderboard(self, model: str, context: int, concurrency: int | None = None, *,
                     hardware: str | None = None, engine_version: str | None = None,
-                    endpoint: str | None = None, images: int = 0) -> list[LeaderRow]:
+                    endpoint: str | None = None, images: int = 0, rank: str = "tok_s") -> list[LeaderRow]:
         """For a model (served name or model root) and a decode context: one row per run that
         measured a total tok/s there with `images` images per request (0: text only; at
         `concurrency`, when given; on `hardware`, with that `engine_version` and on that
-        `endpoint`, when given), best first (`boards.token_board`)."""
-        return self._cached(("leaderboard", model, context, concurrency, hardware, engine_version, endpoint, images),
-                            lambda: token_board(self.rows, model, context, concurrency, hardware, engine_version,
-                                                endpoint, images))
+        `endpoint`, when given), each priced (`pricing`), best first by `rank`: "tok_s", or
+        "cost" (the cheapest per 1M output tokens first, the runs without a price after;
+        `boards.token_board`)."""
+        key = ("leaderboard", model, context, concurrency, hardware, engine_version, endpoint, images, rank)
+        return self._cached(key, lambda: token_board(self.rows, model, context, concurrency, hardware, engine_version,
+                                                     endpoint, images, self.hardware_prices(), rank))
 
     def pooling_leaderboard(self, model: str, context: int, concurrency: int | None = None, *,
                             hardware: str | None = None, engine_version: str | None = None,
@@ -187,13 +192,38 @@ class Store:
                                                for row in self.rows(query)])
 
     def hardware(self) -> list[HardwareEntry]:
-        """Each (hardware, GPU) published, with its number of runs, most first."""
+        """Each (hardware, GPU) published, with its number of runs, most first, and the
+        operator's price for it; then each hardware priced that no listed run is on (0 runs)."""
+        return self._cached("hardware", self._hardware)
+
+    def _hardware(self) -> list[HardwareEntry]:
         r = schema.runs.c
         n = sa.func.count().label("n")
         query = (sa.select(r.hardware, r.gpu, n).where(listed()).group_by(r.hardware, r.gpu)
                  .order_by(n.desc(), r.hardware))
-        return self._cached("hardware", lambda: [HardwareEntry(hardware=row.hardware, gpu=row.gpu, runs=row.n)
-                                                 for row in self.rows(query)])
+        prices = self.hardware_prices()
+        found = [HardwareEntry(hardware=row.hardware, gpu=row.gpu, runs=row.n,
+                               price_per_hour=prices.get(row.hardware) if row.hardware is not None else None)
+                 for row in self.rows(query)]
+        named = {entry.hardware for entry in found}
+        return found + [HardwareEntry(hardware=name, gpu=None, runs=0, price_per_hour=price)
+                        for name, price in sorted(prices.items()) if name not in named]
+
+    def hardware_prices(self) -> dict[str, float]:
+        """The hub operator's price per hour (USD) of each hardware name priced (`llmload hub
+        price set`, `llmload.hub.prices`); read each time (a few rows)."""
+        t = schema.hardware_prices.c
+        return {row.hardware: row.price_per_hour for row in self.rows(sa.select(t.hardware, t.price_per_hour))}
+
+    def pricing(self, runs: tuple[RunSummary, ...]) -> dict[str, Pricing]:
+        """What each of `runs` is priced at, by id (`pricing.price_of`: its own price, else the
+        operator's for its hardware): one query of their prices (a page of runs, or one)."""
+        if not runs:
+            return {}
+        prices, r = self.hardware_prices(), schema.runs.c
+        own = {row.id: row.run_price for row in self.rows(sa.select(r.id, RUN_PRICE).where(
+            r.id.in_([run.id for run in runs])))}
+        return {run.id: price_of(own.get(run.id), run.hardware, prices) for run in runs}
 
     def contexts(self, model: str) -> list[int]:
         """The contexts a leaderboard ranks a model's runs at (served name or model root): its

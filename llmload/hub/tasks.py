@@ -32,16 +32,32 @@ def _stored(store: Store, run: str):
     return results
 
 
-def report_html(store: Store, profiles: Mapping[str, Profile], *, run: str) -> str:
-    """The report page of stored run `run` (its `Page`, written by `llmload.output.pages.html`)."""
+def priced(results, price_per_hour: float | None):
+    """The run's results at `price_per_hour` (the hub's pricing of it, `llmload.hub.pricing`:
+    its own price, else the hub's for its hardware) in its config's `price_per_hour`, where the
+    page reads it ("What a token costs"); as they are where that is the price they hold."""
+    from dataclasses import replace
+
+    from llmload.core.figures.cost import PRICE_KEY
+    if results.config.get(PRICE_KEY) == price_per_hour:
+        return results
+    config = {k: v for k, v in results.config.items() if k != PRICE_KEY}  # a price the hub does not take: none
+    return replace(results, config=config if price_per_hour is None else {**config, PRICE_KEY: price_per_hour})
+
+
+def report_html(store: Store, profiles: Mapping[str, Profile], *, run: str,
+                price_per_hour: float | None = None) -> str:
+    """The report page of stored run `run` (its `Page`, written by `llmload.output.pages.html`),
+    at `price_per_hour` (`priced`)."""
     from llmload.output.pages.build import build_page
     from llmload.output.pages.html import page_html
-    return page_html(build_page(_stored(store, run)))
+    return page_html(build_page(priced(_stored(store, run), price_per_hour)))
 
 
-def run_page(store: Store, profiles: Mapping[str, Profile], *, run: str, bar: str) -> tuple[str, str]:
-    """(stored run `run`'s page under the hub's `bar`, its Content-Security-Policy)."""
-    return report_parts(report_html(store, profiles, run=run), bar)
+def run_page(store: Store, profiles: Mapping[str, Profile], *, run: str, bar: str,
+             price_per_hour: float | None = None) -> tuple[str, str]:
+    """(stored run `run`'s page at `price_per_hour` under the hub's `bar`, its Content-Security-Policy)."""
+    return report_parts(report_html(store, profiles, run=run, price_per_hour=price_per_hour), bar)
 
 
 def comparison(store: Store, profiles: Mapping[str, Profile], *, a: str, b: str,

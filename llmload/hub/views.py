@@ -10,6 +10,7 @@ from urllib.parse import urlencode
 
 from llmload.hub.limits import HIDDEN
 from llmload.core.capacity.protocols import POOLING_ENDPOINTS
+from llmload.hub.pricing import Pricing
 from llmload.hub.store import HardwareEntry, LeaderRow, ModelEntry, PoolingRow, RunSummary
 from llmload.output import formats as fmt
 
@@ -48,9 +49,11 @@ def link(path: str, **params: Any) -> str:
     return f"{path}?{urlencode(given)}" if given else path
 
 
-def run_dict(run: RunSummary) -> dict[str, Any]:
+def run_dict(run: RunSummary, pricing: Pricing | None = None) -> dict[str, Any]:
+    """A run's row of /api/runs: the run, its tier in words, its URLs and, given, what its
+    cost per token is priced at (`price_per_hour`, `priced_by`: run, hub or null, `price_text`)."""
     return {**asdict(run), "tier_text": tier_text(run.tier), "url": run_url(run.id),
-            "api_url": f"/api{run_url(run.id)}"}
+            "api_url": f"/api{run_url(run.id)}", **(pricing.to_dict() if pricing is not None else {})}
 
 
 def _board_run(row: LeaderRow | PoolingRow) -> dict[str, Any]:
@@ -66,14 +69,17 @@ def _board_run(row: LeaderRow | PoolingRow) -> dict[str, Any]:
             "context_tokens": row.context_tokens, "concurrency": row.concurrency}
 
 
-def leader_dict(row: LeaderRow) -> dict[str, Any]:
+def leader_dict(row: LeaderRow, rank: str = "tok_s") -> dict[str, Any]:
     """A token leaderboard row: its rank (shared with the run above where `tied`: their
-    intervals overlap), the run, its figures at the ranked concurrency with total tok/s's
-    interval, and every cell."""
-    return {**_board_run(row), "ranked_by": "total_tok_s",
+    intervals overlap; ranked by cost, null for a run without a price), the run, its figures
+    at the ranked concurrency with total tok/s's interval, its pricing and cost per 1M output
+    tokens there, and every cell (each with its cost)."""
+    return {**_board_run(row), "rank": row.rank or None,
+            "ranked_by": "usd_per_1m_output_tokens" if rank == "cost" else "total_tok_s",
             "total_tok_s": row.total_tok_s, "total_tok_s_ci_low": row.total_tok_s_ci_low,
             "total_tok_s_ci_high": row.total_tok_s_ci_high, "repeats": row.repeats,
             "per_request_tok_s": row.per_request_tok_s, "ttft_ms": row.ttft_ms, "images": row.images,
+            "usd_per_1m_output_tokens": row.usd_per_1m_output_tokens, **row.pricing.to_dict(),
             "cells": [asdict(cell) for cell in row.cells]}
 
 
