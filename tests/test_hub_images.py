@@ -26,7 +26,7 @@ from postgres import postgres  # noqa: F401  (the fixture)
 from test_hub_app import one_line
 from test_hub_pooling import board_table, ok
 from test_hub_store import variant
-from tests_helpers import llmload
+from tests_helpers import llmload, run_variant
 
 CONTEXT = 1024
 IMAGES = 2
@@ -57,16 +57,7 @@ def scaled_images(src: Path, dst: Path, scale: float, **top: object) -> Path:
     """A copy of an images-axis run whose cells with images have `scale` × their total tok/s
     (its cells without images as they were): far above them, where the board took a cell
     with images for a text one."""
-    doc = json.loads((src / "results.json").read_text())
-    doc.update(top)
-    for cell in doc["cells"]:
-        if cell.get("images") and cell["total_tok_s"] is not None:
-            for key in ("total_tok_s", "total_tok_s_ci_low", "total_tok_s_ci_high"):
-                if cell.get(key) is not None:
-                    cell[key] *= scale
-    dst.mkdir(parents=True)
-    (dst / "results.json").write_text(json.dumps(doc))
-    return dst
+    return run_variant(src, dst, scale=scale, which=lambda cell: bool(cell.get("images")), **top)
 
 
 def runs(text_run: Path, vision_run: Path, base: Path) -> dict[str, Path]:

@@ -19,7 +19,7 @@ from llmload.hub.app import create_app
 from llmload.hub.database import head_revision
 from llmload.hub.store import open_store
 from llmload.output.formats import fmt_rate, fmt_tbt_ms, fmt_whole_rate
-from tests_helpers import llmload
+from tests_helpers import llmload, run_variant
 
 CONTEXT = 128
 
@@ -49,17 +49,8 @@ def pooled_variant(src: Path, dst: Path, *, scale: float, endpoint: str | None =
     """A copy of a pooling run's results.json on another machine: every pooling cell's
     requests/s, inputs/s and input tok/s × `scale`, top-level keys replaced, and with
     `endpoint` the run's endpoint."""
-    doc = json.loads((src / "results.json").read_text())
-    doc.update(top)
-    if endpoint is not None:
-        doc["config"]["endpoint"] = endpoint
-    for cell in doc["cells"]:
-        for key in ("requests_per_s", "inputs_per_s", "input_tok_s"):
-            if cell.get(key) is not None:
-                cell[key] *= scale
-    dst.mkdir(parents=True)
-    (dst / "results.json").write_text(json.dumps(doc))
-    return dst
+    return run_variant(src, dst, scale=scale, keys=("requests_per_s", "inputs_per_s", "input_tok_s"),
+                       which=lambda cell: True, config={"endpoint": endpoint} if endpoint else None, **top)
 
 
 def machines(pooling_run: Path, chat_run: Path, base: Path) -> dict[str, Path]:

@@ -23,7 +23,7 @@ from llmload.hub.store import RunFilter, open_store
 from llmload.output.rundir.resultsfile import load_results
 from llmload.output.rundir.directory import lock
 from postgres import PASSWORD, postgres  # noqa: F401  (the fixture)
-from tests_helpers import free_port, llmload, one_line_error, wait_for
+from tests_helpers import free_port, llmload, one_line_error, run_variant, wait_for
 
 API_KEY = "sk-live-0123456789abcdefghij"
 
@@ -39,18 +39,9 @@ def sim_run(sim_tiny, tmp_path_factory) -> Path:
 
 
 def variant(src: Path, dst: Path, *, scale: float = 1.0, **top: object) -> Path:
-    """A copy of a run's results.json (its records stay behind) with top-level keys replaced
-    and every decode cell's total tok/s (and its interval) multiplied by `scale`."""
-    doc = json.loads((src / "results.json").read_text())
-    doc.update(top)
-    for cell in doc["cells"]:
-        if cell["phase"] == "decode" and cell["total_tok_s"] is not None:
-            for key in ("total_tok_s", "total_tok_s_ci_low", "total_tok_s_ci_high"):
-                if cell.get(key) is not None:
-                    cell[key] *= scale
-    dst.mkdir(parents=True)
-    (dst / "results.json").write_text(json.dumps(doc))
-    return dst
+    """A copy of a run's results.json with top-level keys replaced and every decode cell's
+    total tok/s (and its interval) multiplied by `scale` (`tests_helpers.run_variant`)."""
+    return run_variant(src, dst, scale=scale, **top)
 
 
 def stored_ids(url: str) -> list[str]:

@@ -333,3 +333,26 @@ def repeated_noise(run, url: str, out: Path, engine: str) -> dict:
         figure = "prompt_tok_s" if c["phase"] == "prefill" else "total_tok_s"
         assert c[f"{figure}_ci_low"] <= c[figure] <= c[f"{figure}_ci_high"] and c[f"{figure}_cv"] >= 0
     return cells
+
+
+TOKEN_FIGURES = ("total_tok_s", "total_tok_s_ci_low", "total_tok_s_ci_high")
+"""A decode cell's total tok/s and its interval: what `run_variant` scales by default."""
+
+
+def run_variant(src: Path, dst: Path, *, scale: float = 1.0, keys: Iterable[str] = TOKEN_FIGURES,
+                which: Callable[[dict], bool] = lambda cell: cell["phase"] == "decode",
+                config: dict | None = None, **top: Any) -> Path:
+    """A copy of a run's results.json in `dst` (its records stay behind): top-level keys
+    replaced (`top`), `config` keys too, and the `keys` of every cell `which` picks that has
+    them multiplied by `scale` (another machine's run, for the hub's boards)."""
+    doc = json.loads((Path(src) / "results.json").read_text())
+    doc.update(top)
+    doc["config"].update(config or {})
+    for cell in doc["cells"]:
+        if which(cell):
+            for key in keys:
+                if cell.get(key) is not None:
+                    cell[key] *= scale
+    Path(dst).mkdir(parents=True)
+    (Path(dst) / "results.json").write_text(json.dumps(doc))
+    return Path(dst)
