@@ -295,13 +295,13 @@ def free_port() -> int:
 def new_cell(*, phase: str, context_tokens: int, concurrency: int, status: str, **values: Any
              ) -> dict[str, Any]:
     """A results.json cell dict with every CELL_KEYS key (None where not given; the list keys
-    error_samples and CellTraffic's tuples, ttft_by_turn_ms and the like, []), for a test's
+    error_samples, slices and CellTraffic's tuples, ttft_by_turn_ms and the like, []), for a test's
     hand-made document."""
     if phase not in PHASES:
         raise ValueError(f"cell phase {phase!r} must be one of {', '.join(PHASES)}")
     if status not in CELL_STATUSES:
         raise ValueError(f"cell status {status!r} is not one of {', '.join(CELL_STATUSES)}")
-    lists = ("error_samples", *(f.name for f in dataclass_fields(CellTraffic) if isinstance(f.default, tuple)))
+    lists = ("error_samples", "slices", *(f.name for f in dataclass_fields(CellTraffic) if isinstance(f.default, tuple)))
     cell: dict[str, Any] = {**dict.fromkeys(CELL_KEYS), **{k: [] for k in lists}}
     cell.update((k, v) for k, v in values.items() if not (k in lists and v is None))
     cell.update(phase=phase, context_tokens=int(context_tokens), concurrency=int(concurrency),

@@ -26,7 +26,8 @@ SCENARIO_OPTIONS = {
     "max_in_flight": "max_in_flight", "trace": "trace", "speedup": "speedup", "drain": "drain_s", "slice": "slice_s",
     "over_context": "over_context", "sample": "sample", "length_scale": "length_scale",
     "max_prompt_tokens": "max_prompt_tokens", "prompt_tokens": "prompt_tokens", "output_tokens": "output_tokens",
-    "seed": "seed", "dataset": "dataset", "output_length": "output_length", "dataset_images": "dataset_images",
+    "seed": "seed", "cancel": "cancel", "cancel_after": "cancel_after", "dataset": "dataset",
+    "output_length": "output_length", "dataset_images": "dataset_images",
     "batch_size": "batch_size", "documents": "documents",
     "images": "images", "image_size": "image_size", "image_dir": "image_dir",
     "repeat": "repeat", "repeat_cooldown": "repeat_cooldown_s", "same_prompts": "same_prompts", "until_ci": "until_ci",
@@ -55,7 +56,7 @@ WORKLOAD_OPTIONS = (
         help="Rate with --dataset, chat: send each entry's own images (files or data URLs) after its text."),
     click.option("--output-length", type=click.Choice(["exact", "natural"]),
         help="Rate with --dataset: each answer's length exactly (default) or up to it (the model may stop)."),
-    click.option("--seed", type=int, help="Seed of the drawn lengths and think times (default 0): the same seed sends the same lengths and pauses."),
+    click.option("--seed", type=int, help="Seed of the drawn lengths, think times and cancels (default 0): the same seed sends the same."),
     click.option("--sample", help="Replay: every K-th request of the trace (e.g. 4) or a seeded fraction (0.25)."),
     click.option("--length-scale", help="Replay: multiply prompt and output lengths by X (hash-block sharing kept)."),
     click.option("--max-prompt-tokens", help="Replay: cut prompts to N tokens (leading hash blocks kept)."),
@@ -133,6 +134,10 @@ def workload_options(command):
                    "--server-hardware): every cell's cost per 1M tokens.")
 @click.option("--until-ci", metavar="PCT",
               help="Repeat a cell until its headline figure's interval half-width is within PCT%% of it.")
+@click.option("--cancel", metavar="FRACTION",
+              help="Rate and sessions: the share of requests the client closes mid-stream, e.g. 0.2 (needs --cancel-after).")
+@click.option("--cancel-after", metavar="DIST",
+              help="When they are closed: tokens:N, tokens:uniform:LO,HI, time:2s, time:exp:2s (docs/workloads.md).")
 @workload_options
 def run(scenario_file, out_dir, resume_dir, force, max_error_rate, master_bind, expect_workers, api_key,
         **options) -> None:
@@ -240,6 +245,7 @@ def workload_checked(scenario):
         if scenario.image_dir:
             from llmload.core.traffic.images import folder_images
             folder_images(scenario.image_dir)  # ImageError (one line) before anything runs
+    _check_cancel(scenario, runner)
     drawn = " and ".join(r.name for r in RUNNERS.values() if r.drawn_lengths)
     if (scenario.prompt_tokens or scenario.output_tokens) and not runner.drawn_lengths:
         raise ValueError(f"--prompt-tokens and --output-tokens are for --workload {drawn} (the matrix "
@@ -264,6 +270,20 @@ def workload_checked(scenario):
     elif scenario.dataset_images:
         raise ValueError("--dataset-images sends a dataset's images: give --dataset")
     return runner.check(scenario)
+
+
+def _check_cancel(scenario, runner) -> None:
+    """--cancel and --cancel-after go together, on a workload whose users may leave mid-stream."""
+    from llmload.core.traffic.cancels import CANCEL_WORKLOADS
+    if not scenario.cancel and not scenario.cancel_after:
+        return
+    if not scenario.cancel or not scenario.cancel_after:
+        raise ValueError("--cancel FRACTION (which requests) and --cancel-after DIST (when) go together: give both")
+    if PROTOCOLS[scenario.endpoint].pooling:
+        raise ValueError(f"--cancel closes a stream mid-way: --endpoint {scenario.endpoint} does not stream")
+    if runner.name not in CANCEL_WORKLOADS:
+        why = "a trace says what its users did" if runner.name == "replay" else "a matrix cell measures N streams in a steady state, which users leaving mid-stream break"
+        raise ValueError(f"--cancel is for --workload {' and '.join(CANCEL_WORKLOADS)}, not {runner.name}: {why}")
 
 
 def _pooling_open_loop(scenario, runner) -> None:

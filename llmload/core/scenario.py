@@ -143,6 +143,10 @@ class Scenario:
     """Rate with a dataset, chat: send each entry's own images after its text."""
     seed: int = 0
     """The seed of the drawn lengths and of a dataset's order: the same seed sends the same."""
+    cancel: float = 0.0
+    """Rate and sessions: the share of requests the client closes before their end (0: none)."""
+    cancel_after: str | None = None
+    """When they are closed: "tokens:DIST" or "time:DIST" (`llmload.core.traffic.cancels`)."""
     repeat: int = 1
     """Times the whole plan is measured, round after round (`llmload.matrix.repeats`); with
     until_ci, the most."""

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 from llmload.core.capacity.protocols import PROTOCOLS
 from llmload.core.units import parse_duration, parse_int_list, parse_pairs, parse_token_list, parse_tokens
+from llmload.core.traffic.cancels import parse_cancel_after, parse_cancel_fraction
 from llmload.core.traffic.dataset import parse_dataset_spec
 from llmload.core.traffic.lengths import parse_lengths
 from llmload.core.traffic.traceshape import parse_sample
@@ -311,6 +312,8 @@ PARSERS: dict[str, Callable[[Any], Any]] = {
     "prompt_tokens": _lengths,
     "output_tokens": _lengths,
     "seed": _int_at_least(0),
+    "cancel": parse_cancel_fraction,
+    "cancel_after": lambda v: None if v is None or v == "" else parse_cancel_after(v).label,
     "price_per_hour": lambda v: None if v is None else parse_price(v, "price_per_hour"),
     "repeat": _int_at_least(1, 1000),
     "repeat_cooldown_s": lambda v: 0.0 if v in (None, "", 0, "0", "0s") else parse_duration(v),

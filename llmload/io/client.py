@@ -15,7 +15,8 @@ Rules:
 - One write per request (headers and body together), TCP_NODELAY; over FIRST_WRITE_BYTES,
   two: the first bytes, one yield (the other requests due now start theirs), the rest.
 - A deadline (the end of a measurement window) cancels the request by closing the
-  connection, which aborts it on vLLM; the record says "cancelled", not "error".
+  connection, which aborts it on vLLM; the record says "cancelled", not "error". A user's
+  `Cancel` (a time after the send, tokens arrived) closes it so: "cancelled_by_client".
 - A non-2xx answer, an in-stream `{"error": ...}`, or a stream that ends without
   `[DONE]` or a finish reason is an error, with one line of text.
 - API keys travel in headers only (Authorization; Messages' x-api-key too), never in records.
@@ -34,9 +35,10 @@ from gevent import socket
 
 from llmload.wire.chunked import ChunkedDecoder, ChunkedError
 from llmload.core.clock import now
-from llmload.core.capacity.engines import server_truth
 from llmload.core.capacity.protocols import PROTOCOL_AT, path_headers
+from llmload.core.traffic.cancels import Cancel
 from llmload.io.answertext import KeptSSE, answer_text
+from llmload.io.streamrecord import stream_record
 from llmload.io.readcounters import COUNTERS, DELAY_BINS_PER_S, ReadCounters  # noqa: F401 - the monitor's
 from llmload.io.endpoint import Endpoint, connect_to
 from llmload.io.failures import describe_failure, read_error_body, retry_after_s
@@ -58,6 +60,10 @@ AFTER_DONE_TIMEOUT_S = 2.0
 
 class _Deadline(Exception):
     """Raised inside a read when the measurement window ends."""
+
+
+class _UserCancel(Exception):
+    """Raised inside a read when the user cancels (`Cancel`)."""
 
 
 class StreamingClient:
@@ -103,20 +109,18 @@ class StreamingClient:
         self._sock.settimeout(self.timeout_s)
         return self._sock
 
-    def stream(self, path: str, body: bytes, *, user_id: str, tag: str = "",
-               deadline_s: float | None = None, count_key: str = "completion_tokens") -> RequestRecord:
-        """POST body to path and read the SSE answer to its end (or the deadline).
+    def stream(self, path: str, body: bytes, *, user_id: str, tag: str = "", deadline_s: float | None = None,
+               count_key: str = "completion_tokens", cancel: Cancel | None = None) -> RequestRecord:
+        """POST body to path and read the SSE answer to its end (or the deadline, or the
+        user's `cancel`). count_key names the cumulative token count the server puts on
+        every chunk (`engines.EngineCaps.count_key`)."""
+        return self._stream(path, body, _StreamReader(count_key, path=path, cancel=cancel), user_id, tag, deadline_s)
 
-        count_key names the cumulative token count the server puts on every chunk
-        (`engines.EngineCaps.count_key`)."""
-        return self._stream(path, body, _StreamReader(count_key, path=path), user_id, tag, deadline_s)
-
-    def stream_answer(self, path: str, body: bytes, *, user_id: str, tag: str = "",
-                      deadline_s: float | None = None,
-                      count_key: str = "completion_tokens") -> tuple[RequestRecord, str]:
+    def stream_answer(self, path: str, body: bytes, *, user_id: str, tag: str = "", deadline_s: float | None = None,
+                      count_key: str = "completion_tokens", cancel: Cancel | None = None) -> tuple[RequestRecord, str]:
         """`stream`, and the answer text that came (all of it, or what came before the
-        request ended: an error or the deadline)."""
-        reader = _StreamReader(count_key, keep_text=True, path=path)
+        request ended: an error, the deadline or a cancel)."""
+        reader = _StreamReader(count_key, keep_text=True, path=path, cancel=cancel)
         record = self._stream(path, body, reader, user_id, tag, deadline_s)
         return record, answer_text(reader.kept or [])
 
@@ -132,15 +136,19 @@ class StreamingClient:
             except _Deadline:
                 reader.cancel()
                 self.close()
+            except _UserCancel:
+                reader.cancel("cancelled_by_client")
+                self.close()
         except (OSError, ChunkedError, ValueError) as exc:
             self.close()
             reader.fail(describe_failure(exc, self.timeout_s))
         finally:
-            if timer is not None:
-                timer.close()
+            for t in (timer, reader.cancel_timer):
+                if t is not None:
+                    t.close()
         if reader.keep_alive is False:
             self.close()
-        return reader.record(user_id=user_id, tag=tag)
+        return stream_record(reader, user_id=user_id, tag=tag)
 
     def _exchange(self, path: str, body: bytes, reader: "_StreamReader") -> None:
         request = (f"POST {self.endpoint.prefix}{path} HTTP/1.1\r\n{self._header_lines}{self._path_headers.get(path, '')}"
@@ -150,6 +158,8 @@ class StreamingClient:
             try:
                 sock = self._connect()
                 reader.send_s = now()
+                if reader.cancel_timer is not None and not reader.cancel_timer.pending:
+                    reader.cancel_timer.start()  # a user's time counts from the send
                 if len(request) > FIRST_WRITE_BYTES:
                     view = memoryview(request)
                     sock.sendall(view[:FIRST_WRITE_BYTES])
@@ -175,10 +185,10 @@ class StreamingClient:
 
 
 class _StreamReader:
-    """State of one response while it is read; builds the RequestRecord at the end."""
+    """State of one response while it is read; its RequestRecord at the end (`stream_record`)."""
 
     def __init__(self, count_key: str = "completion_tokens", *, keep_text: bool = False,
-                 path: str = "/v1/completions") -> None:
+                 path: str = "/v1/completions", cancel: Cancel | None = None) -> None:
         self.kept: list[bytes] | None = [] if keep_text else None
         """The event payloads, where the text is kept."""
         self.send_s = now()
@@ -193,6 +203,9 @@ class _StreamReader:
         self.retry_after_s: float | None = None
         self.stamp_source = "user"
         """"kernel" while every read that carried events had a kernel stamp, else "user"."""
+        self.stop_tokens = cancel.tokens if cancel is not None else None  # a user's cancel after tokens ...
+        self.cancel_timer = (gevent.Timeout(cancel.after_s, _UserCancel())  # ... or a time after the send
+                             if cancel is not None and cancel.after_s is not None else None)
 
     def read_response(self, sock, data: bytes, t: float, delay: float | None = None) -> None:
         recv = sock.recv
@@ -233,14 +246,15 @@ class _StreamReader:
         self._last_t = t
         if getattr(sock, "kernel_stamps", False):
             self.stamp_source = "kernel"
-        if not (data and self._consume(t, data, delay)):
+        consume = self._consume if self.stop_tokens is None else self._consume_until
+        if not (data and consume(t, data, delay)):
             try:
                 if isinstance(sock, PlainSocket):
-                    sock.pump(self._consume)
+                    sock.pump(consume)
                 else:
                     while True:  # TLS: the SSL object buffers, so read through gevent's socket
                         data = sock.recv(READ_SIZE)
-                        if self._consume(now(), data):
+                        if consume(now(), data):
                             break
             except socket.timeout:
                 if not self._done_seen:
@@ -295,6 +309,16 @@ class _StreamReader:
             self._sock.settimeout(AFTER_DONE_TIMEOUT_S)
         return False
 
+    def _consume_until(self, t: float, data: bytes, delay: float | None = None) -> bool:
+        """`_consume` for a user who cancels after `stop_tokens` tokens: the read that brings
+        them (and the answer not over) ends it (`_UserCancel`, raised in the loop's callback)."""
+        if self._consume(t, data, delay):
+            return True
+        tl = self.timeline
+        if tl.done or tl.finish_reason is not None or sum(tl.chunk_tokens) < self.stop_tokens:
+            return False
+        raise _UserCancel()
+
     def _settle(self) -> None:
         tl = self.timeline
         self.token_source = tl.finish()
@@ -303,11 +327,16 @@ class _StreamReader:
         elif not tl.done and tl.finish_reason is None:
             self.fail("stream ended without [DONE] or a finish reason", end=False)
 
-    def cancel(self) -> None:
-        self.end_s = now()
+    def cancel(self, status: str = "cancelled") -> None:
+        """Closed by llmload: "cancelled" (window or drain end), "cancelled_by_client" (not a whole answer)."""
         self.keep_alive = False
+        if status != "cancelled" and (self.timeline.done or self.timeline.finish_reason is not None):
+            self.end_s = self.end_s if self.end_s is not None else now()
+            self._settle()
+            return
+        self.end_s = now()
         if self.status == "ok":
-            self.status = "cancelled"
+            self.status = status
         self.token_source = self.timeline.finish()
         if self.timeline.error is not None:
             # A protocol error already seen is a failure, even in a request cut at the end.
@@ -318,22 +347,3 @@ class _StreamReader:
             self.end_s = now()
         self.status = "error"
         self.error = message.splitlines()[0][:500] if message else "unknown error"
-
-    def record(self, *, user_id: str, tag: str) -> RequestRecord:
-        tl = self.timeline
-        timings = tl.timings or {}
-        cached = tl.cached_tokens if tl.cached_tokens is not None else _int(timings.get("cache_n"))
-        return RequestRecord(
-            user_id=user_id, tag=tag, send_s=self.send_s, first_byte_s=self.first_byte_s,
-            chunk_times_s=tl.chunk_times_s, chunk_tokens=tl.chunk_tokens,
-            chunk_multi_event_read=tl.chunk_multi_event_read, stamp_source=self.stamp_source,
-            end_s=self.end_s if self.end_s is not None else now(), status=self.status,
-            finish_reason=tl.finish_reason, prompt_tokens=tl.prompt_tokens,
-            completion_tokens=tl.completion_tokens, cached_tokens=cached,
-            token_source=self.token_source, http_status=self.http_status, error=self.error,
-            retry_after_s=self.retry_after_s, first_answer_s=tl.first_answer_s,
-            reasoning_tokens=tl.reasoning_tokens, inputs=tl.inputs, **server_truth({"timings": timings, "metrics": tl.metrics}))
-
-
-def _int(value) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None

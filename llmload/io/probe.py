@@ -201,13 +201,13 @@ def _prefix_caching(metrics_text: str | None) -> bool | None:
     return None
 
 
-def server_load(base_url: str, *, api_key: str | None = None,
-                caps: EngineCaps | None = None) -> dict[str, float | None]:
+def server_load(base_url: str, *, api_key: str | None = None, caps: EngineCaps | None = None,
+                ended: bool = False) -> dict[str, float | None]:
     """Running and waiting requests now, the KV cache's used fraction now (0-1), preemptions
     so far and, where the engine has a counter that moves every step, tokens generated so
-    far, and where it counts its prefix cache, the prompt tokens it served from it
-    ("prefix_hits") and looked up in it ("prefix_queries") so far, from /metrics (None where
-    not exposed)."""
+    far (`ended`, no request running: `EngineCaps.ended_counter` first), and where it counts
+    its prefix cache, the prompt tokens it served from it ("prefix_hits") and looked up in it
+    ("prefix_queries") so far, from /metrics (None where not exposed)."""
     text = http_text(f"{Endpoint.parse(base_url).base_url}/metrics", api_key=api_key, timeout_s=2.0)
     samples = parse_prometheus(text) if text else {}
     prefix = caps.prefix_cache_counters if caps else None
@@ -216,10 +216,10 @@ def server_load(base_url: str, *, api_key: str | None = None,
                               "llamacpp:requests_processing"),
         "waiting": metric_sum(samples, "vllm:num_requests_waiting", "sglang:num_queue_reqs",
                               "llamacpp:requests_deferred", "tgi_queue_size"),
-        "kv_usage": metric_sum(samples, "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc",
-                               "sglang:token_usage"),
+        "kv_usage": metric_sum(samples, "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage"),
         "preemptions": metric_sum(samples, "vllm:num_preemptions_total", "vllm:num_preemptions"),
-        "generated": metric_sum(samples, *caps.generated_counter) if caps and caps.generated_counter else None,
+        "generated": metric_sum(samples, *counter) if caps and (
+            counter := (caps.ended_counter if ended else ()) or caps.generated_counter) else None,
         "prefix_hits": metric_sum(samples, prefix[0]) if prefix else None,
         "prefix_queries": metric_sum(samples, prefix[1]) if prefix else None,
     }

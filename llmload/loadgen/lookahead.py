@@ -16,6 +16,7 @@ import gevent
 from gevent.event import Event
 
 from llmload.core.clock import now
+from llmload.core.traffic.cancels import Cancel
 
 LOOKAHEAD_BODIES = 256
 """The most request bodies built ahead of their send (`Lookahead`)..."""
@@ -27,13 +28,14 @@ time plus this: a build never holds the loop when a request is due."""
 
 
 class Send(NamedTuple):
-    """One request of an open-loop schedule: when it is due (seconds after t0), its body and
-    the lengths it was built with (None: not told)."""
+    """One request of an open-loop schedule: when it is due (seconds after t0), its body, the
+    lengths it was built with (None: not told) and when its user cancels it (None: never)."""
 
     t_s: float
     body: bytes
     prompt_tokens: int | None = None
     output_tokens: int | None = None
+    cancel: Cancel | None = None
 
 
 class Lookahead:

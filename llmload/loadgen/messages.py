@@ -104,6 +104,10 @@ class CellSpec(_Message):
     """Rate: the output lengths' distribution ("": max_tokens each)."""
     seed: int = 0
     """Rate: the scenario's seed for the drawn lengths."""
+    cancel: float = 0.0
+    """Rate and session: the share of requests the client closes before their end (`core.cancels`)."""
+    cancel_after: str = ""
+    """When they are closed: a `core.cancels` DIST ("": no cancel)."""
     dataset: tuple[tuple[str, int, int, tuple[str, ...]], ...] = ()
     """Rate with a dataset: (prompt text, its tokens by the server's count, output tokens, its
     images: files or data URLs, sent with --dataset-images) per entry, in order; pacer i of P sends entry i + k·P at its k-th arrival (from the first

@@ -41,6 +41,7 @@ from locust.runners import WorkerRunner
 from llmload.core.clock import now
 from llmload.core.capacity.engines import engine_caps
 from llmload.core.capacity.protocols import request_body
+from llmload.core.traffic.cancels import cancel_draws
 from llmload.core.traffic.lengths import drawn_lengths
 from llmload.core.model.records import RequestRecord
 from llmload.core.traffic.trace import MOONCAKE_BLOCK_TOKENS
@@ -110,7 +111,7 @@ class InFlight:
         client = self._idle.pop() if self._idle else self._new_client()
         try:
             record = client.stream(self.path, send.body, user_id=user_id, tag=self.tag,
-                                   deadline_s=self.deadline_s, count_key=self.count_key)
+                                   deadline_s=self.deadline_s, count_key=self.count_key, cancel=send.cancel)
         finally:
             self._idle.append(client)
             self._slots.release()
@@ -208,7 +209,8 @@ def rate_sends(cells, cell: CellSpec, index: int, pacers: int) -> Iterator[Send]
     """Pacer `index`'s sends of a rate cell: a cold prompt each (never served by the prefix
     cache), of the cell's length, of lengths drawn from its distributions (`core.lengths`,
     seeded by the scenario's seed, the cell and the pacer: the same seed sends the same
-    lengths), or a dataset's entries in order (`CellSpec.dataset`)."""
+    lengths), or a dataset's entries in order (`CellSpec.dataset`); with --cancel, which of its
+    requests their users cancel, and when, from the same seeds (`core.cancels.cancel_draws`)."""
     offsets = arrival_offsets(cell.rate_rps, cell.window_s, cell.arrivals, index=index, pacers=pacers,
                               seed=arrival_seed(cell.run_id, cell.id, index, cell.arrivals))
     caps = engine_caps(cell.engine)
@@ -224,6 +226,8 @@ def rate_sends(cells, cell: CellSpec, index: int, pacers: int) -> Iterator[Send]
         drawn = ((builder.prompt(f"{cell.run_id}/{cell.id}/p{index}/{k}", p), p, m, ())
                  for k, (p, m) in enumerate(lengths))
 
+    cancels = cancel_draws(cell.cancel, cell.cancel_after, f"{cell.seed}/{cell.name}/p{index}")
+
     def send(k: int, offset: float) -> Send:
         images: tuple[str, ...] = ()
         if drawn is None:
@@ -234,7 +238,8 @@ def rate_sends(cells, cell: CellSpec, index: int, pacers: int) -> Iterator[Send]
         return Send(offset, request_body(caps, endpoint=cell.endpoint, model=cell.model, prompt=text,
                                          max_tokens=max_tokens, fixed_output=cell.fixed_output,
                                          temperature=cell.temperature, cold=True,
-                                         images=[reference_url(r) for r in images]), tokens, max_tokens)
+                                         images=[reference_url(r) for r in images]), tokens, max_tokens,
+                    next(cancels))
     return (send(k, offset) for k, offset in enumerate(offsets))
 
 

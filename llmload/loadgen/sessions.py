@@ -11,7 +11,9 @@ turns, or a failed turn, a new conversation starts. Every turn's record has `tur
 length distributions (`--prompt-tokens`, `--output-tokens`), each turn's U and M are drawn;
 with a dataset (`--dataset`), a conversation is one of its recorded ones, turn by turn, each
 answer asked for its recorded length (`SessionPlan.script`); a scripted turn is cut, or ends
-the conversation, to fit the server's context (`converse`).
+the conversation, to fit the server's context (`converse`). With --cancel, a user's turns are
+drawn to cancel from a stream seeded by `--seed`, the cell and the user (`core.cancels`): a
+turn its user cancels ends the conversation (the user left it; a new one starts at once).
 
 - In a cell (kind "session", run by `LLMUser._cell_steps`): the decode cell's protocol. Each
   user first sends the system prompt alone (max_tokens 1, tag "warmup": the shared prefix is
@@ -36,6 +38,7 @@ import gevent
 from llmload.core.clock import now
 from llmload.core.capacity.engines import engine_caps
 from llmload.core.capacity.protocols import request_body
+from llmload.core.traffic.cancels import Cancel, cancel_draws
 from llmload.core.traffic.lengths import drawn_lengths
 from llmload.core.model.records import RequestRecord
 from llmload.core.traffic.workloads import ThinkTime, parse_think_time, think_seed
@@ -119,14 +122,15 @@ TEMPLATE_ROOM = 16
 
 def converse(plan: SessionPlan, client: StreamingClient, *, user_id: str, key: str, rng: random.Random,
              publish: Callable[[RequestRecord, int], None], until_s: float | None = None,
-             draw_key: str | None = None) -> RequestRecord | None:
+             draw_key: str | None = None, cancels: Iterator[Cancel | None] | None = None) -> RequestRecord | None:
     """One conversation of up to plan.turns turns; `key` is unique to the user and the
     conversation, `draw_key` names its script (the same every run; default `key`). Stops at
     until_s (the request running then is cancelled, a think time ends there). Returns the
     record that ended it early (an error or a cancel), else None. A scripted turn must fit
     the limit with the conversation so far (by the server's count) and its answer: a drawn
     turn's new tokens are cut to fit; a turn that cannot fit (a dataset's text is not cut)
-    ends the conversation."""
+    ends the conversation. `cancels`: each turn's draw of whether and when its user cancels it
+    (None: no user cancels; then a record keeps the answer length asked only where scripted)."""
     messages: Messages = [{"role": "system", "content": plan.system}]
     scripted = plan.script is not None
     turns = (plan.script(draw_key or key) if scripted
@@ -140,8 +144,9 @@ def converse(plan: SessionPlan, client: StreamingClient, *, user_id: str, key: s
             new = min(new, room)
         messages.append({"role": "user", "content": text if text is not None else plan.text(f"{key}/{turn}", new)})
         record, answer = client.stream_answer(plan.path, plan.body(messages, out), user_id=user_id,
-                                              tag="session", deadline_s=until_s, count_key=plan.count_key)
-        record = replace(record, turn=turn, asked_output_tokens=out if scripted else None)
+                                              tag="session", deadline_s=until_s, count_key=plan.count_key,
+                                              cancel=next(cancels) if cancels is not None else None)
+        record = replace(record, turn=turn, asked_output_tokens=out if scripted or cancels is not None else None)
         if record.prompt_tokens is not None:
             used = record.prompt_tokens + (record.completion_tokens or record.output_tokens)
         publish(record, turn)
@@ -183,6 +188,8 @@ def run_session_cell(user, client: StreamingClient, cell: CellSpec) -> None:
     # Think times from the user's own stream, the same every run of the same seed (and the
     # twin's, `llmload.twin.workloads.virtual_sessions`): runs compare under the same pauses.
     rng = random.Random(think_seed(cell.seed, cell.name, stable_id(user.user_id)))
+    cancels = (cancel_draws(cell.cancel, cell.cancel_after, f"{cell.seed}/{cell.name}/{stable_id(user.user_id)}")
+               if cell.cancel else None)
 
     def publish(record: RequestRecord, turn: int) -> None:
         llm.publish(record, name=f"{name} turn {turn}", cell_id=cell.id)
@@ -194,7 +201,7 @@ def run_session_cell(user, client: StreamingClient, cell: CellSpec) -> None:
             conversation += 1
             ended = converse(plan, client, user_id=user.user_id, rng=rng, publish=publish, until_s=t1,
                              key=f"{cell.run_id}/{cell.id}/{user.user_id}/{conversation}",
-                             draw_key=f"{stable_id(user.user_id)}/{conversation}")
+                             draw_key=f"{stable_id(user.user_id)}/{conversation}", cancels=cancels)
             if ended is not None and ended.status == "error":
                 # Retry-After is honoured within the window (never past its end).
                 gevent.sleep(min(backoff_s(ended), max(t1 - now(), 0)))

@@ -106,6 +106,8 @@ def fire_request(environment, record: RequestRecord, name: str, **_kw) -> None:
         exc = RuntimeError(record.error or "request failed")
     if record.status == "cancelled":
         name = f"{name} (cut at window end)"
+    elif record.status == "cancelled_by_client":
+        name = f"{name} (cancelled by the client)"
     elif record.status == "not_sent":
         name = f"{name} (not sent: the in-flight cap stayed full)"
     environment.events.request.fire(

@@ -26,7 +26,7 @@ from llmload.core.model.records import RequestRecord
 from llmload.loadgen.messages import CellSpec, Collect, Go
 from llmload.matrix.context import RunContext, WorkerLost, text_tokens
 from llmload.matrix.driver import WAIT_NOTE_EVERY_S, LocustDriver
-from llmload.matrix.server import poll_server_load
+from llmload.matrix.server import counter_sample, poll_server_load
 from llmload.matrix.workloads import runner_for
 
 LEAD_LOCAL_S = 0.05
@@ -36,6 +36,9 @@ LEAD_DISTRIBUTED_S = 0.5
 COLLECT_TIMEOUT_S = 30.0
 CHECK_EVERY_S = 0.1
 """The longest the controller waits for a message before it checks for lost workers."""
+CLOSE_SETTLE_S = 0.5
+"""Where users cancel: how long after the cell's last request the server's counters are read
+(it may take a step or two to notice a closed connection and stop)."""
 
 
 def cell_message(ctx: RunContext, planned: PlannedCell, cell_id: str, prompts, *, pacers: int = 1) -> CellSpec:
@@ -86,10 +89,15 @@ class CellMeasurer:
                                   slo=self.ctx.scenario.slo, text_prompt=not self.prompts.pool_ids,
                                   inputs_per_request=msg.inputs if pooling else None),
                         **runner.facts(self.ctx, planned, msg))
+        # where users cancel, the server's counters around the cell: did it stop for them?
+        before = counter_sample(self.ctx, ended=True) if msg.cancel and self.ctx.info.metrics else None
         if planned.phase != "prefill":  # a prefill cell's cold requests have no window
             facts = self._window(cell_id, users, facts, runner.window_s(self.ctx))
         records, client_samples, client_reads = self._collect(cell_id, facts.t0_s, facts.t1_s, users,
                                                               extra_s=msg.drain_s)
+        if before is not None:
+            gevent.sleep(CLOSE_SETTLE_S)
+            facts = replace(facts, server_before_cell=before, server_after_cell=counter_sample(self.ctx, ended=True))
         ended = now()
         window_s = facts.t1_s - facts.t0_s if facts.t1_s is not None else 0.0
         # Where a cell's wall time went (the matrix-overhead benchmark reads these).

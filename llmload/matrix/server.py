@@ -46,23 +46,24 @@ def server_for(scenario: Scenario, echo: Callable[[str], None]) -> Iterator[str]
         restore_cpus(cpus)
 
 
+def counter_sample(ctx: RunContext, *, ended: bool = False) -> ServerSample:
+    """The server's counters now (`ended`: no request running, so a generated-token counter
+    that counts a request's at its end serves too, `probe.server_load`)."""
+    t_before = now()
+    load = server_load(ctx.info.base_url, api_key=ctx.api_key, caps=ctx.info.caps, ended=ended)
+    return ServerSample(t_s=(t_before + now()) / 2, preemptions=load.get("preemptions"),
+                        generated=load.get("generated"), prefix_hits=load.get("prefix_hits"),
+                        prefix_queries=load.get("prefix_queries"))
+
+
 def poll_server_load(ctx: RunContext, t0: float, t1: float) -> dict:
     """The server's waiting and running gauges (with its KV usage), sampled every LOAD_POLL_S
     during [t0, t1], and its preemption, generated-token and prefix-cache counters at the
     window's start and end (CellFacts fields)."""
     samples: list[tuple[float, float]] = []
     running: list[tuple[float, float, float | None]] = []
-    caps = ctx.info.caps
-
-    def sample() -> ServerSample:
-        t_before = now()
-        load = server_load(ctx.info.base_url, api_key=ctx.api_key, caps=caps)
-        return ServerSample(t_s=(t_before + now()) / 2, preemptions=load.get("preemptions"),
-                            generated=load.get("generated"), prefix_hits=load.get("prefix_hits"),
-                            prefix_queries=load.get("prefix_queries"))
-
     gevent.sleep(max(t0 - now(), 0))
-    first = sample()
+    first = counter_sample(ctx)
     gevent.sleep(LOAD_POLL_S / 2)
     while now() < t1:
         t_before = now()
@@ -73,6 +74,6 @@ def poll_server_load(ctx: RunContext, t0: float, t1: float) -> dict:
         if load["running"] is not None:
             running.append((t, load["running"], load["kv_usage"]))
         gevent.sleep(min(LOAD_POLL_S, max(t1 - now(), 0)))
-    last = sample()
+    last = counter_sample(ctx)
     return {"waiting_samples": tuple(samples), "running_samples": tuple(running),
             "server_first": first, "server_last": last}

@@ -114,7 +114,8 @@ def request_counts_text(cell: CellResult) -> str | None:
     t = cell.traffic
     if t.requests_scheduled is None:
         return None
-    parts = [(t.requests_completed, "completed"), (t.requests_failed, "failed"),
+    parts = [(t.requests_completed, "completed"), (t.requests_cancelled_by_client, "cancelled by the client"),
+             (t.requests_failed, "failed"),
              (t.requests_unfinished, "unfinished"), (t.requests_not_sent, "not sent"),
              (t.requests_skipped, "skipped (over the context)")]
     shown = ", ".join(f"{n:,} {what}" for n, what in parts if n) or "none completed"

@@ -12,7 +12,8 @@ Rules:
 - One socket write per SSE event, on the step that produced it, with TCP_NODELAY on every
   accepted socket, so a client can time tokens to well under a millisecond.
 - A client that goes away (the socket reads EOF or a write fails) aborts its request at
-  once: the engine frees its KV blocks on the spot.
+  once: the engine frees its KV blocks on the spot, as vLLM does (a profile with
+  `abort_on_close` false runs it on to its end instead, writing to no one).
 - Request handling (parsing, tokenizing, hashing) happens in the request's greenlet, never
   inside the scheduler loop; the modelled frontend delay is then waited out by the
   scheduler, with the same precise sleep as the steps.
@@ -170,7 +171,8 @@ class Scheduler:
         self._wake.set()
 
     def abort(self, stream: SimStream) -> None:
-        """The client is gone: stop the request and free its KV blocks at once."""
+        """The client is gone: stop the request and free its KV blocks at once (unless the
+        profile runs it on, `Profile.abort_on_close`)."""
         if stream.aborted:
             return
         stream.aborted = True
@@ -178,6 +180,8 @@ class Scheduler:
         if stream.done:
             return  # the engine is through with it already
         self.finished["abort"] += 1
+        if not self.engine.profile.abort_on_close:
+            return  # generated to its end for no one (`_deliver` writes nothing of it)
         if stream.submitted and self.engine.abort(stream.request_id):
             self._streams.pop(stream.request_id, None)
         logger.debug("aborted %s", stream.request_id)
@@ -221,7 +225,7 @@ class Scheduler:
         pending = self._pending
         while pending and pending[0][0] <= now_s:
             stream = heapq.heappop(pending)[2]
-            if stream.aborted:
+            if stream.aborted and self.engine.profile.abort_on_close:
                 continue
             request = stream.request
             self.engine.add(EngineRequest(
@@ -236,7 +240,7 @@ class Scheduler:
         """Block until the earliest pending request is ready (a new one may come sooner)."""
         while True:
             pending = self._pending
-            while pending and pending[0][2].aborted:
+            while pending and pending[0][2].aborted and self.engine.profile.abort_on_close:
                 heapq.heappop(pending)
             if not pending:
                 self._wake.clear()
@@ -266,7 +270,10 @@ class Scheduler:
             if output.finished:
                 del streams[output.request_id]
                 stream.done = True
-                self.finished[stream.finish_reason] += 1
+                if not stream.aborted:
+                    self.finished[stream.finish_reason] += 1
+            if stream.aborted:
+                continue  # its client is gone, the request run on (`Profile.abort_on_close`)
             if not stream.deliver(output):
                 self.abort(stream)  # the write failed: the client is gone
 

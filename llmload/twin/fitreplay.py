@@ -87,7 +87,7 @@ class WorkCell:
 def work_cell(profile: Profile, records: list[RequestRecord], *, kind: str, source: str, phase: str,
               context_tokens: int, concurrency: int, rate_rps: float | None, max_tokens: int) -> WorkCell | None:
     """The cell's sent requests with a token each, in send order (None: none)."""
-    recs = sorted((r for r in records if r.status in ("ok", "cancelled") and len(r.chunk_times_s)),
+    recs = sorted((r for r in records if r.status in ("ok", "cancelled", "cancelled_by_client") and len(r.chunk_times_s)),
                   key=lambda r: r.send_s)
     if not recs:
         return None
@@ -122,7 +122,7 @@ def work_cell(profile: Profile, records: list[RequestRecord], *, kind: str, sour
         t = np.asarray(r.chunk_times_s, float) - origin
         sent.append(Sent(send_s=r.send_s - origin, prompt_ids=ids,
                          hashes=tuple(block_hashes(ids, profile.block_size, None)), output_tokens=out,
-                         abort_s=r.end_s - origin if r.status == "cancelled" else None,
+                         abort_s=r.end_s - origin if r.status in ("cancelled", "cancelled_by_client") else None,
                          observed=r.tag != WARMUP and r.prompt_tokens is not None,
                          cached_tokens=int(r.cached_tokens or 0)))
         times.append(t)

@@ -115,6 +115,9 @@ class EngineCaps:
     `timings`: predicted_n/predicted_ms, prompt_n/prompt_ms, cache_n)."""
     generated_counter: tuple[str, ...] = ()
     """Prometheus counters of generated tokens that move every decode step."""
+    ended_counter: tuple[str, ...] = ()
+    """Counters of generated tokens that count a request's when it ends, a closed one's too
+    (llama.cpp, at a slot's release): read only with no request running; () : as above."""
     prefix_cache_counters: tuple[str, str] | None = None
     """Prometheus counters of the prefix cache, in tokens: (hits, queries); their deltas over a
     window give the share of prompt tokens the cache served (None: the engine has none)."""
@@ -204,6 +207,7 @@ ENGINES: dict[str, EngineCaps] = {
                    apply_template_path="/apply-template",
                    stream_fields=(("timings_per_token", True),), count_key="predicted_n",
                    cold_fields=(("cache_prompt", False),), server_timings=True,
+                   ended_counter=("llamacpp:tokens_predicted_total",),
                    docs=("props", "slots", "metrics"),
                    sequence_limit=(Source("props", "default_generation_settings.n_ctx"),
                                    Source("slots", "n_ctx"), Source("models", "meta.n_ctx")),

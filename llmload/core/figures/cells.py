@@ -33,7 +33,7 @@ from llmload.core.figures.pooling import pooling_cell, pooling_figures
 from llmload.core.model.records import SETTLE_TAG, RequestRecord
 from llmload.core.units import format_duration_s
 from llmload.core.figures.slices import with_slices
-from llmload.core.figures.traffic import (OPEN_LOOP_TAGS, SESSION_TAG, cached_prompt_ratio, open_loop_figures,
+from llmload.core.figures.traffic import (OPEN_LOOP_TAGS, SESSION_TAG, cached_prompt_ratio, cancel_fields, open_loop_figures,
                                   open_loop_requests, server_cached_prompt_ratio, session_figures)
 from llmload.core.figures.servercheck import counter_check, prefill_check, server_timing, timing_check, usage_check
 from llmload.core.model.server import ServerCheck
@@ -168,7 +168,7 @@ def session_cell(planned: PlannedCell, records: list[RequestRecord], facts: Cell
     traffic = CellTraffic(turns=planned.turns, ttft_by_turn_ms=fig.ttft_by_turn_ms, turn_requests=fig.turn_requests,
                           cached_prompt_ratio=cached_prompt_ratio(sent),
                           server_cached_prompt_ratio=server_cached_prompt_ratio(facts.server_first, facts.server_last),
-                          context_reached_tokens=fig.context_reached_tokens)
+                          context_reached_tokens=fig.context_reached_tokens, **cancel_fields(sent, facts))
     # Prompts grow turn by turn: no single prompt length, and no warm-up of one prompt to check.
     return replace(cell, traffic=traffic, server_prompt_tokens=None, warmup_cache_hit=None)
 
@@ -223,7 +223,7 @@ def open_loop_cell(planned: PlannedCell, records: list[RequestRecord], facts: Ce
         trace_requests=facts.trace_requests if planned.phase == "replay" else None,
         ideal_cached_prompt_ratio=facts.ideal_cached_prompt_ratio if planned.phase == "replay" else None,
         requests_scheduled=counts.scheduled, requests_completed=counts.completed, requests_failed=counts.failed,
-        requests_unfinished=counts.unfinished, requests_not_sent=counts.not_sent,
+        requests_unfinished=counts.unfinished, requests_not_sent=counts.not_sent, **cancel_fields(requests, facts),
         requests_skipped=counts.skipped if planned.phase == "replay" else None, drain_s=facts.drain_s,
         lower_bounds=fig.lower_bounds, prompt_lengths=facts.prompt_lengths, output_lengths=facts.output_lengths,
         **_lengths_fields("prompt", fig.prompt_sent), **_lengths_fields("output", fig.output_sent),

@@ -6,7 +6,9 @@ the window. Per request: TTFT ≤ the TTFT bound (a request still without a firs
 the window's end fails only once it has waited longer than the bound); the request's own
 percentile of its token gaps inside the window ≤ the TBT bound; its own stream rate
 ((tokens − 1) / (last − first token) inside the window) ≥ the rate bound; a failed request
-never meets it. A check with nothing to judge (no gap yet, one token) passes. The window's
+never meets it. A request its user cancelled (`--cancel`) is judged on what it received
+before: its user left by choice, not for its latency (the draw knows nothing of it). A
+check with nothing to judge (no gap yet, one token) passes. The window's
 TTFT and TBT sample counts, which `slo.judge_cell` weighs, are counted here too.
 """
 

@@ -19,7 +19,9 @@ in `llmload.core.figures.status`, the comparison with the server's own figures i
   (`llmload.core.model.records`); time to first answer token (TTFA) runs from send to the first
   answer chunk, while TTFT stays the first chunk carrying any token.
 - Record statuses: "ok", "cancelled" (closed by llmload at the window end: not a failure),
-  "error", "not_sent" (an open-loop request due but never sent; `llmload.core.figures.traffic`).
+  "cancelled_by_client" (closed early by a user who cancels, `--cancel`: not a failure; its
+  tokens and TTFT count, it is no completed request), "error", "not_sent" (an open-loop
+  request due but never sent; `llmload.core.figures.traffic`).
 """
 
 from __future__ import annotations

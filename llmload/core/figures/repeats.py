@@ -35,7 +35,9 @@ SUM_COUNTS = ("completed_requests", "requests_sent", "output_tokens", "measured_
 TRAFFIC_MEANS = ("achieved_rate_rps", "e2e_ms", "e2e_p90_ms", "e2e_p99_ms", "send_lateness_ms_p50",
                  "send_lateness_ms_p99", "cached_prompt_ratio")
 TRAFFIC_SUMS = ("requests_scheduled", "requests_completed", "requests_failed", "requests_unfinished",
-                "requests_not_sent", "requests_skipped", "cap_waits")
+                "requests_not_sent", "requests_skipped", "cap_waits", "requests_cancelled_by_client",
+                "closed_requests", "server_generated_tokens", "client_received_tokens", "tokens_after_close",
+                "tokens_asked_after_close")
 #: The figure `--until-ci` holds each phase's cell to.
 HEADLINE_BY_PHASE = {"prefill": "prompt_tok_s", "rate": "achieved_rate_rps", "replay": "total_tok_s"}
 UNMEASURED = frozenset({"not_run", "running", "over_capacity", "exceeds_context"})
@@ -52,6 +54,12 @@ def _figure(cell: CellResult, name: str) -> float | None:
         if hasattr(holder, name):
             return getattr(holder, name)
     return None
+
+
+def _all(values: Sequence[bool | None]) -> bool | None:
+    """True where every round said so, False where one did not; None: none said."""
+    said = [v for v in values if v is not None]
+    return all(said) if said else None
 
 
 def _mean(values: Sequence[float | None]) -> float | None:
@@ -79,7 +87,8 @@ def combine_cells(rounds: Sequence[CellResult], *, confidence: float = CONFIDENC
     top = {name: _mean([getattr(c, name) for c in ran]) for name in MEAN_FIGURES}
     top.update({name: _sum([getattr(c, name) for c in ran]) for name in SUM_COUNTS})
     traffic = replace(first.traffic, **{n: _mean([getattr(c.traffic, n) for c in ran]) for n in TRAFFIC_MEANS},
-                      **{n: _sum([getattr(c.traffic, n) for c in ran]) for n in TRAFFIC_SUMS})
+                      **{n: _sum([getattr(c.traffic, n) for c in ran]) for n in TRAFFIC_SUMS},
+                      server_stopped_on_close=_all([c.traffic.server_stopped_on_close for c in ran]))
     slo = replace(first.slo, goodput_tok_s=_mean([c.slo.goodput_tok_s for c in ran]),
                   slo_requests=_sum([c.slo.slo_requests for c in ran]),
                   slo_met_requests=_sum([c.slo.slo_met_requests for c in ran]))

@@ -218,8 +218,8 @@ def stall_bound_s(tbt_ms: float | None) -> float:
 def longest_stall(records: Iterable[RequestRecord], t0: float, t1: float) -> Stall | None:
     """The longest time, inside [t0, t1], that a request went without a token after its first
     one: between two token-carrying chunks, or from its last chunk to its end when it did not
-    finish normally (cut at the window end or failed). Waiting for the first token is
-    queueing, not a stall (judged by "saturated"). None when no request had a first token."""
+    finish normally (cut at the window end, cancelled by its user, failed). Waiting for the
+    first token is queueing, not a stall ("saturated"). None when no request had a first token."""
     best: Stall | None = None
     for record in records:
         times, _ = token_chunks(record)

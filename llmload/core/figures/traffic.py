@@ -9,16 +9,18 @@ Open loop (phases "rate" and "replay"):
   records (one cell covers the whole trace, whose last request is due at t1 itself). There
   are no warm-ups. Requests sent in the window may end after t1: they drain.
 - Every request accounted for (`RequestCounts`): each one scheduled is completed (status
-  "ok"), failed ("error"), unfinished (sent, still running when llmload stopped waiting at
-  the drain's end: "cancelled"), not sent (due, but the in-flight cap stayed full to the end:
-  "not_sent"; or never reached by its pacer: scheduled with no record) or, for a replay,
-  skipped (a trace line over the server's context, `--over-context skip`). They add up to
-  what was scheduled: a rate cell's arrivals, a replay's trace lines.
+  "ok"), cancelled by the client (closed early by a user who cancels, `--cancel`:
+  "cancelled_by_client"), failed ("error"), unfinished (sent, still running when llmload
+  stopped waiting at the drain's end: "cancelled"), not sent (due, but the in-flight cap
+  stayed full to the end: "not_sent"; or never reached by its pacer: scheduled with no
+  record) or, for a replay, skipped (a trace line over the server's context, `--over-context
+  skip`). They add up to what was scheduled: a rate cell's arrivals, a replay's trace lines.
 - Latency per request, in full: TTFT, TBT, TTFA, the stream rate, completed requests and
   errors are taken over the span from the first send to the last end, so a request that
   drains past t1 counts whole (`span`). End-to-end latency (`e2e`): send to end of the
   requests that completed (status "ok" with a finish_reason). An unfinished request is in
-  the TTFT (if it had no first token) and e2e percentiles as at least its time so far
+  the TTFT (if it had no first token) and e2e percentiles as at least its time so far (one
+  cancelled by its user before its first token, in the TTFT's; none it cancelled in e2e's)
   (`censored_quantile`): a percentile that may rise with it is a lower bound, named
   in `lower_bounds` ("> 41 s" on the page), never a number below the truth. Requests not
   sent are in no figure but the counts.
@@ -57,6 +59,7 @@ from llmload.core.model.cell import CellSlo
 from llmload.core.figures.goodput import request_goodput
 from llmload.core.quantiles import quantile
 from llmload.core.figures.metrics import WindowFigures, inside_window, token_chunks, window_figures
+from llmload.core.figures.outcomes import RequestCounts, cancel_fields, request_counts  # noqa: F401 - for cells, tests
 from llmload.core.model.records import RequestRecord
 
 OPEN_LOOP_TAGS = {"rate": "rate", "replay": "replay"}
@@ -113,43 +116,6 @@ def _censored_ms(name: str, exact_s: Sequence[float], censored_s: Sequence[float
         if lower:
             bounds.append(f"{name}{suffix}_ms")
     return values, bounds
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RequestCounts:
-    """What became of every request an open-loop cell scheduled (see the module docstring)."""
-
-    scheduled: int
-    completed: int
-    failed: int
-    unfinished: int
-    not_sent: int
-    skipped: int = 0
-    unreached: int = 0
-    """Of not_sent, the ones due with no record at all: their pacer never got to them."""
-
-    def __post_init__(self) -> None:
-        parts = self.completed + self.failed + self.unfinished + self.not_sent + self.skipped
-        if parts != self.scheduled:
-            raise ValueError(f"request counts add up to {parts}, not the {self.scheduled} scheduled")
-
-
-def request_counts(requests: Sequence[RequestRecord], *, scheduled: int | None = None,
-                   skipped: int = 0) -> RequestCounts:
-    """The counts of a cell's requests (`open_loop_requests`). `scheduled`: how many were due,
-    skipped ones included (None: as many as there are records, plus `skipped`); the ones
-    due with no record (their pacer never got to them) are not sent. More records than
-    that is a bug: ValueError."""
-    by_status = {status: 0 for status in ("ok", "error", "cancelled", "not_sent")}
-    for r in requests:
-        by_status[r.status] = by_status.get(r.status, 0) + 1
-    due = len(requests) + skipped if scheduled is None else scheduled
-    missing = due - skipped - len(requests)
-    if missing < 0:
-        raise ValueError(f"{len(requests)} request records and {skipped} skipped, but {due} scheduled")
-    return RequestCounts(scheduled=due, completed=by_status["ok"], failed=by_status["error"],
-                         unfinished=by_status["cancelled"], not_sent=by_status["not_sent"] + missing,
-                         skipped=skipped, unreached=missing)
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,7 +229,7 @@ def open_loop_figures(requests: Sequence[RequestRecord], t0: float, t1: float, *
     firsts = [(r, token_chunks(r)[0]) for r in requests if r.token_source != "none"]  # none: embeddings
     ttft, ttft_bounds = _censored_ms(
         "ttft", [float(times[0]) - r.send_s for r, times in firsts if times.size],
-        [r.end_s - r.send_s for r, times in firsts if not times.size and r.status == "cancelled"])
+        [r.end_s - r.send_s for r, times in firsts if not times.size and r.status.startswith("cancelled")])
     prompts = [r.prompt_tokens for r in requests if r.prompt_tokens is not None
                and r.first_token_s is not None and t0 <= r.first_token_s <= w1]
     completed = [r for r in requests if r.status == "ok"]

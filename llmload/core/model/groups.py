@@ -77,8 +77,13 @@ class CellTraffic:
     trace_requests: int | None = None
     """Replay: the trace's lines."""
     requests_scheduled: int | None = None
-    """Rate and replay: the requests due; the five counts below add up to it."""
+    """Rate and replay: the requests due; the counts below (completed, cancelled by the
+    client, failed, unfinished, not sent, skipped) add up to it."""
     requests_completed: int | None = None
+    requests_cancelled_by_client: int | None = None
+    """Rate and sessions: requests their users closed before their end (`--cancel`): an
+    outcome of their own, neither failed nor unfinished; a session cell's, of those sent in
+    the window."""
     requests_failed: int | None = None
     requests_unfinished: int | None = None
     """Sent, still running when llmload stopped waiting (the drain's end): never `valid`."""
@@ -88,6 +93,19 @@ class CellTraffic:
     """Replay: trace lines over the server's context, not sent (`--over-context skip`)."""
     drain_s: float | None = None
     """How long after the last due send llmload waited for the requests still running."""
+    closed_requests: int | None = None
+    """Where users cancel (`--cancel`; `llmload.core.figures.outcomes`): the requests llmload
+    closed before their end, cancelled by their users or cut at the window's or drain's end."""
+    server_generated_tokens: int | None = None
+    """... the server's generated-token counter over the cell (before the go to after the drain)."""
+    client_received_tokens: int | None = None
+    """... the tokens the cell's requests read."""
+    tokens_after_close: int | None = None
+    """... generated less received: tokens the server made for clients gone."""
+    tokens_asked_after_close: int | None = None
+    """... what the closed requests still asked for when closed (max_tokens less received)."""
+    server_stopped_on_close: bool | None = None
+    """... tokens_after_close at most `outcomes.STOPPED_SHARE` of tokens_asked_after_close."""
     lower_bounds: tuple[str, ...] = ()
     """Latency figures that are lower bounds (e.g. "ttft_p99_ms"): an unfinished request,
     counted as its time so far, may raise them; the page shows them as "> value"."""

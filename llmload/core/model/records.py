@@ -35,9 +35,11 @@ from typing import Any
 TOKEN_SOURCES = ("continuous_usage", "timings_per_token", "chunks", "none")
 
 #: Request outcomes. "cancelled" = closed by llmload at the end of a window (or of an
-#: open-loop cell's drain: still running, unfinished), not a failure; "not_sent" = an
-#: open-loop request that was due but never sent (the in-flight cap stayed full to the end).
-STATUSES = ("ok", "cancelled", "error", "not_sent")
+#: open-loop cell's drain: still running, unfinished), not a failure; "cancelled_by_client" =
+#: closed before its end by a user who cancels (`--cancel`, `llmload.core.traffic.cancels`):
+#: an outcome of its own, neither a failure nor unfinished; "not_sent" = an open-loop request
+#: that was due but never sent (the in-flight cap stayed full to the end).
+STATUSES = ("ok", "cancelled", "cancelled_by_client", "error", "not_sent")
 
 #: Where arrival times come from: the kernel's receive stamp, or the read's return to llmload.
 STAMP_SOURCES = ("kernel", "user")
@@ -126,7 +128,7 @@ class RequestRecord:
     what the figures use."""
     asked_output_tokens: int | None = None
     """Rate and replay: the output tokens it asked for (max_tokens); sessions, where drawn
-    (`--output-tokens DIST`)."""
+    (`--output-tokens DIST`) or where users cancel (`--cancel`)."""
     inputs: int | None = None
     """Embeddings and rerank: the inputs (rerank: documents) the server's answer has a result
     for; None for a streamed request, or an answer that did not come."""

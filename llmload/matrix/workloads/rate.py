@@ -59,7 +59,8 @@ def plan(sc: Scenario, info: ServerInfo, limits: dict, *, dataset=(), **inputs) 
 def message(ctx: RunContext, planned: PlannedCell, spec: CellSpec, pacers: int) -> CellSpec:
     sc = ctx.scenario
     spec = open_loop_fields(ctx, planned, drawn_fields(ctx, spec), pacers, sc.duration_s)
-    return replace(spec, rate_rps=planned.rate_rps or 0.0, arrivals=sc.arrivals,
+    return replace(spec, rate_rps=planned.rate_rps or 0.0, arrivals=sc.arrivals, cancel=sc.cancel,
+                   cancel_after=sc.cancel_after or "",
                    dataset=tuple((r.prompt, r.input_tokens, r.output_tokens, r.images) for r in ctx.dataset),
                    fixed_output=not (ctx.dataset and sc.output_length == "natural"))
 

@@ -62,7 +62,8 @@ def message(ctx: RunContext, planned: PlannedCell, spec: CellSpec, pacers: int) 
     sc = ctx.scenario
     return replace(drawn_fields(ctx, spec), system_prompt_tokens=planned.context_tokens,
                    turns=planned.turns or sc.turns, turn_tokens=session_lengths(sc, ctx.conversations)[0],
-                   think_time=sc.think_time, conversations=ctx.conversations)
+                   think_time=sc.think_time, conversations=ctx.conversations, cancel=sc.cancel,
+                   cancel_after=sc.cancel_after or "")
 
 
 def search(sc: Scenario, cells: Sequence[CellResult], measure: Measure, max_cells: int) -> None:
@@ -85,8 +86,9 @@ def summary(c: CellResult) -> str:
     turns = " / ".join(_ms(v) for v in t.ttft_by_turn_ms) or "—"
     cached = f"{t.cached_prompt_ratio:.0%}" if t.cached_prompt_ratio is not None else "—"
     total = f"{c.total_tok_s:,.1f}" if c.total_tok_s is not None else "—"
+    left = f" ({t.requests_cancelled_by_client} cancelled by the client)" if t.requests_cancelled_by_client else ""
     return (f"{c.status}: {total} tok/s total, TTFT by turn {turns} ms, prompt cached {cached}, "
-            f"context reached {format_tokens(t.context_reached_tokens or 0)}, {c.requests_sent} requests{tail}")
+            f"context reached {format_tokens(t.context_reached_tokens or 0)}, {c.requests_sent} requests{left}{tail}")
 
 
 RUNNER = Runner(

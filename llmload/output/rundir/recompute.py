@@ -146,7 +146,7 @@ def read_export(path: str | os.PathLike[str], fmt: str) -> list[dict[str, Any]]:
     """An export read back as rows (the round-trip test's reader; also an example)."""
     import pyarrow.parquet as pq
 
-    from llmload.output.rundir.records import CELL_COLUMNS, RECORD_COLUMNS
+    from llmload.output.rundir.records import CELL_COLUMNS, RECORD_COLUMNS, SLICE_COLUMN
     if fmt == "parquet":
         return pq.read_table(path).to_pylist()
     if fmt == "jsonl":
@@ -155,7 +155,7 @@ def read_export(path: str | os.PathLike[str], fmt: str) -> list[dict[str, Any]]:
 
     import pyarrow as pa
 
-    types = {**CELL_COLUMNS, **RECORD_COLUMNS}
+    types = {**CELL_COLUMNS, **SLICE_COLUMN, **RECORD_COLUMNS}
     rows = []
     with open(path, encoding="utf-8", newline="") as f:
         for raw in csv.DictReader(f):

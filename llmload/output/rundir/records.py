@@ -86,6 +86,8 @@ RECORD_SCHEMA = pa.schema([pa.field(name, t) for name, t in RECORD_COLUMNS.items
 #: Cell identity columns the export puts before the record columns.
 CELL_COLUMNS = {"phase": pa.string(), "context_tokens": pa.int64(), "concurrency": pa.int64(),
                 "rate_rps": pa.float64(), "images": pa.int64()}
+SLICE_COLUMN = {"slice": pa.int64()}
+"""After the cell's columns in the export: the slice of its window a request ended in (--slice)."""
 
 _ARRAY_COLUMNS = {"chunk_times_s": "d", "chunk_tokens": "I", "chunk_multi_event_read": "B"}
 
@@ -204,11 +206,10 @@ def export_table(out_dir: str | os.PathLike[str]) -> pa.Table:
         n = table.num_rows
         for i, (name, t) in enumerate(CELL_COLUMNS.items()):
             table = table.add_column(i, pa.field(name, t), pa.array([getattr(planned, name)] * n, type=t))
-        table = table.add_column(len(CELL_COLUMNS), pa.field("slice", pa.int64()),
+        table = table.add_column(len(CELL_COLUMNS), pa.field("slice", SLICE_COLUMN["slice"]),
                                  pa.array([_slice_of(r, facts) for r in records], type=pa.int64()))
         tables.append(table)
-    schema = pa.schema([*(pa.field(n, t) for n, t in CELL_COLUMNS.items()), pa.field("slice", pa.int64()),
-                        *RECORD_SCHEMA])
+    schema = pa.schema([*(pa.field(n, t) for n, t in {**CELL_COLUMNS, **SLICE_COLUMN}.items()), *RECORD_SCHEMA])
     if not tables:
         return schema.empty_table()
     return pa.concat_tables(tables)

@@ -126,10 +126,19 @@ Top level:
     in_flight_cap and cap_waits (requests that waited for a place under the cap; the cell is
     then "in_flight_cap"), e2e_ms, e2e_p90_ms, e2e_p99_ms (send to end of the requests that
     completed, and of the unfinished ones at least their time so far), requests_scheduled,
-    requests_completed, requests_failed, requests_unfinished (sent, still running when
-    llmload stopped waiting: the cell is then "overloaded"), requests_not_sent,
-    requests_skipped (replay: trace lines over the context), which add up to
-    requests_scheduled; drain_s (how long llmload waited after the last due send);
+    requests_completed, requests_cancelled_by_client (closed before their end by users who
+    cancel, `--cancel`: neither failed nor unfinished; session cells too), requests_failed,
+    requests_unfinished (sent, still running when llmload stopped waiting: the cell is then
+    "overloaded"), requests_not_sent, requests_skipped (replay: trace lines over the
+    context), which add up to requests_scheduled; drain_s (how long llmload waited after the
+    last due send); where users cancel and the server has a generated-token counter
+    (`llmload.core.figures.outcomes`): closed_requests (closed before their end: cancelled by
+    their users or cut at the window's or drain's end), server_generated_tokens (the
+    counter's growth from just before the go to after the last request), client_received_tokens
+    (the tokens the cell's requests read), tokens_after_close (generated less read: made for
+    clients gone), tokens_asked_after_close (what the closed requests still asked for: max
+    tokens less read; null where one did not say) and server_stopped_on_close (true where
+    tokens_after_close is at most `outcomes.STOPPED_SHARE` of tokens_asked_after_close);
     lower_bounds (list: the TTFT and e2e percentiles an unfinished request may raise), turns, ttft_by_turn_ms (list, first turn first), turn_requests (list),
     cached_prompt_ratio (usage cached tokens over prompt tokens), server_cached_prompt_ratio
     (from the server's prefix-cache counters), ideal_cached_prompt_ratio (replay: what an

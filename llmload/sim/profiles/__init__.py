@@ -75,6 +75,10 @@ class Profile:
     max_num_batched_tokens: int = 2048
     """Token budget per step (decode tokens + prefill chunks): chunked prefill."""
     enable_prefix_caching: bool = True
+    abort_on_close: bool = True
+    """A client that goes away aborts its request at once (vLLM and llama.cpp do); false: the
+    engine runs it to its end, writing to no one (a server that does not watch its clients:
+    what `--cancel`'s after-close figure finds, `llmload.core.figures.outcomes`)."""
     enable_prompt_tokens_details: bool = True
     """Report usage.prompt_tokens_details.cached_tokens (vLLM's --enable-prompt-tokens-details)."""
     gpu_memory_utilization: float = 0.9

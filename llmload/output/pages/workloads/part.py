@@ -13,6 +13,7 @@ from typing import Any
 from llmload.core.figures.slo import ContextCapacity, capacity
 from llmload.core.model.cell import CellResult
 from llmload.core.model.results import Results
+from llmload.core.traffic.cancels import describe_cancel
 from llmload.core.traffic.workloads import WORKLOAD_PHASES
 from llmload.core.units import format_tokens
 from llmload.output.formats import (
@@ -143,6 +144,35 @@ def reason_notes(cells: Sequence[CellResult]) -> tuple[str, ...]:
     """"S 1K × 64 users: Over capacity — REASON" for each cell that is not valid and says why."""
     return tuple(f"{cell_place(c.phase, c.context_tokens, c.concurrency, cell_rate(c), c.images)}: {status_label(c)}"
                  f" — {c.reason}" for c in cells if c.status != "valid" and c.reason)
+
+
+def cancel_parameter(config: Mapping[str, Any]) -> tuple[str, Any]:
+    """The workload line's "users who cancel 20% of requests, after time:exp:2s" (None: none)."""
+    return "users who cancel", describe_cancel(config.get("cancel") or 0.0, config.get("cancel_after"))
+
+
+def close_notes(cells: Sequence[CellResult], engine: str | None) -> list[str]:
+    """Where users cancelled (`--cancel`), per cell: how many, and whether the server stopped
+    generating for the requests llmload closed before their end (`core.figures.outcomes`)."""
+    who = f"the server ({engine})" if engine else "the server"
+    notes = []
+    for c in cells:
+        t = c.traffic
+        if not t.requests_cancelled_by_client and t.closed_requests is None:
+            continue
+        head = (f"{cell_place(c.phase, c.context_tokens, c.concurrency, cell_rate(c), c.images)}: "
+                f"{t.requests_cancelled_by_client or 0:,} request(s) cancelled by the client")
+        if t.server_stopped_on_close is None:
+            notes.append(head + ("; whether the server stopped generating for them is not known (its generated-token "
+                                 "counter was not read around the cell)" if t.closed_requests is None else ""))
+            continue
+        x, y = t.tokens_after_close, t.tokens_asked_after_close
+        what = (f"{x:,} token(s) after their close, of the {y:,} they still asked for ({x / y:.1%}; "
+                f"{t.server_generated_tokens:,} generated, {t.client_received_tokens:,} read)")
+        notes.append(head + (f"; {who} stopped generating for the {t.closed_requests:,} request(s) llmload "
+                             f"closed before their end: {what}" if t.server_stopped_on_close else
+                             f"; {who} kept generating for gone clients: {what}"))
+    return notes
 
 
 CAPACITY_COLUMNS = ("context", "max users", "total tok/s there", "goodput tok/s there", "binding limit",

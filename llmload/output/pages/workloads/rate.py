@@ -28,8 +28,8 @@ from llmload.output.pages.model import Section
 from llmload.output.pages.tables import Column, make_table
 from llmload.output.pages.workloads.lengths import lengths_section
 from llmload.output.pages.workloads.part import (ACHIEVED_COLUMN, COUNTS_OPTIONAL, OPEN_LOOP_COLUMNS, Answer, Slo,
-                                                 WorkloadPart, answer_level, fmt_list, fmt_tokens, present,
-                                                 status_table)
+                                                 WorkloadPart, answer_level, cancel_parameter, close_notes, fmt_list,
+                                                 fmt_tokens, present, status_table)
 
 
 def title(config: Mapping[str, Any]) -> str:
@@ -48,8 +48,8 @@ def parameters(config: Mapping[str, Any]) -> list[tuple[str, Any]]:
         outputs = config.get("output_tokens") or config.get("max_tokens")
     return [("rates", fmt_list(config.get("rates"), lambda r: f"{r:g}") + " req/s"), rows,
             ("output tokens", None if is_pooling(config.get('endpoint')) else outputs),
-            ("seed", config.get("seed") if drawn else None),
-            ("in-flight cap", config.get("max_in_flight"))]
+            ("seed", config.get("seed") if drawn or config.get("cancel") else None),
+            ("in-flight cap", config.get("max_in_flight")), cancel_parameter(config)]
 
 
 RATE_COLUMNS: list[Column] = [
@@ -128,7 +128,7 @@ def sections(results: Results, cells: Sequence[CellResult], slo: Slo | None) -> 
                            note=RATE_CAPACITY_NOTE))
     if not pooling and (lengths := lengths_section(cells, results.config.get("max_tokens"))) is not None:
         out.append(lengths)
-    return out, []
+    return out, close_notes(cells, results.server.get("engine"))
 
 
 def answer(cells: Sequence[CellResult], slo: Slo) -> Answer:

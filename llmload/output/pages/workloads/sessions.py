@@ -16,8 +16,9 @@ from llmload.core.units import format_duration_s, format_tokens
 from llmload.output.formats import fmt_count, fmt_ms, fmt_rate, fmt_share, fmt_tbt_ms, status_label
 from llmload.output.pages.model import Section
 from llmload.output.pages.tables import Column
-from llmload.output.pages.workloads.part import (CAPACITY_COLUMNS, CapacityTable, Slo, WorkloadPart, fmt_list,
-                                                 fmt_tokens, present, status_table, users_answer)
+from llmload.output.pages.workloads.part import (CAPACITY_COLUMNS, CapacityTable, Slo, WorkloadPart, cancel_parameter,
+                                                 close_notes, fmt_list, fmt_tokens, present, status_table,
+                                                 users_answer)
 
 
 def _think(value: Any) -> str:
@@ -41,8 +42,8 @@ def parameters(config: Mapping[str, Any]) -> list[tuple[str, Any]]:
             ("output tokens a turn M", "each answer's length" if dataset
              else config.get("output_tokens") or config.get("max_tokens")),
             ("seed", config.get("seed") if config.get("prompt_tokens") or config.get("output_tokens")
-             or dataset else None),
-            ("think time", _think(config.get("think_time")))]
+             or dataset or config.get("cancel") else None),
+            ("think time", _think(config.get("think_time"))), cancel_parameter(config)]
 
 
 SESSION_COLUMNS: list[Column] = [
@@ -60,6 +61,7 @@ SESSION_COLUMNS: list[Column] = [
     ("context reached", lambda c: fmt_count(c.traffic.context_reached_tokens)),
     ("turns", lambda c: fmt_count(c.traffic.turns)),
     ("requests", lambda c: fmt_count(c.requests_sent)),
+    ("cancelled by the client", lambda c: fmt_count(c.traffic.requests_cancelled_by_client)),
 ]
 SESSION_NOTE = (
     "Cached prompt: prompt tokens the server served from its prefix cache (usage cached_tokens) "
@@ -69,9 +71,10 @@ SESSION_NOTE = (
 
 def sections(results: Results, cells: Sequence[CellResult], slo: Slo | None) -> tuple[list[Section], list[str]]:
     columns = present(cells, SESSION_COLUMNS,
-                      {"cached (server counters)": lambda c: c.traffic.server_cached_prompt_ratio})
+                      {"cached (server counters)": lambda c: c.traffic.server_cached_prompt_ratio,
+                       "cancelled by the client": lambda c: c.traffic.requests_cancelled_by_client or None})
     return [Section(title="Chat sessions (one row per system prompt S × users)", intro=None,
-                    table=status_table(cells, columns), note=SESSION_NOTE)], []
+                    table=status_table(cells, columns), note=SESSION_NOTE)], close_notes(cells, results.server.get("engine"))
 
 
 CAPACITY_NOTE = (
