@@ -82,3 +82,41 @@ def test_the_pacers_shares_add_up_to_the_schedule():
     whole = schedule_offsets(r, "gamma:2", seed=5)
     parts = [schedule_offsets(r, "gamma:2", index=i, pacers=3, seed=5) for i in range(3)]
     assert sorted(t for p in parts for t in p) == whole
+
+
+def test_a_ramp_on_the_simulator_says_where_it_first_missed_the_slo(tmp_path):
+    """2 → 60 requests/s of 1K prompts over 20 s: the tiny profile gives out on the way (its
+    TTFT p99 passes 1 s); the cell is sliced (12 slices), every scheduled request is accounted
+    for, and the slices name the rate where the SLO was first missed."""
+    import json
+
+    from tests_helpers import llmload
+    out = tmp_path / "run"
+    done = llmload("run", "--sim-profile", "tiny", "--workload", "rate", "--rates", "ramp:2..60/20s",
+                   "--contexts", "1K", "--max-tokens", "64", "--slo", "ttft_p99=1s", "--drain", "10s",
+                   "--out", str(out))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["config"]["rate_schedule"] == "ramp:2..60/20s" and doc["config"]["duration_s"] == 20.0
+    (cell,) = [c for c in doc["cells"] if c["phase"] == "rate"]
+    due = (2 + 60) / 2 * 20
+    assert abs(cell["requests_scheduled"] - due) < 4 * math.sqrt(due)
+    assert cell["requests_scheduled"] == (cell["requests_completed"] + cell["requests_failed"]
+                                          + cell["requests_unfinished"] + cell["requests_not_sent"]
+                                          + (cell.get("requests_cancelled_by_client") or 0))
+    assert len(cell["slices"]) == 12
+    sent = [s["achieved_rate_rps"] for s in cell["slices"]]
+    assert sent[-1] > 3 * sent[0]  # the arrivals follow the ramp
+    assert cell["slice_note"].startswith("SLO first missed at ")
+    low = float(cell["slice_note"].split("at ")[1].split("–")[0])
+    assert 2 < low < 60
+    page = (out / "report.md").read_text()
+    assert "rate ramp:2..60/20s (requests/s over the window)" in page
+
+
+def test_a_schedule_is_refused_where_it_does_not_belong(tmp_path):
+    from tests_helpers import llmload, one_line_error
+    assert "is a rate workload's schedule, not --workload matrix's" in one_line_error(
+        llmload("run", "--rates", "ramp:1..2/5s", "--out", str(tmp_path / "a")))
+    assert "a ramp is ramp:FROM..TO/DURATION" in one_line_error(
+        llmload("run", "--workload", "rate", "--rates", "ramp:1..2", "--out", str(tmp_path / "b")))

@@ -124,6 +124,10 @@ class Scenario:
     think_time: str = "0"
     """Sessions: seconds between an answer and the next turn ("2"; "exp:2" exponential, mean 2)."""
     rates: tuple[float, ...] = (1.0, 2.0, 4.0)
+    rate_schedule: str | None = None
+    """Rate: a rate that changes over the window, `--rates ramp:A..B/T[:exp]` or
+    `series:...` (`llmload.core.traffic.schedule`): one cell per context, its window the
+    schedule's length, in place of the rates."""
     """Rate: requests per second, one cell column per value."""
     arrivals: str = "poisson"
     """Rate: "poisson", "constant" or "gamma:CV" arrivals (`workloads.parse_arrivals`)."""

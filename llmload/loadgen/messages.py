@@ -89,6 +89,8 @@ class CellSpec(_Message):
     rate_rps: float = 0.0
     """Rate: requests per second over all pacing users (each sends its share)."""
     arrivals: str = "poisson"
+    schedule: str = ""
+    """Rate: a rate that changes over the window (`llmload.core.traffic.schedule`), "" for none."""
     max_in_flight: int = 0
     """Rate and replay: requests in flight at most over all pacing users (each its share)."""
     pacers: int = 0

@@ -46,7 +46,8 @@ from llmload.core.traffic.lengths import drawn_lengths
 from llmload.core.model.records import RequestRecord
 from llmload.core.traffic.trace import MOONCAKE_BLOCK_TOKENS
 from llmload.core.traffic.images import reference_url
-from llmload.core.traffic.workloads import DEFAULT_MAX_IN_FLIGHT, arrival_offsets, arrival_seed, pacer_seed, parse_arrivals
+from llmload.core.traffic.schedule import cell_offsets
+from llmload.core.traffic.workloads import DEFAULT_MAX_IN_FLIGHT, arrival_seed, pacer_seed, parse_arrivals
 from llmload.io.client import StreamingClient
 from llmload.loadgen.lookahead import Lookahead, Send
 from llmload.loadgen.messages import CellSpec
@@ -211,8 +212,8 @@ def rate_sends(cells, cell: CellSpec, index: int, pacers: int) -> Iterator[Send]
     seeded by the scenario's seed, the cell and the pacer: the same seed sends the same
     lengths), or a dataset's entries in order (`CellSpec.dataset`); with --cancel, which of its
     requests their users cancel, and when, from the same seeds (`core.cancels.cancel_draws`)."""
-    offsets = arrival_offsets(cell.rate_rps, cell.window_s, cell.arrivals, index=index, pacers=pacers,
-                              seed=arrival_seed(cell.run_id, cell.id, index, cell.arrivals))
+    offsets = cell_offsets(cell.rate_rps, cell.window_s, cell.arrivals, cell.schedule, index=index, pacers=pacers,
+                           seed=arrival_seed(cell.run_id, cell.id, index, cell.arrivals))
     caps = engine_caps(cell.engine)
     drawn = None
     lengths = drawn_lengths(cell.prompt_lengths, cell.output_lengths, prompt_tokens=cell.prompt_tokens,

@@ -62,7 +62,7 @@ def window_slices(phase: str, records: Sequence[RequestRecord], t0: float, end: 
     out = []
     bounds = slice_bounds(t0, end, slice_s)
     for k, (a, slice_end) in enumerate(bounds):
-        where = dict(start_s=a - t0, end_s=slice_end - t0)
+        where = dict(start_s=k * slice_s, end_s=min((k + 1) * slice_s, end - t0))  # exact, not a − t0
         # [a, b) but the last [a, end]: what lies on a boundary counts once, in the later slice
         b = slice_end if k == len(bounds) - 1 else math.nextafter(slice_end, -math.inf)
         if phase == "pooling":
@@ -124,8 +124,8 @@ def ramp_note(slices: Sequence[CellSlice], slo: Mapping[str, float], schedule: R
                               f"{_num(bound)}{unit}")
         if failed:
             low, high = schedule.rate_at(s.start_s), schedule.rate_at(s.end_s)
-            return (f"SLO first missed at {_num(low)}–{_num(high)} requests/s (the slice {s.start_s:g}–"
-                    f"{s.end_s:g} s: {'; '.join(failed)})")
+            return (f"SLO first missed at {_num(low)}–{_num(high)} requests/s (the slice {s.start_s:.3g}–"
+                    f"{s.end_s:.3g} s: {'; '.join(failed)})")
     return f"SLO met through the whole schedule, up to {_num(max(schedule.rate_at(s.end_s) for s in slices))} " \
            "requests/s" if judged else None
 

@@ -192,6 +192,15 @@ def is_schedule(text: object) -> bool:
     return isinstance(text, str) and text.strip().startswith(("ramp:", "series:"))
 
 
+def cell_offsets(rate_rps: float, window_s: float, arrivals: str, schedule: str = "", *, index: int = 0,
+                 pacers: int = 1, seed: int = 0) -> list[float]:
+    """Pacer `index`'s arrivals over a rate cell's window: at its rate, or following its
+    schedule (its text, "" for none)."""
+    if schedule:
+        return schedule_offsets(parse_schedule(schedule), arrivals, index=index, pacers=pacers, seed=seed)
+    return arrival_offsets(rate_rps, window_s, arrivals, index=index, pacers=pacers, seed=seed)
+
+
 def schedule_offsets(schedule: RateSchedule, arrivals: str, *, index: int = 0, pacers: int = 1,
                      seed: int = 0) -> list[float]:
     """Seconds after the window's start at which pacer `index` of `pacers` sends: the cell's

@@ -16,7 +16,8 @@ from llmload.core.figures.slosearch import RateLevel, rate_search
 from llmload.core.model.cell import CellResult
 from llmload.core.scenario import Scenario, rate_lengths
 from llmload.core.traffic.dataset import DatasetError, dataset_label
-from llmload.core.traffic.workloads import arrival_offsets, arrival_seed
+from llmload.core.traffic.schedule import cell_offsets, parse_schedule
+from llmload.core.traffic.workloads import arrival_seed
 from llmload.io.probe import ServerInfo
 from llmload.loadgen.messages import CellSpec
 from llmload.matrix.context import PlanRefused, RunContext
@@ -52,6 +53,13 @@ def plan(sc: Scenario, info: ServerInfo, limits: dict, *, dataset=(), **inputs) 
     contexts, max_tokens, varied = rate_lengths(sc, dataset)
     if PROTOCOLS[sc.endpoint].pooling:
         max_tokens = 0  # an embeddings or rerank answer holds no output token
+    if sc.rate_schedule:  # one cell per context, at the schedule's mean rate, its reason the schedule
+        schedule = parse_schedule(sc.rate_schedule)
+        cells = plan_rates(contexts=contexts, rates=[schedule.mean_rps], max_tokens=max_tokens,
+                           max_model_len=info.max_model_len, varied=varied)
+        return [c if c.status != "run" else replace(
+            c, reason=f"{schedule.text}: {schedule.total:,.0f} requests over {schedule.duration_s:g} s "
+                      f"(a mean of {schedule.mean_rps:.3g} requests/s), open loop") for c in cells]
     return plan_rates(contexts=contexts, rates=list(sc.rates), max_tokens=max_tokens,
                       max_model_len=info.max_model_len, varied=varied)
 
@@ -59,7 +67,8 @@ def plan(sc: Scenario, info: ServerInfo, limits: dict, *, dataset=(), **inputs) 
 def message(ctx: RunContext, planned: PlannedCell, spec: CellSpec, pacers: int) -> CellSpec:
     sc = ctx.scenario
     spec = open_loop_fields(ctx, planned, drawn_fields(ctx, spec), pacers, sc.duration_s)
-    return replace(spec, rate_rps=planned.rate_rps or 0.0, arrivals=sc.arrivals, cancel=sc.cancel,
+    return replace(spec, rate_rps=planned.rate_rps or 0.0, arrivals=sc.arrivals, schedule=sc.rate_schedule or "",
+                   cancel=sc.cancel,
                    cancel_after=sc.cancel_after or "",
                    dataset=tuple((r.prompt, r.input_tokens, r.output_tokens, r.images) for r in ctx.dataset),
                    fixed_output=not (ctx.dataset and sc.output_length == "natural"))
@@ -68,13 +77,13 @@ def message(ctx: RunContext, planned: PlannedCell, spec: CellSpec, pacers: int) 
 def scheduled(msg: CellSpec) -> int:
     """The requests a rate cell's pacers schedule over its window: each pacer's arrivals
     (`workloads.arrival_offsets`, drawn from the same seed as the pacer's own)."""
-    return sum(len(arrival_offsets(msg.rate_rps, msg.window_s, msg.arrivals, index=i, pacers=msg.pacers,
-                                   seed=arrival_seed(msg.run_id, msg.id, i, msg.arrivals))) for i in range(msg.pacers))
+    return sum(len(cell_offsets(msg.rate_rps, msg.window_s, msg.arrivals, msg.schedule, index=i, pacers=msg.pacers,
+                                seed=arrival_seed(msg.run_id, msg.id, i, msg.arrivals))) for i in range(msg.pacers))
 
 
 def facts(ctx: RunContext, planned: PlannedCell, msg: CellSpec) -> dict[str, Any]:
     sc = ctx.scenario
-    found = open_loop_facts(ctx, msg, sc.arrivals)
+    found = {**open_loop_facts(ctx, msg, sc.arrivals), "rate_schedule": sc.rate_schedule}
     if ctx.dataset:
         name = dataset_label(sc.dataset or "")
         found.update(prompt_lengths=name, output_lengths=f"{name} answers"

@@ -112,10 +112,10 @@ def slices_section(results: Results, cells: Sequence[CellResult]) -> Section | N
         fmt = ",.1f" if name != "ttft_ms" else ",.0f"
         return [cell_label(c.phase, c.context_tokens, c.concurrency, c.traffic.rate_rps, c.images), words,
                 str(len(c.slices)), _f(values[0] if values else None, fmt), _f(min(values, default=None), fmt),
-                _f(max(values, default=None), fmt), c.slice_note or "one of the rest"]
+                _f(max(values, default=None), fmt), c.slice_note or "the first one of the rest"]
     slice_s = results.config.get("slice_s")
     return Section(title=SLICES_TITLE, intro=f"Slices of {slice_s:g} s of each cell's window." if slice_s else None,
-                   table=make_table(["cell", "figure", "slices", "first", "lowest", "highest", "first slice"],
+                   table=make_table(["cell", "figure", "slices", "first", "lowest", "highest", "what the slices say"],
                                     [row(c) for c in sliced]), note=SLICES_NOTE, chart="slices")
 
 

@@ -46,7 +46,9 @@ def parameters(config: Mapping[str, Any]) -> list[tuple[str, Any]]:
         rows = (("prompt tokens", config["prompt_tokens"]) if config.get("prompt_tokens")
                 else ("contexts", fmt_list(config.get("contexts"), fmt_tokens)))
         outputs = config.get("output_tokens") or config.get("max_tokens")
-    return [("rates", fmt_list(config.get("rates"), lambda r: f"{r:g}") + " req/s"), rows,
+    rates = (("rate", f"{config['rate_schedule']} (requests/s over the window)") if config.get("rate_schedule")
+             else ("rates", fmt_list(config.get("rates"), lambda r: f"{r:g}") + " req/s"))
+    return [rates, rows,
             ("output tokens", None if is_pooling(config.get('endpoint')) else outputs),
             ("seed", config.get("seed") if drawn or config.get("cancel") else None),
             ("in-flight cap", config.get("max_in_flight")), cancel_parameter(config)]
