@@ -68,19 +68,23 @@ def test_a_run_page_is_rendered_once(many, monkeypatch):
 
 
 def test_lists_of_the_whole_store_are_read_again_only_when_it_lists_more_runs(many, monkeypatch):
-    """A list or a leaderboard is kept while the store lists as many runs: the second ask
-    costs one count, not the scan; a run added (published or approved) reads it again."""
+    """A list or a leaderboard is kept while the store lists as many runs at the same prices:
+    the second ask costs one query (the runs' count and the prices' fingerprint), not the
+    scan; a run added (published or approved) or a price set reads it again."""
     reads = []
     real = many.rows
     monkeypatch.setattr(many, "rows", lambda query: reads.append(str(query)) or real(query))
     many._aggregates.clear()
     first = many.models()
+    assert len(reads) == 2 and sum(m.runs for m in first) == RUNS  # the check and the scan
     board = many.leaderboard("tiny", 256)
-    assert len(reads) == 4 and sum(m.runs for m in first) == RUNS  # a count and the scan, twice
+    scanned = len(reads)  # the check, the scan and the prices it ranks with
     again, board_again = many.models(), many.leaderboard("tiny", 256)
-    assert (again, board_again) == (first, board) and len(reads) == 6 and "count" in reads[-1].lower()
-    monkeypatch.setattr(many, "_count", lambda *a: RUNS + 1)  # as after a run is published
-    assert many.models() == first and len(reads) == 7
+    assert (again, board_again) == (first, board) and len(reads) == scanned + 2
+    assert all("count" in q.lower() and "hardware_prices" in q for q in reads[-2:])
+    generation = many._generation_now()  # one more read
+    monkeypatch.setattr(many, "_generation_now", lambda: (generation[0] + 1, *generation[1:]))  # a run published
+    assert many.models() == first and len(reads) == scanned + 3 + 1  # read again: the scan
 
 
 def test_alike_reads_under_way_are_made_once_and_threads_are_bounded():

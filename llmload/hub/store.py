@@ -114,13 +114,21 @@ class Store:
     def _count(self, filters: RunFilter) -> int:
         return self.rows(_filtered(sa.select(sa.func.count()).select_from(schema.runs), filters))[0][0]
 
+    def _generation_now(self) -> tuple:
+        """What a kept list depends on, in one query: how many runs the store lists, and
+        how many prices the operator set, their sum and when one last changed."""
+        p = schema.hardware_prices.c
+        listed = _filtered(sa.select(sa.func.count()).select_from(schema.runs), RunFilter()).scalar_subquery()
+        prices = sa.select(sa.func.count(), sa.func.sum(p.price_per_hour), sa.func.max(p.set_at)).subquery()
+        return tuple(self.rows(sa.select(listed, *prices.c))[0])
+
     def _cached(self, key, make):
         """A list of the store (runs, models, hardware, contexts) or a leaderboard, from memory
         while the store lists the same runs at the same prices: each costs a scan (0.05 to
-        0.7 s at 10,000 runs), the check a count of its listed runs and a read of the
-        operator's prices (1 ms). A run's content never changes, and listed runs are only ever
+        0.7 s at 10,000 runs), the check one query (`_generation_now`: the listed runs'
+        count and the operator's prices' count, sum and last change; 1 ms). A run's content never changes, and listed runs are only ever
         added (published, or approved)."""
-        generation = (self._count(RunFilter()), tuple(sorted(self.hardware_prices().items())))
+        generation = self._generation_now()
         if generation != self._generation:
             self._aggregates.clear()
             self._generation = generation
