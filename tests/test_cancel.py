@@ -8,14 +8,13 @@ figure from hand-made records, and the refusals (one line, exit 2)."""
 
 from __future__ import annotations
 
-import inspect
 import itertools
 import json
 from pathlib import Path
 
 import pytest
 
-from llmload.core.figures import cells as cell_figures
+from llmload.core.figures.cells import assemble_cell
 from llmload.core.figures.outcomes import STOPPED_SHARE, after_close, request_counts
 from llmload.core.model.cellfacts import ServerSample
 from llmload.core.traffic.cancels import Cancel, cancel_draws, parse_cancel_after, parse_cancel_fraction
@@ -24,11 +23,6 @@ from llmload.io.probe import probe_server, server_load
 from llmload.loadgen.sessions import stable_id
 from llmload.output.rundir.records import read_cell
 from tests_helpers import llmload, one_line_error, record
-
-WIRED = "cancel_fields" in inspect.getsource(cell_figures)
-needs_wiring = pytest.mark.skipif(
-    not WIRED, reason="NEEDS THE cells.py WIRING of issue 44 part 3 (cancel_fields in open_loop_cell and "
-    "session_cell: the helper's report): the cancel counts and the after-close figure never reach results.json")
 
 
 # --------------------------------------------------------------------------- the draws
@@ -178,7 +172,6 @@ def cell_records(out: Path, phase: str):
     return doc, cell, planned, records, facts
 
 
-@needs_wiring
 def test_a_rate_cell_cancels_exactly_the_drawn_requests(sim_tiny, tmp_path):
     out = tmp_path / "rate"
     r = llmload("run", "--host", sim_tiny.url, "--workload", "rate", "--rates", str(RATE), "--contexts", "256",
@@ -212,7 +205,7 @@ def test_a_rate_cell_cancels_exactly_the_drawn_requests(sim_tiny, tmp_path):
     assert 0 <= cell["tokens_after_close"] <= 3 * cancelled, cell
     assert cell["server_stopped_on_close"] is True
     # the records and facts kept give the same figures again (`report --recompute`)
-    again = cell_figures.assemble_cell(planned, records, facts).traffic
+    again = assemble_cell(planned, records, facts).traffic
     assert (again.requests_cancelled_by_client, again.tokens_after_close, again.tokens_asked_after_close) == (
         cancelled, cell["tokens_after_close"], cell["tokens_asked_after_close"])
     assert "users who cancel 30% of requests, after tokens:uniform:1,32" in r.stdout
@@ -220,7 +213,6 @@ def test_a_rate_cell_cancels_exactly_the_drawn_requests(sim_tiny, tmp_path):
     assert "stopped generating" in (out / "report.md").read_text()
 
 
-@needs_wiring
 def test_a_session_cell_cancels_its_users_drawn_turns(sim_tiny, tmp_path):
     out = tmp_path / "sessions"
     r = llmload("run", "--host", sim_tiny.url, "--workload", "sessions", "--system-prompt-tokens", "256",
@@ -248,7 +240,6 @@ def test_a_session_cell_cancels_its_users_drawn_turns(sim_tiny, tmp_path):
     assert "cancelled by the client" in r.stdout and "stopped generating" in r.stdout
 
 
-@needs_wiring
 def test_a_server_that_runs_on_for_gone_clients_is_told(sims, tmp_path):
     # a simulator that does not abort a request whose client went away: every token the
     # closed requests still asked for is made for no one, and the cell says so
