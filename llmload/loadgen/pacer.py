@@ -47,7 +47,7 @@ from llmload.core.model.records import RequestRecord
 from llmload.core.traffic.trace import MOONCAKE_BLOCK_TOKENS
 from llmload.core.traffic.images import reference_url
 from llmload.core.traffic.schedule import cell_offsets
-from llmload.core.traffic.workloads import DEFAULT_MAX_IN_FLIGHT, arrival_seed, pacer_seed, parse_arrivals
+from llmload.core.traffic.workloads import DEFAULT_MAX_IN_FLIGHT, arrival_seed, gamma_gaps, pacer_seed, parse_arrivals
 from llmload.io.client import StreamingClient
 from llmload.loadgen.lookahead import Lookahead, Send
 from llmload.loadgen.messages import CellSpec
@@ -277,8 +277,7 @@ def arrival_times(start_s: float, rate_rps: float, arrivals: str, rng: random.Ra
             yield start_s + k / rate_rps
             k += 1
     if arrivals.startswith("gamma:"):
-        cv = float(arrivals.split(":")[1])
-        shape, scale = 1.0 / (cv * cv), cv * cv / rate_rps
+        shape, scale = gamma_gaps(arrivals, rate_rps)
         gap = lambda: rng.gammavariate(shape, scale)  # noqa: E731
     else:
         gap = lambda: rng.expovariate(rate_rps)  # noqa: E731

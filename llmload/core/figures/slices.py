@@ -29,7 +29,7 @@ from dataclasses import replace
 from llmload.core.confidence import CONFIDENCE, t_quantile
 from llmload.core.figures.intervals import sub_window_figures
 from llmload.core.figures.metrics import window_figures
-from llmload.core.figures.pooling import pooling_figures
+from llmload.core.figures.pooling import completed, pooling_figures
 from llmload.core.figures.slo import BY_NORMAL
 from llmload.core.model.cell import CellResult
 from llmload.core.model.cellfacts import CellFacts
@@ -67,7 +67,7 @@ def window_slices(phase: str, records: Sequence[RequestRecord], t0: float, end: 
         b = slice_end if k == len(bounds) - 1 else math.nextafter(slice_end, -math.inf)
         if phase == "pooling":
             pool = pooling_figures(list(records), a, b, inputs_per_request=inputs_per_request)
-            done = sum(1 for r in records if r.status == "ok" and r.inputs is not None and a <= r.end_s <= b)
+            done = len(completed(list(records), a, b))
             out.append(CellSlice(**where, completed_requests=done, inputs_per_s=pool.inputs_per_s,
                                  latency_ms=pool.latency_ms))
             continue

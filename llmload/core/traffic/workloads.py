@@ -155,6 +155,12 @@ def parse_arrivals(text: str) -> str:
     return f"gamma:{number:g}"
 
 
+def gamma_gaps(arrivals: str, rate_rps: float) -> tuple[float, float]:
+    """(shape, scale) of a "gamma:CV" process's gaps at `rate_rps`: mean 1 / rate, that CV."""
+    cv = float(parse_arrivals(arrivals).split(":")[1])
+    return 1.0 / (cv * cv), cv * cv / rate_rps
+
+
 def arrival_seed(run_id: str, cell_id: str, index: int, arrivals: str) -> int:
     """The seed of pacer `index`'s arrivals: its own stream (Poisson), or the cell's one
     stream that every pacer draws alike and takes its share of (gamma)."""
@@ -170,9 +176,7 @@ def arrival_offsets(rate_rps: float, duration_s: float, arrivals: str, *, index:
     if not 0 <= index < pacers:
         raise ValueError(f"pacer {index} of {pacers}")
     if arrivals.startswith("gamma:"):
-        cv = float(parse_arrivals(arrivals).split(":")[1])
-        rng, shape = random.Random(seed), 1.0 / (cv * cv)
-        scale = cv * cv / rate_rps
+        rng, (shape, scale) = random.Random(seed), gamma_gaps(arrivals, rate_rps)
         out, t, k = [], rng.gammavariate(shape, scale), 0
         while t < duration_s:
             if k % pacers == index:

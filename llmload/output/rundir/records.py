@@ -24,7 +24,6 @@ from __future__ import annotations
 import io
 import json
 import logging
-import math
 import os
 from array import array
 from dataclasses import fields
@@ -35,6 +34,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from llmload.core.capacity.plan import PlannedCell
+from llmload.core.figures.slices import slice_bounds
 from llmload.core.model.cellfacts import CellFacts
 from llmload.core.model.document import planned_from_dict, planned_to_dict
 from llmload.core.model.records import RequestRecord
@@ -222,8 +222,8 @@ def _slice_of(record: RequestRecord, facts: CellFacts) -> int | None:
         return None
     if not facts.t0_s <= record.end_s <= facts.t1_s:
         return None
-    return min(int((record.end_s - facts.t0_s) // facts.slice_s),
-               max(0, math.ceil((facts.t1_s - facts.t0_s) / facts.slice_s - 1e-9) - 1))
+    last = len(slice_bounds(facts.t0_s, facts.t1_s, facts.slice_s)) - 1
+    return min(int((record.end_s - facts.t0_s) // facts.slice_s), last)
 
 
 def table_rewritten(table: pa.Table, rewrite: Callable[[str], str]) -> pa.Table:
