@@ -5,6 +5,7 @@ against the simulator on port 0 (the `sim_tiny` fixture). What is asserted is wh
 publishes: records through the state's EventHook, live figures, Locust's own request
 stats, and the cell protocol's messages (`llmload.loadgen.messages`)."""
 
+import dataclasses
 import json
 import logging
 import re
@@ -175,9 +176,27 @@ def test_mailboxes_wake_the_controller_when_messages_arrive():
     assert now() - started < 5.0  # woken by the arrivals, not by the timeout
     assert boxes.wait_replies("c1", 1, timeout_s=10.0) == 1
     assert boxes.ready("c2") == 0 and boxes.wait_ready("c2", 1, timeout_s=0.1) == 0  # nothing: its timeout
-    (reply,) = boxes.take_replies("c1")
-    assert [r.user_id for r in reply.records] == ["u"]
-    assert boxes.replies("c1") == 0 and boxes.take_replies("c1") == []
+    spooled, (reply,) = boxes.take_replies("c1")
+    assert spooled == [] and [r.user_id for r in reply.records] == ["u"]
+    assert boxes.replies("c1") == 0 and boxes.take_replies("c1") == ([], [])
+
+
+def test_batches_sent_while_a_cell_runs_are_spooled_and_come_back_in_order_before_the_reply():
+    boxes = Mailboxes()
+    batches = [tuple(record(f"u{b}-{i}", float(b * 10 + i), [(b * 10 + i + 0.5, 2)]) for i in range(3))
+               for b in range(4)]
+    for batch in batches:
+        boxes.on_records(messages.Records(id="c1", records=batch, more=True))
+    assert boxes.replies("c1") == 0  # a batch is not the process's reply
+    boxes.on_records(messages.Records(id="c1", records=(record("last", 99.0, [(99.5, 1)]),)))
+    spooled, (reply,) = boxes.take_replies("c1")
+    assert spooled == [r for batch in batches for r in batch]  # whole, token arrays included
+    assert [r.user_id for r in reply.records] == ["last"]
+    boxes.on_records(messages.Records(id="c1", records=batches[0], more=True))  # a straggler's, after
+    assert boxes.take_replies("c1") == ([], [])
+    boxes.on_records(messages.Records(id="c2", records=batches[0], more=True))
+    boxes.discard("c2")  # a lost worker's cell: nothing kept
+    assert boxes.take_replies("c2") == ([], [])
 
 
 # ----------------------------------------------------------------------------- ad hoc requests
@@ -247,8 +266,8 @@ def collect(env, cell_id: str, t0=None, t1=None) -> messages.Records:
     env.runner.send_message(messages.COLLECT, messages.Collect(id=cell_id, t0_s=t0, t1_s=t1).to_wire())
     boxes = state_of(env).mailboxes
     assert boxes.wait_replies(cell_id, 1, timeout_s=15.0) == 1
-    (reply,) = boxes.take_replies(cell_id)
-    return reply
+    spooled, (reply,) = boxes.take_replies(cell_id)
+    return dataclasses.replace(reply, records=(*spooled, *reply.records))
 
 
 def test_users_in_a_decode_cell_warm_up_then_stream_in_the_window(make_env, sim_tiny):

@@ -94,8 +94,8 @@ def run_cell(env, spec: messages.CellSpec, seconds: float) -> tuple[float, float
     gevent.sleep(max(t1 - now(), 0))
     runner.send_message(messages.COLLECT, messages.Collect(id=spec.id, t0_s=t0, t1_s=t1).to_wire())
     assert boxes.wait_replies(spec.id, 1, timeout_s=spec.drain_s + 20.0) == 1
-    (reply,) = boxes.take_replies(spec.id)
-    return t0, t1, sorted(reply.records, key=lambda r: r.scheduled_s)
+    spooled, (reply,) = boxes.take_replies(spec.id)
+    return t0, t1, sorted([*spooled, *reply.records], key=lambda r: r.scheduled_s)
 
 
 def most_in_flight(records) -> int:

@@ -12,6 +12,7 @@ import pytest
 
 from llmload.core.traffic.trace import load_trace
 from llmload.core.traffic.tracestats import hit_ratio
+from llmload.loadgen.messages import RECORDS_BATCH
 from llmload.output.rundir.records import read_cell
 from tests_helpers import llmload, one_line_error
 
@@ -128,6 +129,23 @@ def test_two_worker_processes_share_the_rate(sim_tiny, tmp_path):
     assert by_process == {"w0", "w1"}
     due = sorted(rec.scheduled_s for rec in records)
     assert all(b - a == pytest.approx(0.1, abs=1e-6) for a, b in zip(due, due[1:]))
+
+
+def test_records_sent_in_batches_while_the_cell_runs_are_all_kept(sim_tiny, tmp_path):
+    """600 requests over two processes: each sends its records in batches of RECORDS_BATCH
+    while the cell runs (spooled to disk by the controller), then the rest; none is lost or
+    counted twice."""
+    out = tmp_path / "batches"
+    r = llmload("run", "--host", sim_tiny.url, "--workload", "rate", "--contexts", "64", "--rates", "200",
+                "--arrivals", "constant", "--max-tokens", "2", "--duration", "3s", "--workers", "2", "--out", out)
+    assert r.returncode == 0, r.stdout + r.stderr
+    [cell] = cells(out, "rate")
+    records = [rec for rec in records_of(out, cell) if rec.tag == "rate"]
+    assert len(records) > 2 * RECORDS_BATCH + 2  # more than one batch per process
+    assert cell["requests_scheduled"] == cell["requests_sent"] == len(records) == 600
+    due = sorted(rec.scheduled_s for rec in records)
+    assert all(b - a == pytest.approx(0.005, abs=1e-6) for a, b in zip(due, due[1:]))  # each once
+    assert all(len(rec.chunk_times_s) == len(rec.chunk_tokens) for rec in records)
 
 
 def test_rate_records_recompute_to_the_same_cell(sim_tiny, tmp_path):

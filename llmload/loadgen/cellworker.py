@@ -5,8 +5,9 @@ that runs users.
 the common window [t0, t1] of its go message, and the cell's records: it subscribes to the
 process's record hook (`llmload.loadgen.state`) and keeps those of the current cell. Users
 ask it for their prompt, report ready (once per user and cell), wait for the go, enter and
-leave the window; a collect message is answered with the cell's records and the load
-monitor's samples over the window (`send_records`).
+leave the window; its records go to the controller in batches while it runs, and a collect
+message is answered with the rest and the load monitor's samples over the window
+(`send_records`).
 """
 
 from __future__ import annotations
@@ -57,9 +58,16 @@ class CellWorker:
         self._texts: dict[str, PromptBuilder] = {}
 
     def on_record(self, record: RequestRecord, cell_id: str | None = None, **_kw) -> None:
-        """The record hook's listener: a cell's records are kept until they are collected."""
-        if cell_id is not None:
-            self._records.setdefault(cell_id, []).append(record)
+        """The record hook's listener: a cell's records are kept until they are collected, and
+        sent on to the controller every RECORDS_BATCH of them while the cell runs."""
+        if cell_id is None:
+            return
+        kept = self._records.setdefault(cell_id, [])
+        kept.append(record)
+        if len(kept) >= messages.RECORDS_BATCH:
+            batch = messages.Records(id=cell_id, records=tuple(kept), more=True)
+            self._records[cell_id] = []
+            self.environment.runner.send_message(batch.TYPE, batch.to_wire())
 
     def prompt_for(self, cell: messages.CellSpec, key: str) -> list[int] | str:
         return self.prompt_builder(cell).prompt(key, cell.prompt_tokens)

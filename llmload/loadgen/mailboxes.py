@@ -1,7 +1,9 @@
 """The controller's side of the matrix cell protocol: what the processes send back.
 
 `Mailboxes` (at `environment.llmload.mailboxes` in the process that runs the matrix) keeps,
-per cell, how many users reported ready and the processes' record replies. Each arrival
+per cell, how many users reported ready and the processes' record replies; the batches of
+records sent while the cell runs go to the cell's spool on disk
+(`llmload.output.rundir.spool`), not into memory. Each arrival
 sets the cell's gevent Event, so the controller (`llmload.matrix.cellrun`) sleeps until a
 message comes or its own timeout passes, instead of polling.
 """
@@ -13,7 +15,9 @@ from typing import Callable
 
 from gevent.event import Event
 
+from llmload.core.model.records import RequestRecord
 from llmload.loadgen import messages
+from llmload.output.rundir.spool import RecordSpool
 
 
 class Mailboxes:
@@ -22,6 +26,8 @@ class Mailboxes:
     def __init__(self) -> None:
         self._ready: dict[str, int] = {}
         self._replies: dict[str, list[messages.Records]] = {}
+        self._spools: dict[str, RecordSpool] = {}
+        self._taken: set[str] = set()
         self._arrived: dict[str, Event] = {}
 
     def _event(self, cell_id: str) -> Event:
@@ -32,6 +38,11 @@ class Mailboxes:
         self._event(msg.id).set()
 
     def on_records(self, msg: messages.Records) -> None:
+        if msg.more:
+            if msg.id not in self._taken:  # else a straggler's, after the cell was collected
+                spool = self._spools.get(msg.id) or self._spools.setdefault(msg.id, RecordSpool())
+                spool.add(msg.records)
+            return
         self._replies.setdefault(msg.id, []).append(msg)
         self._event(msg.id).set()
 
@@ -53,10 +64,22 @@ class Mailboxes:
         self._wait(cell_id, lambda: self.replies(cell_id) >= n, timeout_s)
         return self.replies(cell_id)
 
-    def take_replies(self, cell_id: str) -> list[messages.Records]:
-        """The cell's record replies, removed from the mailbox."""
+    def take_replies(self, cell_id: str) -> tuple[list[RequestRecord], list[messages.Records]]:
+        """The cell's records sent in batches (read back from its spool) and its processes'
+        replies, removed from the mailbox."""
         self._arrived.pop(cell_id, None)
-        return self._replies.pop(cell_id, [])
+        self._taken.add(cell_id)
+        spool = self._spools.pop(cell_id, None)
+        return (spool.read() if spool is not None else []), self._replies.pop(cell_id, [])
+
+    def discard(self, cell_id: str) -> None:
+        """Drop what came for a cell that will have no figures (a lost worker)."""
+        self._arrived.pop(cell_id, None)
+        self._taken.add(cell_id)
+        self._replies.pop(cell_id, None)
+        spool = self._spools.pop(cell_id, None)
+        if spool is not None:
+            spool.discard()
 
     def _wait(self, cell_id: str, done: Callable[[], bool], timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s

@@ -25,6 +25,9 @@ COLLECT = "llmload_collect"
 READY = "llmload_ready"
 RECORDS = "llmload_records"
 MESSAGE_TYPES = (CELL, GO, COLLECT, READY, RECORDS)
+RECORDS_BATCH = 256
+"""A process sends its records of a running cell to the controller in batches of this many
+(`Records.more`): it holds no more than that, however long the cell runs."""
 
 
 class _Message:
@@ -183,21 +186,25 @@ class Records(_Message):
     """One process's records of a cell, its monitor samples in the window
     (`cellfacts.LoadSample`: CPU, loop lag, freezes) and
     what its hot path saw per monitor interval (reads, events, read backlog:
-    `clientload.IntervalSample`), from which the added-delay estimate is made."""
+    `clientload.IntervalSample`), from which the added-delay estimate is made. With `more`:
+    a batch of the records sent while the cell runs (`RECORDS_BATCH` of them, no samples);
+    the process's reply to the collect message comes after its batches, without `more`."""
 
     TYPE: ClassVar[str] = RECORDS
     id: str
     records: tuple[RequestRecord, ...] = ()
     load_samples: tuple[LoadSample, ...] = ()
     read_samples: tuple[IntervalSample, ...] = ()
+    more: bool = False
 
     def to_wire(self) -> dict[str, Any]:
         return {"id": self.id, "records": [r.to_wire() for r in self.records],
                 "load_samples": [s.to_wire() for s in self.load_samples],
-                "read_samples": [s.to_wire() for s in self.read_samples]}
+                "read_samples": [s.to_wire() for s in self.read_samples], "more": self.more}
 
     @classmethod
     def from_wire(cls, data: dict[str, Any]) -> "Records":
         return cls(id=data["id"], records=tuple(RequestRecord.from_wire(r) for r in data.get("records") or ()),
+                   more=bool(data.get("more")),
                    load_samples=tuple(LoadSample.from_wire(s) for s in data.get("load_samples") or ()),
                    read_samples=tuple(IntervalSample.from_wire(s) for s in data.get("read_samples") or ()))

@@ -160,15 +160,16 @@ class CellMeasurer:
             try:
                 self._check_workers(users)
             except WorkerLost:
-                self.mailboxes.take_replies(cell_id)
+                self.mailboxes.discard(cell_id)
                 raise
             self.mailboxes.wait_replies(cell_id, expected, CHECK_EVERY_S)
-        replies = self.mailboxes.take_replies(cell_id)
-        if len(replies) < expected:
-            missing = expected - len(replies)
+        if self.mailboxes.replies(cell_id) < expected:
+            missing = expected - self.mailboxes.replies(cell_id)
+            self.mailboxes.discard(cell_id)
             raise WorkerLost(f"worker lost: {missing} of {expected} process(es) sent no records within "
                              f"{COLLECT_TIMEOUT_S + extra_s:.0f} s; their records are lost and the cell's are discarded")
-        records = [r for reply in replies for r in reply.records]
+        records, replies = self.mailboxes.take_replies(cell_id)
+        records += [r for reply in replies for r in reply.records]
         return (records, tuple(reply.load_samples for reply in replies),
                 tuple(reply.read_samples for reply in replies))
 

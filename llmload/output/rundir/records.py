@@ -30,6 +30,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -103,27 +104,56 @@ def cell_file_name(planned: PlannedCell) -> str:
 
 
 def records_table(records: Iterable[RequestRecord]) -> pa.Table:
+    """The records as a table of RECORD_SCHEMA. The token arrays go in as their bytes, one
+    buffer per column (no Python float per token: a one-hour cell has millions)."""
     records = list(records)
-    columns: dict[str, list[Any]] = {name: [] for name in RECORD_COLUMNS}
-    for r in records:
-        for name in RECORD_COLUMNS:
-            value = getattr(r, name)
-            if name in _ARRAY_COLUMNS:
-                value = value.tolist()
-            elif name == "error" and value is not None:
-                value = scrub(value)
-            columns[name].append(value)
+    columns: dict[str, Any] = {}
+    for name in RECORD_COLUMNS:
+        if name in _ARRAY_COLUMNS:
+            columns[name] = _list_column([getattr(r, name) for r in records], _ARRAY_COLUMNS[name],
+                                         RECORD_COLUMNS[name])
+        elif name == "error":
+            columns[name] = [None if r.error is None else scrub(r.error) for r in records]
+        else:
+            columns[name] = [getattr(r, name) for r in records]
     return pa.Table.from_pydict(columns, schema=RECORD_SCHEMA)
+
+
+def _list_column(arrays: list[array], code: str, arrow_type: pa.ListType) -> pa.Array:
+    offsets = np.zeros(len(arrays) + 1, dtype=np.int32)
+    np.cumsum(np.fromiter((len(a) for a in arrays), dtype=np.int64, count=len(arrays)), out=offsets[1:])
+    flat = np.frombuffer(b"".join(a.tobytes() for a in arrays), dtype=np.dtype(code))
+    return pa.ListArray.from_arrays(pa.array(offsets, type=pa.int32()), pa.array(flat, type=arrow_type.value_type))
+
+
+def _arrays_of(column: pa.ChunkedArray, code: str) -> list[array]:
+    """A list column back as one array.array per row, from its values' bytes."""
+    out: list[array] = []
+    for chunk in column.chunks:
+        offsets = chunk.offsets.to_numpy()
+        raw = memoryview(chunk.values.to_numpy(zero_copy_only=False).astype(code, copy=False).tobytes())
+        size = array(code).itemsize
+        for i in range(len(chunk)):
+            a = array(code)
+            a.frombytes(raw[offsets[i] * size:offsets[i + 1] * size])
+            out.append(a)
+    return out
 
 
 def records_from_table(table: pa.Table) -> list[RequestRecord]:
     names = [f.name for f in fields(RequestRecord)]
-    data = {name: table.column(name).to_pylist() for name in names if name in table.column_names}
+    data: dict[str, list[Any]] = {}
+    for name in names:
+        if name not in table.column_names:
+            continue
+        code = _ARRAY_COLUMNS.get(name)
+        data[name] = _arrays_of(table.column(name), code) if code else table.column(name).to_pylist()
     out = []
     for i in range(table.num_rows):
         kw = {name: values[i] for name, values in data.items()}
         for name, code in _ARRAY_COLUMNS.items():
-            kw[name] = array(code, kw.get(name) or [])
+            if name not in kw:
+                kw[name] = array(code)
         out.append(RequestRecord(**kw))
     return out
 
