@@ -9,8 +9,10 @@ memory.csv in the output folder.
 
 Printed, as Markdown:
 - memory: llmload's RSS after its first slice, its highest during the window and at the
-  window's end (the growth over the window), and its peak over the whole run (the cell's end
-  included, where its records are read back from the spool to compute its figures);
+  window's end (the growth over the window), its peak (VmHWM) by the window's end, and the
+  largest process's peak over the whole run (getrusage, after it exits: the cell's end
+  included, where its records are read back from the spool to compute its figures and the
+  report is written);
 - per slice: requests sent, TTFT p50 / p99, TBT p50 and e2e p99 (the cell's own slices,
   results.json), the send lateness p99 (rate: send − due time, from the records), llmload's
   own CPU % (its load monitor's samples) and its RSS at the slice's end;
@@ -28,6 +30,7 @@ import argparse
 import csv
 import json
 import os
+import resource
 import signal
 import socket
 import statistics
@@ -58,6 +61,18 @@ def rss_mb(pid: int) -> float:
         return 0.0
 
 
+def hwm_mb(pid: int) -> float:
+    """The process's highest RSS so far (VmHWM): a peak between two samples included."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, IndexError, ValueError):
+        pass
+    return 0.0
+
+
 def tree(pid: int) -> list[int]:
     """pid and every process under it."""
     children: dict[int, list[int]] = {}
@@ -80,11 +95,11 @@ def tree(pid: int) -> list[int]:
 def sampler(run: subprocess.Popen, sim: subprocess.Popen, every_s: float, path: Path, stop: threading.Event):
     with path.open("w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["t_s", "llmload_rss_mb", "llmload_processes", "sim_rss_mb"])
+        w.writerow(["t_s", "llmload_rss_mb", "llmload_processes", "sim_rss_mb", "llmload_hwm_mb"])
         while not stop.is_set() and run.poll() is None:
             pids = tree(run.pid)
             w.writerow([f"{time.time():.3f}", f"{sum(rss_mb(p) for p in pids):.1f}", len(pids),
-                        f"{rss_mb(sim.pid):.1f}"])
+                        f"{rss_mb(sim.pid):.1f}", f"{sum(hwm_mb(p) for p in pids):.1f}"])
             f.flush()
             stop.wait(every_s)
 
@@ -137,22 +152,26 @@ def main() -> int:
                 rc = run.wait()
             stop.set()
             watcher.join()
+            # the largest RSS any waited-for child reached, the run's end included (the
+            # simulator, still running, is not counted yet)
+            peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
         if rc not in (0, 1):
             sys.exit(f"long_run: llmload run exited {rc} (see {out / 'run.log'})")
     finally:
         sim.terminate()
         sim.wait(timeout=30)
-    report(out, args, time.time() - started)
+    report(out, args, time.time() - started, peak_mb)
     return 0
 
 
-def report(out: Path, args, wall_s: float) -> None:
+def report(out: Path, args, wall_s: float, peak_mb: float) -> None:
     doc = json.loads((out / "run" / "results.json").read_text())
     [cell] = [c for c in doc["cells"] if c.get("phase") == args.workload]
     _, records, facts = read_cell(out / "run" / cell["records_file"])
     t0, t1 = facts.t0_s, facts.t1_s
     with (out / "memory.csv").open() as f:
-        mem = [(float(r["t_s"]), float(r["llmload_rss_mb"]), float(r["sim_rss_mb"])) for r in csv.DictReader(f)]
+        mem = [(float(r["t_s"]), float(r["llmload_rss_mb"]), float(r["sim_rss_mb"]), float(r["llmload_hwm_mb"]))
+               for r in csv.DictReader(f)]
     # memory.csv's times are time.time(); the cell's are llmload.core.clock's, on the same epoch
     in_window = [m for m in mem if t0 <= m[0] <= t1]
     first = [m[1] for m in in_window if m[0] <= t0 + args.slice]
@@ -175,8 +194,10 @@ def report(out: Path, args, wall_s: float) -> None:
           f"status {cell['status']}; {len(records)} records; wall {wall_s / 60:.1f} min\n")
     print(f"llmload RSS: {first[-1] if first else float('nan'):.1f} MB after the first slice, "
           f"{max(m[1] for m in in_window):.1f} MB highest in the window, "
-          f"{in_window[-1][1]:.1f} MB at its end; {max(m[1] for m in mem):.1f} MB peak over the run "
-          f"(the cell's end included). Simulator RSS {in_window[0][2]:.1f} → {in_window[-1][2]:.1f} MB.\n")
+          f"{in_window[-1][1]:.1f} MB at its end; peak (VmHWM, the processes' sum) {in_window[-1][3]:.1f} MB "
+          f"by the window's end; the largest process's peak over the whole run {peak_mb:.1f} MB (getrusage: "
+          f"the cell's end included, its records read back, its figures and report). "
+          f"Simulator RSS {in_window[0][2]:.1f} → {in_window[-1][2]:.1f} MB.\n")
     keys = list(rows[0])
     print("| " + " | ".join(keys) + " |")
     print("|" + "---|" * len(keys))

@@ -44,6 +44,7 @@ OTHER_DOCUMENTS = {
     "llmload/commands/simulator.py": {"images"},  # the command's options
     "llmload/core/figures/slices.py": {"e2e_p99_ms", "achieved_rate_rps"},  # a sub-window's figures
     "llmload/output/pages/text.py": {"images"},  # the run's config
+    "llmload/commands/scenariochecks.py": {"concurrency"},  # the scenario's values (a users ramp)
     "llmload/output/pages/workloads/pooling.py": {"concurrency"},  # the run's config
     "llmload/output/pages/workloads/sessions.py": {"concurrency", "turns", "prompt_tokens",
                                                    "output_tokens"},  # the run's config

@@ -12,7 +12,7 @@ import click
 
 from llmload.core.capacity.protocols import ENDPOINT_PATHS
 from llmload.commands.common import Refused, echo
-from llmload.commands.scenariochecks import priced, scheduled_rates, workload_checked  # noqa: F401 (their home)
+from llmload.commands.scenariochecks import priced, scheduled, workload_checked  # noqa: F401 (their home)
 
 SCENARIO_OPTIONS = {
     "host": "host", "model": "model", "endpoint": "endpoint", "contexts": "contexts",
@@ -161,8 +161,8 @@ def run(scenario_file, out_dir, resume_dir, force, max_error_rate, master_bind, 
     if resume_dir and force:
         raise Refused("--resume keeps the run's cells and --force replaces them: choose one")
     try:
-        file_values = scheduled_rates(load_scenario(scenario_file) if scenario_file else {})
-        cli_values = scheduled_rates({SCENARIO_OPTIONS[k]: v for k, v in options.items() if v is not None})
+        file_values = scheduled(load_scenario(scenario_file) if scenario_file else {})
+        cli_values = scheduled({SCENARIO_OPTIONS[k]: v for k, v in options.items() if v is not None})
         base = None
         if resume_dir:
             try:

@@ -9,13 +9,22 @@ import os
 from llmload.core.capacity.protocols import PROTOCOLS
 
 
-def scheduled_rates(values: dict) -> dict:
+def scheduled(values: dict) -> dict:
     """`rates: ramp:...` or `series:...` (a rate that changes over the window) is the
-    scenario's rate_schedule, not its list of rates."""
-    from llmload.core.traffic.schedule import is_schedule
+    scenario's rate_schedule, not its list of rates; `concurrency: ramp:...` its
+    users_schedule, and its concurrency the ramp's last count. Rates or levels given as a list
+    clear a schedule from under them (a scenario file's, when the command line gives a list)."""
+    from llmload.core.traffic.schedule import is_schedule, parse_users_ramp
     if is_schedule(values.get("rates")):
         values = {**values, "rate_schedule": values["rates"]}
         del values["rates"]
+    elif values.get("rates") is not None:
+        values = {**values, "rate_schedule": ""}
+    if isinstance(values.get("concurrency"), str) and values["concurrency"].strip().startswith("ramp:"):
+        ramp = parse_users_ramp(values["concurrency"])
+        values = {**values, "users_schedule": ramp.text, "concurrency": str(int(ramp.pieces[-1].r1))}
+    elif values.get("concurrency") is not None:
+        values = {**values, "users_schedule": ""}
     return values
 
 
@@ -70,6 +79,8 @@ def workload_checked(scenario):
 
         from llmload.core.traffic.schedule import parse_schedule
         scenario = with_values(scenario, duration_s=parse_schedule(scenario.rate_schedule).duration_s)
+    if scenario.users_schedule:
+        scenario = _users_ramp(scenario, runner)
     drawn = " and ".join(r.name for r in RUNNERS.values() if r.drawn_lengths)
     if (scenario.prompt_tokens or scenario.output_tokens) and not runner.drawn_lengths:
         raise ValueError(f"--prompt-tokens and --output-tokens are for --workload {drawn} (the matrix "
@@ -94,6 +105,22 @@ def workload_checked(scenario):
     elif scenario.dataset_images:
         raise ValueError("--dataset-images sends a dataset's images: give --dataset")
     return runner.check(scenario)
+
+
+def _users_ramp(scenario, runner):
+    """A users ramp is for the closed-loop runs (matrix decode cells, sessions); its window is
+    the ramp's length."""
+    from dataclasses import replace as with_values
+
+    from llmload.core.traffic.schedule import parse_users_ramp
+    if runner.name not in ("matrix", "sessions"):
+        raise ValueError(f"--concurrency {scenario.users_schedule} ramps users: for --workload matrix or "
+                         f"sessions, not {runner.name}" + (" (a rate ramps with --rates ramp:...)"
+                                                            if runner.name == "rate" else ""))
+    if scenario.slo_search:
+        raise ValueError("--slo-search bisects fixed user counts: with a users ramp, --slo alone names "
+                         "where it was first missed")
+    return with_values(scenario, duration_s=parse_users_ramp(scenario.users_schedule).duration_s)
 
 
 def _check_cancel(scenario, runner) -> None:

@@ -124,11 +124,15 @@ class Scenario:
     think_time: str = "0"
     """Sessions: seconds between an answer and the next turn ("2"; "exp:2" exponential, mean 2)."""
     rates: tuple[float, ...] = (1.0, 2.0, 4.0)
+    """Rate: requests per second, one cell column per value."""
     rate_schedule: str | None = None
     """Rate: a rate that changes over the window, `--rates ramp:A..B/T[:exp]` or
     `series:...` (`llmload.core.traffic.schedule`): one cell per context, its window the
     schedule's length, in place of the rates."""
-    """Rate: requests per second, one cell column per value."""
+    users_schedule: str | None = None
+    """Matrix and sessions: users that ramp over the window, `--concurrency ramp:A..B/T[:exp]`
+    (`schedule.parse_users_ramp`): one cell per context (system prompt) of B users, each joining
+    when the ramp reaches it, its window the ramp's length, in place of the concurrency levels."""
     arrivals: str = "poisson"
     """Rate: "poisson", "constant" or "gamma:CV" arrivals (`workloads.parse_arrivals`)."""
     prompt_tokens: str | None = None

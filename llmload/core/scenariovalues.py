@@ -16,7 +16,7 @@ from llmload.core.capacity.protocols import PROTOCOLS
 from llmload.core.units import parse_duration, parse_int_list, parse_pairs, parse_token_list, parse_tokens
 from llmload.core.traffic.cancels import parse_cancel_after, parse_cancel_fraction
 from llmload.core.traffic.dataset import parse_dataset_spec
-from llmload.core.traffic.schedule import parse_schedule
+from llmload.core.traffic.schedule import parse_schedule, parse_users_ramp
 from llmload.core.traffic.lengths import parse_lengths
 from llmload.core.traffic.traceshape import parse_sample
 from llmload.core.figures.cost import parse_price
@@ -310,6 +310,7 @@ PARSERS: dict[str, Callable[[Any], Any]] = {
     "think_time": lambda v: str(parse_think_time(v)),
     "rates": _rates,
     "rate_schedule": lambda v: None if v is None or v == "" else parse_schedule(str(v)).text,
+    "users_schedule": lambda v: None if v is None or v == "" else parse_users_ramp(str(v)).text,
     "arrivals": parse_arrivals,
     "prompt_tokens": _lengths,
     "output_tokens": _lengths,

@@ -17,9 +17,11 @@ import time
 
 import gevent
 from gevent.event import Event
+from locust.runners import WorkerRunner
 
 from llmload.core.clock import now
 from llmload.core.traffic.prompts import PromptBuilder, TextFit
+from llmload.core.traffic.schedule import join_offsets, parse_users_ramp
 from llmload.core.model.records import RequestRecord
 from llmload.core.redact import scrub
 from llmload.loadgen import messages
@@ -56,6 +58,7 @@ class CellWorker:
         self._prompts: dict[str, PromptBuilder] = {}
         self._pacers: dict[str, str] = {}
         self._texts: dict[str, PromptBuilder] = {}
+        self._joins: dict[str, tuple[list[float], int]] = {}
 
     def on_record(self, record: RequestRecord, cell_id: str | None = None, **_kw) -> None:
         """The record hook's listener: a cell's records are kept until they are collected, and
@@ -152,6 +155,21 @@ class CellWorker:
             if delay > 0:
                 gevent.sleep(delay)
         return window
+
+    def join(self, cell: messages.CellSpec, t0: float) -> None:
+        """In a cell whose users ramp (`--concurrency ramp:...`): wait until this user's slot
+        joins, t0 plus its `join_offsets`. Slots are dealt in the order users get here, over
+        the processes: the k-th user of process i has slot k · processes + i."""
+        if not cell.schedule:
+            return
+        offsets, k = self._joins.get(cell.id) or (join_offsets(parse_users_ramp(cell.schedule), cell.concurrency), 0)
+        self._joins = {cell.id: (offsets, k + 1)}
+        runner = self.environment.runner
+        index = runner.worker_index if isinstance(runner, WorkerRunner) else 0
+        slot = min(k * max(cell.processes, 1) + index, len(offsets) - 1)
+        delay = t0 + offsets[slot] - now()
+        if delay > 0:
+            gevent.sleep(delay)
 
     def enter_window(self, cell_id: str) -> None:
         self._in_window[cell_id] = self._in_window.get(cell_id, 0) + 1

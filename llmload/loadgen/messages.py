@@ -93,7 +93,11 @@ class CellSpec(_Message):
     """Rate: requests per second over all pacing users (each sends its share)."""
     arrivals: str = "poisson"
     schedule: str = ""
-    """Rate: a rate that changes over the window (`llmload.core.traffic.schedule`), "" for none."""
+    """Rate: a rate that changes over the window (`llmload.core.traffic.schedule`); decode and
+    session: users that ramp (`schedule.parse_users_ramp`, each joins at its slot's time); ""
+    for none."""
+    processes: int = 1
+    """The processes that run the cell's users: a users ramp's slots are dealt over them."""
     max_in_flight: int = 0
     """Rate and replay: requests in flight at most over all pacing users (each its share)."""
     pacers: int = 0

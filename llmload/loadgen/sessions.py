@@ -196,6 +196,7 @@ def run_session_cell(user, client: StreamingClient, cell: CellSpec) -> None:
 
     cells.enter_window(cell.id)
     try:
+        cells.join(cell, t0)
         conversation = 0
         while now() < t1:
             conversation += 1

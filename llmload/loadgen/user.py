@@ -137,6 +137,7 @@ class LLMUser(User):
         body = self._body(cell, key, cell.max_tokens)
         self.cells.enter_window(cell.id)
         try:
+            self.cells.join(cell, t0)
             while now() < t1:
                 rec = client.stream(cell.path, body, user_id=self.user_id, tag="decode",
                                     deadline_s=t1, count_key=count_key)

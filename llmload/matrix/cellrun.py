@@ -36,12 +36,15 @@ LEAD_DISTRIBUTED_S = 0.5
 COLLECT_TIMEOUT_S = 30.0
 CHECK_EVERY_S = 0.1
 """The longest the controller waits for a message before it checks for lost workers."""
+JOINING_PHASES = ("decode", "session")
+"""Cells whose users may ramp (`--concurrency ramp:...`)."""
 CLOSE_SETTLE_S = 0.5
 """Where users cancel: how long after the cell's last request the server's counters are read
 (it may take a step or two to notice a closed connection and stop)."""
 
 
-def cell_message(ctx: RunContext, planned: PlannedCell, cell_id: str, prompts, *, pacers: int = 1) -> CellSpec:
+def cell_message(ctx: RunContext, planned: PlannedCell, cell_id: str, prompts, *, pacers: int = 1,
+                 processes: int = 1) -> CellSpec:
     """The cell as its users get it (its workload's fields from its runner, `Runner.message`);
     `pacers` is the number of pacing users of an open-loop cell (one per process)."""
     sc = ctx.scenario
@@ -57,7 +60,8 @@ def cell_message(ctx: RunContext, planned: PlannedCell, cell_id: str, prompts, *
         warmup=sc.warmup, repeats=sc.prefill_repeats, fixed_output=True, temperature=0.0,
         pool_ids=tuple(prompts.pool_ids), tokens_per_word=prompts.tokens_per_word,
         overhead_tokens=prompts.overhead_tokens, text_words=fit.words if fit else 0,
-        text_tail=fit.tail if fit else -1, images=planned.images, image_size=sc.image_size, image_dir=sc.image_dir or "")
+        text_tail=fit.tail if fit else -1, images=planned.images, image_size=sc.image_size, image_dir=sc.image_dir or "",
+        schedule=sc.users_schedule or "", processes=processes)
     return runner_for(planned.phase).message(ctx, planned, spec, pacers)
 
 
@@ -73,7 +77,7 @@ class CellMeasurer:
         cell_id = f"c{self.seq}"
         runner = runner_for(planned.phase)
         n = runner.users(planned, self.driver.processes)
-        msg = cell_message(self.ctx, planned, cell_id, self.prompts, pacers=n)
+        msg = cell_message(self.ctx, planned, cell_id, self.prompts, pacers=n, processes=self.driver.processes)
         started = now()
         self.driver.send(CellSpec.idle(f"idle{self.seq}"))
         self.driver.set_users(n)
@@ -86,6 +90,7 @@ class CellMeasurer:
         pooling = PROTOCOLS[self.ctx.scenario.endpoint].pooling  # its answers' inputs are figures
         exact = self.prompts.exact_for(text_tokens(self.ctx, planned.prompt_tokens))  # the text's fit
         facts = replace(CellFacts(exact_prompt_length=exact, slice_s=self.ctx.scenario.slice_s,
+                                  users_schedule=msg.schedule if planned.phase in JOINING_PHASES else None,
                                   slo=self.ctx.scenario.slo, text_prompt=not self.prompts.pool_ids,
                                   inputs_per_request=msg.inputs if pooling else None),
                         **runner.facts(self.ctx, planned, msg))

@@ -100,8 +100,10 @@ def _window(cell: CellResult, fig: WindowFigures) -> CellResult:
 def decode_cell(planned: PlannedCell, records: list[RequestRecord], facts: CellFacts, *, tag: str = "decode",
                 users_idle: bool = False) -> CellResult:
     """A closed-loop cell over its window: the matrix's decode cell, and a session cell's
-    window (`tag` "session"; `users_idle` where users think between turns)."""
+    window (`tag` "session"; `users_idle` where users think between turns, or join over the
+    window: `--concurrency ramp:...`)."""
     t0, t1 = facts.t0_s, facts.t1_s
+    users_idle = users_idle or bool(facts.users_schedule)
     decode = [r for r in records if r.tag == tag]
     warm = [r for r in records if r.tag == "warmup"]
     fig = window_figures(decode, t0, t1, concurrency=planned.concurrency)

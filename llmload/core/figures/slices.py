@@ -8,10 +8,11 @@ Rules (docs/figures.md, "Figures over time"):
   sends, achieved rate and e2e; embeddings and rerank: `pooling.pooling_figures`), so the
   slices' output tokens add up to the window's, and their total tok/s weighted by length is
   the window's.
-- A rate that changes over the window (`--rates ramp:...`, `series:...`) is sliced even
-  without --slice (RAMP_SLICES slices), and with an SLO the first slice that misses it names
-  the rate it was sent at (`ramp_note`): each slice judged on the bounds it has figures for
-  (TTFT and TBT p50 and p99, per-request tok/s).
+- A rate that changes over the window (`--rates ramp:...`, `series:...`), or users that ramp
+  (`--concurrency ramp:...`), is sliced even without --slice (RAMP_SLICES slices), and with an
+  SLO the first slice that misses it names the rate (the users) at its start and end
+  (`ramp_note`): each slice judged on the bounds it has figures for (TTFT and TBT p50 and
+  p99, per-request tok/s).
 - The first slice against the rest (a steady rate): with at least three full slices after it, the rest's
   headline figure (decode and sessions: total tok/s; rate and replay: TTFT p50; embeddings and
   rerank: inputs/s) gives a 95% prediction interval for one more slice, mean ± t(n − 1) · s ·
@@ -35,7 +36,7 @@ from llmload.core.model.cell import CellResult
 from llmload.core.model.cellfacts import CellFacts
 from llmload.core.model.records import RequestRecord
 from llmload.core.model.slices import CellSlice
-from llmload.core.traffic.schedule import RateSchedule, parse_schedule
+from llmload.core.traffic.schedule import RateSchedule, parse_schedule, parse_users_ramp
 
 OPEN_LOOP = ("rate", "replay")
 HEADLINE = {"decode": ("total_tok_s", "total tok/s", True, ""), "session": ("total_tok_s", "total tok/s", True, ""),
@@ -105,9 +106,10 @@ def _num(value: float) -> str:
     return f"{value:,.1f}" if abs(value) < 1000 else f"{value:,.0f}"
 
 
-def ramp_note(slices: Sequence[CellSlice], slo: Mapping[str, float], schedule: RateSchedule) -> str | None:
-    """Where a changing rate first missed the SLO (module docstring); None where no slice
-    could be judged."""
+def ramp_note(slices: Sequence[CellSlice], slo: Mapping[str, float], schedule: RateSchedule,
+              unit: str = "requests/s") -> str | None:
+    """Where a changing rate (or users count: `unit` "users") first missed the SLO (module
+    docstring); None where no slice could be judged."""
     judged = False
     for s in slices:
         failed = []
@@ -119,21 +121,25 @@ def ramp_note(slices: Sequence[CellSlice], slo: Mapping[str, float], schedule: R
             judged = True
             lower = figure == "per_request_tok_s"
             if (value < bound) if lower else (value > bound):
-                unit = " tok/s" if lower else " ms"
-                failed.append(f"{user.replace('_', ' ')} {_num(value)}{unit} {'<' if lower else '>'} "
-                              f"{_num(bound)}{unit}")
+                of = " tok/s" if lower else " ms"
+                shown = _num(value) if _num(value) != _num(bound) else f"{value:,.3f}"  # 20.004 > 20.0
+                failed.append(f"{user.replace('_', ' ')} {shown}{of} {'<' if lower else '>'} {_num(bound)}{of}")
         if failed:
             low, high = schedule.rate_at(s.start_s), schedule.rate_at(s.end_s)
-            return (f"SLO first missed at {_num(low)}–{_num(high)} requests/s (the slice {s.start_s:.3g}–"
+            low, high = (_num(low), _num(high)) if unit != "users" else \
+                (f"{round(low):,}", f"{round(high):,}")  # the users in by then (`schedule.join_offsets`)
+            return (f"SLO first missed at {low}–{high} {unit} (the slice {s.start_s:.3g}–"
                     f"{s.end_s:.3g} s: {'; '.join(failed)})")
-    return f"SLO met through the whole schedule, up to {_num(max(schedule.rate_at(s.end_s) for s in slices))} " \
-           "requests/s" if judged else None
+    top = max(schedule.rate_at(s.end_s) for s in slices)
+    return f"SLO met through the whole schedule, up to {_num(top) if unit != 'users' else f'{top:,.0f}'} " \
+           f"{unit}" if judged else None
 
 
 def with_slices(cell: CellResult, records: Sequence[RequestRecord], facts: CellFacts) -> CellResult:
     """The cell with its slices and their note, where the run asked for slices (or its rate
     changes over the window) and the cell has a window."""
-    schedule = parse_schedule(facts.rate_schedule) if facts.rate_schedule else None
+    schedule, unit = ((parse_schedule(facts.rate_schedule), "requests/s") if facts.rate_schedule else
+                      (parse_users_ramp(facts.users_schedule), "users") if facts.users_schedule else (None, ""))
     slice_s, t0 = facts.slice_s or (schedule.duration_s / RAMP_SLICES if schedule else None), facts.t0_s
     if not slice_s or t0 is None or not cell.measured_s:
         return cell
@@ -141,7 +147,7 @@ def with_slices(cell: CellResult, records: Sequence[RequestRecord], facts: CellF
     slices = window_slices(cell.phase, mine, t0, t0 + cell.measured_s, slice_s,
                            inputs_per_request=facts.inputs_per_request)
     if schedule is not None:
-        note = ramp_note(slices, facts.slo, schedule) if facts.slo else None
+        note = ramp_note(slices, facts.slo, schedule, unit) if facts.slo else None
     else:
         note = first_slice_note(cell.phase, slices, slice_s)
     return replace(cell, slices=slices, slice_note=note)

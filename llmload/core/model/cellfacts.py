@@ -129,6 +129,8 @@ class CellFacts:
     """--slice D: the window's figures also per slice of D seconds."""
     rate_schedule: str | None = None
     """A rate cell whose rate changes over its window (`llmload.core.traffic.schedule`): its text."""
+    users_schedule: str | None = None
+    """A decode or session cell whose users ramp over its window (`schedule.parse_users_ramp`): its text."""
     intervals: bool = True
     """Give the cell's figures their intervals (`llmload.core.figures.intervals`); a prediction
     on a profile without noise has none to give (every figure is exact)."""

@@ -12,6 +12,10 @@ arrival process (poisson, constant, gamma:CV; `workloads.arrival_offsets`) is dr
 request a second of "operational time" u over [0, Λ(T)), Λ(t) = ∫₀ᵗ rate the requests due by
 t, and each arrival is sent at Λ⁻¹(u): Poisson stays Poisson of the changing rate, constant
 sends the k-th request when k are due, gamma keeps its burstiness.
+
+Users ramp the same way (`--concurrency ramp:A..B/T[:exp]`, `parse_users_ramp`): the count
+of users at each moment, A at the window's start and B at its end; user slot s (0, 1, ...)
+joins when the count, rounded, first reaches s + 1 (`join_offsets`).
 """
 
 from __future__ import annotations
@@ -116,7 +120,44 @@ def _rate(text: str, where: str) -> float:
     return value
 
 
-RAMP = re.compile(r"ramp:([^.]+)\.\.([^/]+)/([^:]+)(?::(linear|exp))?$")
+RAMP = re.compile(r"ramp:(.+?)\.\.([^/]+)/([^:]+)(?::(linear|exp))?$")
+
+
+def parse_users_ramp(text: str) -> RateSchedule:
+    """`--concurrency ramp:A..B/T[:exp]`: users from A (0 allowed for a linear ramp) to B at
+    least 1, whole numbers; ValueError (one line) for a bad one."""
+    value = str(text).strip()
+    m = RAMP.match(value)
+    if not m:
+        raise ValueError(f"--concurrency {value!r}: a users ramp is ramp:FROM..TO/DURATION[:exp], "
+                         "e.g. ramp:1..64/60s")
+    try:
+        a, b = int(m.group(1)), int(m.group(2))
+    except ValueError:
+        raise ValueError(f"--concurrency {value!r}: a ramp's users are whole numbers") from None
+    exp = m.group(4) == "exp"
+    if not 0 <= a < b:
+        raise ValueError(f"--concurrency {value!r}: a users ramp goes up, from 0 or more to more")
+    if exp and a < 1:
+        raise ValueError(f"--concurrency {value!r}: an exponential ramp starts from 1 user or more")
+    return RateSchedule(text=value, pieces=(Piece(0.0, parse_duration(m.group(3)), float(a), float(b), exp),))
+
+
+def join_offsets(schedule: RateSchedule, users: int) -> list[float]:
+    """Seconds after the window's start at which user slot s joins, for s in range(users):
+    when the ramp's count, rounded, first reaches s + 1 (the count reaches s + ½; 0 for the
+    users it starts with). The last user joins half a user's time before the end."""
+    (p,) = schedule.pieces
+    out = []
+    for s in range(users):
+        n = s + 0.5
+        if n <= p.r0:
+            out.append(0.0)
+        elif p.exp:
+            out.append(p.length_s * math.log(n / p.r0) / math.log(p.r1 / p.r0))
+        else:
+            out.append(p.length_s * (n - p.r0) / (p.r1 - p.r0))
+    return out
 
 
 def parse_schedule(text: str) -> RateSchedule:

@@ -17,6 +17,7 @@ from llmload.core.model.server import ServerCheck
 from llmload.core.figures.cost import PRICE_KEY, cell_cost
 from llmload.core.figures.slo import capacity, describe_slo, parse_slo
 from llmload.output.formats import MISSING, cell_label, fmt_context, fmt_count, fmt_ms, phase_cells, plus_minus
+from llmload.output.pages.answer import ramped
 from llmload.output.pages.model import CAPACITY_TITLE, COST_TITLE, SLICES_TITLE, Section
 from llmload.output.pages.tables import Column, column_table, make_table, phase_label
 from llmload.output.pages.workloads.part import WorkloadPart, capacity_row
@@ -39,7 +40,7 @@ def capacity_section(results: Results, cells: Sequence[CellResult], part: Worklo
     most chat users); None without an SLO, for a workload without one, or without such a cell."""
     slo = parse_slo(results.config.get("slo"))
     table = part.capacity
-    if not slo or table is None:
+    if not slo or table is None or ramped(results):
         return None
     found = capacity(cells, slo, phase=table.phase)
     if not found:

@@ -114,7 +114,8 @@ def render_subtitle(results: Results, workload: str | None) -> str:
     parts.append(
         _span("context", [fmt_context(c) for c in contexts])
         + " × "
-        + _span("concurrency level", [str(n) for n in levels])
+        + (f"users {results.config['users_schedule']}" if results.config.get("users_schedule")
+           else _span("concurrency level", [str(n) for n in levels]))
     )
     if prefill:
         parts.append("prefill at " + ", ".join(fmt_context(c) for c in prefill))
@@ -267,6 +268,8 @@ def render_run(results: Results, cells: Sequence[CellResult], workload: str | No
             ("Images", _images(config, server)),
             ("Workload", workload) if workload else ("Decode test", "Fixed duration"),
             ("Prefill mode", None if workload else _prefill_mode(results, cells)),
+            ("Users", f"{config['users_schedule']} (each joins when the ramp reaches it)"
+             if config.get("users_schedule") else None),
             ("Time per measurement", format_duration_s(duration_s) if duration_s else None),
             ("Max output", f"{max_tokens:,} tokens" if max_tokens and streams else None),
             ("Output length", _output_length(server) if streams else None),

@@ -124,7 +124,7 @@ def sections(results: Results, cells: Sequence[CellResult], slo: Slo | None) -> 
                       COUNTS_OPTIONAL)
     out = [Section(title="Open-loop arrivals (one row per context × rate)", intro=None,
                    table=status_table(cells, columns), note=RATE_NOTE)]
-    if slo and cells:
+    if slo and cells and not results.config.get("rate_schedule"):  # a ramp's answer is its slices'
         out.append(Section(title="Highest rate under SLO", intro=f"SLO: {describe_slo(slo)}.",
                            table=make_table(RATE_CAPACITY_COLUMNS, rate_capacity_rows(cells, slo)),
                            note=RATE_CAPACITY_NOTE))

@@ -35,7 +35,7 @@ def _think(value: Any) -> str:
 def parameters(config: Mapping[str, Any]) -> list[tuple[str, Any]]:
     dataset = config.get("dataset")
     return [("system prompt S", fmt_list(config.get("system_prompt_tokens"), fmt_tokens) + " tokens"),
-            ("users", fmt_list(config.get("concurrency"))),
+            ("users", config.get("users_schedule") or fmt_list(config.get("concurrency"))),
             ("turns", config.get("turns")),
             ("conversations", dataset),
             ("new tokens a turn U", None if dataset else config.get("prompt_tokens") or config.get("turn_tokens")),
