@@ -114,6 +114,35 @@ def test_a_ramp_on_the_simulator_says_where_it_first_missed_the_slo(tmp_path):
     assert "rate ramp:2..60/20s (requests/s over the window)" in page
 
 
+def test_a_series_file_is_followed_to_its_schedule(sim_tiny, tmp_path):
+    """A CSV series (5 req/s, a step to 20 at 4 s, back to 5 at 8 s) with constant arrivals:
+    the k-th request is due when k are due (Λ⁻¹), each went within the open loop's lateness
+    bound, and every one is accounted for."""
+    import json
+
+    from llmload.core.figures.status import LATENESS_BOUND_MS
+    from llmload.output.rundir.records import read_cell
+    from tests_helpers import llmload
+    series = tmp_path / "load.csv"
+    series.write_text("time,rate\n0,5\n4,5\n4.01,20\n8,20\n8.01,5\n12,5\n")
+    out = tmp_path / "run"
+    done = llmload("run", "--host", sim_tiny.url, "--workload", "rate", "--rates", f"series:{series}",
+                   "--arrivals", "constant", "--contexts", "128", "--max-tokens", "8", "--out", str(out))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    doc = json.loads((out / "results.json").read_text())
+    (cell,) = [c for c in doc["cells"] if c["phase"] == "rate"]
+    schedule = parse_schedule(f"series:{series}")
+    assert doc["config"]["duration_s"] == pytest.approx(12.0)
+    assert cell["requests_scheduled"] == cell["requests_completed"] == 120  # due at Λ⁻¹(0), ..., Λ⁻¹(119)
+    _, records, facts = read_cell(out / cell["records_file"])
+    due = sorted(r.scheduled_s - facts.t0_s for r in records if r.tag == "rate")
+    assert due == pytest.approx([schedule.time_at(k) for k in range(len(due))], abs=1e-6)
+    late = [(r.send_s - r.scheduled_s) * 1000 for r in records if r.tag == "rate"]
+    assert max(late) < LATENESS_BOUND_MS
+    by_piece = [sum(1 for t in due if a <= t < b) for a, b in ((0, 4), (4.01, 8), (8.01, 12))]
+    assert by_piece == [pytest.approx(20, abs=1), pytest.approx(80, abs=1), pytest.approx(20, abs=1)]
+
+
 def test_a_schedule_is_refused_where_it_does_not_belong(tmp_path):
     from tests_helpers import llmload, one_line_error
     assert "is a rate workload's schedule, not --workload matrix's" in one_line_error(

@@ -246,7 +246,7 @@ def schedule_offsets(schedule: RateSchedule, arrivals: str, *, index: int = 0, p
                      seed: int = 0) -> list[float]:
     """Seconds after the window's start at which pacer `index` of `pacers` sends: the cell's
     arrival process at one request a second of operational time, mapped through Λ⁻¹."""
-    total = schedule.total
+    total = round(schedule.total, 9)  # 120.00000000000001 of float sums is 120: none due at the very end
     if total <= 0:
         return []
     return [schedule.time_at(u) for u in arrival_offsets(1.0, total, arrivals, index=index, pacers=pacers,
