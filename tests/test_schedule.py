@@ -112,6 +112,14 @@ def test_a_ramp_on_the_simulator_says_where_it_first_missed_the_slo(tmp_path):
     assert 2 < low < 60
     page = (out / "report.md").read_text()
     assert "rate ramp:2..60/20s (requests/s over the window)" in page
+    # The miss point known from the profile: the twin runs the same ramp on it in virtual time.
+    predicted = tmp_path / "predicted"
+    done = llmload("predict", "tiny", "--workload", "rate", "--rates", "ramp:2..60/20s", "--contexts", "1K",
+                   "--max-tokens", "64", "--slo", "ttft_p99=1s", "--drain", "10s", "--out", str(predicted))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    (twin,) = [c for c in json.loads((predicted / "results.json").read_text())["cells"] if c["phase"] == "rate"]
+    known = float(twin["slice_note"].split("at ")[1].split("–")[0])
+    assert abs(low - known) <= (60 - 2) / 12 + 1e-9, (cell["slice_note"], twin["slice_note"])  # one slice
 
 
 def test_a_series_file_is_followed_to_its_schedule(sim_tiny, tmp_path):
@@ -149,3 +157,8 @@ def test_a_schedule_is_refused_where_it_does_not_belong(tmp_path):
         llmload("run", "--rates", "ramp:1..2/5s", "--out", str(tmp_path / "a")))
     assert "a ramp is ramp:FROM..TO/DURATION" in one_line_error(
         llmload("run", "--workload", "rate", "--rates", "ramp:1..2", "--out", str(tmp_path / "b")))
+    assert "--slo-search bisects fixed rates" in one_line_error(
+        llmload("run", "--workload", "rate", "--rates", "ramp:1..2/5s", "--slo", "ttft_p99=1s", "--slo-search",
+                "--out", str(tmp_path / "c")))
+    assert "is not predicted: the twin's users are there from the window's start" in one_line_error(
+        llmload("predict", "tiny", "--contexts", "1K", "--concurrency", "ramp:1..4/10s", "--out", str(tmp_path / "d")))

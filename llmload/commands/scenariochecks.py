@@ -75,6 +75,9 @@ def workload_checked(scenario):
         if runner.name != "rate":
             raise ValueError(f"--rates {scenario.rate_schedule} is a rate workload's schedule, not --workload "
                              f"{scenario.workload}'s")
+        if scenario.slo_search:
+            raise ValueError("--slo-search bisects fixed rates: with a rate schedule, --slo alone names "
+                             "where it was first missed")
         from dataclasses import replace as with_values
 
         from llmload.core.traffic.schedule import parse_schedule

@@ -7,6 +7,7 @@ import click
 
 from llmload.commands.common import Refused
 from llmload.commands.run import SCENARIO_OPTIONS, run, workload_checked, workload_options
+from llmload.commands.scenariochecks import scheduled
 from llmload.core.capacity.protocols import PROTOCOLS
 
 
@@ -146,7 +147,10 @@ def predict(profile, workload, overrides, slo_search, out_dir, force, **options)
                                "give their lengths as distributions (--prompt-tokens, --output-tokens)")
     try:
         prof = load_profile(profile, parse_overrides(list(overrides)) or None)
-        cli = {SCENARIO_OPTIONS[k]: v for k, v in options.items() if v is not None}
+        cli = scheduled({SCENARIO_OPTIONS[k]: v for k, v in options.items() if v is not None})
+        if cli.get("users_schedule"):
+            raise ValueError(f"--concurrency {cli['users_schedule']} is not predicted: the twin's users are "
+                             "there from the window's start (a rate ramps with --rates ramp:...)")
         if slo_search:  # the run's check refuses it where it has no meaning (a pooling endpoint)
             cli["slo_search"] = True
         sc = workload_checked(resolve(None, {}, {**cli, "workload": workload, "sim_profile": profile}))

@@ -4,7 +4,7 @@ sends it, to the simulator's engine model (`llmload.sim.virtual`), with no socke
 wall clock. Each gives the records and the facts the runner would have gathered, which the
 run's own cell functions (`llmload.core.figures.cells`) turn into the cell.
 
-- Rate: the pacer's arrivals (`workloads.arrival_offsets`, one pacer; Poisson seeded by the
+- Rate: the pacer's arrivals (`schedule.cell_offsets`: a rate, or a ramp or series, one pacer; Poisson seeded by the
   cell's context and rate, so a rate's arrivals do not depend on the rates predicted beside
   it) and lengths (the cell's, or drawn as the run draws them: `lengths.drawn_lengths`),
   every prompt cold. On an embeddings or rerank endpoint each request is one pooling input
@@ -41,7 +41,8 @@ from llmload.core.traffic.lengths import drawn_lengths
 from llmload.core.model.records import RequestRecord
 from llmload.core.scenario import Scenario
 from llmload.core.traffic.trace import MOONCAKE_BLOCK_TOKENS, TraceRequest
-from llmload.core.traffic.workloads import arrival_offsets, drain_s, pacer_seed, parse_think_time, think_seed
+from llmload.core.traffic.schedule import cell_offsets
+from llmload.core.traffic.workloads import drain_s, pacer_seed, parse_think_time, think_seed
 from llmload.sim.calibration import unique_prompt
 from llmload.sim.engine import EngineRequest
 from llmload.sim.profiles import Profile
@@ -109,7 +110,8 @@ def virtual_rate(profile: Profile, planned: PlannedCell, sc: Scenario) -> tuple[
     """A rate cell in virtual time (module docstring)."""
     window, rate = sc.duration_s, planned.rate_rps or 0.0
     drain = drain_s("rate", window, sc.drain_s)
-    offsets = arrival_offsets(rate, window, sc.arrivals, index=0, pacers=1, seed=pacer_seed("predicted", planned.name, 0))
+    offsets = cell_offsets(rate, window, sc.arrivals, sc.rate_schedule or "", index=0, pacers=1,
+                           seed=pacer_seed("predicted", planned.name, 0))
     lengths: Iterable[tuple[int, int]] | None = drawn_lengths(
         sc.prompt_tokens, sc.output_tokens, prompt_tokens=planned.prompt_tokens, max_tokens=planned.max_tokens,
         limit=profile.max_model_len, seed=f"{sc.seed}/{planned.name}/p0")
@@ -122,7 +124,8 @@ def virtual_rate(profile: Profile, planned: PlannedCell, sc: Scenario) -> tuple[
     facts = CellFacts(t0_s=T0_S, t1_s=T0_S + window, waiting_samples=tuple(waits), arrivals=sc.arrivals,
                       in_flight_cap=sc.max_in_flight, requests_scheduled=scheduled, drain_s=drain,
                       prompt_lengths=sc.prompt_tokens, output_lengths=sc.output_tokens,
-                      slo=dict(sc.slo) if sc.slo else None, inputs_per_request=1 if pooled is not None else None)
+                      slo=dict(sc.slo) if sc.slo else None, inputs_per_request=1 if pooled is not None else None,
+                      rate_schedule=sc.rate_schedule, slice_s=sc.slice_s)
     return records, facts
 
 
