@@ -317,15 +317,6 @@ def resolve(
     return Scenario(**{**base, **from_file, **from_cli})
 
 
-def rate_levels(sc: Scenario) -> list[float]:
-    """The rates a rate run's cells are planned at: its rates, or one cell per context at its
-    schedule's mean rate (`--rates ramp:...`, `series:...`: the cell follows the schedule)."""
-    if sc.rate_schedule:
-        from llmload.core.traffic.schedule import parse_schedule
-        return [parse_schedule(sc.rate_schedule).mean_rps]
-    return list(sc.rates)
-
-
 def rate_lengths(sc: Scenario, dataset=()) -> tuple[list[int], int, str | None]:
     """A rate plan's contexts and M, and where lengths vary per request: a dataset's prompts
     (`dataset`: its fitted requests; their mean lengths), or lengths drawn from

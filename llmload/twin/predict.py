@@ -34,7 +34,8 @@ from llmload.core.capacity.protocols import PROTOCOLS, inputs_per_request
 from llmload.core.model.cellfacts import CellFacts
 from llmload.core.model.cell import CellResult
 from llmload.core.figures.cells import assemble_cell, not_run_cell
-from llmload.core.scenario import rate_lengths, rate_levels, session_lengths
+from llmload.core.scenario import rate_lengths, session_lengths
+from llmload.core.traffic.schedule import rate_levels
 from llmload.core.model.records import RequestRecord
 from llmload.core.model.results import DEFINITIONS, Results, new_results, utc_now_iso
 from llmload.core.scenario import Scenario
@@ -146,7 +147,7 @@ def predict_rate_results(profile: Profile, sc: Scenario, *, slo_search: bool = F
     contexts, max_tokens, varied = rate_lengths(sc)
     if PROTOCOLS[sc.endpoint].pooling:
         max_tokens = 0  # an embeddings or rerank answer holds no output token (the run's rate plan)
-    plan = plan_rates(contexts=contexts, rates=rate_levels(sc), max_tokens=max_tokens,
+    plan = plan_rates(contexts=contexts, rates=rate_levels(sc.rates, sc.rate_schedule), max_tokens=max_tokens,
                       max_model_len=profile.max_model_len, varied=varied)
     started = utc_now_iso()
     cells = [_each(profile, planned, sc, f"c{i + 1}", keep, on_cell) for i, planned in enumerate(plan)]

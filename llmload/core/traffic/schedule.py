@@ -233,6 +233,12 @@ def is_schedule(text: object) -> bool:
     return isinstance(text, str) and text.strip().startswith(("ramp:", "series:"))
 
 
+def rate_levels(rates, schedule: str | None) -> list[float]:
+    """The rates a rate run's cells are planned at: its rates, or one cell per context at its
+    schedule's mean rate (the cell follows the schedule)."""
+    return [parse_schedule(schedule).mean_rps] if schedule else list(rates)
+
+
 def cell_offsets(rate_rps: float, window_s: float, arrivals: str, schedule: str = "", *, index: int = 0,
                  pacers: int = 1, seed: int = 0) -> list[float]:
     """Pacer `index`'s arrivals over a rate cell's window: at its rate, or following its

@@ -14,9 +14,9 @@ from llmload.core.capacity.protocols import PROTOCOLS
 from llmload.core.capacity.plan import PlannedCell, plan_rates
 from llmload.core.figures.slosearch import RateLevel, rate_search
 from llmload.core.model.cell import CellResult
-from llmload.core.scenario import Scenario, rate_lengths, rate_levels
+from llmload.core.scenario import Scenario, rate_lengths
 from llmload.core.traffic.dataset import DatasetError, dataset_label
-from llmload.core.traffic.schedule import cell_offsets, parse_schedule
+from llmload.core.traffic.schedule import cell_offsets, parse_schedule, rate_levels
 from llmload.core.traffic.workloads import arrival_seed
 from llmload.io.probe import ServerInfo
 from llmload.loadgen.messages import CellSpec
@@ -53,7 +53,7 @@ def plan(sc: Scenario, info: ServerInfo, limits: dict, *, dataset=(), **inputs) 
     contexts, max_tokens, varied = rate_lengths(sc, dataset)
     if PROTOCOLS[sc.endpoint].pooling:
         max_tokens = 0  # an embeddings or rerank answer holds no output token
-    cells = plan_rates(contexts=contexts, rates=rate_levels(sc), max_tokens=max_tokens,
+    cells = plan_rates(contexts=contexts, rates=rate_levels(sc.rates, sc.rate_schedule), max_tokens=max_tokens,
                        max_model_len=info.max_model_len, varied=varied)
     if sc.rate_schedule:  # one cell per context, at the schedule's mean rate, its reason the schedule
         schedule = parse_schedule(sc.rate_schedule)
