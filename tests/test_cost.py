@@ -6,6 +6,7 @@ by `llmload report`, and compare's cost rows."""
 from __future__ import annotations
 
 import csv
+import io
 import json
 
 import pytest
@@ -73,6 +74,19 @@ def test_a_priced_run_shows_every_cells_cost(priced_run):
     assert "## What a token costs\nAt $2.50 an hour for the server's machine." in page
     assert f"| decode 2K × 2 | ${expected:.3g} | — |" in page
     assert "What a token costs:" in stdout and "decode 2K × 2" in stdout.split("What a token costs:")[1]
+
+
+def test_the_export_gives_each_request_its_cells_cost(priced_run):
+    out, _ = priced_run
+    doc = json.loads((out / "results.json").read_text())
+    cells = {(c["phase"], c["context_tokens"], c["concurrency"]): c for c in doc["cells"]}
+    rows = list(csv.DictReader(io.StringIO(llmload("export", str(out)).stdout)))
+    decode = [r for r in rows if (r["phase"], r["context_tokens"], r["concurrency"]) == ("decode", "2048", "2")]
+    expected = 2.5 / 3600 / cells[("decode", 2048, 2)]["total_tok_s"] * 1e6
+    assert decode and all(float(r["usd_per_1m_output_tokens"]) == pytest.approx(expected, rel=1e-12) for r in decode)
+    prefill = [r for r in rows if r["phase"] == "prefill"]
+    assert prefill and all(r["usd_per_1m_output_tokens"] == "" and float(r["usd_per_1m_prompt_tokens"]) > 0
+                           for r in prefill)
 
 
 def test_an_unpriced_run_says_nothing_of_cost(tmp_path, monkeypatch):

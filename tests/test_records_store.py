@@ -18,7 +18,8 @@ from llmload.core.capacity.plan import PlannedCell
 from llmload.core.model.cell import CELL_KEYS
 from llmload.core.model.cellfacts import CellFacts, LoadSample, ServerSample
 from llmload.core.figures.cells import assemble_cell
-from llmload.output.rundir.recompute import read_export
+from llmload.output.rundir.recompute import read_export, with_costs
+from llmload.output.rundir.resultsfile import load_results
 from llmload.core.model.records import RequestRecord
 from llmload.output.rundir.records import RECORD_COLUMNS, cell_files, export_table, read_cell, write_cell
 from llmload.sim.launcher import SimProcess
@@ -154,7 +155,7 @@ def test_export_round_trips(run_dir, tmp_path, fmt):
     path = tmp_path / f"requests.{fmt}"
     r = llmload("export", str(run_dir), "--format", fmt, "-o", str(path))
     assert r.returncode == 0, r.stderr.decode()
-    want = export_table(run_dir).to_pylist()
+    want = with_costs(export_table(run_dir), load_results(run_dir)).to_pylist()
     assert len(want) >= 5 and read_export(path, fmt) == want
     if fmt != "parquet":
         stdout = llmload("export", str(run_dir), "--format", fmt).stdout

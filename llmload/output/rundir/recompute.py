@@ -10,8 +10,8 @@ records file that is not there (`missing_records`) is a partial answer: both ref
 naming the files, unless `allow_missing` (the cell is then kept as written, or left out
 of the export, and the caller says so).
 
-`export_records(dir, fmt, out)` writes the per-request table (`llmload.output.rundir.records.export_table`)
-as csv, parquet or jsonl, saying nothing of where the run ran unless asked
+`export_records(dir, fmt, out)` writes the per-request table (`llmload.output.rundir.records.export_table`,
+each row with its cell's cost per token at the run's price: `with_costs`) as csv, parquet or jsonl, saying nothing of where the run ran unless asked
 (`llmload.core.model.origin`). In csv, the list columns (LIST_COLUMNS) are JSON
 arrays in one field; times keep full float64 precision in every format (shortest repr).
 """
@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from llmload.core.figures.cells import assemble_cell
+from llmload.core.figures.cost import PRICE_KEY, CellCost, cell_cost
 from llmload.core.model.document import results_to_dict
 from llmload.core.model.origin import origin_replacer
 from llmload.core.model.results import Results
@@ -82,6 +83,26 @@ def recompute(results_dir: str | os.PathLike[str], *, allow_missing: bool = Fals
     return replace(results, cells=tuple(cells)), len(files), missing
 
 
+COST_COLUMNS = tuple(f.name for f in fields(CellCost))
+"""After the slice in the export: the request's cell's cost figures at the run's price per
+hour (`llmload.core.figures.cost.cell_cost`; empty without a price)."""
+
+
+def with_costs(table, results: Results):
+    """The export table with COST_COLUMNS after its slice column: each row its cell's."""
+    import pyarrow as pa
+    price = results.config.get(PRICE_KEY)
+    costs = {c.key: cell_cost(c, price) for c in results.cells}
+    keys = zip(*(table.column(k).to_pylist() for k in ("phase", "context_tokens", "concurrency", "rate_rps",
+                                                       "images")))
+    found = [costs.get((ph, ctx, n, rate, images or 0)) for ph, ctx, n, rate, images in keys]
+    at = table.schema.get_field_index("slice") + 1
+    for i, name in enumerate(COST_COLUMNS):
+        table = table.add_column(at + i, pa.field(name, pa.float64()),
+                                 pa.array([getattr(k, name) if k else None for k in found], type=pa.float64()))
+    return table
+
+
 def export_records(results_dir: str | os.PathLike[str], fmt: str, out: BinaryIO, *,
                    allow_missing: bool = False, with_origin: bool = False) -> int:
     """Write the per-request table to `out` in `fmt`; returns the number of rows. Its text
@@ -101,13 +122,13 @@ def export_records(results_dir: str | os.PathLike[str], fmt: str, out: BinaryIO,
         tables = []
         for i, folder in rounds:
             _check_missing(folder, load_results(folder), allow_missing, "their requests would be left out")
-            part = export_table(folder)
+            part = with_costs(export_table(folder), load_results(folder))
             tables.append(part.add_column(0, pa.field("repeat", pa.int64()), pa.array([i] * part.num_rows,
                                                                                      type=pa.int64())))
         table = pa.concat_tables(tables)
     else:
         _check_missing(results_dir, load_results(results_dir), allow_missing, "their requests would be left out")
-        table = export_table(results_dir)
+        table = with_costs(export_table(results_dir), load_results(results_dir))
     if not with_origin:
         table = _without_origin(table, load_results(results_dir))
     if fmt == "parquet":
@@ -155,7 +176,7 @@ def read_export(path: str | os.PathLike[str], fmt: str) -> list[dict[str, Any]]:
 
     import pyarrow as pa
 
-    types = {**CELL_COLUMNS, **SLICE_COLUMN, **RECORD_COLUMNS}
+    types = {**CELL_COLUMNS, **SLICE_COLUMN, **{k: pa.float64() for k in COST_COLUMNS}, **RECORD_COLUMNS}
     rows = []
     with open(path, encoding="utf-8", newline="") as f:
         for raw in csv.DictReader(f):
