@@ -123,6 +123,7 @@ def test_the_operator_sets_a_price_and_the_hardware_page_and_api_show_it(hub):
 @pytest.mark.parametrize("args, words", [
     (("set", H100, "0"), "price 0 must be above 0 and below 1,000,000 (USD per hour)"),
     (("set", H100, "abc"), "price 'abc' must be a number"),
+    (("set", H100, "-1"), "price -1 must be above 0"),  # a price, not an option
     (("set", H100, "1000000"), "below 1,000,000"),
     (("set", H100, "nan"), "must be above 0"),
     (("set", "  ", "2"), "hardware: give the hardware's name"),

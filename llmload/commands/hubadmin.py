@@ -127,7 +127,7 @@ def hub_price() -> None:
     without a price of its own is priced at its hardware's for its cost per token."""
 
 
-@hub_price.command("set")
+@hub_price.command("set", context_settings={"ignore_unknown_options": True})  # "-1" is a price, refused as one
 @click.argument("hardware")
 @click.argument("usd")
 @DB_OPTION
