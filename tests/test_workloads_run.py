@@ -131,13 +131,14 @@ def test_two_worker_processes_share_the_rate(sim_tiny, tmp_path):
     assert all(b - a == pytest.approx(0.1, abs=1e-6) for a, b in zip(due, due[1:]))
 
 
-def test_records_sent_in_batches_while_the_cell_runs_are_all_kept(sim_tiny, tmp_path):
-    """600 requests over two processes: each sends its records in batches of RECORDS_BATCH
-    while the cell runs (spooled to disk by the controller), then the rest; none is lost or
-    counted twice."""
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_records_sent_in_batches_while_the_cell_runs_are_all_kept(sim_tiny, tmp_path, workers):
+    """600 requests in one process (its batches handed to the controller as they are) and over
+    two (as messages): each sends its records in batches of RECORDS_BATCH while the cell runs
+    (spooled to disk by the controller), then the rest; none is lost or counted twice."""
     out = tmp_path / "batches"
     r = llmload("run", "--host", sim_tiny.url, "--workload", "rate", "--contexts", "64", "--rates", "200",
-                "--arrivals", "constant", "--max-tokens", "2", "--duration", "3s", "--workers", "2", "--out", out)
+                "--arrivals", "constant", "--max-tokens", "2", "--duration", "3s", "--workers", workers, "--out", out)
     assert r.returncode == 0, r.stdout + r.stderr
     [cell] = cells(out, "rate")
     records = [rec for rec in records_of(out, cell) if rec.tag == "rate"]

@@ -17,7 +17,7 @@ import time
 
 import gevent
 from gevent.event import Event
-from locust.runners import WorkerRunner
+from locust.runners import LocalRunner, WorkerRunner
 
 from llmload.core.clock import now
 from llmload.core.traffic.prompts import PromptBuilder, TextFit
@@ -70,7 +70,13 @@ class CellWorker:
         if len(kept) >= messages.RECORDS_BATCH:
             batch = messages.Records(id=cell_id, records=tuple(kept), more=True)
             self._records[cell_id] = []
-            self.environment.runner.send_message(batch.TYPE, batch.to_wire())
+            runner = self.environment.runner
+            if isinstance(runner, LocalRunner):
+                # the controller is this process: the batch as it is, not through its wire form
+                # (3-4 ms a batch of the event loop the users stream on; benchmarks/spool_cost.py)
+                self.environment.llmload.mailboxes.on_records(batch)
+            else:
+                runner.send_message(batch.TYPE, batch.to_wire())
 
     def prompt_for(self, cell: messages.CellSpec, key: str) -> list[int] | str:
         return self.prompt_builder(cell).prompt(key, cell.prompt_tokens)

@@ -2,8 +2,10 @@
 
 The processes that run users send the controller their records in batches while the cell
 runs (`llmload.loadgen.messages.Records` with `more`); the controller appends each batch to
-the cell's `RecordSpool`: one Parquet row group per batch in an anonymous temporary file
-(gone when it is closed, or when the process ends however it ends). When the cell is
+the cell's `RecordSpool`: one Arrow IPC record batch per batch (zstd) in an anonymous
+temporary file (gone when it is closed, or when the process ends however it ends). In one
+process the batch is handed over as it is and written on the event loop the users stream on:
+Arrow IPC with zstd is written faster than a Parquet row group (`benchmarks/spool_cost.py`). When the cell is
 collected, the spool is read back once, to compute the cell's figures and write its records
 file (`llmload.output.rundir.records.write_cell`).
 """
@@ -13,7 +15,7 @@ from __future__ import annotations
 import tempfile
 from typing import Sequence
 
-import pyarrow.parquet as pq
+import pyarrow as pa
 
 from llmload.core.model.records import RequestRecord
 from llmload.output.rundir.records import RECORD_SCHEMA, records_from_table, records_table
@@ -24,8 +26,8 @@ class RecordSpool:
 
     def __init__(self) -> None:
         self._file = tempfile.TemporaryFile(prefix="llmload-records-")
-        # lz4: the file lives minutes and is read once; writing a batch must stay cheap
-        self._writer = pq.ParquetWriter(self._file, RECORD_SCHEMA, compression="lz4")
+        self._writer = pa.ipc.new_stream(self._file, RECORD_SCHEMA,
+                                         options=pa.ipc.IpcWriteOptions(compression="zstd"))
         self.count = 0
 
     def add(self, records: Sequence[RequestRecord]) -> None:
@@ -38,7 +40,7 @@ class RecordSpool:
         try:
             self._writer.close()
             self._file.seek(0)
-            return records_from_table(pq.read_table(self._file)) if self.count else []
+            return records_from_table(pa.ipc.open_stream(self._file).read_all()) if self.count else []
         finally:
             self._file.close()
 
