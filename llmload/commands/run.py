@@ -90,7 +90,7 @@ def workload_options(command):
 @click.option("--image-dir", metavar="DIR", help="Send this folder's images in place of synthetic ones.")
 @click.option("--contexts", help="Decode contexts, e.g. 0,16K,32K,48K.")
 @click.option("--prefill-contexts", help="Prefill contexts, e.g. 8K,16K (empty: no prefill test).")
-@click.option("--concurrency", help="Simultaneous requests, e.g. 1,2,4,8.")
+@click.option("--concurrency", help="Simultaneous requests, e.g. 1,2,4,8; or users joining over one window, ramp:1..64/60s.")
 @click.option("--duration", help="Window per decode cell: 30, 30s, 2m.")
 @click.option("--max-tokens", help="Output tokens per request (default 8192).")
 @click.option("--kv-cache-tokens", help="KV cache capacity in tokens (overrides what the server says).")
