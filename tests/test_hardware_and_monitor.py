@@ -69,6 +69,27 @@ def test_load_monitor_sees_a_busy_loop():
     assert not is_client_bound(ClientLoad(client_cpu_pct_mean=40.0, loop_lag_ms_p50=1.0, loop_lag_ms_p90=80.0))
 
 
+def test_the_monitor_keeps_its_intervals_packed_and_gives_them_back_whole():
+    """A window's intervals are kept packed (an hour holds 14,400 of each); what comes back
+    for a window is what was kept, histograms and freezes included, and only the window's."""
+    from collections import Counter
+
+    from llmload.core.capacity.clientload import IntervalSample
+    from llmload.core.model.cellfacts import LoadSample
+    from llmload.loadgen.monitor import _packed
+    mon = LoadMonitor()
+    loads = [LoadSample(t_s=100.0 + i, cpu_pct=12.5 + i, lag_ms=0.3, major_faults=0, freezes=((100.5 + i, 61.0),),
+                        cpu_wait_ms=1.25) for i in range(3)]
+    reads = [IntervalSample(t_s=100.0 + i, reads=134, events=136, bytes_=39347, streams=9, ages=Counter({0: 25}),
+                            stamped_reads=134, stamped_events=134, read_delays=Counter({1: 44, 2: 39, 11: 4}),
+                            stamp_errors=Counter({3: 2}), queued_events=0) for i in range(3)]
+    mon._samples = [_packed(s) for s in loads]
+    mon._reads = [_packed(s) for s in reads]
+    assert mon.between(100.5, 102.0) == loads[1:]
+    assert mon.reads_between(100.0, 101.0) == reads[:2]
+    assert all(len(b) < 200 for _, b in mon._reads)
+
+
 def test_heartbeat_counts_each_freeze_and_not_the_quiet_loop():
     beat = Heartbeat()
     beat.start(gevent.get_hub().loop)

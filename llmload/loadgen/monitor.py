@@ -3,7 +3,8 @@ generator was the bottleneck is marked client_bound.
 
 A greenlet samples this process's CPU, event-loop lag and read backlog (the added delay it
 implies, `llmload.core.capacity.clientload`) every MONITOR_INTERVAL_S; workers ship a cell window's
-samples with its records (`llmload.loadgen.cellworker`).
+samples with its records (`llmload.loadgen.cellworker`). The samples are kept packed (`_packed`):
+an hour's window keeps 14,400 of each.
 
 Freezes: a libev timer beats every HEARTBEAT_S (a C watcher and one short Python call: no
 greenlet switch); a beat FREEZE_MIN_MS or more late is a freeze, a time the loop ran nothing.
@@ -18,6 +19,7 @@ import time
 from collections import Counter
 
 import gevent
+import msgpack
 
 from llmload.core.model.cell import ClientLoad
 from llmload.core.figures.status import FREEZE_MIN_MS, client_load
@@ -26,8 +28,17 @@ from llmload.core.clock import now
 from llmload.io.procstat import CpuWait, major_faults
 
 MONITOR_INTERVAL_S = 0.25
+MAX_SAMPLES = 40_000
+"""Intervals kept (2 h 46 min at MONITOR_INTERVAL_S); past it, the older half is dropped."""
 HEARTBEAT_S = 0.01
 """The freeze watcher's period: 100 short callbacks a second."""
+
+
+def _packed(sample) -> tuple[float, bytes]:
+    """(its time, its wire form packed): a window's intervals are kept for its figures, 14,400
+    an hour, so each is kept small (an IntervalSample with its histograms is about 1.4 KB as
+    objects, 0.2 KB packed)."""
+    return sample.t_s, msgpack.packb(sample.to_wire())
 
 
 class Heartbeat:
@@ -79,10 +90,10 @@ class LoadMonitor:
     receive-queue depths, turned into an added-delay estimate (`llmload.core.capacity.clientload`)."""
 
     def __init__(self) -> None:
-        self.samples: list[LoadSample] = []
-        """The process's CPU, loop lag and freezes per interval."""
-        self.reads: list = []
-        """clientload.IntervalSample per interval."""
+        self._samples: list[tuple[float, bytes]] = []
+        """The process's CPU, loop lag and freezes per interval (`LoadSample`), packed."""
+        self._reads: list[tuple[float, bytes]] = []
+        """What the hot path saw per interval (`clientload.IntervalSample`), packed."""
         self._greenlet = None
 
     def start(self) -> None:
@@ -141,27 +152,27 @@ class LoadMonitor:
                     stamps = dict(stamped_reads=stamped, stamped_events=stamped - n_merged + merged_events,
                                   merged_reads=n_merged, late_merged_reads=late, read_delays=Counter(delays),
                                   stamp_errors=errors)
-            self.samples.append(LoadSample(
+            self._samples.append(_packed(LoadSample(
                 t_s=t, cpu_pct=cpu_pct, lag_ms=lag_ms, major_faults=faults - last_faults, freezes=freezes,
-                cpu_wait_ms=waited - last_wait if waited is not None and last_wait is not None else None))
+                cpu_wait_ms=waited - last_wait if waited is not None and last_wait is not None else None)))
             if events:
-                self.reads.append(IntervalSample(t_s=t, reads=reads, events=events, bytes_=nbytes,
-                                                 streams=streams, ages=ages or Counter(),
-                                                 queued_events=queued_events, **stamps))
-            if len(self.samples) > 20000:
-                del self.samples[:10000]
-            if len(self.reads) > 20000:
-                del self.reads[:10000]
+                self._reads.append(_packed(IntervalSample(t_s=t, reads=reads, events=events, bytes_=nbytes,
+                                                          streams=streams, ages=ages or Counter(),
+                                                          queued_events=queued_events, **stamps)))
+            for kept in (self._samples, self._reads):
+                if len(kept) > MAX_SAMPLES:
+                    del kept[:MAX_SAMPLES // 2]
             last_wall, last_cpu, last_counts, last_t = wall, cpu, counts, t
             last_faults, last_wait = faults, waited
 
     def between(self, t0: float, t1: float) -> list[LoadSample]:
         """The samples taken in [t0, t1]."""
-        return [s for s in self.samples if t0 <= s.t_s <= t1]
+        return [LoadSample.from_wire(msgpack.unpackb(b)) for t, b in self._samples if t0 <= t <= t1]
 
     def reads_between(self, t0: float, t1: float) -> list:
         """The hot path's `clientload.IntervalSample`s taken in [t0, t1]."""
-        return [s for s in self.reads if t0 <= s.t_s <= t1]
+        from llmload.core.capacity.clientload import IntervalSample
+        return [IntervalSample.from_wire(msgpack.unpackb(b)) for t, b in self._reads if t0 <= t <= t1]
 
     def window(self, t0: float, t1: float) -> ClientLoad:
         """This process's load over [t0, t1] (`llmload.core.figures.status.client_load`)."""
