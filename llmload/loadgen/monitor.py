@@ -36,8 +36,7 @@ HEARTBEAT_S = 0.01
 
 def _packed(sample) -> tuple[float, bytes]:
     """(its time, its wire form packed): a window's intervals are kept for its figures, 14,400
-    an hour, so each is kept small (an IntervalSample with its histograms is about 1.4 KB as
-    objects, 0.2 KB packed)."""
+    an hour, so each is kept small (`benchmarks/monitor_size.py`)."""
     return sample.t_s, msgpack.packb(sample.to_wire())
 
 
