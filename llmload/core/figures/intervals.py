@@ -91,11 +91,14 @@ def batch_values(records: Iterable[RequestRecord], t0: float, t1: float, *, batc
     ends = np.fromiter((r.end_s for r in recs), dtype=np.float64, count=len(recs))
     ran = np.array([bool(np.any((sends <= edges[i + 1]) & (ends >= edges[i]))) for i in range(batches)])
     T, K, counts = _laid_end_to_end(recs)
-    R = np.repeat(np.arange(len(recs)), counts)
+    # an hour's cell has millions of chunks: the narrowest types that hold them
+    R = np.repeat(np.arange(len(recs), dtype=np.int32), counts)
     keep = K > 0
-    T, K, R = T[keep], K[keep], R[keep]
+    if not keep.all():
+        T, K, R = T[keep], K[keep], R[keep]
+    del keep
     inside = (T >= t0) & (T <= t1)
-    B = np.clip(((T - t0) // width).astype(np.int64), 0, batches - 1)
+    B = np.clip((T - t0) // width, 0, batches - 1).astype(np.int32)
     out: dict[str, list[float | None]] = {}
     tokens = np.bincount(B[inside], weights=K[inside], minlength=batches)
     out["total_tok_s"] = [tokens[i] / (edges[i + 1] - edges[i]) if ran[i] else None for i in range(batches)]
@@ -117,11 +120,11 @@ def batch_values(records: Iterable[RequestRecord], t0: float, t1: float, *, batc
     # per-request tok/s: each request's chunks inside a sub-window, (tokens after the first) / (last − first)
     idx = np.flatnonzero(inside)
     if idx.size:
-        key = R[idx] * batches + B[idx]
+        key = R[idx].astype(np.int64) * batches + B[idx]
         starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
         stops = np.r_[starts[1:], idx.size] - 1
         span = T[idx[stops]] - T[idx[starts]]
-        after_first = np.add.reduceat(K[idx], starts) - K[idx[starts]]
+        after_first = np.add.reduceat(K[idx].astype(np.int64), starts) - K[idx[starts]]
         ok = span > 0
         rates = after_first[ok] / span[ok]
         out["per_request_tok_s"] = _by_batch(rates, B[idx[starts]][ok], batches, qs=(0.5,))[0]
@@ -162,8 +165,7 @@ def _laid_end_to_end(recs: Sequence[RequestRecord]) -> tuple[np.ndarray, np.ndar
         ts, ks = r.chunk_times_s, r.chunk_tokens
         times.extend(ts if isinstance(ts, array) and ts.typecode == "d" else array("d", ts))
         tokens.extend(ks if isinstance(ks, array) and ks.typecode == "I" else array("I", ks))
-    return (np.frombuffer(times, dtype=np.float64), np.frombuffer(tokens, dtype=np.uint32).astype(np.int64),
-            counts)
+    return np.frombuffer(times, dtype=np.float64), np.frombuffer(tokens, dtype=np.uint32), counts
 
 
 def _by_batch(values: np.ndarray, batch: np.ndarray, batches: int,

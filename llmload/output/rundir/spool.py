@@ -18,7 +18,7 @@ from typing import Sequence
 import pyarrow as pa
 
 from llmload.core.model.records import RequestRecord
-from llmload.output.rundir.records import RECORD_SCHEMA, records_from_table, records_table
+from llmload.output.rundir.records import RECORD_SCHEMA, records_from_table, records_table, release_arrow_memory
 
 
 class RecordSpool:
@@ -43,6 +43,7 @@ class RecordSpool:
             return records_from_table(pa.ipc.open_stream(self._file).read_all()) if self.count else []
         finally:
             self._file.close()
+            release_arrow_memory()
 
     def discard(self) -> None:
         try:
