@@ -17,7 +17,7 @@ import time
 
 import gevent
 from gevent.event import Event
-from locust.runners import LocalRunner, WorkerRunner
+from locust.runners import LocalRunner
 
 from llmload.core.clock import now
 from llmload.core.traffic.prompts import PromptBuilder, TextFit
@@ -26,6 +26,7 @@ from llmload.core.model.records import RequestRecord
 from llmload.core.redact import scrub
 from llmload.loadgen import messages
 from llmload.loadgen.monitor import MONITOR_INTERVAL_S
+from llmload.loadgen.pacer import process_index
 
 COLLECT_WAIT_S = 10.0
 
@@ -170,9 +171,7 @@ class CellWorker:
             return
         offsets, k = self._joins.get(cell.id) or (join_offsets(parse_users_ramp(cell.schedule), cell.concurrency), 0)
         self._joins = {cell.id: (offsets, k + 1)}
-        runner = self.environment.runner
-        index = runner.worker_index if isinstance(runner, WorkerRunner) else 0
-        slot = min(k * max(cell.processes, 1) + index, len(offsets) - 1)
+        slot = min(k * max(cell.processes, 1) + process_index(self.environment.runner), len(offsets) - 1)
         delay = t0 + offsets[slot] - now()
         if delay > 0:
             gevent.sleep(delay)
